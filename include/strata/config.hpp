@@ -1,0 +1,39 @@
+// strata/config.hpp — the one configuration header: version and the few STRATA_* switches.
+//
+// Macros (each documented once, here):
+//   STRATA_VERSION_MAJOR/MINOR/PATCH  the library version, also in strata::kVersion.
+//   STRATA_HAS_CUDA   1 when the CUDA runtime is available to the including target (set by the
+//                     CMake target when CUDA is found and STRATA_ENABLE_CUDA is ON); 0 otherwise.
+//   STRATA_HAS_NCCL   1 when NCCL is available (same rule, STRATA_ENABLE_NCCL); 0 otherwise.
+//                     Only transport/nccl/ includes <nccl.h>, and only behind this switch.
+#pragma once
+
+#define STRATA_VERSION_MAJOR 0
+#define STRATA_VERSION_MINOR 1
+#define STRATA_VERSION_PATCH 0
+
+#ifndef STRATA_HAS_CUDA
+#define STRATA_HAS_CUDA 0
+#endif
+
+#ifndef STRATA_HAS_NCCL
+#define STRATA_HAS_NCCL 0
+#endif
+
+#if STRATA_HAS_NCCL && !STRATA_HAS_CUDA
+#error "STRATA_HAS_NCCL requires STRATA_HAS_CUDA: NCCL moves device memory through the CUDA runtime"
+#endif
+
+namespace strata {
+
+/// The library version as numbers, for run-time checks and logs.
+struct Version {
+  int major;
+  int minor;
+  int patch;
+};
+
+inline constexpr Version kVersion{STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR,
+                                  STRATA_VERSION_PATCH};
+
+}  // namespace strata

@@ -1,0 +1,106 @@
+// strata/core/error.hpp — the one exception hierarchy of strata.
+//
+// Split by what the caller can do about it:
+//
+//   Error                      base; never thrown directly
+//   ├── TimeoutError           a peer did not arrive in time: retry with a larger deadline, or
+//   │                          find the slow/stalled rank named in the message
+//   ├── PeerFailureError       a peer died or failed: restart the job (or the group)
+//   ├── MismatchError          ranks called a collective with different count, type, op or
+//   │                          root: a bug in the training program; fix the call sites
+//   ├── ConfigurationError     bad environment or options (STRATA_TIMEOUT, TF_CONFIG, ...):
+//   │                          fix the configuration named in the message
+//   └── UsageError             a wrong call on this rank (bad span sizes, bad root, use after
+//                              failure): fix the calling code
+//
+// Every message has the form "strata: rank R: OPERATION: what happened; what to do". Low
+// layers work with error codes; the communicator boundary throws, adding rank and operation.
+#pragma once
+
+#include <iterator>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+/// Base of every exception strata throws. `rank()` is the rank that raised it (-1 when no
+/// rank applies, e.g. a configuration read before a group exists) and `operation()` the
+/// call that failed ("all_reduce", "STRATA_TIMEOUT", ...).
+class Error : public std::runtime_error {
+ public:
+  int rank() const noexcept { return rank_; }
+  const std::string& operation() const noexcept { return operation_; }
+
+ protected:
+  Error(int rank, std::string_view operation, std::string_view what_happened,
+        std::string_view what_to_do)
+      : std::runtime_error(format_message(rank, operation, what_happened, what_to_do)),
+        rank_(rank),
+        operation_(operation) {}
+
+ private:
+  static std::string format_message(int rank, std::string_view operation,
+                                    std::string_view what_happened, std::string_view what_to_do) {
+    std::string message = rank >= 0 ? fmt::format("strata: rank {}: {}: {}", rank, operation,
+                                                  what_happened)
+                                    : fmt::format("strata: {}: {}", operation, what_happened);
+    if (!what_to_do.empty()) fmt::format_to(std::back_inserter(message), "; {}", what_to_do);
+    return message;
+  }
+
+  int rank_;
+  std::string operation_;
+};
+
+/// A blocking call passed its deadline, usually because a peer is slow, stalled or never
+/// called the matching collective. The communicator is poisoned afterwards.
+class TimeoutError : public Error {
+ public:
+  TimeoutError(int rank, std::string_view operation, std::string_view what_happened,
+               std::string_view what_to_do =
+                   "check that every rank calls the same collectives in the same order, or raise "
+                   "the deadline (CommunicatorOptions::timeout or STRATA_TIMEOUT)")
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+/// A peer died, aborted or failed inside the group; every surviving rank sees this.
+class PeerFailureError : public Error {
+ public:
+  PeerFailureError(int rank, std::string_view operation, std::string_view what_happened,
+                   std::string_view what_to_do =
+                       "the group cannot continue: restart the job (or re-create the group)")
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+/// Ranks disagree about a collective call (kind, count, element type, op or root). Raised on
+/// every rank of the group, never silently reduced.
+class MismatchError : public Error {
+ public:
+  MismatchError(int rank, std::string_view operation, std::string_view what_happened,
+                std::string_view what_to_do =
+                    "every rank must call the same collective with the same count, element "
+                    "type, op and root, in the same order")
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+/// Options or environment are invalid; the message names the setting.
+class ConfigurationError : public Error {
+ public:
+  ConfigurationError(int rank, std::string_view operation, std::string_view what_happened,
+                     std::string_view what_to_do)
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+/// The calling code broke a documented precondition on this rank.
+class UsageError : public Error {
+ public:
+  UsageError(int rank, std::string_view operation, std::string_view what_happened,
+             std::string_view what_to_do)
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+}  // namespace strata

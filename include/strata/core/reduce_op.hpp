@@ -1,0 +1,45 @@
+// strata/core/reduce_op.hpp — the reduction operators every collective understands.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+/// How the values of all ranks are combined, element by element.
+///
+/// - `sum`, `product`: on integers they wrap around (two's complement), as NCCL and MPI do in
+///   practice; on floating point they follow IEEE arithmetic (NaN and inf propagate).
+/// - `min`, `max`: exact. If an input is NaN the result for that element is unspecified.
+/// - `mean`: the sum divided by the number of contributing ranks. On integers, the wrapped sum
+///   divided with truncation toward zero. Equivalent to TF's `ReduceOp.MEAN`.
+///
+/// 16-bit floating-point types (float16, bfloat16) are accumulated in float and rounded once.
+enum class ReduceOp : std::uint8_t { sum, product, min, max, mean };
+
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::product, ReduceOp::min,
+                                             ReduceOp::max, ReduceOp::mean};
+
+/// The lower-case name of `op` ("sum", "product", "min", "max", "mean").
+constexpr std::string_view to_string(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::product: return "product";
+    case ReduceOp::min: return "min";
+    case ReduceOp::max: return "max";
+    case ReduceOp::mean: return "mean";
+  }
+  return "invalid";
+}
+
+}  // namespace strata
+
+template <>
+struct fmt::formatter<strata::ReduceOp> : fmt::formatter<std::string_view> {
+  template <class FormatContext>
+  auto format(strata::ReduceOp op, FormatContext& ctx) const {
+    return fmt::formatter<std::string_view>::format(strata::to_string(op), ctx);
+  }
+};
