@@ -1,0 +1,37 @@
+// strata/algorithms/reduce_scatter_direct.hpp — reduce-scatter, every rank reducing its block.
+//
+// Computes  rank r's output = op over all ranks' input block r (in rank order), for ranks
+//           that share an address space.
+// Phases    1. reduce: rank r reduces block r of all n inputs into its output.
+// Cost      no synchronization point of its own. Every rank reads n·B bytes and writes B
+//           (B = one output block), the minimum for a reduce-scatter.
+// Requires  host memory; agreed calls (count, type, op). In place means rank r's output is
+//           block r of its own input.
+// Determinism  bit-identical to the all-reduce algorithms on the same block.
+#pragma once
+
+#include <span>
+
+#include <strata/algorithms/detail/partition.hpp>
+#include <strata/core/reduce.hpp>
+#include <strata/transport/local/link.hpp>
+
+namespace strata::algorithms {
+
+struct ReduceScatterDirect {
+  static constexpr std::string_view kName = "direct";
+
+  template <transport::local::SharedMemoryLink Link>
+  static void run(Link& link) {
+    const auto& mine = link.call(link.rank());
+    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
+      if (mine.count == 0) return;
+      // Phase 1: reduce block r of every input into my output.
+      const auto inputs =
+          detail::inputs_of<T>(link, static_cast<std::size_t>(link.rank()) * mine.count);
+      reduce_n<T>(std::span(static_cast<T*>(mine.recv), mine.count), inputs, mine.op);
+    });
+  }
+};
+
+}  // namespace strata::algorithms

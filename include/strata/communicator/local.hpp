@@ -1,0 +1,355 @@
+// strata/communicator/local.hpp — the in-process communicator: replicas as threads of one process.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/algorithms/all_gather_direct.hpp>
+#include <strata/algorithms/all_reduce_reduce_to_one.hpp>
+#include <strata/algorithms/all_reduce_scatter_gather.hpp>
+#include <strata/algorithms/broadcast_direct.hpp>
+#include <strata/algorithms/reduce_direct.hpp>
+#include <strata/algorithms/reduce_scatter_direct.hpp>
+#include <strata/communicator/collective.hpp>
+#include <strata/communicator/detail/serial_executor.hpp>
+#include <strata/communicator/options.hpp>
+#include <strata/communicator/work.hpp>
+#include <strata/core/data_type.hpp>
+#include <strata/core/deadline.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/reduce_op.hpp>
+#include <strata/transport/local/link.hpp>
+#include <strata/transport/local/rendezvous.hpp>
+
+namespace strata::communicator {
+
+/// One rank of a group of threads in one process (TF's in-process cross-device ops).
+///
+/// Ranks read each other's buffers directly, so data is copied only where the algorithm
+/// must: an all-reduce reads about 2·S bytes and writes S per rank (`AllReduceScatterGather`),
+/// or concentrates the reduction on rank 0 (`AllReduceReduceToOne`, TF's
+/// `ReductionToOneDevice`). `AllReduceAlgorithm` picks one at compile time; the other
+/// collectives have one algorithm each (`algorithms/*_direct.hpp`).
+///
+/// Buffers must be host memory. Each communicator is driven by one thread at a time (its
+/// replica); different ranks run on different threads. Waiting ranks spin for a few
+/// microseconds, then sleep, so idle replicas do not hold a core.
+///
+/// Example:
+/// @code
+///   auto group = strata::communicator::LocalCommunicator<>::create(4);
+///   // on thread r: group[r].all_reduce(std::span(gradients), strata::ReduceOp::mean);
+/// @endcode
+///
+/// @throws MismatchError on every rank when ranks disagree on a call; TimeoutError when a rank
+/// does not arrive by the deadline; PeerFailureError when another rank failed or aborted;
+/// UsageError for bad spans or roots on this rank. After any of them the group is failed.
+template <class AllReduceAlgorithm = algorithms::AllReduceScatterGather>
+class LocalCommunicator {
+ public:
+  static constexpr std::string_view kName = "local";
+  /// The largest group this communicator can form (any number of threads).
+  static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  using all_reduce_algorithm = AllReduceAlgorithm;
+
+  /// Creates a group of `size` ranks; element r is rank r. Hand each to its own thread.
+  /// @throws UsageError when size < 1.
+  static std::vector<LocalCommunicator> create(int size, CommunicatorOptions options = {}) {
+    if (size < 1)
+      throw UsageError(-1, "LocalCommunicator::create",
+                       fmt::format("a group needs at least one rank, got size {}", size),
+                       "pass the number of replicas (threads) that will take part");
+    auto group = std::make_shared<Group>(size, options);
+    std::vector<LocalCommunicator> ranks;
+    ranks.reserve(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) ranks.push_back(LocalCommunicator(group, r));
+    return ranks;
+  }
+
+  LocalCommunicator(LocalCommunicator&&) noexcept = default;
+  LocalCommunicator& operator=(LocalCommunicator&&) noexcept = default;
+  LocalCommunicator(const LocalCommunicator&) = delete;
+  LocalCommunicator& operator=(const LocalCommunicator&) = delete;
+  ~LocalCommunicator() = default;  // waits for this rank's pending asynchronous calls
+
+  int rank() const noexcept { return endpoint_->rank; }
+  int size() const noexcept { return endpoint_->group->rendezvous.size(); }
+  const CommunicatorOptions& options() const noexcept { return endpoint_->group->options; }
+
+  // --- all_reduce: every rank ends with op over all ranks' data.
+  template <Element T>
+  void all_reduce(std::span<T> data, ReduceOp op, CallOptions call = {}) {
+    run(in_place(Collective::all_reduce, data, op), call);
+  }
+  template <Element T>
+  void all_reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+                  CallOptions call = {}) {
+    run(out_of_place(Collective::all_reduce, send, recv, op), call);
+  }
+  template <Element T>
+  Work all_reduce_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
+    return submit(in_place(Collective::all_reduce, data, op), call);
+  }
+  template <Element T>
+  Work all_reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                        ReduceOp op, CallOptions call = {}) {
+    return submit(out_of_place(Collective::all_reduce, send, recv, op), call);
+  }
+
+  // --- broadcast: every rank ends with the root's data.
+  template <Element T>
+  void broadcast(std::span<T> data, int root, CallOptions call = {}) {
+    run(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
+  }
+  template <Element T>
+  void broadcast(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
+                 CallOptions call = {}) {
+    run(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
+  }
+  template <Element T>
+  Work broadcast_async(std::span<T> data, int root, CallOptions call = {}) {
+    return submit(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
+  }
+  template <Element T>
+  Work broadcast_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
+                       CallOptions call = {}) {
+    return submit(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
+  }
+
+  // --- reduce: the root ends with op over all ranks' data; other ranks' outputs untouched.
+  template <Element T>
+  void reduce(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
+    run(in_place(Collective::reduce, data, op, root), call);
+  }
+  template <Element T>
+  void reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+              int root, CallOptions call = {}) {
+    run(out_of_place(Collective::reduce, send, recv, op, root), call);
+  }
+  template <Element T>
+  Work reduce_async(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
+    return submit(in_place(Collective::reduce, data, op, root), call);
+  }
+  template <Element T>
+  Work reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+                    int root, CallOptions call = {}) {
+    return submit(out_of_place(Collective::reduce, send, recv, op, root), call);
+  }
+
+  // --- all_gather: block r of every rank's output is rank r's contribution.
+  template <Element T>
+  void all_gather(std::span<T> data, CallOptions call = {}) {
+    run(in_place(Collective::all_gather, data), call);
+  }
+  template <Element T>
+  void all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                  CallOptions call = {}) {
+    run(out_of_place(Collective::all_gather, send, recv), call);
+  }
+  template <Element T>
+  Work all_gather_async(std::span<T> data, CallOptions call = {}) {
+    return submit(in_place(Collective::all_gather, data), call);
+  }
+  template <Element T>
+  Work all_gather_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                        CallOptions call = {}) {
+    return submit(out_of_place(Collective::all_gather, send, recv), call);
+  }
+
+  // --- reduce_scatter: rank r ends with op over block r of all ranks' data.
+  template <Element T>
+  void reduce_scatter(std::span<T> data, ReduceOp op, CallOptions call = {}) {
+    run(in_place(Collective::reduce_scatter, data, op), call);
+  }
+  template <Element T>
+  void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                      ReduceOp op, CallOptions call = {}) {
+    run(out_of_place(Collective::reduce_scatter, send, recv, op), call);
+  }
+  template <Element T>
+  Work reduce_scatter_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
+    return submit(in_place(Collective::reduce_scatter, data, op), call);
+  }
+  template <Element T>
+  Work reduce_scatter_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                            ReduceOp op, CallOptions call = {}) {
+    return submit(out_of_place(Collective::reduce_scatter, send, recv, op), call);
+  }
+
+  // --- barrier: returns once every rank has called it.
+  void barrier(CallOptions call = {}) { run(CollectiveCall{}, call); }
+  Work barrier_async(CallOptions call = {}) { return submit(CollectiveCall{}, call); }
+
+  /// Fails the whole group from any thread: every pending and later call on every rank throws
+  /// `PeerFailureError` carrying `reason`. Use it when this replica cannot continue.
+  void abort(std::string_view reason) noexcept {
+    try {
+      endpoint_->group->rendezvous.fail(std::make_exception_ptr(
+          PeerFailureError(rank(), "abort", fmt::format("rank {} aborted: {}", rank(), reason))));
+    } catch (...) {
+      endpoint_->group->rendezvous.fail(std::current_exception());
+    }
+  }
+
+ private:
+  struct Group {
+    Group(int size, const CommunicatorOptions& opts) : rendezvous(size), options(opts) {}
+    transport::local::Rendezvous rendezvous;
+    CommunicatorOptions options;
+  };
+
+  // Heap-held so that queued asynchronous calls keep a stable address when the communicator
+  // is moved. The executor is declared last: destroyed first, it finishes pending calls while
+  // the rest is still alive.
+  struct Endpoint {
+    std::shared_ptr<Group> group;
+    int rank;
+    std::uint64_t round = 0;
+    detail::SerialExecutor executor;
+  };
+
+  LocalCommunicator(std::shared_ptr<Group> group, int rank)
+      : endpoint_(std::make_unique<Endpoint>(std::move(group), rank)) {}
+
+  template <Element T>
+  CollectiveCall in_place(Collective kind, std::span<T> data, ReduceOp op = ReduceOp::sum,
+                          int root = 0) {
+    CollectiveCall call{kind, data_type_of<T>, data.size(), op, root, data.data(), data.data()};
+    if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
+      const auto n = static_cast<std::size_t>(size());
+      if (data.size() % n != 0)
+        fail_usage(kind, fmt::format("in-place {} needs a span of size() · count elements, got "
+                                     "{} elements for {} ranks",
+                                     to_string(kind), data.size(), n),
+                   "pass a span whose size is a multiple of the group size");
+      call.count = data.size() / n;
+      T* own_block = data.data() + static_cast<std::size_t>(rank()) * call.count;
+      if (kind == Collective::all_gather) call.send = own_block;
+      else call.recv = own_block;
+    }
+    check_root(call);
+    return call;
+  }
+
+  template <Element T>
+  CollectiveCall out_of_place(Collective kind, std::span<const T> send, std::span<T> recv,
+                              ReduceOp op = ReduceOp::sum, int root = 0) {
+    CollectiveCall call{kind, data_type_of<T>, send.size(), op, root, send.data(), recv.data()};
+    check_root(call);
+    const auto n = static_cast<std::size_t>(size());
+    std::size_t expected = send.size();
+    std::string_view rule = "recv.size() == send.size()";
+    if (kind == Collective::all_gather) {
+      expected = n * send.size();
+      rule = "recv.size() == size() · send.size()";
+    } else if (kind == Collective::reduce_scatter) {
+      call.count = recv.size();
+      expected = n * recv.size();
+      if (send.size() != expected)
+        fail_usage(kind,
+                   fmt::format("send has {} elements but {} ranks × recv {} need {}", send.size(),
+                               n, recv.size(), expected),
+                   "reduce_scatter needs send.size() == size() · recv.size()");
+      return call;
+    } else if (kind == Collective::reduce && root != rank() && recv.empty()) {
+      call.recv = nullptr;  // a non-root rank may pass no output
+      return call;
+    }
+    if (recv.size() != expected)
+      fail_usage(kind, fmt::format("recv has {} elements, expected {}", recv.size(), expected),
+                 fmt::format("{} needs {}", to_string(kind), rule));
+    return call;
+  }
+
+  void check_root(const CollectiveCall& call) {
+    if (has_root(call.kind) && (call.root < 0 || call.root >= size()))
+      fail_usage(call.kind,
+                 fmt::format("root {} is not a rank of this group of {}", call.root, size()),
+                 "pass a root in [0, size())");
+  }
+
+  [[noreturn]] void fail_usage(Collective kind, std::string_view what, std::string_view todo) {
+    UsageError error(rank(), to_string(kind), what, todo);
+    // The peers are about to wait for this rank: fail the group so they learn why at once.
+    endpoint_->group->rendezvous.fail(std::make_exception_ptr(error));
+    throw error;
+  }
+
+  void run(const CollectiveCall& call, const CallOptions& options) {
+    endpoint_->executor.drain();  // keep call order with earlier asynchronous calls
+    execute(*endpoint_, call, options);
+  }
+
+  Work submit(const CollectiveCall& call, const CallOptions& options) {
+    auto state = std::make_shared<detail::WorkState>();
+    Endpoint* endpoint = endpoint_.get();
+    endpoint->executor.post([endpoint, call, options, state] {
+      try {
+        execute(*endpoint, call, options);
+        state->complete();
+      } catch (...) {
+        state->complete(std::current_exception());
+      }
+    });
+    return Work(std::move(state));
+  }
+
+  static void execute(Endpoint& endpoint, const CollectiveCall& call, const CallOptions& options) {
+    auto& rendezvous = endpoint.group->rendezvous;
+    const std::string_view operation = to_string(call.kind);
+    if (rendezvous.failed()) rendezvous.raise_failure(endpoint.rank, operation);
+    const Deadline deadline =
+        Deadline::after(options.timeout.value_or(endpoint.group->options.timeout));
+    const std::uint64_t round = endpoint.round++;
+    rendezvous.call(round, endpoint.rank) = call;
+    transport::local::Link link(rendezvous, round, endpoint.rank, deadline, operation);
+    link.sync();  // every rank has posted its call
+    check_agreement(link, rendezvous);
+    if (call.kind == Collective::barrier) return;
+    rendezvous.begin_transfer();
+    try {
+      switch (call.kind) {
+        case Collective::all_reduce: AllReduceAlgorithm::run(link); break;
+        case Collective::broadcast: algorithms::BroadcastDirect::run(link); break;
+        case Collective::reduce: algorithms::ReduceDirect::run(link); break;
+        case Collective::all_gather: algorithms::AllGatherDirect::run(link); break;
+        case Collective::reduce_scatter: algorithms::ReduceScatterDirect::run(link); break;
+        case Collective::barrier: break;
+      }
+      link.sync();  // no rank returns while a peer may still read its buffers
+    } catch (...) {
+      rendezvous.end_transfer(/*failed=*/true);
+      throw;
+    }
+    rendezvous.end_transfer(/*failed=*/false);
+  }
+
+  // Every rank runs the same comparison on the same posted calls, so either all ranks raise
+  // the mismatch or none does.
+  static void check_agreement(const transport::local::Link& link,
+                              transport::local::Rendezvous& rendezvous) {
+    const CollectiveCall& first = link.call(0);
+    for (int r = 1; r < link.size(); ++r) {
+      const CollectiveCall& other = link.call(r);
+      if (agrees(first, other)) continue;
+      MismatchError error(link.rank(), to_string(link.call(link.rank()).kind),
+                          fmt::format("ranks disagree: rank 0 called {} but rank {} called {}",
+                                      describe(first), r, describe(other)));
+      rendezvous.fail(std::make_exception_ptr(error));
+      throw error;
+    }
+  }
+
+  std::unique_ptr<Endpoint> endpoint_;
+};
+
+}  // namespace strata::communicator

@@ -1,0 +1,52 @@
+// strata/fwd.hpp — forward declarations of strata's class templates and classes, for headers
+// that name them without needing their definitions.
+#pragma once
+
+#include <concepts>
+
+#include <strata/core/data_type.hpp>
+
+namespace strata {
+enum class ReduceOp : std::uint8_t;
+class Error;
+class TimeoutError;
+class PeerFailureError;
+class MismatchError;
+class ConfigurationError;
+class UsageError;
+class Deadline;
+struct StrategyOptions;
+template <class T>
+class PerReplica;
+template <class StrategyType>
+class ReplicaContext;
+}  // namespace strata
+
+namespace strata::communicator {
+struct CommunicatorOptions;
+struct CallOptions;
+struct CollectiveCall;
+class Work;
+template <class AllReduceAlgorithm>
+class LocalCommunicator;
+class SelfCommunicator;
+}  // namespace strata::communicator
+
+namespace strata::algorithms {
+struct AllReduceReduceToOne;
+struct AllReduceScatterGather;
+}  // namespace strata::algorithms
+
+namespace strata::placement {
+struct Mirrored;
+struct CentralStorage;
+struct OneDevice;
+struct Default;
+enum class VariableAggregation;
+template <std::floating_point T>
+class Variable;
+}  // namespace strata::placement
+
+namespace strata::sync {
+struct Synchronous;
+}  // namespace strata::sync

@@ -1,0 +1,106 @@
+// strata/placement/variable.hpp — distributed variables: storage that follows the placement.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/core/data_type.hpp>
+#include <strata/core/error.hpp>
+#include <strata/optim/optimizer.hpp>
+
+namespace strata::placement {
+
+/// How values written by several replicas to one variable are combined (tf.distribute's
+/// `tf.VariableAggregation`). It governs `ReplicaContext::assign` and the gradients of
+/// `ReplicaContext::apply_gradients`.
+///   none                no aggregation: updating from several replicas is an error;
+///   sum, mean           the replicas' values (or gradients) are summed / averaged;
+///   only_first_replica  the value of replica 0 is taken, the others are ignored.
+enum class VariableAggregation { none, sum, mean, only_first_replica };
+
+constexpr std::string_view to_string(VariableAggregation aggregation) noexcept {
+  switch (aggregation) {
+    case VariableAggregation::none: return "none";
+    case VariableAggregation::sum: return "sum";
+    case VariableAggregation::mean: return "mean";
+    case VariableAggregation::only_first_replica: return "only_first_replica";
+  }
+  return "invalid";
+}
+
+/// A variable created through a strategy: `num_copies()` buffers of `size()` elements, one per
+/// replica under Mirrored, one shared by every replica otherwise, with the optimizer state
+/// (slots) that belongs to each copy.
+///
+/// Replicas reach their copy through `ReplicaContext::read`, `assign` and `apply_gradients`;
+/// outside `Strategy::run` (cross-replica context) `read()` gives the primary copy and
+/// `assign()` sets every copy. Do not move a variable while `run` is in progress.
+///
+/// Trainable variables hold float or double (16-bit training keeps float master weights).
+template <std::floating_point T>
+class Variable {
+ public:
+  Variable(std::size_t num_copies, std::span<const T> initial, VariableAggregation aggregation)
+      : copies_(num_copies, std::vector<T>(initial.begin(), initial.end())),
+        aggregation_(aggregation) {}
+
+  Variable(Variable&&) noexcept = default;
+  Variable& operator=(Variable&&) noexcept = default;
+  Variable(const Variable&) = delete;
+  Variable& operator=(const Variable&) = delete;
+
+  std::size_t size() const noexcept { return copies_.front().size(); }
+  std::size_t num_copies() const noexcept { return copies_.size(); }
+  VariableAggregation aggregation() const noexcept { return aggregation_; }
+
+  /// The primary copy (copy 0). Under Mirrored every copy holds the same values after each
+  /// synchronous update.
+  std::span<const T> read() const noexcept { return copies_.front(); }
+
+  /// Cross-replica assignment: sets every copy. @throws UsageError on a size mismatch.
+  void assign(std::span<const T> value) {
+    if (value.size() != size())
+      throw UsageError(-1, "Variable::assign",
+                       fmt::format("value has {} elements, the variable {}", value.size(), size()),
+                       "assign a value of the variable's size");
+    for (auto& copy : copies_) std::copy(value.begin(), value.end(), copy.begin());
+  }
+
+  /// Copy `index` (0 ≤ index < num_copies()).
+  std::span<T> copy(std::size_t index) noexcept { return copies_[index]; }
+  std::span<const T> copy(std::size_t index) const noexcept { return copies_[index]; }
+
+  /// The optimizer state of copy `index`, created on first use for `optimizer`.
+  /// @throws UsageError when the variable was updated before by an optimizer with a different
+  /// number of slots (one variable, one optimizer).
+  template <optim::Optimizer<T> O>
+  optim::OptimizerState<T>& optimizer_state(std::size_t index, const O& optimizer) {
+    if (states_.empty()) {
+      states_.resize(copies_.size());
+      slots_per_element_ = O::kSlots;
+    }
+    if (slots_per_element_ != O::kSlots)
+      throw UsageError(-1, "apply_gradients",
+                       fmt::format("this variable was updated by an optimizer with {} slots per "
+                                   "element, now by one with {}",
+                                   slots_per_element_, O::kSlots),
+                       "update each variable with one optimizer");
+    auto& state = states_[index];
+    if (state.slots.size() != O::kSlots * size()) state = optim::make_state<T>(optimizer, size());
+    return state;
+  }
+
+ private:
+  std::vector<std::vector<T>> copies_;
+  VariableAggregation aggregation_;
+  std::vector<optim::OptimizerState<T>> states_;
+  std::size_t slots_per_element_ = 0;
+};
+
+}  // namespace strata::placement

@@ -1,0 +1,46 @@
+// strata/strata.hpp — everything in strata, one include.
+//
+// strata brings TensorFlow's tf.distribute strategies to C++ trainers as compile-time
+// compositions Strategy<Placement, Communicator, Sync>. See README.md for a tour and
+// strategies.hpp for the familiar aliases.
+#pragma once
+
+#include <strata/config.hpp>
+#include <strata/fwd.hpp>
+
+#include <strata/core/bfloat16.hpp>
+#include <strata/core/data_type.hpp>
+#include <strata/core/deadline.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/float16.hpp>
+#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_op.hpp>
+
+#include <strata/communicator/collective.hpp>
+#include <strata/communicator/communicator.hpp>
+#include <strata/communicator/local.hpp>
+#include <strata/communicator/options.hpp>
+#include <strata/communicator/self.hpp>
+#include <strata/communicator/work.hpp>
+
+#include <strata/data/batch_split.hpp>
+#include <strata/data/sampler.hpp>
+#include <strata/data/shard.hpp>
+#include <strata/data/shuffle.hpp>
+
+#include <strata/optim/adam.hpp>
+#include <strata/optim/momentum.hpp>
+#include <strata/optim/optimizer.hpp>
+#include <strata/optim/sgd.hpp>
+
+#include <strata/placement/central_storage.hpp>
+#include <strata/placement/default.hpp>
+#include <strata/placement/mirrored.hpp>
+#include <strata/placement/one_device.hpp>
+#include <strata/placement/placement.hpp>
+#include <strata/placement/variable.hpp>
+
+#include <strata/strategies.hpp>
+#include <strata/strategy.hpp>
+#include <strata/sync/sync.hpp>
+#include <strata/sync/synchronous.hpp>

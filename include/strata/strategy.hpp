@@ -1,0 +1,295 @@
+// strata/strategy.hpp — Strategy<Placement, Communicator, Sync>: tf.distribute for C++ trainers.
+//
+// A strategy owns the replicas of one process (one thread each), the communicators between
+// them and the variables it creates. The API follows tf.distribute:
+//
+//   Strategy strategy({.num_replicas = 4});
+//   auto w = strategy.create_variable<float>(initial_w);
+//   auto losses = strategy.run([&](auto& ctx) {            // once per replica, in parallel
+//     auto params = ctx.read(w);                             // this replica's view of w
+//     ... compute loss and gradient on this replica's slice of the global batch ...
+//     ctx.apply_gradients(optimizer, std::span(gradient), w); // aggregated, then applied
+//     return loss;
+//   });
+//   float loss = strategy.reduce(strata::ReduceOp::mean, losses);
+//
+// The same loop compiles against every strategy (see strategies.hpp for the aliases).
+#pragma once
+
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/communicator/communicator.hpp>
+#include <strata/communicator/options.hpp>
+#include <strata/core/data_type.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_op.hpp>
+#include <strata/detail/replica_pool.hpp>
+#include <strata/placement/placement.hpp>
+#include <strata/placement/variable.hpp>
+#include <strata/sync/sync.hpp>
+
+namespace strata {
+
+/// Options of a strategy. Plain data: set the fields you care about.
+struct StrategyOptions {
+  /// Replicas in this process. 0 picks the default: one per hardware thread for placements
+  /// that run several replicas, one for single-replica placements (OneDevice, Default).
+  int num_replicas = 0;
+  /// Options of the communicators between the replicas (deadline of every collective).
+  communicator::CommunicatorOptions communicator{};
+};
+
+/// One value per replica, as returned by `Strategy::run` (tf.distribute's `PerReplica`).
+template <class T>
+class PerReplica {
+ public:
+  explicit PerReplica(std::vector<T> values) : values_(std::move(values)) {}
+
+  std::size_t size() const noexcept { return values_.size(); }
+  const T& operator[](std::size_t replica) const noexcept { return values_[replica]; }
+  std::span<const T> values() const noexcept { return values_; }
+  auto begin() const noexcept { return values_.begin(); }
+  auto end() const noexcept { return values_.end(); }
+
+ private:
+  std::vector<T> values_;
+};
+
+/// What a replica function receives: which replica it is, collectives between the replicas,
+/// and access to distributed variables (tf.distribute's `ReplicaContext`).
+template <class StrategyType>
+class ReplicaContext {
+ public:
+  using placement_type = typename StrategyType::placement_type;
+  using communicator_type = typename StrategyType::communicator_type;
+  using sync_type = typename StrategyType::sync_type;
+
+  ReplicaContext(communicator_type& communicator, int replica, int num_replicas) noexcept
+      : communicator_(&communicator), replica_(replica), num_replicas_(num_replicas) {}
+
+  /// This replica's index, 0 ≤ id < num_replicas_in_sync().
+  int replica_id_in_sync_group() const noexcept { return replica_; }
+  int num_replicas_in_sync() const noexcept { return num_replicas_; }
+  /// The communicator connecting this replica to the others, for collectives the context
+  /// does not wrap (it models `communicator::Communicator`).
+  communicator_type& communicator() noexcept { return *communicator_; }
+
+  /// Reduces `data` in place over all replicas.
+  template <Element T>
+  void all_reduce(ReduceOp op, std::span<T> data) {
+    communicator_->all_reduce(data, op);
+  }
+  /// Reduces one value over all replicas and returns the result.
+  template <Element T>
+  T all_reduce(ReduceOp op, T value) {
+    communicator_->all_reduce(std::span<T>(&value, 1), op);
+    return value;
+  }
+  /// Concatenates every replica's `local` into `gathered` (replica order);
+  /// gathered.size() == num_replicas_in_sync() · local.size().
+  template <Element T>
+  void all_gather(std::span<const std::type_identity_t<T>> local, std::span<T> gathered) {
+    communicator_->all_gather(local, gathered);
+  }
+
+  /// This replica's view of `variable` (its own copy under Mirrored, the shared one otherwise).
+  template <std::floating_point T>
+  std::span<const T> read(const placement::Variable<T>& variable) const noexcept {
+    return variable.copy(copy_index());
+  }
+
+  /// Sets `variable` to the aggregation of every replica's `value` (see VariableAggregation).
+  template <std::floating_point T>
+  void assign(placement::Variable<T>& variable, std::span<const std::type_identity_t<T>> value) {
+    sync_type::assign(*this, variable, value);
+  }
+
+  /// Aggregates `gradient` over the replicas by the variable's aggregation (mean unless it
+  /// was created otherwise) and applies `optimizer` to `variable`, as the strategy's Sync
+  /// policy prescribes. `gradient` is reduced in place: no copy of it is made.
+  /// @throws UsageError when sizes differ or the variable's aggregation is `none` with more
+  /// than one replica; communicator errors as documented there.
+  template <class O, std::floating_point T>
+    requires optim::Optimizer<O, T>
+  void apply_gradients(const O& optimizer, std::span<T> gradient,
+                       placement::Variable<T>& variable) {
+    sync_type::apply_gradients(*this, optimizer, gradient, variable);
+  }
+
+ private:
+  std::size_t copy_index() const noexcept {
+    return placement_type::kCopyPerReplica ? static_cast<std::size_t>(replica_) : 0;
+  }
+
+  communicator_type* communicator_;
+  int replica_;
+  int num_replicas_;
+};
+
+/// A distribution strategy composed of a Placement (where variables live), a Communicator
+/// (how replicas exchange data) and a Sync policy (when updates meet the variables).
+///
+/// Invalid compositions fail to compile with a sentence that says what to use instead.
+/// Thread safety: drive a strategy from one thread; `run` starts the replica threads itself.
+template <placement::Placement P, communicator::Communicator C, sync::Sync S>
+class Strategy {
+  static constexpr bool kManyReplicas = P::kMaxReplicas > 1;
+  static constexpr bool kCommunicatorConnectsMany = C::kMaxSize > 1;
+
+  static_assert(!(kManyReplicas && !kCommunicatorConnectsMany),
+                "strata::Strategy: this placement runs several replicas that must exchange "
+                "gradients, but the communicator connects a single replica; use "
+                "LocalCommunicator (as MirroredStrategy and CentralStorageStrategy do), or "
+                "OneDeviceStrategy for one replica.");
+  static_assert(!(!kManyReplicas && kCommunicatorConnectsMany),
+                "strata::Strategy: this placement runs exactly one replica, so a communicator "
+                "between replicas would never carry anything; use SelfCommunicator (as "
+                "OneDeviceStrategy and DefaultStrategy do).");
+  static_assert(!P::kCopyPerReplica || S::kWaitsForAllReplicas,
+                "strata::Strategy: a placement with a copy per replica (Mirrored) stays "
+                "consistent only if every update waits for all replicas, which this sync policy "
+                "does not; use Synchronous, or a shared-copy placement such as CentralStorage.");
+
+ public:
+  using placement_type = P;
+  using communicator_type = C;
+  using sync_type = S;
+  using context_type = ReplicaContext<Strategy>;
+
+  /// Creates the replicas and their communicators.
+  /// @throws UsageError when `options.num_replicas` is negative or exceeds what the placement
+  /// supports; ConfigurationError from the communicator options (STRATA_TIMEOUT).
+  explicit Strategy(StrategyOptions options = {})
+      : communicators_(C::create(replicas_for(options.num_replicas), options.communicator)),
+        pool_(static_cast<int>(communicators_.size())) {}
+
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  /// Replicas taking part in each step (tf.distribute's `num_replicas_in_sync`).
+  int num_replicas_in_sync() const noexcept { return static_cast<int>(communicators_.size()); }
+
+  /// Runs `fn(ReplicaContext&)` once per replica, each on its own thread, and returns the
+  /// per-replica results (nothing if `fn` returns void).
+  ///
+  /// If a replica throws, the others are released from any collective they wait in (their
+  /// communicators are aborted), `run` waits for all of them and rethrows the first exception.
+  /// The strategy's communicators are failed afterwards: create a new strategy to continue.
+  template <class F>
+    requires std::invocable<F&, context_type&>
+  auto run(F&& fn) {
+    using Result = std::invoke_result_t<F&, context_type&>;
+    if (running_.exchange(true))
+      throw UsageError(-1, "Strategy::run", "run was called while a run is in progress",
+                       "call run from one thread, not from inside a replica function");
+    struct Reset {
+      std::atomic<bool>& flag;
+      ~Reset() { flag.store(false); }
+    } reset{running_};
+
+    const auto n = communicators_.size();
+    std::vector<std::optional<std::conditional_t<std::is_void_v<Result>, char, Result>>> results(n);
+    std::mutex failure_mutex;
+    std::exception_ptr first_failure;
+    auto body = [&](int replica) {
+      const auto r = static_cast<std::size_t>(replica);
+      context_type context(communicators_[r], replica, static_cast<int>(n));
+      try {
+        if constexpr (std::is_void_v<Result>) fn(context);
+        else results[r].emplace(fn(context));
+      } catch (...) {
+        {
+          std::lock_guard lock(failure_mutex);
+          if (!first_failure) first_failure = std::current_exception();
+        }
+        communicators_[r].abort(fmt::format("replica {} raised an exception", replica));
+      }
+    };
+    pool_.run(body);
+    if (first_failure) std::rethrow_exception(first_failure);
+    if constexpr (!std::is_void_v<Result>) {
+      std::vector<Result> values;
+      values.reserve(n);
+      for (auto& result : results) values.push_back(std::move(*result));
+      return PerReplica<Result>(std::move(values));
+    }
+  }
+
+  /// Combines per-replica values into one (tf.distribute's `Strategy.reduce`), in replica
+  /// order: deterministic. `mean` divides by the number of replicas.
+  template <Element T>
+  T reduce(ReduceOp op, const PerReplica<T>& values) const {
+    std::vector<const T*> inputs;
+    for (const T& value : values) inputs.push_back(&value);
+    T result{};
+    reduce_n<T>(std::span<T>(&result, 1), inputs, op);
+    return result;
+  }
+
+  /// Element-wise `reduce` of per-replica vectors. @throws UsageError if their sizes differ.
+  template <Element T>
+  std::vector<T> reduce(ReduceOp op, const PerReplica<std::vector<T>>& values) const {
+    std::vector<const T*> inputs;
+    const std::size_t size = values[0].size();
+    for (const auto& value : values) {
+      if (value.size() != size)
+        throw UsageError(-1, "Strategy::reduce",
+                         fmt::format("replica values have {} and {} elements", size, value.size()),
+                         "return vectors of one size from every replica");
+      inputs.push_back(value.data());
+    }
+    std::vector<T> result(size);
+    reduce_n<T>(std::span<T>(result), inputs, op);
+    return result;
+  }
+
+  /// The per-replica values held by this process (tf.distribute's
+  /// `experimental_local_results`).
+  template <class T>
+  std::span<const T> experimental_local_results(const PerReplica<T>& values) const noexcept {
+    return values.values();
+  }
+
+  /// Creates a variable whose storage follows the placement: a copy per replica under
+  /// Mirrored, one shared copy otherwise.
+  template <std::floating_point T>
+  placement::Variable<T> create_variable(
+      std::span<const std::type_identity_t<T>> initial,
+      placement::VariableAggregation aggregation = placement::VariableAggregation::mean) const {
+    const std::size_t copies = P::kCopyPerReplica ? communicators_.size() : 1;
+    return placement::Variable<T>(copies, initial, aggregation);
+  }
+
+ private:
+  static int replicas_for(int requested) {
+    if (requested < 0 || requested > P::kMaxReplicas)
+      throw UsageError(-1, "Strategy",
+                       fmt::format("{} placement cannot run {} replicas (at most {})", P::kName,
+                                   requested, P::kMaxReplicas),
+                       P::kMaxReplicas == 1 ? "use MirroredStrategy for several replicas"
+                                            : "ask for a positive number of replicas");
+    if (requested > 0) return requested;
+    if (P::kMaxReplicas == 1) return 1;
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+
+  std::vector<C> communicators_;
+  detail::ReplicaPool pool_;
+  std::atomic<bool> running_{false};
+};
+
+}  // namespace strata

@@ -1,0 +1,25 @@
+// strata/sync/sync.hpp — the Sync concept: when and how updates meet the variables.
+#pragma once
+
+#include <concepts>
+#include <string_view>
+
+namespace strata::sync {
+
+/// S models Sync if:
+///   1. `S::kName` (convertible to std::string_view) names it in messages;
+///   2. `S::kWaitsForAllReplicas` (bool) says whether an update waits until every replica
+///      has contributed its gradient: Mirrored copies stay identical only if it does, so a
+///      strategy rejects a per-replica-copy placement with a sync that does not;
+///   3. `S::apply_gradients(context, optimizer, gradient, variable)` and
+///      `S::assign(context, variable, value)` are static function templates that move
+///      gradients and values to the variables for any `ReplicaContext` (checked where a
+///      strategy uses them: they are templates over the context).
+/// It leaves out the transport (the communicator's job) and the storage (the placement's).
+template <class S>
+concept Sync = requires {
+  { S::kName } -> std::convertible_to<std::string_view>;
+  { S::kWaitsForAllReplicas } -> std::convertible_to<bool>;
+};
+
+}  // namespace strata::sync

@@ -1,0 +1,202 @@
+// strata/transport/local/rendezvous.hpp — where the threads of one in-process group meet.
+//
+// The local transport moves no bytes: replicas share an address space, so algorithms read
+// their peers' buffers directly. What it provides is the meeting: every rank posts the
+// description of its call, then all ranks pass synchronization points together. It also
+// holds the group's first failure, so that one rank's timeout, mismatch or abort wakes every
+// other rank at once (fail fast) instead of leaving them to wait for their own deadlines.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/communicator/collective.hpp>
+#include <strata/core/deadline.hpp>
+#include <strata/core/error.hpp>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace strata::transport::local {
+
+namespace detail {
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace detail
+
+/// Shared state of one in-process group of `size` ranks.
+///
+/// Thread safety: each rank is driven by one thread at a time; different ranks call
+/// concurrently. `fail()` may be called from any thread.
+class Rendezvous {
+ public:
+  explicit Rendezvous(int size)
+      : size_(size), arrivals_(static_cast<std::size_t>(size)) {
+    for (auto& slots : calls_) slots.resize(static_cast<std::size_t>(size));
+    for (auto& arrival : arrivals_) arrival.store(0, std::memory_order_relaxed);
+  }
+
+  int size() const noexcept { return size_; }
+
+  /// The call slot of `rank` for round `round`. Rounds alternate between two slot sets, so a
+  /// rank that has finished round k may post round k+1 while slower ranks still read round k;
+  /// it cannot get further ahead, because round k+1 needs every rank to arrive.
+  communicator::CollectiveCall& call(std::uint64_t round, int rank) noexcept {
+    return calls_[round & 1u][static_cast<std::size_t>(rank)];
+  }
+
+  /// Blocks until every rank has arrived at this synchronization point (all ranks pass the
+  /// same sequence of points), the deadline expires, or the group fails.
+  ///
+  /// Waiting spins briefly (a collective's partners usually arrive within microseconds), then
+  /// yields, then sleeps on a condition variable, so waiting replicas do not hold a core.
+  /// @throws TimeoutError naming the ranks that have not arrived; the group fails with it.
+  /// @throws the group's failure, re-raised for this rank (see `raise_failure`).
+  void arrive_and_wait(int rank, const Deadline& deadline, std::string_view operation) {
+    const std::uint64_t generation = generation_.load(std::memory_order_acquire);
+    arrivals_[static_cast<std::size_t>(rank)].store(generation + 1, std::memory_order_relaxed);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
+      arrived_.store(0, std::memory_order_relaxed);
+      bool failed = false;
+      {
+        // Under the mutex: a rank that timed out here has either failed the group already
+        // (we see it and raise) or has not yet decided (it will see the new generation).
+        std::lock_guard lock(mutex_);
+        generation_.store(generation + 1, std::memory_order_release);
+        failed = failure_ != nullptr;
+      }
+      wake_.notify_all();
+      if (failed) raise_failure(rank, operation);
+      return;
+    }
+    wait_for_generation(rank, generation, deadline, operation);
+    if (failed_.load(std::memory_order_acquire)) raise_failure(rank, operation);
+  }
+
+  /// Marks `rank` as working on its peers' buffers (it has passed the first synchronization
+  /// point of a collective). Pair with `end_transfer`.
+  void begin_transfer() noexcept { in_transfer_.fetch_add(1, std::memory_order_acq_rel); }
+
+  /// Ends what `begin_transfer` began. After a failure, waits until no rank is still working
+  /// on buffers of the failed call, so that none of them can touch this rank's buffers after it
+  /// returns to its caller. That wait is short and bounded: transfer phases never block except
+  /// at synchronization points, and those fail at once once the group has failed.
+  void end_transfer(bool failed) noexcept {
+    if (in_transfer_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      { std::lock_guard lock(mutex_); }
+      wake_.notify_all();
+    }
+    if (!failed) return;
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return in_transfer_.load(std::memory_order_acquire) == 0; });
+  }
+
+  /// Fails the group with `failure` unless it has failed already (the first failure wins) and
+  /// wakes every waiting rank. Later calls on any rank re-raise it.
+  void fail(std::exception_ptr failure) noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      if (failure_) return;
+      failure_ = std::move(failure);
+      failed_.store(true, std::memory_order_release);
+    }
+    wake_.notify_all();
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Throws the group's first failure as seen from `rank` in `operation`: a timeout stays a
+  /// `TimeoutError` and a mismatch a `MismatchError` on every rank (the slow or disagreeing
+  /// rank is named in the nested message); anything else becomes a `PeerFailureError`.
+  [[noreturn]] void raise_failure(int rank, std::string_view operation) const {
+    std::exception_ptr failure;
+    {
+      std::lock_guard lock(mutex_);
+      failure = failure_;
+    }
+    try {
+      std::rethrow_exception(failure);
+    } catch (const Error& error) {
+      if (error.rank() == rank && error.operation() == operation) throw;  // our own, as raised
+      // The nested message already says what to do.
+      const std::string what = fmt::format("the group failed: {}", error.what());
+      if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(rank, operation, what, "");
+      if (dynamic_cast<const MismatchError*>(&error)) throw MismatchError(rank, operation, what, "");
+      throw PeerFailureError(rank, operation, what, "");
+    } catch (const std::exception& error) {
+      throw PeerFailureError(rank, operation, fmt::format("the group failed: {}", error.what()));
+    }
+  }
+
+ private:
+  void wait_for_generation(int rank, std::uint64_t generation, const Deadline& deadline,
+                           std::string_view operation) {
+    auto released = [&] {
+      return generation_.load(std::memory_order_acquire) != generation ||
+             failed_.load(std::memory_order_acquire);
+    };
+    for (int i = 0; i < kSpins; ++i) {
+      if (released()) return;
+      detail::cpu_relax();
+    }
+    for (int i = 0; i < kYields; ++i) {
+      if (released()) return;
+      std::this_thread::yield();
+    }
+    std::unique_lock lock(mutex_);
+    if (wake_.wait_until(lock, deadline.time_point(), released)) return;
+    // Still under the mutex, so no rank can release this point while we fail the group.
+    if (failure_) return;
+    failure_ = std::make_exception_ptr(TimeoutError(
+        rank, operation,
+        fmt::format("timed out after {} ms waiting for {} to reach the same call",
+                    deadline.budget().count(), missing_ranks(generation))));
+    failed_.store(true, std::memory_order_release);
+    lock.unlock();
+    wake_.notify_all();
+  }
+
+  std::string missing_ranks(std::uint64_t generation) const {
+    std::string ranks;
+    int missing = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (arrivals_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed) > generation)
+        continue;
+      fmt::format_to(std::back_inserter(ranks), "{}{}", missing++ ? ", " : "", r);
+    }
+    return fmt::format("rank{} {} (of {})", missing == 1 ? "" : "s", ranks, size_);
+  }
+
+  static constexpr int kSpins = 2000;
+  static constexpr int kYields = 50;
+
+  const int size_;
+  std::array<std::vector<communicator::CollectiveCall>, 2> calls_;
+  std::vector<std::atomic<std::uint64_t>> arrivals_;  // per rank: last generation reached + 1
+  std::atomic<int> arrived_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> failed_{false};
+  std::atomic<int> in_transfer_{0};
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::exception_ptr failure_;
+};
+
+}  // namespace strata::transport::local
