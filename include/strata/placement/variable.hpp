@@ -48,7 +48,12 @@ class Variable {
  public:
   Variable(std::size_t num_copies, std::span<const T> initial, VariableAggregation aggregation)
       : copies_(num_copies, std::vector<T>(initial.begin(), initial.end())),
-        aggregation_(aggregation) {}
+        aggregation_(aggregation),
+        states_(num_copies) {
+    if (num_copies == 0)
+      throw UsageError(-1, "Variable", "a variable needs at least one copy",
+                       "create variables through a strategy (Strategy::create_variable)");
+  }
 
   Variable(Variable&&) noexcept = default;
   Variable& operator=(Variable&&) noexcept = default;
@@ -76,31 +81,36 @@ class Variable {
   std::span<T> copy(std::size_t index) noexcept { return copies_[index]; }
   std::span<const T> copy(std::size_t index) const noexcept { return copies_[index]; }
 
-  /// The optimizer state of copy `index`, created on first use for `optimizer`.
-  /// @throws UsageError when the variable was updated before by an optimizer with a different
+  /// The optimizer state of copy `index`, created on first use for `optimizer`. Each copy's
+  /// state is touched only by the replica that owns the copy, so replicas need no lock.
+  /// @throws UsageError when the copy was updated before by an optimizer with a different
   /// number of slots (one variable, one optimizer).
   template <optim::Optimizer<T> O>
   optim::OptimizerState<T>& optimizer_state(std::size_t index, const O& optimizer) {
-    if (states_.empty()) {
-      states_.resize(copies_.size());
-      slots_per_element_ = O::kSlots;
+    auto& entry = states_[index];
+    if (!entry.created) {
+      entry.state = optim::make_state<T>(optimizer, size());
+      entry.slots_per_element = O::kSlots;
+      entry.created = true;
     }
-    if (slots_per_element_ != O::kSlots)
+    if (entry.slots_per_element != O::kSlots)
       throw UsageError(-1, "apply_gradients",
                        fmt::format("this variable was updated by an optimizer with {} slots per "
                                    "element, now by one with {}",
-                                   slots_per_element_, O::kSlots),
+                                   entry.slots_per_element, O::kSlots),
                        "update each variable with one optimizer");
-    auto& state = states_[index];
-    if (state.slots.size() != O::kSlots * size()) state = optim::make_state<T>(optimizer, size());
-    return state;
+    return entry.state;
   }
 
  private:
   std::vector<std::vector<T>> copies_;
   VariableAggregation aggregation_;
-  std::vector<optim::OptimizerState<T>> states_;
-  std::size_t slots_per_element_ = 0;
+  struct OptimizerSlots {
+    optim::OptimizerState<T> state;
+    std::size_t slots_per_element = 0;
+    bool created = false;
+  };
+  std::vector<OptimizerSlots> states_;
 };
 
 }  // namespace strata::placement

@@ -1,0 +1,131 @@
+// examples/logistic_regression.hpp — one training loop, written once, for every strategy.
+//
+// Logistic regression on synthetic data whose solution is known: targets are the soft labels
+// y = sigmoid(x·w* + b*), so the cross-entropy loss is minimised exactly at (w*, b*) and every
+// example's gradient vanishes there — mini-batch SGD converges to (w*, b*) itself.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <strata/strata.hpp>
+
+namespace example {
+
+struct Problem {
+  std::size_t features = 0;
+  std::vector<float> inputs;   // examples × features, row-major
+  std::vector<float> targets;  // soft labels in (0, 1)
+  std::vector<float> true_weights;
+  float true_bias = 0;
+
+  std::size_t examples() const { return targets.size(); }
+  std::span<const float> row(std::size_t example) const {
+    return std::span(inputs).subspan(example * features, features);
+  }
+};
+
+inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+
+/// A deterministic problem: inputs uniform in [-1, 1) from a fixed generator (SplitMix64), a
+/// known weight vector alternating in sign, bias 0.25.
+inline Problem make_problem(std::size_t examples, std::size_t features, std::uint64_t seed = 7) {
+  Problem problem;
+  problem.features = features;
+  problem.true_bias = 0.25f;
+  for (std::size_t j = 0; j < features; ++j)
+    problem.true_weights.push_back((j % 2 == 0 ? 1.0f : -1.0f) * (0.5f + 0.25f * float(j % 3)));
+  std::uint64_t state = seed;
+  auto uniform = [&state] {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return float(z >> 40) * 0x1p-24f * 2.0f - 1.0f;
+  };
+  problem.inputs.resize(examples * features);
+  for (auto& x : problem.inputs) x = uniform();
+  for (std::size_t i = 0; i < examples; ++i) {
+    float z = problem.true_bias;
+    for (std::size_t j = 0; j < features; ++j) z += problem.row(i)[j] * problem.true_weights[j];
+    problem.targets.push_back(sigmoid(z));
+  }
+  return problem;
+}
+
+struct TrainConfig {
+  std::size_t global_batch = 64;
+  std::size_t epochs = 30;
+  double learning_rate = 4.0;
+  std::uint64_t shuffle_seed = 42;
+};
+
+struct TrainResult {
+  std::vector<float> weights;
+  float bias = 0;
+  std::vector<double> epoch_losses;  // mean cross-entropy over each epoch's steps
+};
+
+// [snippet:usage]
+/// Trains on `problem` with any strategy: the loop does not know which one it runs on.
+template <class Strategy, class OnEpoch>
+TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig& config,
+                  OnEpoch on_epoch) {
+  using strata::placement::VariableAggregation;
+  const std::size_t d = problem.features;
+  // Gradients are summed over replicas, each scaled by 1/global_batch: exactly the
+  // single-replica gradient of the global batch, however the batch is split.
+  auto w = strategy.template create_variable<float>(std::vector<float>(d, 0.0f),
+                                                    VariableAggregation::sum);
+  auto b = strategy.template create_variable<float>(std::vector<float>(1, 0.0f),
+                                                    VariableAggregation::sum);
+  const strata::optim::Sgd sgd{config.learning_rate};
+  const strata::data::EpochSampler sampler(
+      {.num_examples = problem.examples(), .global_batch = config.global_batch,
+       .seed = config.shuffle_seed, .shuffle = true, .drop_remainder = false});
+
+  TrainResult result;
+  for (std::size_t epoch = 0; epoch < config.epochs; ++epoch) {
+    double loss_sum = 0;
+    for (std::size_t step = 0; step < sampler.steps_per_epoch(); ++step) {
+      const auto batch = sampler.global_batch_indices(epoch, step);
+      auto losses = strategy.run([&](auto& replica) {
+        const auto mine = strata::data::split_batch(batch.size(),
+                                                    replica.replica_id_in_sync_group(),
+                                                    replica.num_replicas_in_sync());
+        const auto weights = replica.read(w);
+        const float bias = replica.read(b)[0];
+        std::vector<float> grad_w(d, 0.0f), grad_b(1, 0.0f);
+        float loss = 0;
+        for (std::size_t k = mine.offset; k < mine.end(); ++k) {
+          const auto x = problem.row(batch[k]);
+          const float y = problem.targets[batch[k]];
+          float z = bias;
+          for (std::size_t j = 0; j < d; ++j) z += x[j] * weights[j];
+          const float p = sigmoid(z);
+          loss -= y * std::log(p) + (1 - y) * std::log(1 - p);
+          for (std::size_t j = 0; j < d; ++j) grad_w[j] += (p - y) * x[j];
+          grad_b[0] += p - y;
+        }
+        const float scale = 1.0f / float(batch.size());
+        for (auto& g : grad_w) g *= scale;
+        grad_b[0] *= scale;
+        replica.apply_gradients(sgd, std::span(grad_w), w);
+        replica.apply_gradients(sgd, std::span(grad_b), b);
+        return loss * scale;  // this replica's share of the batch's mean loss
+      });
+      loss_sum += strategy.reduce(strata::ReduceOp::sum, losses);
+    }
+    result.epoch_losses.push_back(loss_sum / double(sampler.steps_per_epoch()));
+    on_epoch(epoch, result.epoch_losses.back());
+  }
+  result.weights.assign(w.read().begin(), w.read().end());
+  result.bias = b.read()[0];
+  return result;
+}
+// [end-snippet:usage]
+
+}  // namespace example
