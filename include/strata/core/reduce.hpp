@@ -1,0 +1,522 @@
+// strata/core/reduce.hpp — the element-wise reduction kernels inside every collective.
+//
+// Computes:    reduce_n:   out[i] = inputs[0][i] op inputs[1][i] op ... op inputs[k-1][i]
+//              accumulate: inout[i] = inout[i] op in[i]
+//              divide:     data[i] /= divisor (the last step of a mean)
+//              with the semantics of `ReduceOp` (core/reduce_op.hpp): integers wrap around,
+//              16-bit floats are combined in float, min/max are exact.
+// Requires:    every input holds as many elements as the output; the output may be exactly
+//              one or more of the inputs (in-place) but must not otherwise overlap them.
+// Determinism: inputs are combined strictly in the order given, inputs[0] first, one element
+//              at a time: no reassociation, so the bits do not depend on the count, alignment,
+//              block size or instruction set. Every rank reducing the same inputs in the same
+//              order gets the same bits.
+// Cost:        one read of each input and one write of the output, processed in blocks of
+//              1024 elements whose accumulator stays in L1; the inner loops are branch-free
+//              and vectorize at -O2 and -O3 without -march flags. Integers, float and double
+//              run at memory speed for large counts (two-input sum: about memcpy's bytes/s;
+//              benchmarks/core/reduce_bench.cpp). float16 and bfloat16 are bound by their
+//              conversions, done in integer SSE2 code: a few GB/s for float16.
+#pragma once
+
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/core/bfloat16.hpp>
+#include <strata/core/data_type.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/float16.hpp>
+#include <strata/core/reduce_op.hpp>
+
+namespace strata {
+
+/// Reduces `inputs.size()` arrays element-wise into `out`:
+/// `out[i] = inputs[0][i] op inputs[1][i] op ... op inputs[k-1][i]` for `i < out.size()`;
+/// `mean` is the sum divided by `inputs.size()` (integers: truncation toward zero). float16
+/// and bfloat16 are combined in float and rounded once, at the end. One input is a copy.
+///
+/// Call it with the element type spelled out so that containers convert to the spans:
+///
+///     std::vector<float> mine(n), theirs(n);
+///     const float* const inputs[] = {mine.data(), theirs.data()};
+///     strata::reduce_n<float>(mine, inputs, strata::ReduceOp::sum);  // mine += theirs
+///
+/// @param out     the result; `out.data()` may equal any `inputs[j]` (in-place), but must not
+///                otherwise overlap an input.
+/// @param inputs  pointers to `out.size()` elements each, combined in this order. The same
+///                pointer may appear more than once.
+/// @throws UsageError (operation "reduce_n") when `inputs` is empty, `op` is not a `ReduceOp`,
+///         or, for a non-empty `out`, an input is null or partially overlaps `out`.
+template <Element T>
+void reduce_n(std::span<T> out, std::span<const T* const> inputs, ReduceOp op);
+
+/// `inout[i] = inout[i] op in[i]`: the two-operand step of a collective that receives data
+/// piece by piece. `mean` acts as `sum` here; finish it with `divide()`. float16 and bfloat16
+/// round to their type on every call (there is nowhere else to keep the float).
+///
+/// @throws UsageError (operation "accumulate") when the sizes differ, `op` is not a
+///         `ReduceOp`, or the spans partially overlap (exactly equal spans are accepted).
+template <Element T>
+void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op);
+
+/// `data[i] /= divisor`, finishing a mean. Integers truncate toward zero; 16-bit floats divide
+/// in float and round once.
+///
+/// @throws UsageError (operation "divide") when `divisor` is 0.
+template <Element T>
+void divide(std::span<T> data, std::size_t divisor);
+
+/// Type-erased `reduce_n`, for communicators that carry a `DataType` tag: `out` and each
+/// `inputs[j]` point at `count` elements of `type`.
+///
+/// @throws UsageError (operation "reduce_n") as the typed form, and when `type` is not a
+///         `DataType` or a needed pointer is null.
+inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
+                     std::size_t count, ReduceOp op);
+
+}  // namespace strata
+
+namespace strata::detail {
+
+/// Elements per block: the accumulator (4 KiB of float) stays in L1 between inputs.
+inline constexpr std::size_t kReduceBlock = 1024;
+
+/// The type elements are combined in.
+template <class T>
+using ReduceAcc = std::conditional_t<is_half_precision_v<T>, float, T>;
+
+// The conversions below give exactly the bits of float16's and bfloat16's own conversions
+// (tests compare them exhaustively), but without branches, so that block loops vectorize.
+// They choose between candidates with masks, not `?:`: g++ turns a select into a branch and
+// sinks a candidate's floating-point arithmetic into it, and (under the default
+// -ftrapping-math) must not execute that arithmetic speculatively, so it gives up on the loop.
+
+/// All ones when `condition` holds, else zero.
+inline std::uint32_t mask_if(bool condition) noexcept {
+  return 0u - static_cast<std::uint32_t>(condition);
+}
+
+/// `mask ? a : b`, bit by bit.
+inline std::uint32_t blend(std::uint32_t mask, std::uint32_t a, std::uint32_t b) noexcept {
+  return (a & mask) | (b & ~mask);
+}
+
+inline float half_bits_to_float(std::uint16_t h) noexcept {
+  const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
+  const std::uint32_t shifted = (static_cast<std::uint32_t>(h) & 0x7fffu) << 13;
+  const std::uint32_t exponent = shifted & 0x0f800000u;
+  const std::uint32_t normal = shifted + 0x38000000u;  // rebias 15 -> 127
+  // Subnormal: lend the mantissa the exponent of 2^-14, then subtract 2^-14 (exact in float).
+  const float subnormal = std::bit_cast<float>(normal + 0x00800000u) - 0x1p-14f;
+  std::uint32_t bits = blend(mask_if(exponent == 0x0f800000u), normal + 0x38000000u, normal);
+  bits = blend(mask_if(exponent == 0), std::bit_cast<std::uint32_t>(subnormal), bits);
+  return std::bit_cast<float>(bits | sign);
+}
+
+inline std::uint16_t float_to_half_bits(float value) noexcept {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t magnitude = x & 0x7fffffffu;
+  // Signed compares: SSE2 has no unsigned ones, and the magnitude fits in 31 bits.
+  const auto m = static_cast<std::int32_t>(magnitude);
+  const std::uint32_t normal = (magnitude - 0x38000000u + 0xfffu + ((magnitude >> 13) & 1u)) >> 13;
+  // Below 2^-14 the FPU rounds for us: 0.5f has an ulp of 2^-24, the half subnormal step. Only
+  // small magnitudes enter the addition, so NaNs raise no floating-point exception here.
+  const std::uint32_t is_subnormal = mask_if(m < 0x38800000);
+  const float small = std::bit_cast<float>(magnitude & is_subnormal);
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(small + 0.5f) - 0x3f000000u;
+  const std::uint32_t quiet_nan = 0x7e00u | ((magnitude >> 13) & 0x3ffu);
+  std::uint32_t bits = blend(is_subnormal, subnormal, normal);
+  bits = blend(mask_if(m >= 0x477ff000), 0x7c00u, bits);  // 65520 and up round to infinity
+  bits = blend(mask_if(m > 0x7f800000), quiet_nan, bits);
+  return static_cast<std::uint16_t>(sign | bits);
+}
+
+inline std::uint16_t float_to_bfloat16_bits(float value) noexcept {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (x >> 16) | 0x0040u;  // rounding could carry a NaN into inf
+  const bool is_nan = static_cast<std::int32_t>(x & 0x7fffffffu) > 0x7f800000;
+  return static_cast<std::uint16_t>(blend(mask_if(is_nan), quiet_nan, rounded));
+}
+
+template <class T>
+inline ReduceAcc<T> widen(T value) noexcept {
+  if constexpr (std::same_as<T, float16>) {
+    return half_bits_to_float(value.bits());
+  } else if constexpr (std::same_as<T, bfloat16>) {
+    return std::bit_cast<float>(static_cast<std::uint32_t>(value.bits()) << 16);
+  } else {
+    return value;
+  }
+}
+
+template <class T>
+inline T narrow(ReduceAcc<T> value) noexcept {
+  if constexpr (std::same_as<T, float16>) {
+    return float16::from_bits(float_to_half_bits(value));
+  } else if constexpr (std::same_as<T, bfloat16>) {
+    return bfloat16::from_bits(float_to_bfloat16_bits(value));
+  } else {
+    return value;
+  }
+}
+
+// The operators, on the accumulator type. Integer sum and product run in the unsigned
+// counterpart so that wrap-around is defined behaviour; the conversion back is modular.
+struct SumFn {
+  template <class A>
+  A operator()(A a, A b) const noexcept {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    } else {
+      return a + b;
+    }
+  }
+};
+
+struct ProductFn {
+  template <class A>
+  A operator()(A a, A b) const noexcept {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    } else {
+      return a * b;
+    }
+  }
+};
+
+// Select forms that map onto minps/maxps (and pmin/pmax); ties keep the earlier operand.
+struct MinFn {
+  template <class A>
+  A operator()(A a, A b) const noexcept {
+    return b < a ? b : a;
+  }
+};
+
+struct MaxFn {
+  template <class A>
+  A operator()(A a, A b) const noexcept {
+    return a < b ? b : a;
+  }
+};
+
+/// Turns a finished accumulator into an element.
+template <class T>
+struct Narrow {
+  T operator()(ReduceAcc<T> value) const noexcept { return narrow<T>(value); }
+};
+
+/// Finishes a floating-point mean before the single rounding.
+template <class T>
+struct NarrowMean {
+  ReduceAcc<T> divisor;
+  T operator()(ReduceAcc<T> value) const noexcept { return narrow<T>(value / divisor); }
+};
+
+/// Calls `body(base, n)` for consecutive blocks covering [0, count). Full blocks pass `n` as a
+/// compile-time constant, so their loops have a known trip count and vectorize even under
+/// g++ -O2's cheap cost model; the last, partial block passes a run-time `n`.
+template <class Body>
+inline void for_each_block(std::size_t count, Body&& body) {
+  std::size_t base = 0;
+  for (; count - base >= kReduceBlock; base += kReduceBlock) {
+    body(base, std::integral_constant<std::size_t, kReduceBlock>{});
+  }
+  if (base < count) body(base, count - base);
+}
+
+// The loops. `__restrict` is valid on each: the accumulator is a local array, and every
+// caller has checked that `out` is disjoint from the other pointer(s) (the equal case has a
+// loop of its own). Pointers that are only read may alias each other.
+
+template <class T, class F, class N>
+inline void combine_two(ReduceAcc<T>* __restrict acc, const T* __restrict a, const T* __restrict b,
+                        N n, F f) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    acc[i] = f(widen<T>(a[i]), widen<T>(b[i]));
+}
+
+template <class T, class F, class N>
+inline void combine_next(ReduceAcc<T>* __restrict acc, const T* __restrict in, N n, F f) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    acc[i] = f(acc[i], widen<T>(in[i]));
+}
+
+template <class T, class Fin, class N>
+inline void store(T* __restrict out, const ReduceAcc<T>* __restrict acc, N n, Fin fin) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = fin(acc[i]);
+}
+
+template <class T, class F, class Fin, class N>
+inline void finish(T* __restrict out, const ReduceAcc<T>* __restrict acc, const T* __restrict last,
+                   N n, F f, Fin fin) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = fin(f(acc[i], widen<T>(last[i])));
+}
+
+template <class T, class F, class Fin, class N>
+inline void finish_in_place(T* __restrict out, const ReduceAcc<T>* __restrict acc, N n, F f,
+                            Fin fin) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = fin(f(acc[i], widen<T>(out[i])));
+}
+
+template <class T, class F, class Fin, class N>
+inline void fused_two(T* __restrict out, const T* __restrict a, const T* __restrict b, N n, F f,
+                      Fin fin) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = fin(f(widen<T>(a[i]), widen<T>(b[i])));
+}
+
+// Two inputs, one of which is `out`: operands stay in input order.
+template <bool kOutIsFirst, class T, class F, class Fin, class N>
+inline void fused_two_in_place(T* __restrict out, const T* __restrict other, N n, F f,
+                               Fin fin) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const ReduceAcc<T> mine = widen<T>(out[i]);
+    const ReduceAcc<T> theirs = widen<T>(other[i]);
+    out[i] = kOutIsFirst ? fin(f(mine, theirs)) : fin(f(theirs, mine));
+  }
+}
+
+template <class T, class F, class N>
+inline void accumulate_disjoint(T* __restrict inout, const T* __restrict in, N n, F f) noexcept {
+  for (std::size_t i = 0; i < n; ++i)
+    inout[i] = narrow<T>(f(widen<T>(inout[i]), widen<T>(in[i])));
+}
+
+template <class T, class F, class N>
+inline void accumulate_self(T* __restrict inout, N n, F f) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const ReduceAcc<T> value = widen<T>(inout[i]);
+    inout[i] = narrow<T>(f(value, value));
+  }
+}
+
+/// `x / divisor` with truncation toward zero, for any divisor >= 1 (it may exceed T's range).
+template <std::integral T, class N>
+inline void divide_integers(T* data, N n, std::size_t divisor) noexcept {
+  constexpr auto kMax = static_cast<std::size_t>(std::numeric_limits<T>::max());
+  if (divisor <= kMax) {
+    const auto d = static_cast<T>(divisor);
+    for (std::size_t i = 0; i < n; ++i)
+      data[i] = static_cast<T>(data[i] / d);
+    return;
+  }
+  // |x| <= divisor now: the quotient is 0, except min / (max + 1) == -1 for signed T.
+  const bool minus_one_for_min = std::is_signed_v<T> && divisor == kMax + 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    data[i] = (minus_one_for_min && data[i] == std::numeric_limits<T>::min()) ? T(-1) : T(0);
+  }
+}
+
+template <class T, class N>
+inline void divide_block(T* data, N n, std::size_t divisor) noexcept {
+  if constexpr (std::is_integral_v<T>) {
+    divide_integers(data, n, divisor);
+  } else {
+    const auto d = static_cast<ReduceAcc<T>>(divisor);
+    for (std::size_t i = 0; i < n; ++i)
+      data[i] = narrow<T>(widen<T>(data[i]) / d);
+  }
+}
+
+/// The block loop of `reduce_n` for k >= 2 inputs; `integer_mean` divides each finished block.
+template <class T, class F, class Fin>
+void reduce_blocks(T* out, const T* const* inputs, std::size_t k, std::size_t count, F f, Fin fin,
+                   bool integer_mean) {
+  alignas(64) ReduceAcc<T> acc[kReduceBlock];
+  for_each_block(count, [&](std::size_t base, auto n) {
+    T* o = out + base;
+    const T* first = inputs[0] + base;
+    const T* second = inputs[1] + base;
+    if (k == 2) {
+      // One pass in every placement but the degenerate out == inputs[0] == inputs[1].
+      if (o != first && o != second) {
+        fused_two<T>(o, first, second, n, f, fin);
+      } else if (first == second) {
+        combine_two<T>(acc, first, second, n, f);
+        store<T>(o, acc, n, fin);
+      } else if (o == first) {
+        fused_two_in_place<true>(o, second, n, f, fin);
+      } else {
+        fused_two_in_place<false>(o, first, n, f, fin);
+      }
+    } else {
+      combine_two<T>(acc, first, second, n, f);
+      for (std::size_t j = 2; j + 1 < k; ++j)
+        combine_next<T>(acc, inputs[j] + base, n, f);
+      const T* last = inputs[k - 1] + base;
+      if (o == last) {
+        finish_in_place<T>(o, acc, n, f, fin);
+      } else {
+        finish<T>(o, acc, last, n, f, fin);
+      }
+    }
+    if (integer_mean) divide_block(o, n, k);  // while the block is still in L1
+  });
+}
+
+/// Applies `f` to `op`'s operator object (mean -> sum, see the callers).
+template <class F>
+inline decltype(auto) with_reduce_fn(ReduceOp op, F&& f) {
+  switch (op) {
+    case ReduceOp::product:
+      return f(ProductFn{});
+    case ReduceOp::min:
+      return f(MinFn{});
+    case ReduceOp::max:
+      return f(MaxFn{});
+    case ReduceOp::sum:
+    case ReduceOp::mean:
+      break;
+  }
+  return f(SumFn{});
+}
+
+inline bool is_valid(ReduceOp op) noexcept {
+  return static_cast<unsigned>(op) <= static_cast<unsigned>(ReduceOp::mean);
+}
+
+inline void check_op(ReduceOp op, std::string_view operation) {
+  if (!is_valid(op)) {
+    throw UsageError(-1, operation,
+                     fmt::format("{} is not a ReduceOp value", static_cast<unsigned>(op)),
+                     "pass one of ReduceOp::sum, product, min, max or mean");
+  }
+}
+
+/// True when [a, a + bytes) and [b, b + bytes) share a byte but do not start together.
+inline bool overlaps_unequal(const void* a, const void* b, std::size_t bytes) noexcept {
+  const auto x = reinterpret_cast<std::uintptr_t>(a);
+  const auto y = reinterpret_cast<std::uintptr_t>(b);
+  return x != y && x < y + bytes && y < x + bytes;
+}
+
+}  // namespace strata::detail
+
+namespace strata {
+
+template <Element T>
+void reduce_n(std::span<T> out, std::span<const T* const> inputs, ReduceOp op) {
+  if (inputs.empty()) {
+    throw UsageError(-1, "reduce_n", "called with no inputs",
+                     "pass at least one input (reducing a single input copies it)");
+  }
+  detail::check_op(op, "reduce_n");
+  const std::size_t count = out.size();
+  if (count == 0) return;
+  for (std::size_t j = 0; j < inputs.size(); ++j) {
+    if (inputs[j] == nullptr) {
+      throw UsageError(-1, "reduce_n", fmt::format("input {} is null", j),
+                       "every input must point at out.size() elements");
+    }
+    if (detail::overlaps_unequal(out.data(), inputs[j], out.size_bytes())) {
+      throw UsageError(-1, "reduce_n",
+                       fmt::format("input {} overlaps the output without being equal to it", j),
+                       "reduce exactly in place (out == input) or into separate memory");
+    }
+  }
+  const std::size_t k = inputs.size();
+  if (k == 1) {
+    // Every op of a single input is the input itself (a mean divides by 1).
+    if (out.data() != inputs[0]) std::memcpy(out.data(), inputs[0], out.size_bytes());
+    return;
+  }
+  T* const o = out.data();
+  const T* const* const in = inputs.data();
+  if (op == ReduceOp::mean) {
+    if constexpr (std::is_integral_v<T>) {
+      detail::reduce_blocks(o, in, k, count, detail::SumFn{}, detail::Narrow<T>{}, true);
+    } else {
+      const detail::NarrowMean<T> fin{static_cast<detail::ReduceAcc<T>>(k)};
+      detail::reduce_blocks(o, in, k, count, detail::SumFn{}, fin, false);
+    }
+    return;
+  }
+  detail::with_reduce_fn(
+      op, [&](auto f) { detail::reduce_blocks(o, in, k, count, f, detail::Narrow<T>{}, false); });
+}
+
+template <Element T>
+void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op) {
+  if (inout.size() != in.size()) {
+    throw UsageError(-1, "accumulate",
+                     fmt::format("inout has {} elements but in has {}", inout.size(), in.size()),
+                     "pass spans of the same length");
+  }
+  detail::check_op(op, "accumulate");
+  if (detail::overlaps_unequal(inout.data(), in.data(), inout.size_bytes())) {
+    throw UsageError(-1, "accumulate", "inout and in overlap", "accumulate from a separate buffer");
+  }
+  T* const p = inout.data();
+  const T* const q = in.data();
+  detail::with_reduce_fn(op, [&](auto f) {
+    detail::for_each_block(inout.size(), [&](std::size_t base, auto n) {
+      if (p == q) {
+        detail::accumulate_self<T>(p + base, n, f);
+      } else {
+        detail::accumulate_disjoint<T>(p + base, q + base, n, f);
+      }
+    });
+  });
+}
+
+template <Element T>
+void divide(std::span<T> data, std::size_t divisor) {
+  if (divisor == 0) {
+    throw UsageError(-1, "divide", "the divisor is 0",
+                     "divide by the number of contributions, which is at least 1");
+  }
+  T* const p = data.data();
+  detail::for_each_block(
+      data.size(), [&](std::size_t base, auto n) { detail::divide_block(p + base, n, divisor); });
+}
+
+inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
+                     std::size_t count, ReduceOp op) {
+  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::float64)) {
+    throw UsageError(-1, "reduce_n",
+                     fmt::format("{} is not a DataType value", static_cast<unsigned>(type)),
+                     "pass a DataType such as data_type_of<float>");
+  }
+  if (num_inputs > 0 && inputs == nullptr) {
+    throw UsageError(-1, "reduce_n", "the array of input pointers is null",
+                     "pass num_inputs pointers to count elements each");
+  }
+  if (count > 0 && out == nullptr) {
+    throw UsageError(-1, "reduce_n", "out is null", "pass an output of count elements");
+  }
+  visit_data_type(type, [&]<class T>(std::type_identity<T>) {
+    // Typed copies of the pointers: reading a `const void*` object as a `const T*` would
+    // break aliasing rules.
+    constexpr std::size_t kOnStack = 16;
+    const T* on_stack[kOnStack];
+    std::vector<const T*> on_heap;
+    const T** typed = on_stack;
+    if (num_inputs > kOnStack) {
+      on_heap.resize(num_inputs);
+      typed = on_heap.data();
+    }
+    for (std::size_t j = 0; j < num_inputs; ++j)
+      typed[j] = static_cast<const T*>(inputs[j]);
+    reduce_n<T>(std::span<T>(static_cast<T*>(out), count),
+                std::span<const T* const>(typed, num_inputs), op);
+  });
+}
+
+}  // namespace strata
