@@ -28,7 +28,9 @@ struct Problem {
   }
 };
 
-inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+inline float sigmoid(float z) {
+  return 1.0f / (1.0f + std::exp(-z));
+}
 
 /// A deterministic problem: inputs uniform in [-1, 1) from a fixed generator (SplitMix64), a
 /// known weight vector alternating in sign, bias 0.25.
@@ -47,10 +49,12 @@ inline Problem make_problem(std::size_t examples, std::size_t features, std::uin
     return float(z >> 40) * 0x1p-24f * 2.0f - 1.0f;
   };
   problem.inputs.resize(examples * features);
-  for (auto& x : problem.inputs) x = uniform();
+  for (auto& x : problem.inputs)
+    x = uniform();
   for (std::size_t i = 0; i < examples; ++i) {
     float z = problem.true_bias;
-    for (std::size_t j = 0; j < features; ++j) z += problem.row(i)[j] * problem.true_weights[j];
+    for (std::size_t j = 0; j < features; ++j)
+      z += problem.row(i)[j] * problem.true_weights[j];
     problem.targets.push_back(sigmoid(z));
   }
   return problem;
@@ -83,9 +87,11 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
   auto b = strategy.template create_variable<float>(std::vector<float>(1, 0.0f),
                                                     VariableAggregation::sum);
   const strata::optim::Sgd sgd{config.learning_rate};
-  const strata::data::EpochSampler sampler(
-      {.num_examples = problem.examples(), .global_batch = config.global_batch,
-       .seed = config.shuffle_seed, .shuffle = true, .drop_remainder = false});
+  const strata::data::EpochSampler sampler({.num_examples = problem.examples(),
+                                            .global_batch = config.global_batch,
+                                            .seed = config.shuffle_seed,
+                                            .shuffle = true,
+                                            .drop_remainder = false});
 
   TrainResult result;
   for (std::size_t epoch = 0; epoch < config.epochs; ++epoch) {
@@ -93,9 +99,8 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
     for (std::size_t step = 0; step < sampler.steps_per_epoch(); ++step) {
       const auto batch = sampler.global_batch_indices(epoch, step);
       auto losses = strategy.run([&](auto& replica) {
-        const auto mine = strata::data::split_batch(batch.size(),
-                                                    replica.replica_id_in_sync_group(),
-                                                    replica.num_replicas_in_sync());
+        const auto mine = strata::data::split_batch(
+            batch.size(), replica.replica_id_in_sync_group(), replica.num_replicas_in_sync());
         const auto weights = replica.read(w);
         const float bias = replica.read(b)[0];
         std::vector<float> grad_w(d, 0.0f), grad_b(1, 0.0f);
@@ -104,14 +109,17 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
           const auto x = problem.row(batch[k]);
           const float y = problem.targets[batch[k]];
           float z = bias;
-          for (std::size_t j = 0; j < d; ++j) z += x[j] * weights[j];
+          for (std::size_t j = 0; j < d; ++j)
+            z += x[j] * weights[j];
           const float p = sigmoid(z);
           loss -= y * std::log(p) + (1 - y) * std::log(1 - p);
-          for (std::size_t j = 0; j < d; ++j) grad_w[j] += (p - y) * x[j];
+          for (std::size_t j = 0; j < d; ++j)
+            grad_w[j] += (p - y) * x[j];
           grad_b[0] += p - y;
         }
         const float scale = 1.0f / float(batch.size());
-        for (auto& g : grad_w) g *= scale;
+        for (auto& g : grad_w)
+          g *= scale;
         grad_b[0] *= scale;
         replica.apply_gradients(sgd, std::span(grad_w), w);
         replica.apply_gradients(sgd, std::span(grad_b), b);

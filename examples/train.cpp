@@ -38,11 +38,16 @@ Arguments parse(int argc, char** argv) {
     if (i + 1 >= argc) usage("missing value after a flag");
     const std::string value = argv[++i];
     try {
-      if (flag == "--strategy") args.strategy = value;
-      else if (flag == "--replicas") args.replicas = std::stoi(value);
-      else if (flag == "--epochs") args.config.epochs = std::stoul(value);
-      else if (flag == "--batch") args.config.global_batch = std::stoul(value);
-      else usage("unknown flag");
+      if (flag == "--strategy")
+        args.strategy = value;
+      else if (flag == "--replicas")
+        args.replicas = std::stoi(value);
+      else if (flag == "--epochs")
+        args.config.epochs = std::stoul(value);
+      else if (flag == "--batch")
+        args.config.global_batch = std::stoul(value);
+      else
+        usage("unknown flag");
     } catch (const std::logic_error&) {
       usage("flag values must be numbers");
     }
@@ -56,10 +61,9 @@ int run(const Arguments& args, int replicas) {
   const auto problem = example::make_problem(1024, 8);
   fmt::print("strategy {} with {} replica(s) in sync, global batch {}\n", args.strategy,
              strategy.num_replicas_in_sync(), args.config.global_batch);
-  const auto result = example::train(strategy, problem, args.config, [](std::size_t epoch,
-                                                                        double loss) {
-    fmt::print("epoch {:3}  loss {:.6f}\n", epoch, loss);
-  });
+  const auto result = example::train(
+      strategy, problem, args.config,
+      [](std::size_t epoch, double loss) { fmt::print("epoch {:3}  loss {:.6f}\n", epoch, loss); });
   float worst = std::abs(result.bias - problem.true_bias);
   for (std::size_t j = 0; j < problem.features; ++j) {
     fmt::print("w[{}] = {:+.5f}  (solution {:+.5f})\n", j, result.weights[j],

@@ -33,7 +33,6 @@ struct Version {
   int patch;
 };
 
-inline constexpr Version kVersion{STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR,
-                                  STRATA_VERSION_PATCH};
+inline constexpr Version kVersion{STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR, STRATA_VERSION_PATCH};
 
 }  // namespace strata

@@ -34,8 +34,7 @@ using MirroredStrategy =
 /// (TF's ReductionToOneDevice) and applied once.
 using CentralStorageStrategy =
     Strategy<placement::CentralStorage,
-             communicator::LocalCommunicator<algorithms::AllReduceReduceToOne>,
-             sync::Synchronous>;
+             communicator::LocalCommunicator<algorithms::AllReduceReduceToOne>, sync::Synchronous>;
 
 /// One replica on one device: the distributed training loop, undistributed.
 using OneDeviceStrategy =

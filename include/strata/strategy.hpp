@@ -124,7 +124,7 @@ class ReplicaContext {
   /// @throws UsageError when sizes differ or the variable's aggregation is `none` with more
   /// than one replica; communicator errors as documented there.
   template <class O, std::floating_point T>
-    requires optim::Optimizer<O, T>
+  requires optim::Optimizer<O, T>
   void apply_gradients(const O& optimizer, std::span<T> gradient,
                        placement::Variable<T>& variable) {
     sync_type::apply_gradients(*this, optimizer, gradient, variable);
@@ -190,7 +190,7 @@ class Strategy {
   /// communicators are aborted), `run` waits for all of them and rethrows the first exception.
   /// The strategy's communicators are failed afterwards: create a new strategy to continue.
   template <class F>
-    requires std::invocable<F&, context_type&>
+  requires std::invocable<F&, context_type&>
   auto run(F&& fn) {
     using Result = std::invoke_result_t<F&, context_type&>;
     if (running_.exchange(true))
@@ -209,8 +209,10 @@ class Strategy {
       const auto r = static_cast<std::size_t>(replica);
       context_type context(communicators_[r], replica, static_cast<int>(n));
       try {
-        if constexpr (std::is_void_v<Result>) fn(context);
-        else results[r].emplace(fn(context));
+        if constexpr (std::is_void_v<Result>)
+          fn(context);
+        else
+          results[r].emplace(fn(context));
       } catch (...) {
         {
           std::lock_guard lock(failure_mutex);
@@ -224,7 +226,8 @@ class Strategy {
     if constexpr (!std::is_void_v<Result>) {
       std::vector<Result> values;
       values.reserve(n);
-      for (auto& result : results) values.push_back(std::move(*result));
+      for (auto& result : results)
+        values.push_back(std::move(*result));
       return PerReplica<Result>(std::move(values));
     }
   }
@@ -234,7 +237,8 @@ class Strategy {
   template <Element T>
   T reduce(ReduceOp op, const PerReplica<T>& values) const {
     std::vector<const T*> inputs;
-    for (const T& value : values) inputs.push_back(&value);
+    for (const T& value : values)
+      inputs.push_back(&value);
     T result{};
     reduce_n<T>(std::span<T>(&result, 1), inputs, op);
     return result;

@@ -9,7 +9,8 @@ using Communicator = strata::communicator::LocalCommunicator<>;
 using Communicator = strata::communicator::SelfCommunicator;
 #endif
 
-using Invalid = strata::Strategy<strata::placement::Mirrored, Communicator, strata::sync::Synchronous>;
+using Invalid =
+    strata::Strategy<strata::placement::Mirrored, Communicator, strata::sync::Synchronous>;
 
 int main() {
   Invalid strategy({.num_replicas = 1});

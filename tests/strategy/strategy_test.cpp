@@ -22,7 +22,8 @@ TEST_CASE("num_replicas_in_sync follows the options and the placement") {
   CHECK_THROWS_AS(MirroredStrategy({.num_replicas = -1}), UsageError);
 }
 
-TEST_CASE("run executes once per replica, each on its own thread, and returns per-replica results") {
+TEST_CASE(
+    "run executes once per replica, each on its own thread, and returns per-replica results") {
   MirroredStrategy strategy({.num_replicas = 4});
   std::vector<std::thread::id> threads(4);
   auto ids = strategy.run([&](auto& ctx) {
@@ -31,9 +32,11 @@ TEST_CASE("run executes once per replica, each on its own thread, and returns pe
     return ctx.replica_id_in_sync_group() * 10;
   });
   REQUIRE(ids.size() == 4);
-  for (int r = 0; r < 4; ++r) CHECK(ids[static_cast<std::size_t>(r)] == r * 10);
+  for (int r = 0; r < 4; ++r)
+    CHECK(ids[static_cast<std::size_t>(r)] == r * 10);
   for (std::size_t a = 0; a < 4; ++a)
-    for (std::size_t b = a + 1; b < 4; ++b) CHECK(threads[a] != threads[b]);
+    for (std::size_t b = a + 1; b < 4; ++b)
+      CHECK(threads[a] != threads[b]);
   CHECK(strategy.experimental_local_results(ids).size() == 4);
 
   int calls = 0;
@@ -77,11 +80,13 @@ TEST_CASE("the replica context reduces and gathers across replicas") {
     CHECK(data == std::vector<int>{2, 1});
     return ctx.all_reduce(ReduceOp::sum, std::int64_t{r + 1});
   });
-  for (auto s : sums) CHECK(s == 6);
+  for (auto s : sums)
+    CHECK(s == 6);
 }
 
 TEST_CASE("a replica that throws releases the others and run rethrows its exception") {
-  MirroredStrategy strategy({.num_replicas = 4, .communicator = {.timeout = std::chrono::seconds(20)}});
+  MirroredStrategy strategy(
+      {.num_replicas = 4, .communicator = {.timeout = std::chrono::seconds(20)}});
   const auto start = Clock::now();
   try {
     strategy.run([](auto& ctx) {
@@ -122,13 +127,16 @@ TEST_CASE("variable storage follows the placement") {
   // Each Mirrored replica reads its own copy; CentralStorage replicas share one.
   auto views = mirrored.run([&](auto& ctx) { return ctx.read(m).data(); });
   for (std::size_t a = 0; a < 4; ++a)
-    for (std::size_t b = a + 1; b < 4; ++b) CHECK(views[a] != views[b]);
+    for (std::size_t b = a + 1; b < 4; ++b)
+      CHECK(views[a] != views[b]);
   auto shared = central.run([&](auto& ctx) { return ctx.read(c).data(); });
-  for (auto* p : shared) CHECK(p == shared[0]);
+  for (auto* p : shared)
+    CHECK(p == shared[0]);
 
   // Cross-replica assignment sets every copy.
   m.assign(std::vector<float>{7, 8, 9});
-  for (std::size_t k = 0; k < 4; ++k) CHECK(m.copy(k)[2] == 9.0f);
+  for (std::size_t k = 0; k < 4; ++k)
+    CHECK(m.copy(k)[2] == 9.0f);
   CHECK_THROWS_AS(m.assign(std::vector<float>{1}), UsageError);
 }
 
@@ -141,7 +149,8 @@ TEST_CASE_TEMPLATE("replica-context assign aggregates by the variable's aggregat
       const double r = ctx.replica_id_in_sync_group();
       ctx.assign(v, std::vector<double>{r + 1, 10 * (r + 1)});
     });
-    for (std::size_t k = 0; k < v.num_copies(); ++k) CHECK(v.copy(k)[0] == v.read()[0]);
+    for (std::size_t k = 0; k < v.num_copies(); ++k)
+      CHECK(v.copy(k)[0] == v.read()[0]);
     return std::vector<double>(v.read().begin(), v.read().end());
   };
   CHECK(assign_all(VariableAggregation::sum) == std::vector<double>{10, 100});
@@ -162,7 +171,8 @@ TEST_CASE_TEMPLATE("apply_gradients aggregates gradients, then updates every cop
       ctx.apply_gradients(sgd, std::span(gradient), v);
     });
     for (std::size_t k = 1; k < v.num_copies(); ++k)
-      for (std::size_t i = 0; i < 3; ++i) CHECK(v.copy(k)[i] == v.copy(0)[i]);
+      for (std::size_t i = 0; i < 3; ++i)
+        CHECK(v.copy(k)[i] == v.copy(0)[i]);
     return std::vector<float>(v.read().begin(), v.read().end());
   };
   CHECK(step(VariableAggregation::mean) == std::vector<float>{1 - 0.5f * 2.5f, 1 - 0.5f * 5, 1});
@@ -191,7 +201,8 @@ TEST_CASE("optimizer state lives with each copy and sticks to one optimizer") {
 }
 
 TEST_CASE("a gradient of the wrong size is a usage error on every strategy, never a hang") {
-  MirroredStrategy strategy({.num_replicas = 3, .communicator = {.timeout = std::chrono::seconds(20)}});
+  MirroredStrategy strategy(
+      {.num_replicas = 3, .communicator = {.timeout = std::chrono::seconds(20)}});
   auto v = strategy.create_variable<float>(std::vector<float>(4, 0.0f));
   const auto start = Clock::now();
   CHECK_THROWS_AS(strategy.run([&](auto& ctx) {

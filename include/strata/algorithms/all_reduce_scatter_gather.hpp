@@ -34,8 +34,7 @@ struct AllReduceScatterGather {
       const auto own = detail::slice_of(mine.count, sizeof(T), n, link.rank());
       if (own.size() > 0) {
         const auto inputs = detail::inputs_of<T>(link, own.begin);
-        reduce_n<T>(std::span(static_cast<T*>(mine.recv) + own.begin, own.size()), inputs,
-                    mine.op);
+        reduce_n<T>(std::span(static_cast<T*>(mine.recv) + own.begin, own.size()), inputs, mine.op);
       }
       link.sync();
       // Phase 2: gather every other rank's reduced slice.

@@ -19,16 +19,29 @@
 namespace strata::communicator {
 
 /// The collectives a Communicator offers.
-enum class Collective : std::uint8_t { all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier };
+enum class Collective : std::uint8_t {
+  all_reduce,
+  broadcast,
+  reduce,
+  all_gather,
+  reduce_scatter,
+  barrier
+};
 
 constexpr std::string_view to_string(Collective kind) noexcept {
   switch (kind) {
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::broadcast: return "broadcast";
-    case Collective::reduce: return "reduce";
-    case Collective::all_gather: return "all_gather";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    case Collective::barrier: return "barrier";
+    case Collective::all_reduce:
+      return "all_reduce";
+    case Collective::broadcast:
+      return "broadcast";
+    case Collective::reduce:
+      return "reduce";
+    case Collective::all_gather:
+      return "all_gather";
+    case Collective::reduce_scatter:
+      return "reduce_scatter";
+    case Collective::barrier:
+      return "barrier";
   }
   return "invalid";
 }
@@ -69,8 +82,8 @@ struct CollectiveCall {
 
 /// "all_reduce(count=1024, type=float, op=sum)": the fields that ranks must agree on.
 inline std::string describe(const CollectiveCall& call) {
-  std::string text = fmt::format("{}(count={}, type={}", to_string(call.kind), call.count,
-                                 to_string(call.type));
+  std::string text =
+      fmt::format("{}(count={}, type={}", to_string(call.kind), call.count, to_string(call.type));
   if (reduces(call.kind)) fmt::format_to(std::back_inserter(text), ", op={}", to_string(call.op));
   if (has_root(call.kind)) fmt::format_to(std::back_inserter(text), ", root={}", call.root);
   text += ')';

@@ -46,34 +46,35 @@ namespace strata::communicator {
 /// It leaves out how the group is formed (threads, TCP rendezvous, NCCL unique id) and where
 /// memory lives (host or device): those belong to each model.
 template <class C, class T>
-concept CommunicatorFor =
-    Element<T> && requires(C& c, const C& cc, std::span<T> data, std::span<const T> send,
-                           ReduceOp op, int root, CallOptions call) {
-      { cc.rank() } -> std::same_as<int>;
-      { cc.size() } -> std::same_as<int>;
-      c.all_reduce(data, op);
-      c.all_reduce(send, data, op, call);
-      c.broadcast(data, root);
-      c.broadcast(send, data, root, call);
-      c.reduce(data, op, root);
-      c.reduce(send, data, op, root, call);
-      c.all_gather(data);
-      c.all_gather(send, data, call);
-      c.reduce_scatter(data, op);
-      c.reduce_scatter(send, data, op, call);
-      { c.all_reduce_async(data, op) } -> std::same_as<Work>;
-      { c.all_reduce_async(send, data, op, call) } -> std::same_as<Work>;
-      { c.broadcast_async(data, root) } -> std::same_as<Work>;
-      { c.reduce_async(send, data, op, root) } -> std::same_as<Work>;
-      { c.all_gather_async(send, data) } -> std::same_as<Work>;
-      { c.reduce_scatter_async(send, data, op) } -> std::same_as<Work>;
-    };
+concept CommunicatorFor = Element<T> &&
+    requires(C& c, const C& cc, std::span<T> data, std::span<const T> send, ReduceOp op, int root,
+             CallOptions call) {
+  { cc.rank() } -> std::same_as<int>;
+  { cc.size() } -> std::same_as<int>;
+  c.all_reduce(data, op);
+  c.all_reduce(send, data, op, call);
+  c.broadcast(data, root);
+  c.broadcast(send, data, root, call);
+  c.reduce(data, op, root);
+  c.reduce(send, data, op, root, call);
+  c.all_gather(data);
+  c.all_gather(send, data, call);
+  c.reduce_scatter(data, op);
+  c.reduce_scatter(send, data, op, call);
+  { c.all_reduce_async(data, op) } -> std::same_as<Work>;
+  { c.all_reduce_async(send, data, op, call) } -> std::same_as<Work>;
+  { c.broadcast_async(data, root) } -> std::same_as<Work>;
+  { c.reduce_async(send, data, op, root) } -> std::same_as<Work>;
+  { c.all_gather_async(send, data) } -> std::same_as<Work>;
+  { c.reduce_scatter_async(send, data, op) } -> std::same_as<Work>;
+};
 
 namespace detail {
 template <class C, class List>
 struct CommunicatorForAll;
 template <class C, class... Ts>
-struct CommunicatorForAll<C, TypeList<Ts...>> : std::bool_constant<(CommunicatorFor<C, Ts> && ...)> {};
+struct CommunicatorForAll<C, TypeList<Ts...>>
+    : std::bool_constant<(CommunicatorFor<C, Ts> && ...)> {};
 }  // namespace detail
 
 /// C models Communicator if:
@@ -86,12 +87,12 @@ struct CommunicatorForAll<C, TypeList<Ts...>> : std::bool_constant<(Communicator
 ///   4. `C::kName` names the model for messages and benchmarks.
 template <class C>
 concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
-                       requires(C& c, CallOptions call, std::string_view reason) {
-                         { C::kName } -> std::convertible_to<std::string_view>;
-                         c.barrier();
-                         c.barrier(call);
-                         { c.barrier_async() } -> std::same_as<Work>;
-                         c.abort(reason);
-                       };
+    requires(C& c, CallOptions call, std::string_view reason) {
+  { C::kName } -> std::convertible_to<std::string_view>;
+  c.barrier();
+  c.barrier(call);
+  { c.barrier_async() } -> std::same_as<Work>;
+  c.abort(reason);
+};
 
 }  // namespace strata::communicator

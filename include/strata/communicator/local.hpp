@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <span>
@@ -71,7 +72,8 @@ class LocalCommunicator {
     auto group = std::make_shared<Group>(size, options);
     std::vector<LocalCommunicator> ranks;
     ranks.reserve(static_cast<std::size_t>(size));
-    for (int r = 0; r < size; ++r) ranks.push_back(LocalCommunicator(group, r));
+    for (int r = 0; r < size; ++r)
+      ranks.push_back(LocalCommunicator(group, r));
     return ranks;
   }
 
@@ -171,8 +173,8 @@ class LocalCommunicator {
     run(in_place(Collective::reduce_scatter, data, op), call);
   }
   template <Element T>
-  void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                      ReduceOp op, CallOptions call = {}) {
+  void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+                      CallOptions call = {}) {
     run(out_of_place(Collective::reduce_scatter, send, recv, op), call);
   }
   template <Element T>
@@ -211,6 +213,7 @@ class LocalCommunicator {
   // is moved. The executor is declared last: destroyed first, it finishes pending calls while
   // the rest is still alive.
   struct Endpoint {
+    Endpoint(std::shared_ptr<Group> g, int r) : group(std::move(g)), rank(r) {}
     std::shared_ptr<Group> group;
     int rank;
     std::uint64_t round = 0;
@@ -227,14 +230,17 @@ class LocalCommunicator {
     if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
       const auto n = static_cast<std::size_t>(size());
       if (data.size() % n != 0)
-        fail_usage(kind, fmt::format("in-place {} needs a span of size() · count elements, got "
-                                     "{} elements for {} ranks",
-                                     to_string(kind), data.size(), n),
+        fail_usage(kind,
+                   fmt::format("in-place {} needs a span of size() · count elements, got "
+                               "{} elements for {} ranks",
+                               to_string(kind), data.size(), n),
                    "pass a span whose size is a multiple of the group size");
       call.count = data.size() / n;
       T* own_block = data.data() + static_cast<std::size_t>(rank()) * call.count;
-      if (kind == Collective::all_gather) call.send = own_block;
-      else call.recv = own_block;
+      if (kind == Collective::all_gather)
+        call.send = own_block;
+      else
+        call.recv = own_block;
     }
     check_root(call);
     return call;
@@ -245,6 +251,7 @@ class LocalCommunicator {
                               ReduceOp op = ReduceOp::sum, int root = 0) {
     CollectiveCall call{kind, data_type_of<T>, send.size(), op, root, send.data(), recv.data()};
     check_root(call);
+    check_overlap(kind, send, recv);
     const auto n = static_cast<std::size_t>(size());
     std::size_t expected = send.size();
     std::string_view rule = "recv.size() == send.size()";
@@ -268,6 +275,25 @@ class LocalCommunicator {
       fail_usage(kind, fmt::format("recv has {} elements, expected {}", recv.size(), expected),
                  fmt::format("{} needs {}", to_string(kind), rule));
     return call;
+  }
+
+  // Identical spans (in place), disjoint spans, or the in-place layout of all_gather (send is
+  // block rank() of recv) and reduce_scatter (recv is block rank() of send); anything else
+  // would let this rank's writes corrupt the input its peers read.
+  template <Element T>
+  void check_overlap(Collective kind, std::span<const T> send, std::span<T> recv) {
+    const T* s = send.data();
+    const T* r = recv.data();
+    if (send.empty() || recv.empty()) return;
+    const bool disjoint =
+        std::less_equal<>{}(s + send.size(), r) || std::less_equal<>{}(r + recv.size(), s);
+    const auto block = static_cast<std::size_t>(rank());
+    const bool in_place = (s == r && send.size() == recv.size()) ||
+                          (kind == Collective::all_gather && s == r + block * send.size()) ||
+                          (kind == Collective::reduce_scatter && r == s + block * recv.size());
+    if (disjoint || in_place) return;
+    fail_usage(kind, "send and recv partially overlap",
+               "pass the same span for an in-place call, or spans that do not overlap");
   }
 
   void check_root(const CollectiveCall& call) {
@@ -312,21 +338,37 @@ class LocalCommunicator {
     const std::uint64_t round = endpoint.round++;
     rendezvous.call(round, endpoint.rank) = call;
     transport::local::Link link(rendezvous, round, endpoint.rank, deadline, operation);
-    link.sync();  // every rank has posted its call
-    check_agreement(link, rendezvous);
-    if (call.kind == Collective::barrier) return;
-    rendezvous.begin_transfer();
+    if (call.kind == Collective::barrier) {
+      link.sync();  // every rank has posted its call
+      check_agreement(link, rendezvous);
+      return;
+    }
+    link.open_transfer();  // every rank has posted its call
     try {
+      check_agreement(link, rendezvous);
       switch (call.kind) {
-        case Collective::all_reduce: AllReduceAlgorithm::run(link); break;
-        case Collective::broadcast: algorithms::BroadcastDirect::run(link); break;
-        case Collective::reduce: algorithms::ReduceDirect::run(link); break;
-        case Collective::all_gather: algorithms::AllGatherDirect::run(link); break;
-        case Collective::reduce_scatter: algorithms::ReduceScatterDirect::run(link); break;
-        case Collective::barrier: break;
+        case Collective::all_reduce:
+          AllReduceAlgorithm::run(link);
+          break;
+        case Collective::broadcast:
+          algorithms::BroadcastDirect::run(link);
+          break;
+        case Collective::reduce:
+          algorithms::ReduceDirect::run(link);
+          break;
+        case Collective::all_gather:
+          algorithms::AllGatherDirect::run(link);
+          break;
+        case Collective::reduce_scatter:
+          algorithms::ReduceScatterDirect::run(link);
+          break;
+        case Collective::barrier:
+          break;
       }
       link.sync();  // no rank returns while a peer may still read its buffers
     } catch (...) {
+      // Whatever failed here (a peer, a deadline, the kernel), the peers must learn at once.
+      rendezvous.fail(std::current_exception());
       rendezvous.end_transfer(/*failed=*/true);
       throw;
     }

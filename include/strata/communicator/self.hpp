@@ -26,10 +26,10 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
   /// Creates the group of one. @throws UsageError unless size == 1.
   static std::vector<SelfCommunicator> create(int size = 1, CommunicatorOptions options = {}) {
     if (size != 1)
-      throw UsageError(-1, "SelfCommunicator::create",
-                       fmt::format("a SelfCommunicator group has exactly one rank, got size {}",
-                                   size),
-                       "use LocalCommunicator for several replicas");
+      throw UsageError(
+          -1, "SelfCommunicator::create",
+          fmt::format("a SelfCommunicator group has exactly one rank, got size {}", size),
+          "use LocalCommunicator for several replicas");
     std::vector<SelfCommunicator> group;
     group.push_back(SelfCommunicator(std::move(Base::create(1, options).front())));
     return group;

@@ -17,7 +17,16 @@ namespace strata {
 
 /// Run-time tag of an element type; carried in every collective's descriptor so that ranks
 /// calling with different types get a `MismatchError` instead of reinterpreted bytes.
-enum class DataType : std::uint8_t { int8, uint8, int32, int64, float16, bfloat16, float32, float64 };
+enum class DataType : std::uint8_t {
+  int8,
+  uint8,
+  int32,
+  int64,
+  float16,
+  bfloat16,
+  float32,
+  float64
+};
 
 /// A compile-time list of types (used to sweep element types in tests and benchmarks).
 template <class... Ts>
@@ -26,8 +35,8 @@ struct TypeList {
 };
 
 /// Every element type strata supports, in `DataType` order.
-using ElementTypes =
-    TypeList<std::int8_t, std::uint8_t, std::int32_t, std::int64_t, float16, bfloat16, float, double>;
+using ElementTypes = TypeList<std::int8_t, std::uint8_t, std::int32_t, std::int64_t, float16,
+                              bfloat16, float, double>;
 
 namespace detail {
 template <class T, class List>
@@ -44,14 +53,22 @@ concept Element = detail::IsOneOf<T, ElementTypes>::value;
 /// The `DataType` tag of an element type.
 template <Element T>
 inline constexpr DataType data_type_of = [] {
-  if constexpr (std::same_as<T, std::int8_t>) return DataType::int8;
-  else if constexpr (std::same_as<T, std::uint8_t>) return DataType::uint8;
-  else if constexpr (std::same_as<T, std::int32_t>) return DataType::int32;
-  else if constexpr (std::same_as<T, std::int64_t>) return DataType::int64;
-  else if constexpr (std::same_as<T, float16>) return DataType::float16;
-  else if constexpr (std::same_as<T, bfloat16>) return DataType::bfloat16;
-  else if constexpr (std::same_as<T, float>) return DataType::float32;
-  else return DataType::float64;
+  if constexpr (std::same_as<T, std::int8_t>)
+    return DataType::int8;
+  else if constexpr (std::same_as<T, std::uint8_t>)
+    return DataType::uint8;
+  else if constexpr (std::same_as<T, std::int32_t>)
+    return DataType::int32;
+  else if constexpr (std::same_as<T, std::int64_t>)
+    return DataType::int64;
+  else if constexpr (std::same_as<T, float16>)
+    return DataType::float16;
+  else if constexpr (std::same_as<T, bfloat16>)
+    return DataType::bfloat16;
+  else if constexpr (std::same_as<T, float>)
+    return DataType::float32;
+  else
+    return DataType::float64;
 }();
 
 /// True for the 16-bit floating-point storage types, which reduce in float.
@@ -62,13 +79,17 @@ inline constexpr bool is_half_precision_v = std::same_as<T, float16> || std::sam
 constexpr std::size_t size_of(DataType type) noexcept {
   switch (type) {
     case DataType::int8:
-    case DataType::uint8: return 1;
+    case DataType::uint8:
+      return 1;
     case DataType::float16:
-    case DataType::bfloat16: return 2;
+    case DataType::bfloat16:
+      return 2;
     case DataType::int32:
-    case DataType::float32: return 4;
+    case DataType::float32:
+      return 4;
     case DataType::int64:
-    case DataType::float64: return 8;
+    case DataType::float64:
+      return 8;
   }
   return 0;
 }
@@ -76,14 +97,22 @@ constexpr std::size_t size_of(DataType type) noexcept {
 /// The name nccl-tests uses for `type` ("int8", "float", "half", "bfloat16", ...).
 constexpr std::string_view to_string(DataType type) noexcept {
   switch (type) {
-    case DataType::int8: return "int8";
-    case DataType::uint8: return "uint8";
-    case DataType::int32: return "int32";
-    case DataType::int64: return "int64";
-    case DataType::float16: return "half";
-    case DataType::bfloat16: return "bfloat16";
-    case DataType::float32: return "float";
-    case DataType::float64: return "double";
+    case DataType::int8:
+      return "int8";
+    case DataType::uint8:
+      return "uint8";
+    case DataType::int32:
+      return "int32";
+    case DataType::int64:
+      return "int64";
+    case DataType::float16:
+      return "half";
+    case DataType::bfloat16:
+      return "bfloat16";
+    case DataType::float32:
+      return "float";
+    case DataType::float64:
+      return "double";
   }
   return "invalid";
 }
@@ -93,14 +122,22 @@ constexpr std::string_view to_string(DataType type) noexcept {
 template <class F>
 constexpr decltype(auto) visit_data_type(DataType type, F&& f) {
   switch (type) {
-    case DataType::int8: return std::forward<F>(f)(std::type_identity<std::int8_t>{});
-    case DataType::uint8: return std::forward<F>(f)(std::type_identity<std::uint8_t>{});
-    case DataType::int32: return std::forward<F>(f)(std::type_identity<std::int32_t>{});
-    case DataType::int64: return std::forward<F>(f)(std::type_identity<std::int64_t>{});
-    case DataType::float16: return std::forward<F>(f)(std::type_identity<float16>{});
-    case DataType::bfloat16: return std::forward<F>(f)(std::type_identity<bfloat16>{});
-    case DataType::float32: return std::forward<F>(f)(std::type_identity<float>{});
-    case DataType::float64: break;
+    case DataType::int8:
+      return std::forward<F>(f)(std::type_identity<std::int8_t>{});
+    case DataType::uint8:
+      return std::forward<F>(f)(std::type_identity<std::uint8_t>{});
+    case DataType::int32:
+      return std::forward<F>(f)(std::type_identity<std::int32_t>{});
+    case DataType::int64:
+      return std::forward<F>(f)(std::type_identity<std::int64_t>{});
+    case DataType::float16:
+      return std::forward<F>(f)(std::type_identity<float16>{});
+    case DataType::bfloat16:
+      return std::forward<F>(f)(std::type_identity<bfloat16>{});
+    case DataType::float32:
+      return std::forward<F>(f)(std::type_identity<float>{});
+    case DataType::float64:
+      break;
   }
   return std::forward<F>(f)(std::type_identity<double>{});
 }

@@ -50,7 +50,8 @@ inline constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::seconds(
 inline std::chrono::milliseconds parse_timeout(std::string_view text,
                                                std::string_view setting = "STRATA_TIMEOUT") {
   auto fail = [&](std::string_view why) -> std::chrono::milliseconds {
-    throw ConfigurationError(-1, setting, fmt::format("cannot use '{}' as a timeout: {}", text, why),
+    throw ConfigurationError(-1, setting,
+                             fmt::format("cannot use '{}' as a timeout: {}", text, why),
                              "give a positive duration such as 30, 30s, 1500ms or 2m");
   };
   long long value = 0;
@@ -62,10 +63,14 @@ inline std::chrono::milliseconds parse_timeout(std::string_view text,
   if (value <= 0) return fail("it must be positive");
   const std::string_view unit(end, static_cast<std::size_t>(last - end));
   long long scale_ms = 0;
-  if (unit.empty() || unit == "s") scale_ms = 1000;
-  else if (unit == "ms") scale_ms = 1;
-  else if (unit == "m" || unit == "min") scale_ms = 60'000;
-  else return fail("unknown unit (use ms, s or m)");
+  if (unit.empty() || unit == "s")
+    scale_ms = 1000;
+  else if (unit == "ms")
+    scale_ms = 1;
+  else if (unit == "m" || unit == "min")
+    scale_ms = 60'000;
+  else
+    return fail("unknown unit (use ms, s or m)");
   // A week is far beyond any sane collective; the bound also keeps time_point arithmetic safe.
   constexpr long long kMaxMs = 7LL * 24 * 3600 * 1000;
   if (value > kMaxMs / scale_ms) return fail("it is longer than a week");

@@ -45,9 +45,9 @@ class Error : public std::runtime_error {
  private:
   static std::string format_message(int rank, std::string_view operation,
                                     std::string_view what_happened, std::string_view what_to_do) {
-    std::string message = rank >= 0 ? fmt::format("strata: rank {}: {}: {}", rank, operation,
-                                                  what_happened)
-                                    : fmt::format("strata: {}: {}", operation, what_happened);
+    std::string message =
+        rank >= 0 ? fmt::format("strata: rank {}: {}: {}", rank, operation, what_happened)
+                  : fmt::format("strata: {}: {}", operation, what_happened);
     if (!what_to_do.empty()) fmt::format_to(std::back_inserter(message), "; {}", what_to_do);
     return message;
   }

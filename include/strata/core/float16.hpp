@@ -40,7 +40,8 @@ class float16 {
       // Below 2^-14 the result is subnormal. 0.5f has an ulp of 2^-24, the half subnormal step,
       // so the FPU's own round-to-nearest-even does the rounding in this addition.
       const float shifted = std::bit_cast<float>(magnitude) + 0.5f;
-      return static_cast<std::uint16_t>(sign | (std::bit_cast<std::uint32_t>(shifted) - 0x3f000000u));
+      return static_cast<std::uint16_t>(sign |
+                                        (std::bit_cast<std::uint32_t>(shifted) - 0x3f000000u));
     }
     // Normal: rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even.
     const std::uint32_t odd = (magnitude >> 13) & 1u;

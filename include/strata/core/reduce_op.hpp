@@ -25,11 +25,16 @@ inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::product, R
 /// The lower-case name of `op` ("sum", "product", "min", "max", "mean").
 constexpr std::string_view to_string(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::product: return "product";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
-    case ReduceOp::mean: return "mean";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::product:
+      return "product";
+    case ReduceOp::min:
+      return "min";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::mean:
+      return "mean";
   }
   return "invalid";
 }

@@ -16,7 +16,8 @@ class ReplicaPool {
  public:
   explicit ReplicaPool(int replicas) {
     threads_.reserve(static_cast<std::size_t>(replicas > 1 ? replicas - 1 : 0));
-    for (int r = 1; r < replicas; ++r) threads_.emplace_back([this, r] { serve(r); });
+    for (int r = 1; r < replicas; ++r)
+      threads_.emplace_back([this, r] { serve(r); });
   }
 
   ReplicaPool(const ReplicaPool&) = delete;
@@ -28,7 +29,8 @@ class ReplicaPool {
       stopping_ = true;
     }
     start_.notify_all();
-    for (auto& thread : threads_) thread.join();
+    for (auto& thread : threads_)
+      thread.join();
   }
 
   int size() const noexcept { return static_cast<int>(threads_.size()) + 1; }

@@ -26,10 +26,14 @@ enum class VariableAggregation { none, sum, mean, only_first_replica };
 
 constexpr std::string_view to_string(VariableAggregation aggregation) noexcept {
   switch (aggregation) {
-    case VariableAggregation::none: return "none";
-    case VariableAggregation::sum: return "sum";
-    case VariableAggregation::mean: return "mean";
-    case VariableAggregation::only_first_replica: return "only_first_replica";
+    case VariableAggregation::none:
+      return "none";
+    case VariableAggregation::sum:
+      return "sum";
+    case VariableAggregation::mean:
+      return "mean";
+    case VariableAggregation::only_first_replica:
+      return "only_first_replica";
   }
   return "invalid";
 }
@@ -74,7 +78,8 @@ class Variable {
       throw UsageError(-1, "Variable::assign",
                        fmt::format("value has {} elements, the variable {}", value.size(), size()),
                        "assign a value of the variable's size");
-    for (auto& copy : copies_) std::copy(value.begin(), value.end(), copy.begin());
+    for (auto& copy : copies_)
+      std::copy(value.begin(), value.end(), copy.begin());
   }
 
   /// Copy `index` (0 ≤ index < num_copies()).

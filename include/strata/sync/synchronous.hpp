@@ -65,8 +65,7 @@ struct Synchronous {
   /// Replica-context assignment: sets the variable to the aggregation of every replica's
   /// `value` (or replica 0's, for only_first_replica).
   template <class Context, class T>
-  static void assign(Context& context, placement::Variable<T>& variable,
-                     std::span<const T> value) {
+  static void assign(Context& context, placement::Variable<T>& variable, std::span<const T> value) {
     check_size(context, "assign", value.size(), variable);
     const int replica = context.replica_id_in_sync_group();
     const bool many = context.num_replicas_in_sync() > 1;
@@ -76,9 +75,12 @@ struct Synchronous {
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (Context::placement_type::kCopyPerReplica) {
       const auto copy = variable.copy(static_cast<std::size_t>(replica));
-      if (!many) std::copy(value.begin(), value.end(), copy.begin());
-      else if (first_only) communicator.broadcast(value, copy, 0);
-      else communicator.all_reduce(value, copy, reduce_op(aggregation));
+      if (!many)
+        std::copy(value.begin(), value.end(), copy.begin());
+      else if (first_only)
+        communicator.broadcast(value, copy, 0);
+      else
+        communicator.all_reduce(value, copy, reduce_op(aggregation));
       return;
     }
     const auto shared = variable.copy(0);

@@ -46,6 +46,9 @@ class Link {
     return rendezvous_->call(round_, peer);
   }
   void sync() { rendezvous_->arrive_and_wait(rank_, deadline_, operation_); }
+  /// The first synchronization point of a collective that moves data: once released, every
+  /// rank may work on every other rank's buffers until `Rendezvous::end_transfer`.
+  void open_transfer() { rendezvous_->arrive_and_wait(rank_, deadline_, operation_, true); }
 
  private:
   Rendezvous* rendezvous_;

@@ -47,10 +47,11 @@ inline void cpu_relax() noexcept {
 /// concurrently. `fail()` may be called from any thread.
 class Rendezvous {
  public:
-  explicit Rendezvous(int size)
-      : size_(size), arrivals_(static_cast<std::size_t>(size)) {
-    for (auto& slots : calls_) slots.resize(static_cast<std::size_t>(size));
-    for (auto& arrival : arrivals_) arrival.store(0, std::memory_order_relaxed);
+  explicit Rendezvous(int size) : size_(size), arrivals_(static_cast<std::size_t>(size)) {
+    for (auto& slots : calls_)
+      slots.resize(static_cast<std::size_t>(size));
+    for (auto& arrival : arrivals_)
+      arrival.store(0, std::memory_order_relaxed);
   }
 
   int size() const noexcept { return size_; }
@@ -65,11 +66,17 @@ class Rendezvous {
   /// Blocks until every rank has arrived at this synchronization point (all ranks pass the
   /// same sequence of points), the deadline expires, or the group fails.
   ///
+  /// With `opens_transfer`, releasing the point also registers every rank as working on its
+  /// peers' buffers (atomically with the release, so no rank can leave before the others are
+  /// counted); each rank then calls `end_transfer` exactly once — this function does it itself
+  /// when it throws after such a release.
+  ///
   /// Waiting spins briefly (a collective's partners usually arrive within microseconds), then
   /// yields, then sleeps on a condition variable, so waiting replicas do not hold a core.
   /// @throws TimeoutError naming the ranks that have not arrived; the group fails with it.
   /// @throws the group's failure, re-raised for this rank (see `raise_failure`).
-  void arrive_and_wait(int rank, const Deadline& deadline, std::string_view operation) {
+  void arrive_and_wait(int rank, const Deadline& deadline, std::string_view operation,
+                       bool opens_transfer = false) {
     const std::uint64_t generation = generation_.load(std::memory_order_acquire);
     arrivals_[static_cast<std::size_t>(rank)].store(generation + 1, std::memory_order_relaxed);
     if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
@@ -79,25 +86,36 @@ class Rendezvous {
         // Under the mutex: a rank that timed out here has either failed the group already
         // (we see it and raise) or has not yet decided (it will see the new generation).
         std::lock_guard lock(mutex_);
-        generation_.store(generation + 1, std::memory_order_release);
         failed = failure_ != nullptr;
+        if (opens_transfer && !failed) {
+          in_transfer_.fetch_add(size_, std::memory_order_acq_rel);
+          transfer_generation_ = generation + 1;
+        }
+        generation_.store(generation + 1, std::memory_order_release);
       }
       wake_.notify_all();
       if (failed) raise_failure(rank, operation);
       return;
     }
     wait_for_generation(rank, generation, deadline, operation);
-    if (failed_.load(std::memory_order_acquire)) raise_failure(rank, operation);
+    if (!failed_.load(std::memory_order_acquire)) return;
+    if (opens_transfer) {
+      bool opened = false;
+      {
+        std::lock_guard lock(mutex_);
+        opened = transfer_generation_ == generation + 1;
+      }
+      // Peers may already be working on this rank's buffers: wait for them to stop.
+      if (opened) end_transfer(/*failed=*/true);
+    }
+    raise_failure(rank, operation);
   }
 
-  /// Marks `rank` as working on its peers' buffers (it has passed the first synchronization
-  /// point of a collective). Pair with `end_transfer`.
-  void begin_transfer() noexcept { in_transfer_.fetch_add(1, std::memory_order_acq_rel); }
-
-  /// Ends what `begin_transfer` began. After a failure, waits until no rank is still working
-  /// on buffers of the failed call, so that none of them can touch this rank's buffers after it
-  /// returns to its caller. That wait is short and bounded: transfer phases never block except
-  /// at synchronization points, and those fail at once once the group has failed.
+  /// Ends the transfer an `opens_transfer` point began for this rank. After a failure, waits
+  /// until no rank is still working on buffers of the failed call, so that none of them can
+  /// touch this rank's buffers after it returns to its caller. That wait is short and bounded:
+  /// transfer phases never block except at synchronization points, and those fail at once
+  /// once the group has failed.
   void end_transfer(bool failed) noexcept {
     if (in_transfer_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       { std::lock_guard lock(mutex_); }
@@ -138,7 +156,8 @@ class Rendezvous {
       // The nested message already says what to do.
       const std::string what = fmt::format("the group failed: {}", error.what());
       if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(rank, operation, what, "");
-      if (dynamic_cast<const MismatchError*>(&error)) throw MismatchError(rank, operation, what, "");
+      if (dynamic_cast<const MismatchError*>(&error))
+        throw MismatchError(rank, operation, what, "");
       throw PeerFailureError(rank, operation, what, "");
     } catch (const std::exception& error) {
       throw PeerFailureError(rank, operation, fmt::format("the group failed: {}", error.what()));
@@ -164,10 +183,10 @@ class Rendezvous {
     if (wake_.wait_until(lock, deadline.time_point(), released)) return;
     // Still under the mutex, so no rank can release this point while we fail the group.
     if (failure_) return;
-    failure_ = std::make_exception_ptr(TimeoutError(
-        rank, operation,
-        fmt::format("timed out after {} ms waiting for {} to reach the same call",
-                    deadline.budget().count(), missing_ranks(generation))));
+    failure_ = std::make_exception_ptr(
+        TimeoutError(rank, operation,
+                     fmt::format("timed out after {} ms waiting for {} to reach the same call",
+                                 deadline.budget().count(), missing_ranks(generation))));
     failed_.store(true, std::memory_order_release);
     lock.unlock();
     wake_.notify_all();
@@ -194,6 +213,7 @@ class Rendezvous {
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> failed_{false};
   std::atomic<int> in_transfer_{0};
+  std::uint64_t transfer_generation_ = 0;  // guarded by mutex_
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::exception_ptr failure_;
