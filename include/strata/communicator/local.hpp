@@ -338,11 +338,8 @@ class LocalCommunicator {
     const std::uint64_t round = endpoint.round++;
     rendezvous.call(round, endpoint.rank) = call;
     transport::local::Link link(rendezvous, round, endpoint.rank, deadline, operation);
-    if (call.kind == Collective::barrier) {
-      link.sync();  // every rank has posted its call
-      check_agreement(link, rendezvous);
-      return;
-    }
+    // Every kind opens a transfer, the barrier too: ranks that disagree on the kind must still
+    // agree on the bookkeeping.
     link.open_transfer();  // every rank has posted its call
     try {
       check_agreement(link, rendezvous);
@@ -365,7 +362,8 @@ class LocalCommunicator {
         case Collective::barrier:
           break;
       }
-      link.sync();  // no rank returns while a peer may still read its buffers
+      // No rank returns while a peer may still read its buffers (a barrier has none).
+      if (call.kind != Collective::barrier) link.sync();
     } catch (...) {
       // Whatever failed here (a peer, a deadline, the kernel), the peers must learn at once.
       rendezvous.fail(std::current_exception());
