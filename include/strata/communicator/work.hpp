@@ -54,8 +54,9 @@ class WorkState {
 /// `wait()` needs no deadline of its own: the collective it waits for runs under the
 /// communicator's deadline and completes (successfully or with an error) by then.
 ///
-/// @throws the collective's error (`TimeoutError`, `PeerFailureError`, `MismatchError`,
-/// `UsageError`) from `wait()`, and from `test()` once it has completed.
+/// @throws the collective's error (`TimeoutError`, `PeerFailureError`, `MismatchError`) from
+/// `wait()`, and from `test()` once it has completed. Invalid arguments (span sizes, root) are
+/// caught before the call is queued: the `*_async` call itself throws `UsageError`.
 class Work {
  public:
   Work() = default;
