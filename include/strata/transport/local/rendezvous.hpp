@@ -171,7 +171,9 @@ class Rendezvous {
       return generation_.load(std::memory_order_acquire) != generation ||
              failed_.load(std::memory_order_acquire);
     };
-    for (int i = 0; i < kSpins; ++i) {
+    // Spinning only pays when every rank has a core; oversubscribed, it steals the core the
+    // late rank needs, so go straight to yielding.
+    for (int i = 0; i < spins_; ++i) {
       if (released()) return;
       detail::cpu_relax();
     }
@@ -204,9 +206,10 @@ class Rendezvous {
   }
 
   static constexpr int kSpins = 2000;
-  static constexpr int kYields = 50;
+  static constexpr int kYields = 200;
 
   const int size_;
+  const int spins_ = size_ <= static_cast<int>(std::thread::hardware_concurrency()) ? kSpins : 0;
   std::array<std::vector<communicator::CollectiveCall>, 2> calls_;
   std::vector<std::atomic<std::uint64_t>> arrivals_;  // per rank: last generation reached + 1
   std::atomic<int> arrived_{0};
