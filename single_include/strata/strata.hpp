@@ -2356,8 +2356,9 @@ class LocalCommunicator {
                  "pass a root in [0, size())");
   }
 
-  [[noreturn]] void fail_usage(Collective kind, std::string_view what, std::string_view todo) {
-    UsageError error(rank(), to_string(kind), what, todo);
+  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
+                               std::string_view what_to_do) {
+    UsageError error(rank(), to_string(kind), what, what_to_do);
     // The peers are about to wait for this rank: fail the group so they learn why at once.
     endpoint_->group->rendezvous.fail(std::make_exception_ptr(error));
     throw error;
