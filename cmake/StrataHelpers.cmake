@@ -33,7 +33,7 @@ function(strata_link_dependencies target scope)
   cmake_parse_arguments(PARSE_ARGV 2 arg "NO_GPU" "" "")
   target_compile_features(${target} ${scope} cxx_std_20)
   target_link_libraries(${target} ${scope} fmt::fmt Threads::Threads asio::asio
-                                           nlohmann_json::nlohmann_json)
+                                           nlohmann_json::nlohmann_json OpenSSL::Crypto)
   if(arg_NO_GPU)
     return()
   endif()

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 
 #include <strata/core/data_type.hpp>
 
@@ -30,12 +31,42 @@ class Work;
 template <class AllReduceAlgorithm>
 class LocalCommunicator;
 class SelfCommunicator;
+enum class TcpAllReduce : std::uint8_t;
+struct TcpOptions;
+struct TcpMembership;
+class TcpCommunicator;
+template <class Inter>
+class HierarchicalCommunicator;
 }  // namespace strata::communicator
 
 namespace strata::algorithms {
 struct AllReduceReduceToOne;
 struct AllReduceScatterGather;
+struct AllReduceRing;
+struct AllReduceRecursiveDoubling;
+struct BroadcastDirect;
+struct BroadcastRing;
+struct ReduceDirect;
+struct ReduceRing;
+struct AllGatherDirect;
+struct AllGatherRing;
+struct ReduceScatterDirect;
+struct ReduceScatterRing;
+struct BarrierDissemination;
 }  // namespace strata::algorithms
+
+namespace strata::cluster {
+enum class TaskType : std::uint8_t;
+struct Address;
+struct Task;
+class ClusterSpec;
+struct TfConfig;
+struct LauncherEnvironment;
+struct StoreOptions;
+class ListeningSocket;
+struct ResolveOptions;
+struct ResolvedCluster;
+}  // namespace strata::cluster
 
 namespace strata::placement {
 struct Mirrored;

@@ -16,11 +16,28 @@
 #include <strata/core/reduce.hpp>
 #include <strata/core/reduce_op.hpp>
 
+#include <strata/algorithms/all_gather_ring.hpp>
+#include <strata/algorithms/all_reduce_recursive_doubling.hpp>
+#include <strata/algorithms/all_reduce_ring.hpp>
+#include <strata/algorithms/barrier_dissemination.hpp>
+#include <strata/algorithms/broadcast_ring.hpp>
+#include <strata/algorithms/reduce_ring.hpp>
+#include <strata/algorithms/reduce_scatter_ring.hpp>
+
+#include <strata/cluster/cluster_spec.hpp>
+#include <strata/cluster/environment.hpp>
+#include <strata/cluster/launcher_environment.hpp>
+#include <strata/cluster/resolve.hpp>
+#include <strata/cluster/slurm.hpp>
+#include <strata/cluster/store.hpp>
+#include <strata/cluster/tf_config.hpp>
+
 #include <strata/communicator/collective.hpp>
 #include <strata/communicator/communicator.hpp>
 #include <strata/communicator/local.hpp>
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/self.hpp>
+#include <strata/communicator/tcp.hpp>
 #include <strata/communicator/work.hpp>
 
 #include <strata/data/batch_split.hpp>
@@ -44,3 +61,9 @@
 #include <strata/strategy.hpp>
 #include <strata/sync/sync.hpp>
 #include <strata/sync/synchronous.hpp>
+
+#include <strata/transport/plan.hpp>
+#include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/handshake.hpp>
+#include <strata/transport/tcp/link.hpp>
+#include <strata/transport/tcp/rendezvous.hpp>

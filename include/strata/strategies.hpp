@@ -3,6 +3,7 @@
 // | alias                   | Placement      | Communicator                       | Sync        |
 // |-------------------------|----------------|------------------------------------|-------------|
 // | MirroredStrategy        | Mirrored       | LocalCommunicator<ScatterGather>   | Synchronous |
+// | MultiWorkerMirrored...  | Mirrored       | HierarchicalCommunicator<Tcp>      | Synchronous |
 // | CentralStorageStrategy  | CentralStorage | LocalCommunicator<ReduceToOne>     | Synchronous |
 // | OneDeviceStrategy       | OneDevice      | SelfCommunicator                   | Synchronous |
 // | DefaultStrategy         | Default        | SelfCommunicator                   | Synchronous |
@@ -12,6 +13,7 @@
 
 #include <strata/algorithms/all_reduce_reduce_to_one.hpp>
 #include <strata/algorithms/all_reduce_scatter_gather.hpp>
+#include <strata/communicator/hierarchical.hpp>
 #include <strata/communicator/local.hpp>
 #include <strata/communicator/self.hpp>
 #include <strata/placement/central_storage.hpp>
@@ -29,6 +31,14 @@ using MirroredStrategy =
     Strategy<placement::Mirrored,
              communicator::LocalCommunicator<algorithms::AllReduceScatterGather>,
              sync::Synchronous>;
+
+/// Synchronous data parallelism over the replicas of every worker process of a cluster:
+/// replicas (threads) of one process reduce among themselves, workers over TCP. The cluster
+/// comes from `resolve_cluster()` (TF_CONFIG, torchrun, OpenMPI, SLURM; nothing set: one
+/// worker, which behaves as MirroredStrategy). Local replicas: StrategyOptions::num_replicas,
+/// else STRATA_LOCAL_REPLICAS, else 1. `is_chief()` tells the worker that writes checkpoints.
+using MultiWorkerMirroredStrategy =
+    Strategy<placement::Mirrored, communicator::HierarchicalCommunicator<>, sync::Synchronous>;
 
 /// Variables kept once on the host; replicas compute, gradients are reduced to one place
 /// (TF's ReductionToOneDevice) and applied once.

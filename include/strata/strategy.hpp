@@ -78,12 +78,20 @@ class ReplicaContext {
   using communicator_type = typename StrategyType::communicator_type;
   using sync_type = typename StrategyType::sync_type;
 
-  ReplicaContext(communicator_type& communicator, int replica, int num_replicas) noexcept
-      : communicator_(&communicator), replica_(replica), num_replicas_(num_replicas) {}
+  /// `local_replica`: this replica's index among the replicas of this process (which copy of
+  /// a mirrored variable it owns).
+  ReplicaContext(communicator_type& communicator, int local_replica) noexcept
+      : communicator_(&communicator),
+        replica_(communicator.rank()),
+        num_replicas_(communicator.size()),
+        local_replica_(local_replica) {}
 
-  /// This replica's index, 0 ≤ id < num_replicas_in_sync().
+  /// This replica's index, 0 ≤ id < num_replicas_in_sync(), over every process of the
+  /// cluster (worker · local replicas + local replica under MultiWorkerMirroredStrategy).
   int replica_id_in_sync_group() const noexcept { return replica_; }
   int num_replicas_in_sync() const noexcept { return num_replicas_; }
+  /// This replica's index among the replicas of this process.
+  int local_replica_id() const noexcept { return local_replica_; }
   /// The communicator connecting this replica to the others, for collectives the context
   /// does not wrap (it models `communicator::Communicator`).
   communicator_type& communicator() noexcept { return *communicator_; }
@@ -132,12 +140,13 @@ class ReplicaContext {
 
  private:
   std::size_t copy_index() const noexcept {
-    return placement_type::kCopyPerReplica ? static_cast<std::size_t>(replica_) : 0;
+    return placement_type::kCopyPerReplica ? static_cast<std::size_t>(local_replica_) : 0;
   }
 
   communicator_type* communicator_;
   int replica_;
   int num_replicas_;
+  int local_replica_;
 };
 
 /// A distribution strategy composed of a Placement (where variables live), a Communicator
@@ -177,11 +186,38 @@ class Strategy {
       : communicators_(C::create(replicas_for(options.num_replicas), options.communicator)),
         pool_(static_cast<int>(communicators_.size())) {}
 
+  /// As above, with settings of the communicator's own passed on to `C::create` (TF's
+  /// `communication_options`), e.g. the ring all-reduce over TCP:
+  /// @code
+  ///   strata::MultiWorkerMirroredStrategy strategy(
+  ///       {.num_replicas = 2}, strata::communicator::TcpOptions{.all_reduce =
+  ///       TcpAllReduce::ring});
+  /// @endcode
+  template <class... CommunicatorSettings>
+  requires(sizeof...(CommunicatorSettings) > 0 &&
+           requires(int n, communicator::CommunicatorOptions o, CommunicatorSettings&&... s) {
+             C::create(n, o, std::forward<CommunicatorSettings>(s)...);
+           }) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
+      : communicators_(C::create(replicas_for(options.num_replicas), options.communicator,
+                                 std::forward<CommunicatorSettings>(settings)...)),
+        pool_(static_cast<int>(communicators_.size())) {}
+
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
-  /// Replicas taking part in each step (tf.distribute's `num_replicas_in_sync`).
-  int num_replicas_in_sync() const noexcept { return static_cast<int>(communicators_.size()); }
+  /// Replicas taking part in each step over the whole cluster (tf.distribute's
+  /// `num_replicas_in_sync`).
+  int num_replicas_in_sync() const noexcept { return communicators_.front().size(); }
+  /// Replicas run by this process.
+  int num_local_replicas() const noexcept { return static_cast<int>(communicators_.size()); }
+  /// True on the task that writes checkpoints and logs: TF's chief (the chief task, or worker
+  /// 0 of a cluster without one); always true for single-process strategies.
+  bool is_chief() const noexcept {
+    if constexpr (requires(const C& c) { c.is_chief(); })
+      return communicators_.front().is_chief();
+    else
+      return true;
+  }
 
   /// Runs `fn(ReplicaContext&)` once per replica, each on its own thread, and returns the
   /// per-replica results (nothing if `fn` returns void).
@@ -207,7 +243,7 @@ class Strategy {
     std::exception_ptr first_failure;
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
-      context_type context(communicators_[r], replica, static_cast<int>(n));
+      context_type context(communicators_[r], replica);
       try {
         if constexpr (std::is_void_v<Result>)
           fn(context);
@@ -235,18 +271,19 @@ class Strategy {
   /// Combines per-replica values into one (tf.distribute's `Strategy.reduce`), in replica
   /// order: deterministic. `mean` divides by the number of replicas.
   template <Element T>
-  T reduce(ReduceOp op, const PerReplica<T>& values) const {
+  T reduce(ReduceOp op, const PerReplica<T>& values) {
     std::vector<const T*> inputs;
     for (const T& value : values)
       inputs.push_back(&value);
     T result{};
-    reduce_n<T>(std::span<T>(&result, 1), inputs, op);
+    reduce_n<T>(std::span<T>(&result, 1), inputs, local_op(op));
+    across_workers(std::span<T>(&result, 1), op);
     return result;
   }
 
   /// Element-wise `reduce` of per-replica vectors. @throws UsageError if their sizes differ.
   template <Element T>
-  std::vector<T> reduce(ReduceOp op, const PerReplica<std::vector<T>>& values) const {
+  std::vector<T> reduce(ReduceOp op, const PerReplica<std::vector<T>>& values) {
     std::vector<const T*> inputs;
     const std::size_t size = values[0].size();
     for (const auto& value : values) {
@@ -257,7 +294,8 @@ class Strategy {
       inputs.push_back(value.data());
     }
     std::vector<T> result(size);
-    reduce_n<T>(std::span<T>(result), inputs, op);
+    reduce_n<T>(std::span<T>(result), inputs, local_op(op));
+    across_workers(std::span<T>(result), op);
     return result;
   }
 
@@ -279,6 +317,22 @@ class Strategy {
   }
 
  private:
+  // Per-replica values of several processes (MultiWorkerMirroredStrategy) are combined
+  // locally first, then across the workers; a mean divides once, by every replica.
+  static constexpr bool kManyProcesses = requires(C & c, std::span<float> values, ReduceOp op) {
+    c.combine_across_workers(values, op);
+  };
+  static ReduceOp local_op(ReduceOp op) noexcept {
+    return kManyProcesses && op == ReduceOp::mean ? ReduceOp::sum : op;
+  }
+  template <Element T>
+  void across_workers(std::span<T> values, ReduceOp op) {
+    if constexpr (kManyProcesses) {
+      communicators_.front().combine_across_workers(values, local_op(op));
+      if (op == ReduceOp::mean) divide<T>(values, static_cast<std::size_t>(num_replicas_in_sync()));
+    }
+  }
+
   static int replicas_for(int requested) {
     if (requested < 0 || requested > P::kMaxReplicas)
       throw UsageError(-1, "Strategy",
@@ -288,6 +342,7 @@ class Strategy {
                                             : "ask for a positive number of replicas");
     if (requested > 0) return requested;
     if (P::kMaxReplicas == 1) return 1;
+    if constexpr (requires { C::default_replicas(); }) return C::default_replicas();
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
 

@@ -55,6 +55,7 @@ inline constexpr Version kVersion{STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR, ST
 // that name them without needing their definitions.
 
 #include <concepts>
+#include <cstdint>
 
 // ---- begin strata/core/data_type.hpp ----
 // strata/core/data_type.hpp — the element types collectives move and reduce.
@@ -350,12 +351,42 @@ class Work;
 template <class AllReduceAlgorithm>
 class LocalCommunicator;
 class SelfCommunicator;
+enum class TcpAllReduce : std::uint8_t;
+struct TcpOptions;
+struct TcpMembership;
+class TcpCommunicator;
+template <class Inter>
+class HierarchicalCommunicator;
 }  // namespace strata::communicator
 
 namespace strata::algorithms {
 struct AllReduceReduceToOne;
 struct AllReduceScatterGather;
+struct AllReduceRing;
+struct AllReduceRecursiveDoubling;
+struct BroadcastDirect;
+struct BroadcastRing;
+struct ReduceDirect;
+struct ReduceRing;
+struct AllGatherDirect;
+struct AllGatherRing;
+struct ReduceScatterDirect;
+struct ReduceScatterRing;
+struct BarrierDissemination;
 }  // namespace strata::algorithms
+
+namespace strata::cluster {
+enum class TaskType : std::uint8_t;
+struct Address;
+struct Task;
+class ClusterSpec;
+struct TfConfig;
+struct LauncherEnvironment;
+struct StoreOptions;
+class ListeningSocket;
+struct ResolveOptions;
+struct ResolvedCluster;
+}  // namespace strata::cluster
 
 namespace strata::placement {
 struct Mirrored;
@@ -1138,6 +1169,31 @@ inline void reduce_n(DataType type, void* out, const void* const* inputs, std::s
 }  // namespace strata
 // ---- end strata/core/reduce.hpp ----
 
+// ---- begin strata/algorithms/all_gather_ring.hpp ----
+// strata/algorithms/all_gather_ring.hpp — pipelined ring all-gather over messages.
+//
+// Computes  block q of every rank's output = rank q's input (blocks of `count` elements).
+// Phases    n-1 steps: in step t rank r sends block r-t to rank r+1 and receives block r-t-1
+//           from rank r-1 straight into its output; each block travels as segments, and a
+//           segment is forwarded as soon as it has arrived.
+// Cost      (n-1)·S bytes sent and received per rank for blocks of S bytes (bandwidth-
+//           optimal); n-1 hops of latency.
+// Requires  agreed calls (count).
+// Determinism  a copy: bit-identical everywhere.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+// ---- begin strata/algorithms/detail/messages.hpp ----
+// strata/algorithms/detail/messages.hpp — shared pieces of the message-passing algorithms.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstring>
+#include <span>
+
 // ---- begin strata/communicator/collective.hpp ----
 // strata/communicator/collective.hpp — the description of one collective call.
 //
@@ -1238,6 +1294,3585 @@ struct fmt::formatter<strata::communicator::Collective> : fmt::formatter<std::st
   }
 };
 // ---- end strata/communicator/collective.hpp ----
+// ---- begin strata/transport/plan.hpp ----
+// strata/transport/plan.hpp — a collective as a plan of messages, for message-passing links.
+//
+// Algorithms over a network (TCP now, NCCL's point-to-point later) describe one rank's part of
+// a collective as sends and receives; the transport's `Link::transfer(sends, recvs, handler)`
+// runs them all at once. Dependencies make pipelining explicit: a send that forwards received
+// data waits for that receive, and a receive whose handler overwrites memory a send still reads
+// waits for that send. Messages to and from one peer keep their order.
+
+#include <cstddef>
+
+namespace strata::transport {
+
+/// One message this rank sends: `bytes` from `data` to `peer`, once receive `after_recv` of the
+/// same plan has been handled (-1: at once). `bytes` may be 0: the message still carries the
+/// call's description, so disagreeing ranks are caught even when there is no data.
+struct SendStep {
+  int peer = 0;
+  const std::byte* data = nullptr;
+  std::size_t bytes = 0;
+  std::ptrdiff_t after_recv = -1;
+};
+
+/// One message this rank receives: `bytes` from `peer` into `data`. Its handler runs once the
+/// data is in and send `after_send` of the same plan has completed (-1: at once).
+struct RecvStep {
+  int peer = 0;
+  std::byte* data = nullptr;
+  std::size_t bytes = 0;
+  std::ptrdiff_t after_send = -1;
+};
+
+}  // namespace strata::transport
+// ---- end strata/transport/plan.hpp ----
+
+namespace strata::algorithms {
+
+/// L models MessageLink if it runs plans of messages between the ranks of a group:
+///   1. `rank()`, `size()` and `call()` (this rank's CollectiveCall): algorithms cut work by
+///      them and read the buffers from the call;
+///   2. `transfer(sends, recvs, handler)` runs a plan (transport/plan.hpp), calling
+///      `handler(j)` when receive j is in: where reductions happen;
+///   3. `max_message_bytes()` bounds one message, `channels_per_peer()` says how many messages
+///      from one peer may be in flight (receive slots are reused modulo it), and
+///      `scratch(bytes)` lends memory for received segments and partial results.
+/// It leaves out sockets, framing and failure handling: those are the transport's.
+template <class L>
+concept MessageLink = requires(L& link, const L& clink, std::span<const transport::SendStep> sends,
+                               std::span<const transport::RecvStep> recvs, std::size_t bytes) {
+  { clink.rank() } -> std::same_as<int>;
+  { clink.size() } -> std::same_as<int>;
+  { clink.call() } -> std::convertible_to<const communicator::CollectiveCall&>;
+  { clink.max_message_bytes() } -> std::convertible_to<std::size_t>;
+  { clink.channels_per_peer() } -> std::same_as<int>;
+  { link.scratch(bytes) } -> std::same_as<std::byte*>;
+  link.transfer(sends, recvs, [](std::size_t) {});
+};
+
+namespace detail {
+
+/// Element range [begin, end).
+struct Range {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t size() const noexcept { return end - begin; }
+};
+
+/// Part `k` of `parts` nearly equal parts of `range`.
+inline Range part_of(Range range, std::size_t parts, std::size_t k) noexcept {
+  const std::size_t n = range.size();
+  return {range.begin + n * k / parts, range.begin + n * (k + 1) / parts};
+}
+
+/// How many messages a range of `elements` is cut into so that none exceeds the link's limit
+/// (at least one: every step carries the call's description, even without data).
+inline std::size_t segments_for(std::size_t elements, std::size_t element_bytes,
+                                std::size_t max_message_bytes) noexcept {
+  const std::size_t per_message = std::max<std::size_t>(1, max_message_bytes / element_bytes);
+  return std::max<std::size_t>(1, (elements + per_message - 1) / per_message);
+}
+
+inline int mod(int value, int n) noexcept {
+  return ((value % n) + n) % n;
+}
+
+/// out = first op second over `count` elements (mean combines as sum; see finish_mean).
+inline void combine(DataType type, std::byte* out, const std::byte* first, const std::byte* second,
+                    std::size_t count, ReduceOp op) {
+  if (count == 0) return;
+  const void* inputs[2] = {first, second};
+  reduce_n(type, out, inputs, 2, count, op == ReduceOp::mean ? ReduceOp::sum : op);
+}
+
+/// Divides a finished sum by the group size when the op is mean.
+inline void finish_mean(DataType type, std::byte* data, std::size_t count, ReduceOp op,
+                        int group_size) {
+  if (op != ReduceOp::mean || count == 0) return;
+  visit_data_type(type, [&]<class T>(std::type_identity<T>) {
+    divide<T>(std::span<T>(reinterpret_cast<T*>(data), count),
+              static_cast<std::size_t>(group_size));
+  });
+}
+
+inline void copy_if_distinct(std::byte* to, const std::byte* from, std::size_t bytes) noexcept {
+  if (to != from && bytes > 0) std::memmove(to, from, bytes);
+}
+
+}  // namespace detail
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/detail/messages.hpp ----
+
+namespace strata::algorithms {
+
+struct AllGatherRing {
+  static constexpr std::string_view kName = "ring";
+
+  template <MessageLink Link>
+  static void run(Link& link) {
+    const auto& call = link.call();
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(call.type);
+    auto* out = static_cast<std::byte*>(call.recv);
+    auto block = [&](int q) {
+      const auto begin = static_cast<std::size_t>(detail::mod(q, n)) * call.count;
+      return detail::Range{begin, begin + call.count};
+    };
+    detail::copy_if_distinct(out + block(r).begin * element,
+                             static_cast<const std::byte*>(call.send), call.count * element);
+    if (n == 1) return;
+    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
+    const int next = detail::mod(r + 1, n);
+    const int prev = detail::mod(r - 1, n);
+    std::vector<transport::SendStep> sends;
+    std::vector<transport::RecvStep> recvs;
+    for (int t = 0; t < n - 1; ++t)
+      for (std::size_t k = 0; k < m; ++k) {
+        const std::size_t i = static_cast<std::size_t>(t) * m + k;
+        const detail::Range send_part = detail::part_of(block(r - t), m, k);
+        const detail::Range recv_part = detail::part_of(block(r - t - 1), m, k);
+        sends.push_back({next, out + send_part.begin * element, send_part.size() * element,
+                         t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)});
+        recvs.push_back({prev, out + recv_part.begin * element, recv_part.size() * element, -1});
+      }
+    link.transfer(sends, recvs, [](std::size_t) {});
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/all_gather_ring.hpp ----
+// ---- begin strata/algorithms/all_reduce_recursive_doubling.hpp ----
+// strata/algorithms/all_reduce_recursive_doubling.hpp — latency-optimised all-reduce for small
+// messages, correct for any group size.
+//
+// Computes  every rank's output = op over all ranks' inputs.
+// Phases    Let p be the largest power of two ≤ n and e = n - p.
+//           1. fold: for r < 2e, even rank r sends its vector to r+1, which combines them;
+//              even ranks then wait. The p remaining ranks get virtual ranks 0..p-1.
+//           2. log2(p) rounds: in round k each remaining rank exchanges its whole vector with
+//              the rank whose virtual rank differs in bit k, and both combine the two.
+//           3. unfold: odd ranks r < 2e send the result to r-1.
+//           Vectors larger than max_message_bytes travel as segments; segment k of a round
+//           goes out as soon as segment k of the previous round is combined.
+// Cost      ⌈log2 n⌉ (+2 when n is not a power of two) message latencies; S·log2(p) bytes
+//           sent per rank: the choice when latency dominates (small S).
+// Requires  agreed calls; scratch of S bytes per receive round.
+// Determinism  bit-identical on every rank: both partners combine (lower virtual rank's
+//           vector, higher's) in that order, so they compute the same tree.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+
+namespace strata::algorithms {
+
+struct AllReduceRecursiveDoubling {
+  static constexpr std::string_view kName = "recursive_doubling";
+
+  template <MessageLink Link>
+  static void run(Link& link) {
+    const auto& call = link.call();
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(call.type);
+    const std::size_t bytes = call.count * element;
+    auto* out = static_cast<std::byte*>(call.recv);
+    detail::copy_if_distinct(out, static_cast<const std::byte*>(call.send), bytes);
+    if (n == 1) return;
+
+    int p = 1;
+    while (p * 2 <= n)
+      p *= 2;
+    const int extra = n - p;
+    const detail::Range all{0, call.count};
+    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
+
+    std::vector<transport::SendStep> sends;
+    std::vector<transport::RecvStep> recvs;
+    struct Combine {
+      detail::Range part;
+      bool received_first;  // the received vector belongs to the lower virtual rank
+      bool last;            // the last combine of this rank: finish a mean here
+    };
+    std::vector<Combine> combines;
+    // Receive round i of this rank has its own scratch region: rounds from different peers
+    // may arrive before the previous round is combined.
+    int rounds = 0;
+    for (int mask = 1; mask < p; mask <<= 1)
+      ++rounds;
+    const bool folded_away = r < 2 * extra && r % 2 == 0;
+    const bool folds_in = r < 2 * extra && r % 2 == 1;
+    const int receive_rounds = folded_away ? 0 : rounds + (folds_in ? 1 : 0);
+    std::byte* scratch = link.scratch(static_cast<std::size_t>(receive_rounds) * bytes);
+    int round = 0;
+    auto previous_recv = [&](std::size_t k) -> std::ptrdiff_t {
+      return recvs.size() < m ? -1 : static_cast<std::ptrdiff_t>(recvs.size() - m + k);
+    };
+
+    if (folded_away) {
+      // Phase 1 and 3 of an even rank: hand the vector over, get the result back.
+      for (std::size_t k = 0; k < m; ++k) {
+        const detail::Range part = detail::part_of(all, m, k);
+        sends.push_back({r + 1, out + part.begin * element, part.size() * element, -1});
+      }
+      for (std::size_t k = 0; k < m; ++k) {
+        const detail::Range part = detail::part_of(all, m, k);
+        recvs.push_back({r + 1, out + part.begin * element, part.size() * element,
+                         static_cast<std::ptrdiff_t>(k)});
+      }
+      link.transfer(sends, recvs, [](std::size_t) {});
+      return;
+    }
+    const int virtual_rank = folds_in ? r / 2 : r - extra;
+    auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+    auto receive_round = [&](int from, bool received_first, bool last,
+                             const std::vector<std::ptrdiff_t>& after_send) {
+      std::byte* region = scratch + static_cast<std::size_t>(round++) * bytes;
+      std::vector<transport::RecvStep> round_recvs;
+      for (std::size_t k = 0; k < m; ++k) {
+        const detail::Range part = detail::part_of(all, m, k);
+        round_recvs.push_back(
+            {from, region + part.begin * element, part.size() * element, after_send[k]});
+        combines.push_back({part, received_first, last});
+      }
+      recvs.insert(recvs.end(), round_recvs.begin(), round_recvs.end());
+    };
+    const std::vector<std::ptrdiff_t> no_send(m, -1);
+    if (folds_in) receive_round(r - 1, /*received_first=*/true, rounds == 0, no_send);
+    int k_round = 0;
+    for (int mask = 1; mask < p; mask <<= 1, ++k_round) {
+      const int partner_virtual = virtual_rank ^ mask;
+      const int partner = real_rank(partner_virtual);
+      std::vector<std::ptrdiff_t> my_sends(m);
+      for (std::size_t k = 0; k < m; ++k) {
+        const detail::Range part = detail::part_of(all, m, k);
+        my_sends[k] = static_cast<std::ptrdiff_t>(sends.size());
+        sends.push_back(
+            {partner, out + part.begin * element, part.size() * element, previous_recv(k)});
+      }
+      // The combine overwrites `out`, which this round's send reads: it waits for the send.
+      receive_round(partner, partner_virtual < virtual_rank, mask * 2 >= p, my_sends);
+    }
+    if (folds_in)
+      for (std::size_t k = 0; k < m; ++k) {
+        const detail::Range part = detail::part_of(all, m, k);
+        sends.push_back(
+            {r - 1, out + part.begin * element, part.size() * element, previous_recv(k)});
+      }
+    link.transfer(sends, recvs, [&](std::size_t j) {
+      const Combine& c = combines[j];
+      std::byte* target = out + c.part.begin * element;
+      const std::byte* received = recvs[j].data;
+      if (c.received_first)
+        detail::combine(call.type, target, received, target, c.part.size(), call.op);
+      else
+        detail::combine(call.type, target, target, received, c.part.size(), call.op);
+      if (c.last) detail::finish_mean(call.type, target, c.part.size(), call.op, n);
+    });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/all_reduce_recursive_doubling.hpp ----
+// ---- begin strata/algorithms/all_reduce_ring.hpp ----
+// strata/algorithms/all_reduce_ring.hpp — pipelined, chunked ring all-reduce over messages.
+//
+// Computes  every rank's output = op over all ranks' inputs.
+// Phases    1. reduce-scatter: the buffer is cut into n chunks; in step t (0 ≤ t < n-1) rank r
+//              sends chunk r-t to rank r+1 and receives chunk r-t-1 from rank r-1, reducing it
+//              with its own input. After n-1 steps rank r holds chunk r+1 reduced over all.
+//           2. all-gather: in step t rank r sends chunk r+1-t and receives chunk r-t straight
+//              into its output.
+//           Each chunk travels as m segments of at most max_message_bytes, and segment k of a
+//           step is forwarded as soon as segment k of the previous step has arrived and been
+//           reduced: sending, receiving and reducing all overlap.
+// Cost      2(n-1)·m messages each way per rank; 2·(n-1)/n·S bytes sent and received per rank
+//           (bandwidth-optimal); latency 2(n-1) hops: use recursive doubling for small S.
+// Requires  agreed calls; n ≥ 1; scratch of channels_per_peer() segments.
+// Determinism  bit-identical on every rank: each chunk is reduced by one rank per step along
+//           the ring (chunk c in the order c, c+1, ..., c-1) and then copied.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+// ---- begin strata/algorithms/detail/partition.hpp ----
+// strata/algorithms/detail/partition.hpp — splitting a buffer into per-rank slices.
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+
+namespace strata::algorithms::detail {
+
+/// Element range [begin, end) of slice `index` when `count` elements are split into `parts`
+/// nearly equal slices whose boundaries fall on 64-byte multiples (so ranks writing adjacent
+/// slices do not share cache lines). Slices may be empty when count is small.
+struct Slice {
+  std::size_t begin;
+  std::size_t end;
+  std::size_t size() const noexcept { return end - begin; }
+};
+
+inline Slice slice_of(std::size_t count, std::size_t element_bytes, int parts, int index) {
+  const std::size_t line = std::max<std::size_t>(1, 64 / element_bytes);
+  const std::size_t lines = (count + line - 1) / line;
+  const auto n = static_cast<std::size_t>(parts);
+  const auto i = static_cast<std::size_t>(index);
+  auto boundary = [&](std::size_t k) { return std::min(count, (lines * k / n) * line); };
+  return {boundary(i), boundary(i + 1)};
+}
+
+/// Typed pointers to every rank's input, offset by `offset` elements.
+template <Element T, class Link>
+std::vector<const T*> inputs_of(const Link& link, std::size_t offset) {
+  std::vector<const T*> inputs(static_cast<std::size_t>(link.size()));
+  for (int r = 0; r < link.size(); ++r)
+    inputs[static_cast<std::size_t>(r)] = static_cast<const T*>(link.call(r).send) + offset;
+  return inputs;
+}
+
+}  // namespace strata::algorithms::detail
+// ---- end strata/algorithms/detail/partition.hpp ----
+
+namespace strata::algorithms {
+
+struct AllReduceRing {
+  static constexpr std::string_view kName = "ring";
+
+  template <MessageLink Link>
+  static void run(Link& link) {
+    const auto& call = link.call();
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(call.type);
+    const auto* in = static_cast<const std::byte*>(call.send);
+    auto* out = static_cast<std::byte*>(call.recv);
+    if (n == 1) {
+      detail::copy_if_distinct(out, in, call.count * element);
+      return;
+    }
+    auto chunk = [&](int c) {
+      const auto s = detail::slice_of(call.count, element, n, detail::mod(c, n));
+      return detail::Range{s.begin, s.end};
+    };
+    std::size_t largest = 0;
+    for (int c = 0; c < n; ++c)
+      largest = std::max(largest, chunk(c).size());
+    const std::size_t m = detail::segments_for(largest, element, link.max_message_bytes());
+    const std::size_t slot_bytes = (largest + m - 1) / m * element;
+    const auto slots = static_cast<std::size_t>(link.channels_per_peer());
+    std::byte* scratch = link.scratch(slots * slot_bytes);
+
+    const int next = detail::mod(r + 1, n);
+    const int prev = detail::mod(r - 1, n);
+    const std::size_t steps = 2 * static_cast<std::size_t>(n - 1);
+    std::vector<transport::SendStep> sends(steps * m);
+    std::vector<transport::RecvStep> recvs(steps * m);
+    std::vector<detail::Range> recv_range(steps * m);
+    for (std::size_t t = 0; t < steps; ++t) {
+      const bool scatter = t < static_cast<std::size_t>(n - 1);
+      const int s = static_cast<int>(scatter ? t : t - static_cast<std::size_t>(n - 1));
+      const detail::Range send_chunk = chunk(scatter ? r - s : r + 1 - s);
+      const detail::Range recv_chunk = chunk(scatter ? r - s - 1 : r - s);
+      for (std::size_t k = 0; k < m; ++k) {
+        const std::size_t i = t * m + k;
+        const detail::Range send_part = detail::part_of(send_chunk, m, k);
+        const detail::Range recv_part = detail::part_of(recv_chunk, m, k);
+        // Step 0 sends raw input; later steps forward what the previous step produced.
+        const std::byte* source = t == 0 ? in : out;
+        sends[i] = {next, source + send_part.begin * element, send_part.size() * element,
+                    t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)};
+        std::byte* target =
+            scatter ? scratch + (i % slots) * slot_bytes : out + recv_part.begin * element;
+        recvs[i] = {prev, target, recv_part.size() * element, -1};
+        recv_range[i] = recv_part;
+      }
+    }
+    const std::size_t scatter_messages = static_cast<std::size_t>(n - 1) * m;
+    const std::size_t last_scatter_step = scatter_messages - m;
+    link.transfer(sends, recvs, [&](std::size_t j) {
+      if (j >= scatter_messages) return;  // all-gather: the data is already in place
+      const detail::Range part = recv_range[j];
+      std::byte* target = out + part.begin * element;
+      detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
+                      call.op);
+      if (j >= last_scatter_step) detail::finish_mean(call.type, target, part.size(), call.op, n);
+    });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/all_reduce_ring.hpp ----
+// ---- begin strata/algorithms/barrier_dissemination.hpp ----
+// strata/algorithms/barrier_dissemination.hpp — the dissemination barrier over messages.
+//
+// Computes  no rank returns before every rank has entered the barrier.
+// Phases    ⌈log2 n⌉ rounds: in round k rank r sends an empty message to r+2^k and waits for
+//           one from r-2^k; a round starts when the previous one has been received. After
+//           the last round every rank has heard, directly or transitively, from all others.
+// Cost      ⌈log2 n⌉ message latencies, header-only messages; correct for any n.
+// Requires  agreed calls (every rank in the same barrier).
+// Determinism  no data.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+
+namespace strata::algorithms {
+
+struct BarrierDissemination {
+  static constexpr std::string_view kName = "dissemination";
+
+  template <MessageLink Link>
+  static void run(Link& link) {
+    const int n = link.size();
+    const int r = link.rank();
+    std::vector<transport::SendStep> sends;
+    std::vector<transport::RecvStep> recvs;
+    for (int distance = 1; distance < n; distance *= 2) {
+      const auto round = static_cast<std::ptrdiff_t>(recvs.size());
+      sends.push_back({detail::mod(r + distance, n), nullptr, 0, round == 0 ? -1 : round - 1});
+      recvs.push_back({detail::mod(r - distance, n), nullptr, 0, -1});
+    }
+    link.transfer(sends, recvs, [](std::size_t) {});
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/barrier_dissemination.hpp ----
+// ---- begin strata/algorithms/broadcast_ring.hpp ----
+// strata/algorithms/broadcast_ring.hpp — pipelined broadcast along a ring of messages.
+//
+// Computes  every rank's output = the root's input.
+// Phases    the root sends its vector in segments to root+1; every rank forwards each segment
+//           to the next rank as soon as it has arrived; root-1 only receives.
+// Cost      (n-1) hops of latency for the first segment, then one segment per hop time: about
+//           S bytes sent and received per rank, whatever n.
+// Requires  agreed calls (count, root).
+// Determinism  a copy: bit-identical everywhere.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+
+namespace strata::algorithms {
+
+struct BroadcastRing {
+  static constexpr std::string_view kName = "ring";
+
+  template <MessageLink Link>
+  static void run(Link& link) {
+    const auto& call = link.call();
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(call.type);
+    const auto* in = static_cast<const std::byte*>(call.send);
+    auto* out = static_cast<std::byte*>(call.recv);
+    const int position = detail::mod(r - call.root, n);
+    if (position == 0) detail::copy_if_distinct(out, in, call.count * element);
+    if (n == 1) return;
+    const detail::Range all{0, call.count};
+    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
+    const int next = detail::mod(r + 1, n);
+    const int prev = detail::mod(r - 1, n);
+    std::vector<transport::SendStep> sends;
+    std::vector<transport::RecvStep> recvs;
+    for (std::size_t k = 0; k < m; ++k) {
+      const detail::Range part = detail::part_of(all, m, k);
+      if (position > 0)
+        recvs.push_back({prev, out + part.begin * element, part.size() * element, -1});
+      if (position < n - 1)
+        sends.push_back({next, (position == 0 ? in : out) + part.begin * element,
+                         part.size() * element,
+                         position == 0 ? -1 : static_cast<std::ptrdiff_t>(k)});
+    }
+    link.transfer(sends, recvs, [](std::size_t) {});
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/broadcast_ring.hpp ----
+// ---- begin strata/algorithms/reduce_ring.hpp ----
+// strata/algorithms/reduce_ring.hpp — pipelined reduce to a root along a ring of messages.
+//
+// Computes  the root's output = op over all ranks' inputs; other ranks' outputs are untouched.
+// Phases    root+1 sends its vector in segments to root+2; every rank combines each arriving
+//           segment with its own input and forwards the partial result; the root combines
+//           the last partial with its input.
+// Cost      (n-1) hops of latency for the first segment, then one segment per hop time: S bytes
+//           sent per rank, every reduction done once.
+// Requires  agreed calls (count, op, root); scratch of S bytes on ranks between the ends.
+// Determinism  fixed order (root+1, root+2, ..., root), independent of timing.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+
+namespace strata::algorithms {
+
+struct ReduceRing {
+  static constexpr std::string_view kName = "ring";
+
+  template <MessageLink Link>
+  static void run(Link& link) {
+    const auto& call = link.call();
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(call.type);
+    const std::size_t bytes = call.count * element;
+    const auto* in = static_cast<const std::byte*>(call.send);
+    auto* out = static_cast<std::byte*>(call.recv);
+    if (n == 1) {
+      detail::copy_if_distinct(out, in, bytes);
+      return;
+    }
+    const int position = detail::mod(r - call.root - 1, n);  // root+1 is 0, the root n-1
+    const bool first = position == 0;
+    const bool root = position == n - 1;
+    const detail::Range all{0, call.count};
+    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
+    const std::size_t slot_bytes = (call.count + m - 1) / m * element;
+    const auto slots = static_cast<std::size_t>(link.channels_per_peer());
+    // Partial results live in scratch on the ranks between the ends: their outputs must not
+    // change.
+    std::byte* scratch = link.scratch(slots * slot_bytes + (first || root ? 0 : bytes));
+    std::byte* partial = scratch + slots * slot_bytes;
+    const int next = detail::mod(r + 1, n);
+    const int prev = detail::mod(r - 1, n);
+    std::vector<transport::SendStep> sends;
+    std::vector<transport::RecvStep> recvs;
+    std::vector<detail::Range> parts;
+    for (std::size_t k = 0; k < m; ++k) {
+      const detail::Range part = detail::part_of(all, m, k);
+      parts.push_back(part);
+      if (!first)
+        recvs.push_back({prev, scratch + (k % slots) * slot_bytes, part.size() * element, -1});
+      if (!root)
+        sends.push_back({next, (first ? in : partial) + part.begin * element, part.size() * element,
+                         first ? -1 : static_cast<std::ptrdiff_t>(k)});
+    }
+    link.transfer(sends, recvs, [&](std::size_t k) {
+      const detail::Range part = parts[k];
+      std::byte* target = (root ? out : partial) + part.begin * element;
+      detail::combine(call.type, target, recvs[k].data, in + part.begin * element, part.size(),
+                      call.op);
+      if (root) detail::finish_mean(call.type, target, part.size(), call.op, n);
+    });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/reduce_ring.hpp ----
+// ---- begin strata/algorithms/reduce_scatter_ring.hpp ----
+// strata/algorithms/reduce_scatter_ring.hpp — pipelined ring reduce-scatter over messages.
+//
+// Computes  rank r's output = op over block r of all ranks' inputs (blocks of `count`).
+// Phases    n-1 steps: in step t rank r sends block r-t-1 (its input at t = 0, else the
+//           partial it made in step t-1) to rank r+1, and receives block r-t-2 from rank r-1,
+//           combining it with its own input; the last step yields block r, written to the
+//           output. Segments are forwarded as soon as they are combined.
+// Cost      (n-1)/n·(n·S) bytes sent per rank for outputs of S bytes; n-1 hops of latency.
+// Requires  agreed calls (count, op); scratch of n blocks for partial results (inputs and
+//           the rest of an in-place buffer stay untouched).
+// Determinism  fixed order along the ring (block q: q+1, q+2, ..., q), independent of timing.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+
+namespace strata::algorithms {
+
+struct ReduceScatterRing {
+  static constexpr std::string_view kName = "ring";
+
+  template <MessageLink Link>
+  static void run(Link& link) {
+    const auto& call = link.call();
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(call.type);
+    const auto* in = static_cast<const std::byte*>(call.send);
+    auto* out = static_cast<std::byte*>(call.recv);
+    auto block = [&](int q) {
+      const auto begin = static_cast<std::size_t>(detail::mod(q, n)) * call.count;
+      return detail::Range{begin, begin + call.count};
+    };
+    if (n == 1) {
+      detail::copy_if_distinct(out, in, call.count * element);
+      return;
+    }
+    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
+    const std::size_t slot_bytes = (call.count + m - 1) / m * element;
+    const auto slots = static_cast<std::size_t>(link.channels_per_peer());
+    const std::size_t total = static_cast<std::size_t>(n) * call.count * element;
+    std::byte* scratch = link.scratch(slots * slot_bytes + total);
+    std::byte* partial = scratch + slots * slot_bytes;  // indexed like the input
+    const int next = detail::mod(r + 1, n);
+    const int prev = detail::mod(r - 1, n);
+    std::vector<transport::SendStep> sends;
+    std::vector<transport::RecvStep> recvs;
+    std::vector<detail::Range> recv_parts;
+    for (int t = 0; t < n - 1; ++t)
+      for (std::size_t k = 0; k < m; ++k) {
+        const std::size_t i = static_cast<std::size_t>(t) * m + k;
+        const detail::Range send_part = detail::part_of(block(r - t - 1), m, k);
+        const detail::Range recv_part = detail::part_of(block(r - t - 2), m, k);
+        sends.push_back({next, (t == 0 ? in : partial) + send_part.begin * element,
+                         send_part.size() * element,
+                         t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)});
+        recvs.push_back({prev, scratch + (i % slots) * slot_bytes, recv_part.size() * element, -1});
+        recv_parts.push_back(recv_part);
+      }
+    const std::size_t last_step = static_cast<std::size_t>(n - 2) * m;
+    const std::size_t own_begin = block(r).begin;
+    link.transfer(sends, recvs, [&](std::size_t j) {
+      const detail::Range part = recv_parts[j];
+      const bool last = j >= last_step;
+      std::byte* target =
+          last ? out + (part.begin - own_begin) * element : partial + part.begin * element;
+      detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
+                      call.op);
+      if (last) detail::finish_mean(call.type, target, part.size(), call.op, n);
+    });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/reduce_scatter_ring.hpp ----
+
+// ---- begin strata/cluster/cluster_spec.hpp ----
+// strata/cluster/cluster_spec.hpp — the tasks of a distributed job and where they listen.
+//
+// A cluster is TensorFlow's `tf.train.ClusterSpec` restricted to the four jobs tf.distribute
+// knows: `chief` (at most one task, the coordinator), `worker`, `ps` (parameter servers) and
+// `evaluator`. Each job maps task indices (from 0; sparse allowed, as Kubeflow emits) to a
+// `host:port` address.
+//
+// Besides lookup, the cluster answers the two questions every multi-process strategy asks:
+//
+// - Which tasks form the collective group, in which order? TF's rule: the chief first (if
+//   any), then the workers by index; ps and evaluator tasks are not members
+//   (`collective_rank`, `collective_task`, `collective_addresses`).
+// - Are two processes looking at the same cluster? `fingerprint()` hashes a canonical text of
+//   the whole cluster; the TCP handshake compares it to refuse peers from another job.
+//
+// Addresses are compared as text: "localhost:2222" and "127.0.0.1:2222" are different
+// addresses (resolving names is the transport's business, and a cluster must not depend on
+// DNS answers to be well formed).
+
+#include <array>
+#include <charconv>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::cluster {
+
+// ---- declarations --------------------------------------------------------------------------
+
+/// The jobs of a tf.distribute cluster. The numeric order is the canonical job order (used by
+/// `ClusterSpec::canonical` and `make_tf_config`).
+enum class TaskType : std::uint8_t { chief, worker, ps, evaluator };
+
+/// Every `TaskType`, in canonical order.
+inline constexpr TaskType kTaskTypes[] = {TaskType::chief, TaskType::worker, TaskType::ps,
+                                          TaskType::evaluator};
+
+/// The largest task index a cluster accepts. Far beyond any real job; the bound turns absurd
+/// configurations (an index of 10^12 in a sparse job) into a clear error.
+inline constexpr int kMaxTaskIndex = 1'000'000;
+
+/// The TF_CONFIG name of `type` ("chief", "worker", "ps", "evaluator"; "invalid" for values
+/// outside the enum).
+constexpr std::string_view to_string(TaskType type) noexcept;
+
+/// The `TaskType` named `name` exactly as TF_CONFIG spells it (lower case), or `std::nullopt`.
+/// Example: `parse_task_type("ps") == TaskType::ps`, `parse_task_type("master") == nullopt`.
+constexpr std::optional<TaskType> parse_task_type(std::string_view name) noexcept;
+
+/// Where one task listens: a host name, an IPv4 address or an IPv6 literal (stored without
+/// brackets), and a port in [1, 65535].
+struct Address {
+  std::string host;
+  std::uint16_t port = 0;
+
+  /// "host:port", with an IPv6 literal in brackets: "[::1]:2222". `parse_address` reads it
+  /// back to an equal `Address`.
+  std::string to_string() const;
+
+  friend bool operator==(const Address&, const Address&) = default;
+  /// Lexicographic by host, then port: lets addresses key ordered containers.
+  friend auto operator<=>(const Address&, const Address&) = default;
+};
+
+/// Parses "host:port" or "[ipv6]:port" (an IPv6 zone is allowed: "[fe80::1%eth0]:2222").
+///
+/// The host is a name or IPv4 address made of letters, digits, '-', '_' and '.' (at most 253
+/// characters, not starting with '-' or '.', no empty label) or a bracketed IPv6 literal; the
+/// port is decimal in [1, 65535]. Nothing else is accepted: no scheme, no spaces, no path.
+///
+/// @param setting what is being parsed, for the message ("MASTER_ADDR", "address", ...).
+/// @throws ConfigurationError (rank -1, operation `setting`) quoting `text` when there is no
+///   port, the host is empty or malformed, the port is not a number, is 0 or above 65535, or
+///   anything follows the port.
+/// Example: `parse_address("[::1]:80") == Address{"::1", 80}`.
+inline Address parse_address(std::string_view text, std::string_view setting = "address");
+
+/// One task of a cluster: its job and its index in that job.
+struct Task {
+  TaskType type = TaskType::worker;
+  int index = 0;
+
+  friend bool operator==(const Task&, const Task&) = default;
+};
+
+/// The tasks of a cluster and their addresses: TF's `tf.train.ClusterSpec`.
+///
+/// Invariants (checked by `add`): indices are in [0, kMaxTaskIndex]; no two tasks share an
+/// address; the chief job has at most one task, index 0. Jobs may be sparse (indices with
+/// holes), as in Kubeflow's TF_CONFIG, where each worker sees only itself and the ps tasks.
+///
+/// Value semantics; equality compares every task and address. Not synchronized: share a
+/// `const ClusterSpec` between threads, not one being modified.
+///
+/// Example:
+///
+///     strata::cluster::ClusterSpec spec;
+///     spec.add({TaskType::chief, 0}, parse_address("host0:2222"));
+///     spec.add({TaskType::worker, 0}, parse_address("host1:2222"));
+///     spec.collective_rank({TaskType::worker, 0});  // 1: the chief is rank 0
+class ClusterSpec {
+ public:
+  /// An empty cluster.
+  ClusterSpec() = default;
+
+  /// Adds `task` at `address`.
+  /// @throws ConfigurationError (operation "ClusterSpec::add") if the task is already present,
+  ///   its index is negative or above `kMaxTaskIndex`, another task uses `address`, the
+  ///   address is malformed (see `parse_address`), or a chief other than a single chief 0 is
+  ///   added. The cluster is unchanged when it throws.
+  void add(Task task, Address address);
+
+  /// True when the cluster has no task.
+  bool empty() const noexcept { return by_address_.empty(); }
+  /// The number of tasks of `type` (present indices; a sparse job counts its holes as absent).
+  std::size_t num_tasks(TaskType type) const noexcept { return tasks(type).size(); }
+  /// The tasks of `type`, index → address, in ascending index order (empty if none).
+  const std::map<int, Address>& tasks(TaskType type) const noexcept;
+  bool contains(Task task) const noexcept;
+  /// The address of `task`.
+  /// @throws ConfigurationError (operation "ClusterSpec::address") "task not in cluster".
+  const Address& address(Task task) const;
+  /// The task listening at `address`, if any.
+  std::optional<Task> find(const Address& address) const noexcept;
+  bool has_chief() const noexcept { return !tasks(TaskType::chief).empty(); }
+
+  /// The number of tasks in the collective group: the chief (if any) plus every worker.
+  int collective_size() const noexcept;
+  /// The rank of `task` in the collective group: the chief is rank 0, then the workers in
+  /// index order (worker i is rank i, or i + 1 with a chief). `std::nullopt` for ps and
+  /// evaluator tasks and for tasks not in the cluster. In a sparse worker job the rank is the
+  /// worker's position among the workers present (`collective_addresses` refuses such a job).
+  std::optional<int> collective_rank(Task task) const noexcept;
+  /// The task at collective rank `rank` (the inverse of `collective_rank`).
+  /// @throws UsageError (operation "ClusterSpec::collective_task") unless
+  ///   0 <= rank < collective_size().
+  Task collective_task(int rank) const;
+  /// The addresses of the collective group in rank order.
+  /// @throws ConfigurationError (operation "ClusterSpec::collective_addresses") naming the
+  ///   missing indices when the worker job has holes: a collective needs every worker.
+  std::vector<Address> collective_addresses() const;
+
+  /// 64-bit FNV-1a hash of `canonical()`. Equal for equal clusters however they were written
+  /// (JSON key order, dense list or sparse map); different, with overwhelming probability,
+  /// when any task or address differs. Cost: O(total address length), no allocation.
+  std::uint64_t fingerprint() const noexcept;
+  /// The canonical text `fingerprint` hashes: "job:index=address" for every task, jobs in
+  /// `kTaskTypes` order, indices ascending, joined by ';', addresses as `Address::to_string`.
+  /// Example: "chief:0=host0:2222;worker:0=host1:2222;worker:1=[::1]:2222".
+  std::string canonical() const;
+
+  friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
+
+ private:
+  // Feeds the canonical text to `sink` piece by piece, so that fingerprint() hashes it without
+  // building a string.
+  template <class Sink>
+  void emit_canonical(Sink&& sink) const;
+
+  std::array<std::map<int, Address>, std::size(kTaskTypes)> jobs_{};
+  // Derived from jobs_ (so equality is unaffected); finds duplicate addresses in O(log n).
+  std::map<Address, Task> by_address_{};
+};
+
+}  // namespace strata::cluster
+
+// ---- fmt support ---------------------------------------------------------------------------
+
+/// Formats as `to_string(type)`: "worker".
+template <>
+struct fmt::formatter<strata::cluster::TaskType> : fmt::formatter<std::string_view> {
+  template <class FormatContext>
+  auto format(strata::cluster::TaskType type, FormatContext& ctx) const {
+    return fmt::formatter<std::string_view>::format(strata::cluster::to_string(type), ctx);
+  }
+};
+
+/// Formats as "type index": "worker 3".
+template <>
+struct fmt::formatter<strata::cluster::Task> : fmt::formatter<std::string_view> {
+  template <class FormatContext>
+  auto format(const strata::cluster::Task& task, FormatContext& ctx) const {
+    const std::string text = fmt::format("{} {}", task.type, task.index);
+    return fmt::formatter<std::string_view>::format(text, ctx);
+  }
+};
+
+/// Formats as `Address::to_string()`: "host:2222", "[::1]:2222".
+template <>
+struct fmt::formatter<strata::cluster::Address> : fmt::formatter<std::string_view> {
+  template <class FormatContext>
+  auto format(const strata::cluster::Address& address, FormatContext& ctx) const {
+    return fmt::formatter<std::string_view>::format(address.to_string(), ctx);
+  }
+};
+
+// ---- definitions ---------------------------------------------------------------------------
+
+namespace strata::cluster {
+
+constexpr std::string_view to_string(TaskType type) noexcept {
+  switch (type) {
+    case TaskType::chief:
+      return "chief";
+    case TaskType::worker:
+      return "worker";
+    case TaskType::ps:
+      return "ps";
+    case TaskType::evaluator:
+      return "evaluator";
+  }
+  return "invalid";
+}
+
+constexpr std::optional<TaskType> parse_task_type(std::string_view name) noexcept {
+  for (const TaskType type : kTaskTypes) {
+    if (to_string(type) == name) return type;
+  }
+  return std::nullopt;
+}
+
+// Helpers in their own namespace: sibling headers of cluster/ have detail helpers of their own.
+namespace detail::spec {
+
+inline constexpr std::string_view kAddressHint =
+    "write host:port, e.g. 'worker-0.example.com:2222', '10.0.0.1:2222' or '[::1]:2222'";
+
+// `text` for a message: bytes outside printable ASCII become \xNN (the text may be anything
+// a user or a fuzzer wrote), and only the first `max_shown` bytes are kept, so that messages
+// stay short.
+inline std::string escaped(std::string_view text, std::size_t max_shown) {
+  std::string out;
+  const std::size_t shown = text.size() <= max_shown ? text.size() : max_shown;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x20 || byte >= 0x7f) {
+      fmt::format_to(std::back_inserter(out), "\\x{:02x}", byte);
+    } else {
+      out += static_cast<char>(byte);
+    }
+  }
+  if (shown < text.size()) out += "...";
+  return out;
+}
+
+// `text` escaped and between `quote`s; a cut text says how long it was.
+inline std::string quote_text(std::string_view text, char quote = '\'') {
+  constexpr std::size_t kMaxShown = 96;
+  std::string out =
+      fmt::format("{}{}{}", quote, escaped(text.substr(0, kMaxShown), kMaxShown), quote);
+  if (text.size() > kMaxShown)
+    fmt::format_to(std::back_inserter(out), " (cut, {} bytes in all)", text.size());
+  return out;
+}
+
+constexpr bool is_digit(char c) noexcept {
+  return c >= '0' && c <= '9';
+}
+constexpr bool is_alnum(char c) noexcept {
+  return is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+constexpr bool is_hex(char c) noexcept {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+constexpr bool all_digits(std::string_view text) noexcept {
+  if (text.empty()) return false;
+  for (const char c : text) {
+    if (!is_digit(c)) return false;
+  }
+  return true;
+}
+
+// Dotted-quad IPv4 (each part 0..255, 1 to 3 digits).
+constexpr bool is_ipv4(std::string_view text) noexcept {
+  int parts = 0;
+  while (true) {
+    const std::size_t dot = text.find('.');
+    const std::string_view part = text.substr(0, dot);
+    if (part.empty() || part.size() > 3 || !all_digits(part)) return false;
+    int value = 0;
+    for (const char c : part)
+      value = value * 10 + (c - '0');
+    if (value > 255) return false;
+    ++parts;
+    if (dot == std::string_view::npos) break;
+    text.remove_prefix(dot + 1);
+  }
+  return parts == 4;
+}
+
+// An IPv6 literal as written between brackets: groups of 1-4 hex digits, at most one "::",
+// an optional dotted IPv4 tail and an optional %zone.
+constexpr bool is_ipv6(std::string_view text) noexcept {
+  if (const std::size_t percent = text.find('%'); percent != std::string_view::npos) {
+    const std::string_view zone = text.substr(percent + 1);
+    if (zone.empty() || zone.size() > 64) return false;
+    for (const char c : zone) {
+      if (!is_alnum(c) && c != '-' && c != '_' && c != '.') return false;
+    }
+    text = text.substr(0, percent);
+  }
+  if (text.size() < 2 || text.size() > 45) return false;
+  int groups = 0;
+  bool compressed = false;
+  std::size_t i = 0;
+  if (text.starts_with("::")) {
+    compressed = true;
+    i = 2;
+    if (i == text.size()) return true;
+  } else if (text.front() == ':') {
+    return false;
+  }
+  while (true) {
+    std::size_t end = text.find(':', i);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view group = text.substr(i, end - i);
+    if (group.empty()) return false;
+    if (end == text.size() && group.find('.') != std::string_view::npos) {
+      if (!is_ipv4(group)) return false;
+      groups += 2;
+    } else {
+      if (group.size() > 4) return false;
+      for (const char c : group) {
+        if (!is_hex(c)) return false;
+      }
+      groups += 1;
+    }
+    if (end == text.size()) break;
+    if (end + 1 < text.size() && text[end + 1] == ':') {
+      if (compressed) return false;
+      compressed = true;
+      i = end + 2;
+      if (i == text.size()) break;
+    } else {
+      i = end + 1;
+      if (i == text.size()) return false;  // a single trailing ':'
+    }
+  }
+  return compressed ? groups < 8 : groups == 8;
+}
+
+// Why `host` is not a usable host, or "" if it is. `host` is as stored in Address: an IPv6
+// literal without brackets, anything else a name or IPv4 address.
+inline std::string host_problem(std::string_view host) {
+  if (host.empty()) return "the host is empty";
+  if (host.find(':') != std::string_view::npos) {
+    if (is_ipv6(host)) return "";
+    return fmt::format("the host {} is not a valid name or IPv6 address", quote_text(host));
+  }
+  if (host.size() > 253)
+    return fmt::format("the host is {} characters long (at most 253)", host.size());
+  for (const char c : host) {
+    if (!is_alnum(c) && c != '-' && c != '_' && c != '.')
+      return fmt::format("the host contains {}", quote_text(std::string_view(&c, 1)));
+  }
+  if (host.front() == '-' || host.front() == '.')
+    return fmt::format("the host starts with {}", quote_text(host.substr(0, 1)));
+  if (host.find("..") != std::string_view::npos) return "the host has an empty label ('..')";
+  return "";
+}
+
+// Parses `text` into `out`; returns why it is not an address, or "" on success.
+inline std::string address_problem(std::string_view text, Address& out) {
+  if (text.empty()) return "it is empty";
+  std::string_view host;
+  std::string_view rest;  // from the ':' before the port on
+  if (text.front() == '[') {
+    const std::size_t close = text.find(']');
+    if (close == std::string_view::npos) return "'[' has no matching ']'";
+    host = text.substr(1, close - 1);
+    rest = text.substr(close + 1);
+    if (host.empty()) return "the host is empty";
+    if (!is_ipv6(host))
+      return fmt::format("{} is not an IPv6 address (brackets are for IPv6 only)",
+                         quote_text(host));
+    if (rest.empty()) return "there is no port";
+    if (rest.front() != ':')
+      return fmt::format("{} follows ']' where ':port' should", quote_text(rest));
+  } else {
+    const std::size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return "there is no port";
+    host = text.substr(0, colon);
+    rest = text.substr(colon);
+    if (host.find(':') != std::string_view::npos) {
+      if (is_ipv6(host) || is_ipv6(text)) return "an IPv6 address needs brackets, as in [::1]:2222";
+      return "there is more than one ':' outside brackets";
+    }
+    if (std::string problem = host_problem(host); !problem.empty()) return problem;
+  }
+  const std::string_view port_text = rest.substr(1);
+  if (port_text.empty()) return "there is no port";
+  if (!all_digits(port_text))
+    return fmt::format("the port {} is not a decimal number", quote_text(port_text));
+  std::uint32_t port = 0;
+  const auto [end, ec] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || port > 65535)
+    return fmt::format("the port {} is above 65535", quote_text(port_text));
+  if (port == 0) return "the port is 0 (a task needs a fixed port)";
+  out.host.assign(host.data(), host.size());
+  out.port = static_cast<std::uint16_t>(port);
+  return "";
+}
+
+// "0-2, 5, 7-9": the keys of `tasks` as ranges, at most `max_ranges` of them.
+inline std::string describe_indices(const std::map<int, Address>& tasks, int max_ranges = 8) {
+  std::string out;
+  int ranges = 0;
+  for (auto it = tasks.begin(); it != tasks.end();) {
+    const int first = it->first;
+    int last = first;
+    for (++it; it != tasks.end() && it->first == last + 1; ++it)
+      last = it->first;
+    if (ranges == max_ranges) {
+      out += ", ...";
+      break;
+    }
+    if (ranges > 0) out += ", ";
+    if (first == last) {
+      fmt::format_to(std::back_inserter(out), "{}", first);
+    } else {
+      fmt::format_to(std::back_inserter(out), "{}-{}", first, last);
+    }
+    ++ranges;
+  }
+  return out;
+}
+
+// "chief 0; worker 0-2; ps 0-1", for messages that say what a cluster holds.
+template <class Spec>
+std::string describe_cluster(const Spec& spec) {
+  std::string out;
+  for (const TaskType type : kTaskTypes) {
+    const auto& tasks = spec.tasks(type);
+    if (tasks.empty()) continue;
+    if (!out.empty()) out += "; ";
+    fmt::format_to(std::back_inserter(out), "{} {}", type, describe_indices(tasks));
+  }
+  return out.empty() ? std::string("no tasks") : out;
+}
+
+constexpr bool is_task_type(TaskType type) noexcept {
+  return static_cast<std::size_t>(type) < std::size(kTaskTypes);
+}
+
+}  // namespace detail::spec
+
+inline std::string Address::to_string() const {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+inline Address parse_address(std::string_view text, std::string_view setting) {
+  Address address;
+  if (std::string problem = detail::spec::address_problem(text, address); !problem.empty()) {
+    throw ConfigurationError(
+        -1, setting,
+        fmt::format("cannot use {} as an address: {}", detail::spec::quote_text(text), problem),
+        detail::spec::kAddressHint);
+  }
+  return address;
+}
+
+inline void ClusterSpec::add(Task task, Address address) {
+  constexpr std::string_view kOperation = "ClusterSpec::add";
+  auto fail = [&](std::string_view problem, std::string_view what_to_do) {
+    throw ConfigurationError(
+        -1, kOperation,
+        fmt::format("cannot add {} {} at {}: {}", to_string(task.type), task.index,
+                    detail::spec::quote_text(address.to_string()), problem),
+        what_to_do);
+  };
+  if (!detail::spec::is_task_type(task.type))
+    fail(fmt::format("{} is not a task type", static_cast<int>(task.type)),
+         "use TaskType::chief, worker, ps or evaluator");
+  if (task.index < 0) fail("the task index is negative", "number the tasks of a job from 0");
+  if (task.index > kMaxTaskIndex)
+    fail(fmt::format("the task index is above the limit of {}", kMaxTaskIndex),
+         "number the tasks of a job from 0, without large gaps");
+  if (address.port == 0) fail("the port is 0", "give every task a fixed port in [1, 65535]");
+  if (std::string problem = detail::spec::host_problem(address.host); !problem.empty())
+    fail(problem, detail::spec::kAddressHint);
+  auto& job = jobs_[static_cast<std::size_t>(task.type)];
+  if (task.type == TaskType::chief) {
+    if (!job.empty())
+      fail(fmt::format("the cluster already has a chief, at {}",
+                       detail::spec::quote_text(job.begin()->second.to_string())),
+           "a cluster has at most one chief; add the other tasks as workers");
+    if (task.index != 0)
+      fail("the chief is always task 0 of its job", "add the chief as {chief, 0}");
+  }
+  if (const auto it = job.find(task.index); it != job.end())
+    fail(fmt::format("the cluster already has {} {}, at {}", to_string(task.type), task.index,
+                     detail::spec::quote_text(it->second.to_string())),
+         "give each task of a job its own index");
+  if (const auto other = find(address))
+    fail(fmt::format("{} {} already uses this address", to_string(other->type), other->index),
+         "give every task its own host:port");
+
+  const auto [position, inserted] = by_address_.emplace(address, task);
+  try {
+    job.emplace(task.index, std::move(address));
+  } catch (...) {
+    by_address_.erase(position);  // keep the two maps consistent (strong guarantee)
+    throw;
+  }
+}
+
+inline const std::map<int, Address>& ClusterSpec::tasks(TaskType type) const noexcept {
+  static const std::map<int, Address> kNone;
+  if (!detail::spec::is_task_type(type)) return kNone;
+  return jobs_[static_cast<std::size_t>(type)];
+}
+
+inline bool ClusterSpec::contains(Task task) const noexcept {
+  return tasks(task.type).contains(task.index);
+}
+
+inline const Address& ClusterSpec::address(Task task) const {
+  const auto& job = tasks(task.type);
+  const auto it = job.find(task.index);
+  if (it == job.end()) {
+    throw ConfigurationError(
+        -1, "ClusterSpec::address",
+        fmt::format("task not in cluster: {} {} (the cluster has {})", to_string(task.type),
+                    task.index, detail::spec::describe_cluster(*this)),
+        "ask only for tasks of the cluster (see ClusterSpec::contains)");
+  }
+  return it->second;
+}
+
+inline std::optional<Task> ClusterSpec::find(const Address& address) const noexcept {
+  const auto it = by_address_.find(address);
+  if (it == by_address_.end()) return std::nullopt;
+  return it->second;
+}
+
+inline int ClusterSpec::collective_size() const noexcept {
+  return static_cast<int>(tasks(TaskType::chief).size() + tasks(TaskType::worker).size());
+}
+
+inline std::optional<int> ClusterSpec::collective_rank(Task task) const noexcept {
+  if (task.type == TaskType::chief) {
+    return contains(task) ? std::optional<int>(0) : std::nullopt;
+  }
+  if (task.type != TaskType::worker) return std::nullopt;
+  const auto& workers = tasks(TaskType::worker);
+  const auto it = workers.find(task.index);
+  if (it == workers.end()) return std::nullopt;
+  const int offset = has_chief() ? 1 : 0;
+  // Dense job: the index is the position; only a sparse one needs the O(n) walk.
+  const bool dense = workers.rbegin()->first == static_cast<int>(workers.size()) - 1;
+  const auto position = dense ? task.index : std::distance(workers.begin(), it);
+  return offset + static_cast<int>(position);
+}
+
+inline Task ClusterSpec::collective_task(int rank) const {
+  const int size = collective_size();
+  if (rank < 0 || rank >= size) {
+    throw UsageError(-1, "ClusterSpec::collective_task",
+                     fmt::format("rank {} is out of range for a collective group of {} tasks "
+                                 "(the cluster has {})",
+                                 rank, size, detail::spec::describe_cluster(*this)),
+                     "pass a rank from 0 to collective_size() - 1");
+  }
+  if (has_chief()) {
+    if (rank == 0) return Task{TaskType::chief, 0};
+    --rank;
+  }
+  const auto& workers = tasks(TaskType::worker);
+  return Task{TaskType::worker, std::next(workers.begin(), rank)->first};
+}
+
+inline std::vector<Address> ClusterSpec::collective_addresses() const {
+  const auto& workers = tasks(TaskType::worker);
+  if (!workers.empty() && workers.rbegin()->first != static_cast<int>(workers.size()) - 1) {
+    constexpr long long kMaxListed = 16;
+    std::string listed;
+    long long missing = 0;
+    int expected = 0;
+    for (const auto& [index, address] : workers) {
+      for (; expected < index; ++expected, ++missing) {
+        if (missing < kMaxListed)
+          fmt::format_to(std::back_inserter(listed), "{}{}", missing == 0 ? "" : ", ", expected);
+      }
+      expected = index + 1;
+    }
+    if (missing > kMaxListed)
+      fmt::format_to(std::back_inserter(listed), " and {} more", missing - kMaxListed);
+    throw ConfigurationError(
+        -1, "ClusterSpec::collective_addresses",
+        fmt::format("the worker job has holes: worker {} {} {} missing (present: {}); a "
+                    "collective needs every worker from 0 to {}",
+                    missing == 1 ? "index" : "indices", listed, missing == 1 ? "is" : "are",
+                    detail::spec::describe_indices(workers), workers.rbegin()->first),
+        "list every worker in the cluster (each process needs the full worker job, not the "
+        "sparse form), or renumber the workers from 0 without gaps");
+  }
+  std::vector<Address> addresses;
+  addresses.reserve(static_cast<std::size_t>(collective_size()));
+  for (const auto& [index, address] : tasks(TaskType::chief))
+    addresses.push_back(address);
+  for (const auto& [index, address] : workers)
+    addresses.push_back(address);
+  return addresses;
+}
+
+template <class Sink>
+void ClusterSpec::emit_canonical(Sink&& sink) const {
+  bool first = true;
+  auto emit_number = [&](unsigned long long value) {
+    char digits[24];
+    const auto result = std::to_chars(std::begin(digits), std::end(digits), value);
+    sink(std::string_view(digits, static_cast<std::size_t>(result.ptr - digits)));
+  };
+  for (const TaskType type : kTaskTypes) {
+    for (const auto& [index, address] : tasks(type)) {
+      if (!first) sink(";");
+      first = false;
+      sink(to_string(type));
+      sink(":");
+      emit_number(static_cast<unsigned long long>(index));
+      sink("=");
+      const bool bracket = address.host.find(':') != std::string::npos;
+      if (bracket) sink("[");
+      sink(address.host);
+      if (bracket) sink("]");
+      sink(":");
+      emit_number(address.port);
+    }
+  }
+}
+
+inline std::uint64_t ClusterSpec::fingerprint() const noexcept {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a 64 offset basis
+  emit_canonical([&hash](std::string_view piece) noexcept {
+    for (const char c : piece) {
+      hash ^= static_cast<unsigned char>(c);
+      hash *= 0x100000001b3ULL;  // FNV-1a 64 prime
+    }
+  });
+  return hash;
+}
+
+inline std::string ClusterSpec::canonical() const {
+  std::string text;
+  emit_canonical([&text](std::string_view piece) { text += piece; });
+  return text;
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/cluster_spec.hpp ----
+// ---- begin strata/cluster/environment.hpp ----
+// strata/cluster/environment.hpp — where resolvers read launcher variables from.
+//
+// Resolvers never call getenv themselves: they take an `Environment`, so that tests (and
+// programs that receive their configuration some other way) can hand them a map instead of
+// mutating the process environment, which is not thread-safe.
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace strata::cluster {
+
+/// A read-only view of environment variables: returns the value of `name`, or `std::nullopt`
+/// when it is not set. A variable set to the empty string is returned as "" (resolvers treat
+/// it as unset, like `STRATA_TIMEOUT`).
+using Environment = std::function<std::optional<std::string>(std::string_view name)>;
+
+/// The environment of this process, read with `std::getenv` on every lookup (so changes made
+/// before a resolver runs are seen). Reading is safe as long as no thread calls `setenv`
+/// concurrently.
+///
+/// Example: `auto env = strata::cluster::torchrun_environment(process_environment());`
+inline Environment process_environment() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const std::string key(name);
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only, see above.
+    const char* value = std::getenv(key.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+/// An environment holding exactly `variables` (nothing from the process), for tests and for
+/// programs that take their settings from a file or command line.
+///
+/// Example: `environment_from({{"RANK", "1"}, {"WORLD_SIZE", "4"}})`
+inline Environment environment_from(std::map<std::string, std::string> variables) {
+  return [variables = std::move(variables)](std::string_view name) -> std::optional<std::string> {
+    const auto it = variables.find(std::string(name));
+    if (it == variables.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/environment.hpp ----
+// ---- begin strata/cluster/launcher_environment.hpp ----
+// strata/cluster/launcher_environment.hpp — what torchrun, OpenMPI's mpirun and SLURM's srun
+// tell each process about its place in the job.
+//
+// Each launcher describes the job in its own variables. These functions read one launcher's
+// variables, check them against each other and return the common picture: this process's
+// rank, the world size, its rank on its host, and where strata's rendezvous store (see
+// strata/cluster/store.hpp) is served — always by rank 0, at `master_addr:master_port`.
+//
+//   torchrun  rank, size, local rank: RANK, WORLD_SIZE, LOCAL_RANK
+//             store host: MASTER_ADDR
+//             store port: STRATA_STORE_PORT, else MASTER_PORT + 1 under torchrun's agent
+//                         store, else MASTER_PORT
+//   openmpi   rank, size, local rank: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK
+//             store host: MASTER_ADDR (passed with mpirun -x)
+//             store port: STRATA_STORE_PORT, else MASTER_PORT, else 29500
+//   slurm     rank, size, local rank: SLURM_PROCID, SLURM_NTASKS (or SLURM_NPROCS),
+//                                     SLURM_LOCALID
+//             store host: MASTER_ADDR, else the first node of SLURM_STEP_NODELIST (or
+//                         SLURM_JOB_NODELIST)
+//             store port: STRATA_STORE_PORT, else MASTER_PORT, else
+//                         15000 + SLURM_JOB_ID % 10000
+//
+// A variable set to the empty string counts as unset.
+
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/cluster/slurm.hpp ----
+// strata/cluster/slurm.hpp — SLURM's compressed host lists and task counts.
+//
+// SLURM hands a job its nodes as a host list expression (SLURM_JOB_NODELIST,
+// SLURM_STEP_NODELIST: "node[01-04,07],login5") and its task layout as a compressed count list
+// (SLURM_TASKS_PER_NODE: "3(x2),1"). These functions expand both exactly as `scontrol show
+// hostnames` and the sbatch man page describe, so that every rank derives the same node order
+// without calling scontrol.
+
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::cluster {
+
+/// The most host names `expand_hostlist` produces (and the most nodes
+/// `expand_tasks_per_node` describes); larger inputs are rejected before anything is
+/// allocated, so a hostile or corrupted variable cannot exhaust memory.
+inline constexpr std::size_t kMaxExpandedHosts = 1'000'000;
+
+/// Expands a SLURM host list expression into host names, in the order written.
+///
+/// Syntax (see `man scontrol`, "HOSTLIST EXPRESSIONS"):
+/// - hosts are separated by commas outside brackets: `n1,n2,login.example.org`;
+/// - a bracket holds comma-separated numbers and inclusive ranges: `n[1-3,7]` →
+///   n1 n2 n3 n7;
+/// - zero padding is kept: the width of a range is the number of digits of its lower bound,
+///   as in SLURM (`n[008-011]` → n008 n009 n010 n011; `n[1-10]` → n1 … n10);
+/// - text may follow a bracket, and a name may hold several brackets, expanded with the
+///   leftmost varying slowest: `rack[1-2]-n[1-2]` → rack1-n1 rack1-n2 rack2-n1 rack2-n2;
+/// - duplicates and unsorted numbers are kept as written (`n[3,1]` → n3 n1).
+///
+/// Example: `expand_hostlist("n[01-04,07],m5")` → {"n01", "n02", "n03", "n04", "n07", "m5"}.
+///
+/// @param list     the expression, e.g. the value of SLURM_JOB_NODELIST.
+/// @param setting  where it came from, used as the error's operation ("SLURM_JOB_NODELIST").
+/// @throws ConfigurationError (rank -1, operation `setting`) quoting the text and the
+///   1-based position of the problem for: an empty list, host or bracket part; unbalanced
+///   or nested brackets; a non-numeric or reversed (`n[5-3]`) range; numbers that overflow;
+///   whitespace or control characters; more than `kMaxExpandedHosts` names in all.
+/// Cost: O(size of the output); nothing is allocated for the output before its size is known.
+inline std::vector<std::string> expand_hostlist(std::string_view list,
+                                                std::string_view setting = "SLURM host list");
+
+/// Expands SLURM's compressed tasks-per-node list into one count per node.
+///
+/// Syntax (see SLURM_TASKS_PER_NODE in `man sbatch`): comma-separated items, each `N` (N tasks
+/// on the next node) or `N(xM)` (N tasks on each of the next M nodes).
+///
+/// Example: `expand_tasks_per_node("3(x2),1")` → {3, 3, 1}.
+///
+/// @param counts   the list, e.g. the value of SLURM_STEP_TASKS_PER_NODE.
+/// @param setting  where it came from, used as the error's operation.
+/// @throws ConfigurationError (rank -1, operation `setting`) quoting the text and the
+///   1-based position for: empty items, anything but digits and `(xM)`, a repeat of 0, more
+///   than `kMaxExpandedHosts` nodes, or a total number of tasks that does not fit an `int`.
+inline std::vector<int> expand_tasks_per_node(std::string_view counts,
+                                              std::string_view setting = "SLURM_TASKS_PER_NODE");
+
+// ---- implementation ---------------------------------------------------------------------------
+
+namespace detail::slurm {
+
+/// The text for an error message: hostile inputs may be huge, messages should not be.
+inline std::string quote_excerpt(std::string_view text) {
+  constexpr std::size_t kMaxQuoted = 200;
+  if (text.size() <= kMaxQuoted) return fmt::format("'{}'", text);
+  return fmt::format("'{}...' ({} characters)", text.substr(0, kMaxQuoted), text.size());
+}
+
+[[noreturn]] inline void throw_hostlist_error(std::string_view list, std::string_view setting,
+                                              std::size_t position, std::string_view problem) {
+  throw ConfigurationError(
+      -1, setting,
+      fmt::format("cannot expand the host list {}: {} at position {}", quote_excerpt(list), problem,
+                  position + 1),
+      "give a SLURM host list such as node[01-04,07],login5 (see `man scontrol`, HOSTLIST "
+      "EXPRESSIONS)");
+}
+
+[[noreturn]] inline void throw_tasks_error(std::string_view counts, std::string_view setting,
+                                           std::size_t position, std::string_view problem) {
+  throw ConfigurationError(
+      -1, setting,
+      fmt::format("cannot expand the tasks-per-node list {}: {} at position {}",
+                  quote_excerpt(counts), problem, position + 1),
+      "give a SLURM task count list such as 3(x2),1 (see SLURM_TASKS_PER_NODE in `man sbatch`)");
+}
+
+inline bool is_digit(char c) noexcept {
+  return c >= '0' && c <= '9';
+}
+
+/// Parses a run of decimal digits starting at `pos` (at least one digit); returns false on
+/// overflow or when no digit is there. Advances `pos` past the digits.
+inline bool parse_digits(std::string_view text, std::size_t& pos, std::uint64_t& value) {
+  const std::size_t start = pos;
+  while (pos < text.size() && is_digit(text[pos]))
+    ++pos;
+  if (pos == start) return false;
+  const auto [end, ec] = std::from_chars(text.data() + start, text.data() + pos, value);
+  return ec == std::errc() && end == text.data() + pos;
+}
+
+struct HostRange {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  int width = 0;  // digits of the lower bound: SLURM's zero-padding rule
+};
+
+/// One part of a host name: literal text, or a bracket of ranges.
+struct HostSegment {
+  std::string_view text;          // when `ranges` is empty
+  std::vector<HostRange> ranges;  // a bracket
+  std::uint64_t count = 1;        // names this segment contributes to each combination
+};
+
+/// Parses the body of a bracket (between '[' and ']'), `first` being its offset in `list`.
+inline HostSegment parse_bracket(std::string_view list, std::string_view setting, std::size_t first,
+                                 std::size_t last) {
+  HostSegment segment;
+  segment.count = 0;
+  if (first == last) throw_hostlist_error(list, setting, first, "empty brackets '[]'");
+  std::size_t pos = first;
+  while (true) {
+    const std::size_t part_start = pos;
+    if (pos == last || list[pos] == ',')
+      throw_hostlist_error(list, setting, pos, "empty range inside brackets");
+    HostRange range;
+    if (!is_digit(list[pos]))
+      throw_hostlist_error(list, setting, pos,
+                           fmt::format("'{}' is not a number or range", list[pos]));
+    if (!parse_digits(list.substr(0, last), pos, range.lo))
+      throw_hostlist_error(list, setting, part_start, "the number is too large");
+    range.width = static_cast<int>(pos - part_start);
+    range.hi = range.lo;
+    if (pos < last && list[pos] == '-') {
+      ++pos;
+      if (pos == last || !is_digit(list[pos]))
+        throw_hostlist_error(list, setting, pos, "the range has no upper bound");
+      const std::size_t hi_start = pos;
+      if (!parse_digits(list.substr(0, last), pos, range.hi))
+        throw_hostlist_error(list, setting, hi_start, "the number is too large");
+      if (range.hi < range.lo)
+        throw_hostlist_error(
+            list, setting, part_start,
+            fmt::format("the range {}-{} is reversed (write the lower bound first)", range.lo,
+                        range.hi));
+    }
+    if (pos < last && list[pos] != ',')
+      throw_hostlist_error(list, setting, pos,
+                           fmt::format("unexpected '{}' inside brackets (only digits, '-' "
+                                       "and ',' may appear there)",
+                                       list[pos]));
+    const std::uint64_t size = range.hi - range.lo;  // + 1 below, checked against overflow
+    if (size >= kMaxExpandedHosts || segment.count + size + 1 > kMaxExpandedHosts)
+      throw_hostlist_error(list, setting, part_start,
+                           fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
+    segment.count += size + 1;
+    segment.ranges.push_back(range);
+    if (pos == last) break;
+    ++pos;  // the ','
+  }
+  return segment;
+}
+
+inline bool is_forbidden_host_char(char c) noexcept {
+  const auto u = static_cast<unsigned char>(c);
+  return u <= 0x20 || u == 0x7f;
+}
+
+}  // namespace detail::slurm
+
+inline std::vector<std::string> expand_hostlist(std::string_view list, std::string_view setting) {
+  using detail::slurm::throw_hostlist_error;
+  if (list.empty()) throw_hostlist_error(list, setting, 0, "the list is empty");
+
+  // Pass 1: parse every host expression and count the names, so the output is bounded before
+  // anything is expanded.
+  std::vector<std::vector<detail::slurm::HostSegment>> hosts;
+  std::uint64_t total = 0;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t host_start = pos;
+    std::vector<detail::slurm::HostSegment> segments;
+    std::uint64_t combinations = 1;
+    std::size_t literal_start = pos;
+    auto flush_literal = [&] {
+      if (pos > literal_start)
+        segments.push_back({list.substr(literal_start, pos - literal_start), {}, 1});
+    };
+    while (pos < list.size() && list[pos] != ',') {
+      const char c = list[pos];
+      if (c == ']') throw_hostlist_error(list, setting, pos, "']' without a matching '['");
+      if (detail::slurm::is_forbidden_host_char(c))
+        throw_hostlist_error(list, setting, pos, "whitespace or a control character");
+      if (c != '[') {
+        ++pos;
+        continue;
+      }
+      flush_literal();
+      const std::size_t open = pos;
+      std::size_t close = open + 1;
+      while (close < list.size() && list[close] != ']') {
+        if (list[close] == '[')
+          throw_hostlist_error(list, setting, close, "brackets cannot be nested");
+        ++close;
+      }
+      if (close == list.size())
+        throw_hostlist_error(list, setting, open, "'[' without a matching ']'");
+      detail::slurm::HostSegment bracket =
+          detail::slurm::parse_bracket(list, setting, open + 1, close);
+      if (combinations > kMaxExpandedHosts / bracket.count)
+        throw_hostlist_error(list, setting, host_start,
+                             fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
+      combinations *= bracket.count;
+      segments.push_back(std::move(bracket));
+      pos = close + 1;
+      literal_start = pos;
+    }
+    flush_literal();
+    if (segments.empty()) throw_hostlist_error(list, setting, host_start, "empty host name");
+    total += combinations;
+    if (total > kMaxExpandedHosts)
+      throw_hostlist_error(list, setting, host_start,
+                           fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
+    hosts.push_back(std::move(segments));
+    if (pos == list.size()) break;
+    ++pos;  // the ','
+    if (pos == list.size()) throw_hostlist_error(list, setting, pos, "empty host name");
+  }
+
+  // Pass 2: expand each host as an odometer over its brackets, the leftmost varying slowest.
+  std::vector<std::string> names;
+  names.reserve(static_cast<std::size_t>(total));
+  for (const auto& segments : hosts) {
+    // Per bracket: which range and which value within it come next.
+    std::vector<std::size_t> range_index(segments.size(), 0);
+    std::vector<std::uint64_t> value(segments.size(), 0);
+    for (std::size_t s = 0; s < segments.size(); ++s)
+      if (!segments[s].ranges.empty()) value[s] = segments[s].ranges[0].lo;
+    while (true) {
+      std::string name;
+      for (std::size_t s = 0; s < segments.size(); ++s) {
+        if (segments[s].ranges.empty()) {
+          name += segments[s].text;
+        } else {
+          fmt::format_to(std::back_inserter(name), "{:0{}}", value[s],
+                         segments[s].ranges[range_index[s]].width);
+        }
+      }
+      names.push_back(std::move(name));
+      // Advance the rightmost bracket; carry to the left when it wraps.
+      std::size_t s = segments.size();
+      bool carried_out = true;
+      while (s-- > 0) {
+        const auto& ranges = segments[s].ranges;
+        if (ranges.empty()) continue;
+        if (value[s] < ranges[range_index[s]].hi) {
+          ++value[s];
+          carried_out = false;
+          break;
+        }
+        if (range_index[s] + 1 < ranges.size()) {
+          ++range_index[s];
+          value[s] = ranges[range_index[s]].lo;
+          carried_out = false;
+          break;
+        }
+        range_index[s] = 0;
+        value[s] = ranges[0].lo;
+      }
+      if (carried_out) break;
+    }
+  }
+  return names;
+}
+
+inline std::vector<int> expand_tasks_per_node(std::string_view counts, std::string_view setting) {
+  using detail::slurm::throw_tasks_error;
+  if (counts.empty()) throw_tasks_error(counts, setting, 0, "the list is empty");
+  constexpr auto kMaxTotal = static_cast<std::uint64_t>(std::numeric_limits<int>::max());
+
+  // Pass 1: validate and count, so the output is bounded before it is allocated.
+  struct Item {
+    std::uint64_t tasks;
+    std::uint64_t repeat;
+  };
+  std::vector<Item> items;
+  std::uint64_t nodes = 0;
+  std::uint64_t total_tasks = 0;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t item_start = pos;
+    if (pos == counts.size() || counts[pos] == ',')
+      throw_tasks_error(counts, setting, pos, "empty item");
+    Item item{0, 1};
+    if (!detail::slurm::is_digit(counts[pos]))
+      throw_tasks_error(counts, setting, pos,
+                        fmt::format("'{}' where a task count was expected", counts[pos]));
+    if (!detail::slurm::parse_digits(counts, pos, item.tasks) || item.tasks > kMaxTotal)
+      throw_tasks_error(counts, setting, item_start, "the task count is too large");
+    if (pos < counts.size() && counts[pos] == '(') {
+      if (pos + 1 >= counts.size() || counts[pos + 1] != 'x')
+        throw_tasks_error(counts, setting, pos + 1, "expected 'x' after '(' (write N(xM))");
+      pos += 2;
+      const std::size_t repeat_start = pos;
+      if (pos == counts.size() || !detail::slurm::is_digit(counts[pos]))
+        throw_tasks_error(counts, setting, pos, "expected a repeat count after '(x'");
+      if (!detail::slurm::parse_digits(counts, pos, item.repeat))
+        throw_tasks_error(counts, setting, repeat_start, "the repeat count is too large");
+      if (item.repeat == 0) throw_tasks_error(counts, setting, repeat_start, "a repeat count of 0");
+      if (pos == counts.size() || counts[pos] != ')')
+        throw_tasks_error(counts, setting, pos, "expected ')' after the repeat count");
+      ++pos;
+    }
+    if (pos < counts.size() && counts[pos] != ',')
+      throw_tasks_error(
+          counts, setting, pos,
+          fmt::format("unexpected '{}' (items are N or N(xM), separated by ',')", counts[pos]));
+    if (item.repeat > kMaxExpandedHosts - nodes)
+      throw_tasks_error(counts, setting, item_start,
+                        fmt::format("it describes more than {} nodes", kMaxExpandedHosts));
+    nodes += item.repeat;
+    // repeat <= 1e6 and tasks <= INT_MAX: the product fits 64 bits.
+    if (item.tasks * item.repeat > kMaxTotal - total_tasks)
+      throw_tasks_error(counts, setting, item_start,
+                        fmt::format("it adds up to more than {} tasks", kMaxTotal));
+    total_tasks += item.tasks * item.repeat;
+    items.push_back(item);
+    if (pos == counts.size()) break;
+    ++pos;  // the ','
+    if (pos == counts.size()) throw_tasks_error(counts, setting, pos, "empty item");
+  }
+
+  std::vector<int> per_node;
+  per_node.reserve(static_cast<std::size_t>(nodes));
+  for (const Item& item : items)
+    per_node.insert(per_node.end(), static_cast<std::size_t>(item.repeat),
+                    static_cast<int>(item.tasks));
+  return per_node;
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/slurm.hpp ----
+
+namespace strata::cluster {
+
+/// One process's place in a job, as its launcher described it.
+struct LauncherEnvironment {
+  /// Which launcher's variables were read: "torchrun", "openmpi" or "slurm".
+  std::string launcher;
+  /// This process's rank in [0, world_size).
+  int rank = 0;
+  /// Number of processes in the job (>= 1).
+  int world_size = 1;
+  /// This process's rank among the processes on its host, in [0, world_size); used to pick
+  /// a device.
+  int local_rank = 0;
+  /// Host (name or address) where rank 0 serves strata's rendezvous store.
+  std::string master_addr;
+  /// Port of strata's rendezvous store. Not always MASTER_PORT: see `torchrun_environment`.
+  std::uint16_t master_port = 0;
+
+  friend bool operator==(const LauncherEnvironment&, const LauncherEnvironment&) = default;
+};
+
+/// The port torchrun's default would give MASTER_PORT, which OpenMPI runs default to as well.
+inline constexpr std::uint16_t kDefaultMasterPort = 29500;
+
+/// SLURM runs without MASTER_PORT or STRATA_STORE_PORT take their store port from the job id,
+/// as PyTorch Lightning's SLURMEnvironment does (15000 + the last four digits of
+/// SLURM_JOB_ID), so that concurrent jobs sharing a node rarely collide and every task of a
+/// job agrees without talking.
+inline constexpr std::uint16_t kSlurmPortBase = 15000;
+inline constexpr std::uint32_t kSlurmPortSpan = 10000;
+
+/// Reads torchrun's (torch.distributed.run, also torch.distributed.launch --use-env)
+/// variables.
+///
+/// Read: RANK, WORLD_SIZE, LOCAL_RANK (0 when unset), LOCAL_WORLD_SIZE (checked when set),
+/// MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, STRATA_STORE_PORT.
+///
+/// The store port: torchrun's elastic agent already serves its own TCPStore on MASTER_PORT
+/// (it says so by setting TORCHELASTIC_USE_AGENT_STORE=True), so strata's store cannot bind
+/// it. The port is therefore STRATA_STORE_PORT when set, else MASTER_PORT + 1 when
+/// TORCHELASTIC_USE_AGENT_STORE is "True", else MASTER_PORT (a hand-made env:// setup, where
+/// nothing else holds it).
+///
+/// Example: node 1 of `torchrun --nnodes=2 --nproc-per-node=4 --rdzv-endpoint=n0:29500`,
+/// third process: RANK=6 WORLD_SIZE=8 LOCAL_RANK=2 MASTER_ADDR=n0 MASTER_PORT=29500
+/// TORCHELASTIC_USE_AGENT_STORE=True → {"torchrun", 6, 8, 2, "n0", 29501}.
+///
+/// @returns std::nullopt when neither RANK nor WORLD_SIZE is set (not a torchrun process).
+/// @throws ConfigurationError (rank -1, operation = the variable's name) when only one of
+///   RANK / WORLD_SIZE is set, MASTER_ADDR or MASTER_PORT is missing, a value is not a
+///   non-negative decimal number, WORLD_SIZE is 0, RANK >= WORLD_SIZE, LOCAL_RANK is not below
+///   WORLD_SIZE (and LOCAL_WORLD_SIZE), or a port is not in 1..65535 (MASTER_PORT + 1 included).
+inline std::optional<LauncherEnvironment> torchrun_environment(const Environment& env);
+
+/// Reads OpenMPI's variables (processes started by `mpirun` / `mpiexec` of OpenMPI).
+///
+/// Read: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK (0 when
+/// unset), OMPI_COMM_WORLD_LOCAL_SIZE (checked when set), MASTER_ADDR, MASTER_PORT,
+/// STRATA_STORE_PORT.
+///
+/// mpirun says nothing about where rank 0 runs, so MASTER_ADDR must be exported to every
+/// process: `mpirun -np 4 -x MASTER_ADDR=host0 -x MASTER_PORT=29500 ./train`. It may be left
+/// out only for a single process (then 127.0.0.1). The port is STRATA_STORE_PORT, else
+/// MASTER_PORT, else 29500.
+///
+/// Example: the second process of `mpirun -np 4 -x MASTER_ADDR=10.0.0.1 ./train` on one host:
+/// OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=1
+/// MASTER_ADDR=10.0.0.1 → {"openmpi", 1, 4, 1, "10.0.0.1", 29500}.
+///
+/// @returns std::nullopt when neither OMPI_COMM_WORLD_RANK nor OMPI_COMM_WORLD_SIZE is set.
+/// @throws ConfigurationError (rank -1, operation = the variable's name) for the same kinds
+///   of bad values as `torchrun_environment`, and when MASTER_ADDR is missing for more than
+///   one process (the message shows the `mpirun -x` flags that pass it).
+inline std::optional<LauncherEnvironment> openmpi_environment(const Environment& env);
+
+/// Reads SLURM's variables (tasks started by `srun`).
+///
+/// Read: SLURM_PROCID, SLURM_NTASKS (else SLURM_NPROCS), SLURM_LOCALID (0 when unset),
+/// SLURM_NODEID, SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST), SLURM_STEP_TASKS_PER_NODE
+/// (else SLURM_TASKS_PER_NODE), SLURM_JOB_ID, MASTER_ADDR, MASTER_PORT, STRATA_STORE_PORT.
+///
+/// The store host is MASTER_ADDR when set, else the first node of the expanded node list
+/// (srun starts task 0 there with the default block distribution). The port is
+/// STRATA_STORE_PORT, else MASTER_PORT, else `kSlurmPortBase + SLURM_JOB_ID % kSlurmPortSpan`.
+/// When a tasks-per-node list is present it must add up to the number of tasks, describe as
+/// many nodes as the node list of the same scope (step or job), and hold this task's local id
+/// on node SLURM_NODEID.
+///
+/// Example: the fourth task of `srun -N2 --ntasks-per-node=2 ./train` in job 4242:
+/// SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_LOCALID=1 SLURM_NODEID=1 SLURM_STEP_NODELIST=node[1-2]
+/// SLURM_STEP_TASKS_PER_NODE=2(x2) SLURM_JOB_ID=4242 → {"slurm", 3, 4, 1, "node1", 19242}.
+///
+/// @returns std::nullopt when SLURM_PROCID is not set (not a task started by srun).
+/// @throws ConfigurationError (rank -1, operation = the variable's name) for the same kinds
+///   of bad values as `torchrun_environment`, a malformed node or tasks-per-node list (see
+///   `expand_hostlist`, `expand_tasks_per_node`), lists that disagree with SLURM_NTASKS, or
+///   no way to find the store's host or port.
+inline std::optional<LauncherEnvironment> slurm_environment(const Environment& env);
+
+// ---- implementation ---------------------------------------------------------------------------
+
+namespace detail::launcher {
+
+/// The value of `name`, with "" treated as unset (a common result of `VAR= cmd`).
+inline std::optional<std::string> lookup(const Environment& env, std::string_view name) {
+  std::optional<std::string> value = env(name);
+  if (value && value->empty()) return std::nullopt;
+  return value;
+}
+
+[[noreturn]] inline void throw_bad_variable(std::string_view name, std::string_view value,
+                                            std::string_view why, std::string_view what_to_do) {
+  throw ConfigurationError(
+      -1, name, fmt::format("cannot use {}: {}", slurm::quote_excerpt(value), why), what_to_do);
+}
+
+/// Parses a non-negative decimal number no larger than `max`; nothing else (no sign, no
+/// spaces) is accepted, so that typos are reported rather than half-read.
+inline std::uint64_t parse_unsigned(std::string_view name, std::string_view value,
+                                    std::uint64_t max, std::string_view what_to_do) {
+  if (!value.empty() && value.front() == '-')
+    throw_bad_variable(name, value, "it is negative", what_to_do);
+  std::uint64_t result = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), result);
+  if (ec == std::errc() && end == value.data() + value.size() && !value.empty() &&
+      slurm::is_digit(value.front())) {
+    if (result > max)
+      throw_bad_variable(name, value, fmt::format("it is larger than {}", max), what_to_do);
+    return result;
+  }
+  if (ec == std::errc::result_out_of_range)
+    throw_bad_variable(name, value, fmt::format("it is larger than {}", max), what_to_do);
+  throw_bad_variable(name, value, "it is not a non-negative decimal number", what_to_do);
+}
+
+inline int parse_int_variable(const Environment& env, std::string_view name,
+                              std::string_view what_to_do) {
+  const auto value = lookup(env, name);
+  return static_cast<int>(parse_unsigned(
+      name, *value, static_cast<std::uint64_t>(std::numeric_limits<int>::max()), what_to_do));
+}
+
+inline std::optional<int> parse_optional_int(const Environment& env, std::string_view name,
+                                             std::string_view what_to_do) {
+  if (!lookup(env, name)) return std::nullopt;
+  return parse_int_variable(env, name, what_to_do);
+}
+
+inline std::optional<std::uint16_t> parse_optional_port(const Environment& env,
+                                                        std::string_view name) {
+  const auto value = lookup(env, name);
+  if (!value) return std::nullopt;
+  constexpr std::string_view kWhatToDo = "give a TCP port number between 1 and 65535";
+  const std::uint64_t port = parse_unsigned(name, *value, 65535, kWhatToDo);
+  if (port == 0) throw_bad_variable(name, *value, "port 0 cannot be agreed on", kWhatToDo);
+  return static_cast<std::uint16_t>(port);
+}
+
+/// Checks the numbers every launcher provides, naming the variable that is wrong.
+inline void check_layout(const LauncherEnvironment& result, std::string_view rank_name,
+                         std::string_view size_name, std::string_view local_rank_name,
+                         std::string_view what_to_do) {
+  if (result.world_size < 1)
+    throw_bad_variable(size_name, std::to_string(result.world_size),
+                       "a job has at least one process", what_to_do);
+  if (result.rank >= result.world_size)
+    throw_bad_variable(rank_name, std::to_string(result.rank),
+                       fmt::format("the rank must be below {}={} (ranks are 0..{})", size_name,
+                                   result.world_size, result.world_size - 1),
+                       what_to_do);
+  if (result.local_rank >= result.world_size)
+    throw_bad_variable(
+        local_rank_name, std::to_string(result.local_rank),
+        fmt::format("the local rank must be below {}={}", size_name, result.world_size),
+        what_to_do);
+}
+
+/// Checks a launcher's optional "processes on this host" count against the local rank.
+inline void check_local_size(const Environment& env, const LauncherEnvironment& result,
+                             std::string_view local_size_name, std::string_view local_rank_name,
+                             std::string_view size_name, std::string_view what_to_do) {
+  const std::optional<int> local_size = parse_optional_int(env, local_size_name, what_to_do);
+  if (!local_size) return;
+  if (*local_size < 1 || *local_size > result.world_size)
+    throw_bad_variable(local_size_name, std::to_string(*local_size),
+                       fmt::format("it must be between 1 and {}={}", size_name, result.world_size),
+                       what_to_do);
+  if (result.local_rank >= *local_size)
+    throw_bad_variable(
+        local_rank_name, std::to_string(result.local_rank),
+        fmt::format("the local rank must be below {}={}", local_size_name, *local_size),
+        what_to_do);
+}
+
+[[noreturn]] inline void throw_missing(std::string_view name, std::string_view context,
+                                       std::string_view what_to_do) {
+  throw ConfigurationError(-1, name, fmt::format("{} is not set ({})", name, context), what_to_do);
+}
+
+}  // namespace detail::launcher
+
+inline std::optional<LauncherEnvironment> torchrun_environment(const Environment& env) {
+  constexpr std::string_view kWhatToDo =
+      "start the program with torchrun, or set RANK (0..WORLD_SIZE-1), WORLD_SIZE, LOCAL_RANK, "
+      "MASTER_ADDR and MASTER_PORT for every process";
+  const bool has_rank = detail::launcher::lookup(env, "RANK").has_value();
+  const bool has_size = detail::launcher::lookup(env, "WORLD_SIZE").has_value();
+  if (!has_rank && !has_size) return std::nullopt;
+  if (!has_rank) detail::launcher::throw_missing("RANK", "WORLD_SIZE is set", kWhatToDo);
+  if (!has_size) detail::launcher::throw_missing("WORLD_SIZE", "RANK is set", kWhatToDo);
+
+  LauncherEnvironment result;
+  result.launcher = "torchrun";
+  result.rank = detail::launcher::parse_int_variable(env, "RANK", kWhatToDo);
+  result.world_size = detail::launcher::parse_int_variable(env, "WORLD_SIZE", kWhatToDo);
+  result.local_rank =
+      detail::launcher::parse_optional_int(env, "LOCAL_RANK", kWhatToDo).value_or(0);
+  detail::launcher::check_layout(result, "RANK", "WORLD_SIZE", "LOCAL_RANK", kWhatToDo);
+  detail::launcher::check_local_size(env, result, "LOCAL_WORLD_SIZE", "LOCAL_RANK", "WORLD_SIZE",
+                                     kWhatToDo);
+
+  const auto master_addr = detail::launcher::lookup(env, "MASTER_ADDR");
+  if (!master_addr)
+    detail::launcher::throw_missing("MASTER_ADDR", "RANK and WORLD_SIZE are set",
+                                    "set MASTER_ADDR to the host of rank 0 (torchrun sets it from "
+                                    "--rdzv-endpoint or --master-addr)");
+  result.master_addr = *master_addr;
+
+  const auto master_port = detail::launcher::parse_optional_port(env, "MASTER_PORT");
+  if (const auto store_port = detail::launcher::parse_optional_port(env, "STRATA_STORE_PORT")) {
+    result.master_port = *store_port;
+    return result;
+  }
+  if (!master_port)
+    detail::launcher::throw_missing(
+        "MASTER_PORT", "RANK and WORLD_SIZE are set",
+        "set MASTER_PORT (torchrun sets it), or STRATA_STORE_PORT to the port "
+        "of strata's store");
+  if (detail::launcher::lookup(env, "TORCHELASTIC_USE_AGENT_STORE") == "True") {
+    // torchrun's agent serves its own TCPStore on MASTER_PORT: take the next port.
+    if (*master_port == 65535)
+      detail::launcher::throw_bad_variable(
+          "MASTER_PORT", "65535",
+          "torchrun's agent store holds it and strata's store would need the next port",
+          "set STRATA_STORE_PORT to a free port for strata's store");
+    result.master_port = static_cast<std::uint16_t>(*master_port + 1);
+  } else {
+    result.master_port = *master_port;
+  }
+  return result;
+}
+
+inline std::optional<LauncherEnvironment> openmpi_environment(const Environment& env) {
+  constexpr std::string_view kWhatToDo =
+      "start the program with OpenMPI's mpirun, which sets OMPI_COMM_WORLD_RANK, "
+      "OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_LOCAL_RANK for every process";
+  const bool has_rank = detail::launcher::lookup(env, "OMPI_COMM_WORLD_RANK").has_value();
+  const bool has_size = detail::launcher::lookup(env, "OMPI_COMM_WORLD_SIZE").has_value();
+  if (!has_rank && !has_size) return std::nullopt;
+  if (!has_rank)
+    detail::launcher::throw_missing("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE is set",
+                                    kWhatToDo);
+  if (!has_size)
+    detail::launcher::throw_missing("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK is set",
+                                    kWhatToDo);
+
+  LauncherEnvironment result;
+  result.launcher = "openmpi";
+  result.rank = detail::launcher::parse_int_variable(env, "OMPI_COMM_WORLD_RANK", kWhatToDo);
+  result.world_size = detail::launcher::parse_int_variable(env, "OMPI_COMM_WORLD_SIZE", kWhatToDo);
+  result.local_rank =
+      detail::launcher::parse_optional_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", kWhatToDo)
+          .value_or(0);
+  detail::launcher::check_layout(result, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK", kWhatToDo);
+  detail::launcher::check_local_size(env, result, "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE",
+                                     kWhatToDo);
+
+  if (const auto master_addr = detail::launcher::lookup(env, "MASTER_ADDR")) {
+    result.master_addr = *master_addr;
+  } else if (result.world_size == 1) {
+    result.master_addr = "127.0.0.1";  // nobody needs to reach a single process's store
+  } else {
+    throw ConfigurationError(
+        -1, "MASTER_ADDR",
+        "MASTER_ADDR is not set (mpirun does not say where rank 0 runs, and strata's store "
+        "is served there)",
+        "pass the host of rank 0 to every process: mpirun -x MASTER_ADDR=host -x "
+        "MASTER_PORT=port ...");
+  }
+  const auto master_port = detail::launcher::parse_optional_port(env, "MASTER_PORT");
+  const auto store_port = detail::launcher::parse_optional_port(env, "STRATA_STORE_PORT");
+  result.master_port = store_port.value_or(master_port.value_or(kDefaultMasterPort));
+  return result;
+}
+
+inline std::optional<LauncherEnvironment> slurm_environment(const Environment& env) {
+  constexpr std::string_view kWhatToDo =
+      "start the program with srun, which sets SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID for "
+      "every task";
+  if (!detail::launcher::lookup(env, "SLURM_PROCID")) return std::nullopt;
+
+  LauncherEnvironment result;
+  result.launcher = "slurm";
+  result.rank = detail::launcher::parse_int_variable(env, "SLURM_PROCID", kWhatToDo);
+  std::string_view size_name = "SLURM_NTASKS";
+  if (!detail::launcher::lookup(env, size_name)) {
+    size_name = "SLURM_NPROCS";  // older SLURM releases
+    if (!detail::launcher::lookup(env, size_name))
+      detail::launcher::throw_missing("SLURM_NTASKS",
+                                      "SLURM_PROCID is set; SLURM_NPROCS is not either", kWhatToDo);
+  }
+  result.world_size = detail::launcher::parse_int_variable(env, size_name, kWhatToDo);
+  result.local_rank =
+      detail::launcher::parse_optional_int(env, "SLURM_LOCALID", kWhatToDo).value_or(0);
+  detail::launcher::check_layout(result, "SLURM_PROCID", size_name, "SLURM_LOCALID", kWhatToDo);
+
+  // Step variables describe this srun; job variables the allocation (used when srun did not
+  // set the step ones, as in old releases).
+  const bool step_nodes = detail::launcher::lookup(env, "SLURM_STEP_NODELIST").has_value();
+  const std::string_view nodes_name = step_nodes ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+  std::optional<std::vector<std::string>> nodes;
+  if (const auto list = detail::launcher::lookup(env, nodes_name))
+    nodes = expand_hostlist(*list, nodes_name);
+
+  const bool step_tasks = detail::launcher::lookup(env, "SLURM_STEP_TASKS_PER_NODE").has_value();
+  const std::string_view tasks_name =
+      step_tasks ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  if (const auto counts = detail::launcher::lookup(env, tasks_name)) {
+    const std::vector<int> per_node = expand_tasks_per_node(*counts, tasks_name);
+    const long long total = std::accumulate(per_node.begin(), per_node.end(), 0LL);
+    if (total != result.world_size)
+      detail::launcher::throw_bad_variable(
+          tasks_name, *counts,
+          fmt::format("it adds up to {} tasks but {}={}", total, size_name, result.world_size),
+          kWhatToDo);
+    if (nodes && step_nodes == step_tasks && nodes->size() != per_node.size())
+      detail::launcher::throw_bad_variable(tasks_name, *counts,
+                                           fmt::format("it describes {} nodes but {} lists {}",
+                                                       per_node.size(), nodes_name, nodes->size()),
+                                           kWhatToDo);
+    if (const auto node_id = detail::launcher::parse_optional_int(env, "SLURM_NODEID", kWhatToDo)) {
+      if (static_cast<std::size_t>(*node_id) >= per_node.size())
+        detail::launcher::throw_bad_variable(
+            "SLURM_NODEID", std::to_string(*node_id),
+            fmt::format("{} describes only {} nodes", tasks_name, per_node.size()), kWhatToDo);
+      const int on_node = per_node[static_cast<std::size_t>(*node_id)];
+      if (result.local_rank >= on_node)
+        detail::launcher::throw_bad_variable(
+            "SLURM_LOCALID", std::to_string(result.local_rank),
+            fmt::format("node {} runs {} tasks according to {}", *node_id, on_node, tasks_name),
+            kWhatToDo);
+    }
+  }
+
+  if (const auto master_addr = detail::launcher::lookup(env, "MASTER_ADDR")) {
+    result.master_addr = *master_addr;
+  } else if (nodes) {
+    result.master_addr = nodes->front();
+  } else {
+    throw ConfigurationError(-1, "SLURM_STEP_NODELIST",
+                             "none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST and MASTER_ADDR is "
+                             "set, so the host of task 0 is unknown",
+                             "start the program with srun, or set MASTER_ADDR to the host of "
+                             "task 0");
+  }
+
+  const auto master_port = detail::launcher::parse_optional_port(env, "MASTER_PORT");
+  if (const auto store_port = detail::launcher::parse_optional_port(env, "STRATA_STORE_PORT")) {
+    result.master_port = *store_port;
+  } else if (master_port) {
+    result.master_port = *master_port;
+  } else if (const auto job_id = detail::launcher::lookup(env, "SLURM_JOB_ID")) {
+    const std::uint64_t id = detail::launcher::parse_unsigned(
+        "SLURM_JOB_ID", *job_id, std::numeric_limits<std::uint64_t>::max(),
+        "SLURM_JOB_ID is set by SLURM; set STRATA_STORE_PORT instead");
+    result.master_port = static_cast<std::uint16_t>(kSlurmPortBase + id % kSlurmPortSpan);
+  } else {
+    throw ConfigurationError(-1, "SLURM_JOB_ID",
+                             "none of STRATA_STORE_PORT, MASTER_PORT and SLURM_JOB_ID is set, so "
+                             "the port of strata's store is unknown",
+                             "set STRATA_STORE_PORT to a free port, the same for every task");
+  }
+  return result;
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/launcher_environment.hpp ----
+// ---- begin strata/cluster/resolve.hpp ----
+// strata/cluster/resolve.hpp — one call that finds this process's cluster, whatever launched it.
+//
+// `resolve_cluster()` looks, in this order, at:
+//   1. explicit arguments (ResolveOptions::cluster and ::task);
+//   2. TF_CONFIG (tf_config.hpp), as TensorFlow and Kubeflow's TFJob set it;
+//   3. torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT;
+//   4. OpenMPI's OMPI_COMM_WORLD_RANK / SIZE (master from MASTER_ADDR);
+//   5. SLURM's SLURM_PROCID / SLURM_NTASKS and node list;
+//   6. nothing: a valid one-worker cluster.
+// Launchers of kind 3–5 say where rank 0 is but not where the others listen: each process
+// binds a listening socket on the interface that routes toward the master and publishes it
+// through a small store on the master (store.hpp); the bound socket is handed on to the
+// communicator, so no other program can take the port in between.
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+// ---- begin strata/cluster/store.hpp ----
+// strata/cluster/store.hpp — a one-shot rendezvous store: every rank publishes one short
+// string and learns everyone's.
+//
+// The torchrun, OpenMPI and SLURM resolvers know each process's rank and where rank 0 runs,
+// but not where the other ranks listen. Each rank binds its own listening socket, then calls
+// `exchange` with "host:port"; rank 0 serves a tiny TCP store on the master address for the
+// duration of the call, the others connect to it, and everyone leaves with the full table.
+//
+// Wire protocol (all integers big-endian; every length is checked before anything is
+// allocated for it):
+//
+//   request, client → rank 0:  magic u32 | version u16 | kind u16 (1 = register)
+//                              | rank u32 | world_size u32 | value_len u32 | value
+//   reply,   rank 0 → client:  magic u32 | version u16 | status u16 | world_size u32
+//                              | body_len u32 | body
+//     status 0 (ok):     body = world_size × (len u32 | bytes), in rank order
+//     any other status:  body = a message saying why the exchange failed
+//
+// After its request a client sends nothing more; rank 0 reads on, so that a client which
+// disconnects is forgotten and may register again (a retry after a broken connection).
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+
+namespace strata::cluster {
+
+/// The longest value one rank may publish through `exchange`, in bytes.
+inline constexpr std::size_t kMaxStoreValueBytes = 1024;
+/// The largest world size `exchange` accepts (it bounds what rank 0 and every client
+/// allocate for the table).
+inline constexpr int kMaxStoreWorldSize = 1 << 20;
+
+/// Where the store is served and who is calling. Plain data: set the fields you care about.
+struct StoreOptions {
+  /// Address or host name where rank 0 serves the store (e.g. `LauncherEnvironment::
+  /// master_addr`). Rank 0 binds exactly this address, never all interfaces, so it must be
+  /// an address of rank 0's host that the other ranks can reach (beware host names that
+  /// /etc/hosts maps to 127.0.1.1 when ranks span hosts).
+  std::string host;
+  /// TCP port of the store (e.g. `LauncherEnvironment::master_port`); not 0 unless
+  /// `world_size` is 1.
+  std::uint16_t port = 0;
+  /// The calling process's rank in [0, world_size).
+  int rank = 0;
+  /// Number of ranks taking part; every rank must pass the same value.
+  int world_size = 1;
+  /// Budget of the whole call: rank 0 waits this long for every rank to register, the
+  /// others this long to reach rank 0 and get the table. Defaults to `STRATA_TIMEOUT` when
+  /// set, else 60 s (see `strata::default_timeout`).
+  std::chrono::milliseconds timeout = default_timeout();
+};
+
+/// Exchanges one short value per rank; returns the values of all ranks, in rank order.
+///
+/// Every rank calls it once with its own value. Rank 0 binds `host:port`, contributes its own
+/// value and serves the others until all `world_size` ranks have registered, then sends each
+/// the table and returns. The other ranks connect, retrying with exponential backoff (10 ms
+/// doubling to 1 s, with jitter) while rank 0 is not up yet, register, and wait for the table.
+/// With `world_size == 1` it returns `{value}` without touching the network.
+///
+/// The call runs an asio io_context in the calling thread and leaves no thread, socket or
+/// timer behind. Connections that send garbage, oversized fields or nothing at all are
+/// dropped (each within a short read deadline of its own) without affecting the exchange.
+/// A fatal error seen by rank 0 (timeout, duplicate rank, world size mismatch) is sent to
+/// every connected rank, so that all of them fail with the same reason at once.
+///
+/// Example (each rank, after binding its own listener on `port`):
+/// ```
+/// const auto launch = strata::cluster::torchrun_environment(process_environment()).value();
+/// const std::vector<std::string> peers = strata::cluster::exchange(
+///     {.host = launch.master_addr, .port = launch.master_port, .rank = launch.rank,
+///      .world_size = launch.world_size},
+///     fmt::format("{}:{}", local_address_toward(launch.master_addr, launch.master_port), port));
+/// ```
+///
+/// @param options  where the store is and who is calling.
+/// @param value    this rank's value, at most `kMaxStoreValueBytes` bytes (any bytes).
+/// @throws UsageError when `options` or `value` break the limits above.
+/// @throws ConfigurationError on rank 0 when `host:port` cannot be bound (port in use,
+///   address not local); on any rank when ranks disagree about the world size or two
+///   processes claim the same rank, or when the service at `host:port` is not a strata store.
+/// @throws TimeoutError on rank 0 naming the ranks that did not register in time; on the
+///   others when the store could not be reached (naming the last error, e.g. "connection
+///   refused" or "the store closed the connection") or did not answer in time.
+/// Cost: one round trip per rank to rank 0; rank 0 sends world_size × (4 + value) bytes to
+///   each rank.
+inline std::vector<std::string> exchange(const StoreOptions& options, std::string_view value);
+
+/// The address of this host's interface that routes toward `host`, as text ("10.0.0.7"),
+/// for publishing an address the other ranks can reach. Uses a connected UDP socket: the
+/// kernel picks the route, and no packet is sent. For 127.0.0.1 it returns 127.0.0.1.
+///
+/// `port` only completes the destination (0 is replaced by 9, since some systems refuse to
+/// connect to port 0). A host name is resolved with the system resolver, which blocks for as
+/// long as the system's own resolver timeouts allow.
+/// @throws ConfigurationError (rank -1, operation "local_address_toward") when `host` cannot
+///   be resolved or no route leads to it.
+inline std::string local_address_toward(std::string_view host, std::uint16_t port);
+
+// ---- implementation ---------------------------------------------------------------------------
+
+namespace detail::store {
+
+using asio::ip::tcp;
+
+inline constexpr std::uint32_t kMagic = 0x53545253;  // "STRS"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kKindRegister = 1;
+inline constexpr std::size_t kRequestBytes = 20;
+inline constexpr std::size_t kReplyHeaderBytes = 16;
+inline constexpr std::size_t kMaxMessageBytes = 4096;
+
+enum class Status : std::uint16_t {
+  kOk = 0,
+  kWorldSizeMismatch = 1,
+  kDuplicateRank = 2,
+  kTimedOut = 3,
+  kVersionMismatch = 4,
+};
+
+/// A client has this long to send its request once connected: real clients send it at once,
+/// so only stalled or hostile connections hit it, and each holds a socket until it does.
+inline constexpr std::chrono::milliseconds kRequestTimeout{5000};
+/// Rank 0's replies get at least this long to leave, even when the last rank registered just
+/// before the deadline.
+inline constexpr std::chrono::milliseconds kReplyGrace{1000};
+/// Connections that have not registered yet beyond this many are closed at once, so that a
+/// flood cannot exhaust rank 0's file descriptors.
+inline constexpr std::size_t kMaxPendingConnections = 256;
+inline constexpr std::chrono::milliseconds kFirstBackoff{10};
+inline constexpr std::chrono::milliseconds kMaxBackoff{1000};
+
+inline constexpr std::string_view kRaiseTimeout =
+    "raise the timeout (StoreOptions::timeout or STRATA_TIMEOUT)";
+
+inline void put_u16(std::uint8_t* out, std::uint16_t v) noexcept {
+  out[0] = static_cast<std::uint8_t>(v >> 8);
+  out[1] = static_cast<std::uint8_t>(v);
+}
+inline void put_u32(std::uint8_t* out, std::uint32_t v) noexcept {
+  for (int i = 0; i < 4; ++i)
+    out[i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
+}
+inline std::uint16_t get_u16(const std::uint8_t* in) noexcept {
+  return static_cast<std::uint16_t>((in[0] << 8) | in[1]);
+}
+inline std::uint32_t get_u32(const std::uint8_t* in) noexcept {
+  return (std::uint32_t{in[0]} << 24) | (std::uint32_t{in[1]} << 16) | (std::uint32_t{in[2]} << 8) |
+         std::uint32_t{in[3]};
+}
+
+/// "host:port", with brackets around IPv6 addresses.
+inline std::string endpoint_text(std::string_view host, std::uint16_t port) {
+  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+/// Resolves `host` (an address is used as is, without a lookup).
+template <class Protocol>
+std::vector<typename Protocol::endpoint> resolve(const std::string& host, std::uint16_t port,
+                                                 std::error_code& ec) {
+  ec.clear();
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (!ec) return {typename Protocol::endpoint(address, port)};
+  ec.clear();
+  asio::io_context io;
+  typename Protocol::resolver resolver(io);
+  const auto results =
+      resolver.resolve(host, std::to_string(port), asio::ip::resolver_base::numeric_service, ec);
+  std::vector<typename Protocol::endpoint> endpoints;
+  if (ec) return endpoints;
+  for (const auto& entry : results)
+    endpoints.push_back(entry.endpoint());
+  if (endpoints.empty()) ec = asio::error::host_not_found;
+  return endpoints;
+}
+
+inline std::vector<std::uint8_t> reply_header(Status status, std::uint32_t world_size,
+                                              std::size_t body_bytes) {
+  std::vector<std::uint8_t> out(kReplyHeaderBytes);
+  put_u32(out.data(), kMagic);
+  put_u16(out.data() + 4, kVersion);
+  put_u16(out.data() + 6, static_cast<std::uint16_t>(status));
+  put_u32(out.data() + 8, world_size);
+  put_u32(out.data() + 12, static_cast<std::uint32_t>(body_bytes));
+  return out;
+}
+
+inline std::vector<std::uint8_t> error_reply(Status status, std::uint32_t world_size,
+                                             std::string_view message) {
+  message = message.substr(0, kMaxMessageBytes);
+  std::vector<std::uint8_t> out = reply_header(status, world_size, message.size());
+  out.insert(out.end(), message.begin(), message.end());
+  return out;
+}
+
+/// "rank 2" / "ranks 2, 5" / "ranks 1, 2, ..., 16 and 84 more".
+inline std::string rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t kMaxListed = 16;
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size() && i < kMaxListed; ++i)
+    fmt::format_to(std::back_inserter(text), "{}{}", i == 0 ? "" : ", ", ranks[i]);
+  if (ranks.size() > kMaxListed)
+    fmt::format_to(std::back_inserter(text), " and {} more", ranks.size() - kMaxListed);
+  return text;
+}
+
+/// Rank 0's side: serves the store until every rank has registered, the deadline passes, or
+/// the exchange fails. Single-threaded: every handler runs inside `run()`.
+class Server {
+ public:
+  Server(const StoreOptions& options, std::string_view own_value, const Deadline& deadline)
+      : options_(options),
+        deadline_(deadline),
+        where_(endpoint_text(options.host, options.port)),
+        acceptor_(io_),
+        deadline_timer_(io_),
+        retry_timer_(io_),
+        reply_timer_(io_),
+        values_(static_cast<std::size_t>(options.world_size)),
+        registered_(static_cast<std::size_t>(options.world_size)) {
+    values_[0] = std::string(own_value);
+    registered_count_ = 1;
+  }
+
+  std::vector<std::string> run() {
+    bind();
+    accept();
+    deadline_timer_.expires_at(deadline_.time_point());
+    deadline_timer_.async_wait([this](const std::error_code& ec) {
+      if (!ec && phase_ == Phase::kCollecting) time_out();
+    });
+    // Timers end every phase; this bound only guards against a bug leaving us waiting.
+    const auto hard_stop =
+        std::max(deadline_.time_point(), Clock::now()) + kReplyGrace + std::chrono::seconds(1);
+    while (phase_ != Phase::kDone) {
+      if (io_.run_one_until(hard_stop) == 0) break;
+    }
+    close_all();
+    if (failure_) std::rethrow_exception(failure_);
+    if (phase_ != Phase::kDone)
+      throw TimeoutError(0, "store",
+                         fmt::format("the store at {} did not finish within {} ms", where_,
+                                     deadline_.budget().count()),
+                         kRaiseTimeout);
+    std::vector<std::string> result;
+    result.reserve(values_.size());
+    for (auto& value : values_)
+      result.push_back(std::move(*value));
+    return result;
+  }
+
+ private:
+  enum class Phase { kCollecting, kReplying, kDone };
+
+  struct Connection {
+    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    std::array<std::uint8_t, kRequestBytes> request{};
+    std::string value;
+    std::array<std::uint8_t, 1> probe{};
+    int rank = -1;
+  };
+  using ConnectionPtr = std::shared_ptr<Connection>;
+
+  void bind() {
+    const std::string_view kOtherPort =
+        "choose another port (MASTER_PORT or STRATA_STORE_PORT) or stop the process that holds "
+        "it";
+    const std::string_view kLocalAddress =
+        "the store's host (MASTER_ADDR) must name an address of rank 0's own host";
+    std::error_code ec;
+    const auto endpoints = resolve<tcp>(options_.host, options_.port, ec);
+    if (ec)
+      throw ConfigurationError(
+          0, "store", fmt::format("cannot resolve the store's host {}: {}", where_, ec.message()),
+          kLocalAddress);
+    std::error_code first_error;
+    for (const auto& endpoint : endpoints) {
+      if (endpoint.address().is_unspecified())
+        throw ConfigurationError(
+            0, "store",
+            fmt::format("{} names every interface, not a host the other ranks can reach", where_),
+            "set the store's host (MASTER_ADDR) to an address of rank 0's host");
+      std::error_code attempt;
+      acceptor_.open(endpoint.protocol(), attempt);
+      // Lets a restarted job rebind while the previous run's connections sit in TIME_WAIT;
+      // on Linux it does not let two live listeners share the port.
+      if (!attempt) acceptor_.set_option(tcp::acceptor::reuse_address(true), attempt);
+      if (!attempt) acceptor_.bind(endpoint, attempt);
+      if (!attempt) acceptor_.listen(asio::socket_base::max_listen_connections, attempt);
+      if (!attempt) return;
+      std::error_code ignored;
+      acceptor_.close(ignored);
+      if (!first_error) first_error = attempt;
+    }
+    if (first_error == asio::error::address_in_use)
+      throw ConfigurationError(
+          0, "store",
+          fmt::format("cannot serve the store on {}: the port is already in use", where_),
+          kOtherPort);
+    if (first_error == std::error_code(EADDRNOTAVAIL, asio::error::get_system_category()))
+      throw ConfigurationError(
+          0, "store",
+          fmt::format("cannot serve the store on {}: the address is not one of this host's",
+                      where_),
+          kLocalAddress);
+    throw ConfigurationError(
+        0, "store", fmt::format("cannot serve the store on {}: {}", where_, first_error.message()),
+        kOtherPort);
+  }
+
+  void accept() {
+    acceptor_.async_accept([this](const std::error_code& ec, tcp::socket socket) {
+      if (phase_ != Phase::kCollecting) return;
+      if (ec) {
+        if (ec == asio::error::operation_aborted) return;
+        // Out of descriptors or a connection reset before it was accepted: try again shortly
+        // rather than spinning.
+        retry_timer_.expires_after(std::chrono::milliseconds(10));
+        retry_timer_.async_wait([this](const std::error_code& timer_ec) {
+          if (!timer_ec && phase_ == Phase::kCollecting) accept();
+        });
+        return;
+      }
+      if (pending_.size() < kMaxPendingConnections) {
+        read_request(std::make_shared<Connection>(std::move(socket)));
+      } else {
+        std::error_code ignored;
+        socket.close(ignored);
+      }
+      accept();
+    });
+  }
+
+  void read_request(const ConnectionPtr& connection) {
+    pending_.insert(connection);
+    connection->timer.expires_at(std::min(Clock::now() + kRequestTimeout, deadline_.time_point()));
+    connection->timer.async_wait([this, connection](const std::error_code& ec) {
+      if (!ec && phase_ == Phase::kCollecting) drop(connection);
+    });
+    asio::async_read(connection->socket, asio::buffer(connection->request),
+                     [this, connection](const std::error_code& ec, std::size_t) {
+                       if (phase_ != Phase::kCollecting) return;
+                       if (ec) return drop(connection);
+                       on_request(connection);
+                     });
+  }
+
+  void on_request(const ConnectionPtr& connection) {
+    const std::uint8_t* in = connection->request.data();
+    if (get_u32(in) != kMagic) return drop(connection);  // not one of ours
+    if (get_u16(in + 4) != kVersion) {
+      // A rank built against another protocol version: tell it why, and go on without it.
+      auto reply = std::make_shared<std::vector<std::uint8_t>>(error_reply(
+          Status::kVersionMismatch, static_cast<std::uint32_t>(options_.world_size),
+          fmt::format("the store at {} speaks protocol version {}, the rank speaks version {}",
+                      where_, kVersion, get_u16(in + 4))));
+      pending_.erase(connection);
+      asio::async_write(connection->socket, asio::buffer(*reply),
+                        [connection, reply](const std::error_code&, std::size_t) {
+                          std::error_code ignored;
+                          connection->socket.close(ignored);
+                        });
+      return;
+    }
+    if (get_u16(in + 6) != kKindRegister) return drop(connection);
+    const std::uint32_t rank = get_u32(in + 8);
+    const std::uint32_t world_size = get_u32(in + 12);
+    const std::uint32_t value_bytes = get_u32(in + 16);
+    if (world_size != static_cast<std::uint32_t>(options_.world_size)) {
+      const std::string why = fmt::format(
+          "rank {} registered with world size {}, but the store at {} (rank 0) has world size "
+          "{}",
+          rank, world_size, where_, options_.world_size);
+      return fail(std::make_exception_ptr(ConfigurationError(
+                      0, "store", why, "start every rank with the same world size")),
+                  Status::kWorldSizeMismatch, why, connection);
+    }
+    if (rank >= world_size || value_bytes > kMaxStoreValueBytes) return drop(connection);
+    connection->rank = static_cast<int>(rank);
+    connection->value.resize(value_bytes);
+    asio::async_read(connection->socket, asio::buffer(connection->value),
+                     [this, connection](const std::error_code& ec, std::size_t) {
+                       if (phase_ != Phase::kCollecting) return;
+                       if (ec) return drop(connection);
+                       on_register(connection);
+                     });
+  }
+
+  void on_register(const ConnectionPtr& connection) {
+    const auto rank = static_cast<std::size_t>(connection->rank);
+    if (rank == 0 || registered_[rank]) {
+      const std::string why =
+          fmt::format("rank {} registered twice with the store at {}", rank, where_);
+      constexpr std::string_view kWhatToDo =
+          "give every process its own rank: two processes claim the same one (or two jobs share "
+          "the store's port)";
+      return fail(std::make_exception_ptr(ConfigurationError(0, "store", why, kWhatToDo)),
+                  Status::kDuplicateRank, why, connection);
+    }
+    pending_.erase(connection);
+    connection->timer.cancel();
+    registered_[rank] = connection;
+    values_[rank] = std::move(connection->value);
+    if (++registered_count_ == options_.world_size) return succeed();
+    // Clients send nothing after registering, so this read completes only when the client
+    // goes away (or misbehaves): forget it then, so that a retry can register again.
+    connection->socket.async_read_some(asio::buffer(connection->probe),
+                                       [this, connection](const std::error_code&, std::size_t) {
+                                         if (phase_ != Phase::kCollecting) return;
+                                         const auto r = static_cast<std::size_t>(connection->rank);
+                                         if (registered_[r] != connection) return;
+                                         registered_[r].reset();
+                                         values_[r].reset();
+                                         --registered_count_;
+                                         std::error_code ignored;
+                                         connection->socket.close(ignored);
+                                       });
+  }
+
+  void drop(const ConnectionPtr& connection) {
+    pending_.erase(connection);
+    std::error_code ignored;
+    connection->socket.close(ignored);
+    connection->timer.cancel();
+  }
+
+  void time_out() {
+    std::vector<int> missing;
+    for (std::size_t r = 0; r < values_.size(); ++r)
+      if (!values_[r]) missing.push_back(static_cast<int>(r));
+    const std::string why = fmt::format("{} did not register with the store at {} within {} ms",
+                                        rank_list(missing), where_, deadline_.budget().count());
+    constexpr std::string_view kWhatToDo =
+        "check that every rank was started, with the same store address and world size, or "
+        "raise the timeout (StoreOptions::timeout or STRATA_TIMEOUT)";
+    fail(std::make_exception_ptr(TimeoutError(0, "store", why, kWhatToDo)), Status::kTimedOut, why,
+         nullptr);
+  }
+
+  // Ends the collection with an error: every registered rank (and `culprit`) is told why.
+  void fail(std::exception_ptr failure, Status status, std::string_view why,
+            const ConnectionPtr& culprit) {
+    failure_ = std::move(failure);
+    reply_ = error_reply(status, static_cast<std::uint32_t>(options_.world_size), why);
+    std::vector<ConnectionPtr> targets;
+    for (const auto& connection : registered_)
+      if (connection) targets.push_back(connection);
+    if (culprit) {
+      pending_.erase(culprit);
+      targets.push_back(culprit);
+    }
+    send_replies(std::move(targets), Clock::now() + kReplyGrace);
+  }
+
+  void succeed() {
+    std::size_t body_bytes = 0;
+    for (const auto& value : values_)
+      body_bytes += 4 + value->size();
+    reply_ = reply_header(Status::kOk, static_cast<std::uint32_t>(options_.world_size), body_bytes);
+    reply_.reserve(kReplyHeaderBytes + body_bytes);
+    for (const auto& value : values_) {
+      std::array<std::uint8_t, 4> length{};
+      put_u32(length.data(), static_cast<std::uint32_t>(value->size()));
+      reply_.insert(reply_.end(), length.begin(), length.end());
+      reply_.insert(reply_.end(), value->begin(), value->end());
+    }
+    std::vector<ConnectionPtr> targets;
+    for (const auto& connection : registered_)
+      if (connection) targets.push_back(connection);
+    send_replies(std::move(targets), std::max(Clock::now() + kReplyGrace, deadline_.time_point()));
+  }
+
+  void send_replies(std::vector<ConnectionPtr> targets, Clock::time_point until) {
+    phase_ = Phase::kReplying;
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    deadline_timer_.cancel();
+    retry_timer_.cancel();
+    for (const auto& connection : pending_) {
+      connection->socket.close(ignored);
+      connection->timer.cancel();
+    }
+    pending_.clear();
+    outstanding_writes_ = targets.size();
+    if (outstanding_writes_ == 0) {
+      phase_ = Phase::kDone;
+      return;
+    }
+    reply_timer_.expires_at(until);
+    reply_timer_.async_wait([this, targets](const std::error_code& ec) {
+      if (ec || phase_ != Phase::kReplying) return;
+      // Ranks that do not take their reply in time fail on their own deadline.
+      std::error_code close_ignored;
+      for (const auto& connection : targets)
+        connection->socket.close(close_ignored);
+    });
+    for (const auto& connection : targets) {
+      asio::async_write(connection->socket, asio::buffer(reply_),
+                        [this, connection](const std::error_code&, std::size_t) {
+                          if (--outstanding_writes_ == 0) {
+                            phase_ = Phase::kDone;
+                            reply_timer_.cancel();
+                          }
+                        });
+    }
+  }
+
+  void close_all() {
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    for (const auto& connection : pending_)
+      connection->socket.close(ignored);
+    for (const auto& connection : registered_)
+      if (connection) connection->socket.close(ignored);
+    // Handlers still queued only drop their references when io_ is destroyed; none runs.
+  }
+
+  const StoreOptions& options_;
+  const Deadline& deadline_;
+  const std::string where_;
+  asio::io_context io_{1};
+  tcp::acceptor acceptor_;
+  asio::steady_timer deadline_timer_;
+  asio::steady_timer retry_timer_;
+  asio::steady_timer reply_timer_;
+  std::vector<std::optional<std::string>> values_;
+  std::vector<ConnectionPtr> registered_;
+  std::set<ConnectionPtr> pending_;
+  int registered_count_ = 0;
+  Phase phase_ = Phase::kCollecting;
+  std::exception_ptr failure_;
+  std::vector<std::uint8_t> reply_;
+  std::size_t outstanding_writes_ = 0;
+};
+
+/// Runs one asynchronous operation on `socket` until it completes or `until` passes; on
+/// timeout the socket is closed, which completes the operation with an error, and
+/// `timed_out` is set.
+template <class Start>
+std::error_code run_until(asio::io_context& io, tcp::socket& socket, Clock::time_point until,
+                          bool& timed_out, Start&& start) {
+  std::optional<std::error_code> result;
+  bool timer_done = false;
+  timed_out = false;
+  asio::steady_timer timer(io, until);
+  timer.async_wait([&](const std::error_code& ec) {
+    timer_done = true;
+    if (!ec && !result) {
+      timed_out = true;
+      std::error_code ignored;
+      socket.close(ignored);
+    }
+  });
+  std::forward<Start>(start)([&](const std::error_code& ec) {
+    result = ec;
+    timer.cancel();
+  });
+  io.restart();
+  while (!result || !timer_done)
+    io.run_one();
+  return *result;
+}
+
+/// One attempt of a non-zero rank: connect, register, read the reply. Returns the table, or
+/// nullopt with the reason to try again in `retry_why`; throws when retrying cannot help.
+inline std::optional<std::vector<std::string>> attempt(const StoreOptions& options,
+                                                       const std::vector<std::uint8_t>& request,
+                                                       const Deadline& deadline,
+                                                       std::string& retry_why) {
+  const std::string where = endpoint_text(options.host, options.port);
+  std::error_code ec;
+  const auto endpoints = resolve<tcp>(options.host, options.port, ec);
+  if (ec) {
+    retry_why = fmt::format("cannot resolve {}: {}", options.host, ec.message());
+    return std::nullopt;
+  }
+  asio::io_context io{1};
+  tcp::socket socket(io);
+  bool timed_out = false;
+  const auto until = deadline.time_point();
+  auto failed = [&](std::string_view step, const std::error_code& error) {
+    if (timed_out)
+      retry_why = fmt::format("{} timed out", step);
+    else if (error == asio::error::eof || error == asio::error::connection_reset ||
+             error == asio::error::broken_pipe)
+      retry_why = "the store closed the connection";
+    else
+      retry_why = fmt::format("{}: {}", step, error.message());
+    return std::nullopt;
+  };
+
+  ec = run_until(io, socket, until, timed_out, [&](auto done) {
+    asio::async_connect(socket, endpoints,
+                        [done](const std::error_code& e, const tcp::endpoint&) { done(e); });
+  });
+  if (ec) return failed("connect", ec);
+  ec = run_until(io, socket, until, timed_out, [&](auto done) {
+    asio::async_write(socket, asio::buffer(request),
+                      [done](const std::error_code& e, std::size_t) { done(e); });
+  });
+  if (ec) return failed("send", ec);
+
+  std::array<std::uint8_t, kReplyHeaderBytes> header{};
+  ec = run_until(io, socket, until, timed_out, [&](auto done) {
+    asio::async_read(socket, asio::buffer(header),
+                     [done](const std::error_code& e, std::size_t) { done(e); });
+  });
+  if (timed_out)
+    throw TimeoutError(
+        options.rank, "store",
+        fmt::format("registered with the store at {}, but it did not answer within {} ms", where,
+                    deadline.budget().count()),
+        "rank 0 answers once every rank has registered: look for a rank that was not started "
+        "or points at another store, or raise the timeout (StoreOptions::timeout or "
+        "STRATA_TIMEOUT)");
+  if (ec) return failed("receive", ec);
+
+  const auto not_a_store = [&](std::string_view why) {
+    return ConfigurationError(
+        options.rank, "store",
+        fmt::format("the service at {} is not a strata store of this version: {}", where, why),
+        "check the store's address and port (MASTER_ADDR, MASTER_PORT or STRATA_STORE_PORT): "
+        "another program may hold that port");
+  };
+  if (get_u32(header.data()) != kMagic) throw not_a_store("its reply has the wrong magic number");
+  if (get_u16(header.data() + 4) != kVersion)
+    throw not_a_store(fmt::format("it speaks protocol version {}, this rank speaks version {}",
+                                  get_u16(header.data() + 4), kVersion));
+  const auto status = static_cast<Status>(get_u16(header.data() + 6));
+  const std::uint32_t world_size = get_u32(header.data() + 8);
+  const std::uint32_t body_bytes = get_u32(header.data() + 12);
+  const std::size_t max_body =
+      status == Status::kOk
+          ? static_cast<std::size_t>(options.world_size) * (4 + kMaxStoreValueBytes)
+          : kMaxMessageBytes;
+  if (body_bytes > max_body)
+    throw not_a_store(fmt::format("its reply announces {} bytes", body_bytes));
+  if (status == Status::kOk && world_size != static_cast<std::uint32_t>(options.world_size))
+    throw not_a_store(fmt::format("it answered with a table of {} ranks instead of {}", world_size,
+                                  options.world_size));
+
+  std::vector<std::uint8_t> body(body_bytes);
+  ec = run_until(io, socket, until, timed_out, [&](auto done) {
+    asio::async_read(socket, asio::buffer(body),
+                     [done](const std::error_code& e, std::size_t) { done(e); });
+  });
+  if (ec) return failed("receive", ec);
+
+  if (status != Status::kOk) {
+    const std::string why(body.begin(), body.end());
+    const std::string happened = fmt::format("the store at {} gave up: {}", where, why);
+    switch (status) {
+      case Status::kTimedOut:
+        throw TimeoutError(options.rank, "store", happened,
+                           "check that every rank was started, with the same store address and "
+                           "world size, or raise the timeout (StoreOptions::timeout or "
+                           "STRATA_TIMEOUT)");
+      case Status::kWorldSizeMismatch:
+        throw ConfigurationError(options.rank, "store", happened,
+                                 "start every rank with the same world size");
+      case Status::kDuplicateRank:
+        throw ConfigurationError(options.rank, "store", happened,
+                                 "give every process its own rank: two processes claim the same "
+                                 "one (or two jobs share the store's port)");
+      case Status::kVersionMismatch:
+        throw ConfigurationError(options.rank, "store", happened,
+                                 "build every rank against the same strata version");
+      default:
+        throw not_a_store(fmt::format("unknown status {}", static_cast<unsigned>(status)));
+    }
+  }
+
+  std::vector<std::string> values;
+  values.reserve(static_cast<std::size_t>(options.world_size));
+  std::size_t pos = 0;
+  for (int r = 0; r < options.world_size; ++r) {
+    if (body.size() - pos < 4) throw not_a_store("its table is truncated");
+    const std::uint32_t length = get_u32(body.data() + pos);
+    pos += 4;
+    if (length > kMaxStoreValueBytes || body.size() - pos < length)
+      throw not_a_store("its table holds an invalid length");
+    values.emplace_back(reinterpret_cast<const char*>(body.data() + pos), length);
+    pos += length;
+  }
+  if (pos != body.size()) throw not_a_store("its table has trailing bytes");
+  return values;
+}
+
+inline std::vector<std::string> register_with(const StoreOptions& options, std::string_view value,
+                                              const Deadline& deadline) {
+  std::vector<std::uint8_t> request(kRequestBytes);
+  put_u32(request.data(), kMagic);
+  put_u16(request.data() + 4, kVersion);
+  put_u16(request.data() + 6, kKindRegister);
+  put_u32(request.data() + 8, static_cast<std::uint32_t>(options.rank));
+  put_u32(request.data() + 12, static_cast<std::uint32_t>(options.world_size));
+  put_u32(request.data() + 16, static_cast<std::uint32_t>(value.size()));
+  request.insert(request.end(), value.begin(), value.end());
+
+  // Jitter spreads the reconnects of many ranks waiting for the same rank 0.
+  std::minstd_rand random(std::random_device{}() ^ static_cast<unsigned>(options.rank));
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  auto backoff = kFirstBackoff;
+  std::string why = "no attempt was made";
+  while (!deadline.expired()) {
+    if (auto values = attempt(options, request, deadline, why)) return std::move(*values);
+    const auto pause = std::chrono::duration_cast<Clock::duration>(backoff * jitter(random));
+    std::this_thread::sleep_until(std::min(Clock::now() + pause, deadline.time_point()));
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+  throw TimeoutError(
+      options.rank, "store",
+      fmt::format("could not reach the store at {} within {} ms (last attempt: {})",
+                  endpoint_text(options.host, options.port), deadline.budget().count(), why),
+      "check that rank 0 is running and that every rank uses its address and port (MASTER_ADDR, "
+      "MASTER_PORT or STRATA_STORE_PORT), or raise the timeout (StoreOptions::timeout or "
+      "STRATA_TIMEOUT)");
+}
+
+}  // namespace detail::store
+
+inline std::vector<std::string> exchange(const StoreOptions& options, std::string_view value) {
+  const auto usage = [&](const std::string& why, std::string_view what_to_do) {
+    return UsageError(options.rank, "store", why, what_to_do);
+  };
+  if (options.world_size < 1 || options.world_size > kMaxStoreWorldSize)
+    throw usage(fmt::format("world size {} is out of range", options.world_size),
+                fmt::format("pass a world size between 1 and {}", kMaxStoreWorldSize));
+  if (options.rank < 0 || options.rank >= options.world_size)
+    throw usage(
+        fmt::format("rank {} is out of range for world size {}", options.rank, options.world_size),
+        "pass a rank in [0, world_size)");
+  if (value.size() > kMaxStoreValueBytes)
+    throw usage(fmt::format("the value is {} bytes long", value.size()),
+                fmt::format("publish at most {} bytes per rank", kMaxStoreValueBytes));
+  if (options.world_size == 1) return {std::string(value)};
+  if (options.host.empty() || options.port == 0)
+    throw usage(fmt::format("the store's address {} is incomplete",
+                            detail::store::endpoint_text(options.host, options.port)),
+                "pass the host and a non-zero port where rank 0 serves the store");
+  if (options.timeout <= std::chrono::milliseconds::zero())
+    throw usage(fmt::format("the timeout {} ms is not positive", options.timeout.count()),
+                "pass a positive timeout");
+
+  const Deadline deadline = Deadline::after(options.timeout);
+  if (options.rank == 0) return detail::store::Server(options, value, deadline).run();
+  return detail::store::register_with(options, value, deadline);
+}
+
+inline std::string local_address_toward(std::string_view host, std::uint16_t port) {
+  using asio::ip::udp;
+  const auto fail = [&](const std::error_code& ec) {
+    return ConfigurationError(
+        -1, "local_address_toward",
+        fmt::format("cannot find this host's address toward {}: {}",
+                    detail::store::endpoint_text(host, port), ec.message()),
+        "check that the store's host (MASTER_ADDR) is spelled right and reachable from here");
+  };
+  std::error_code ec;
+  const auto endpoints =
+      detail::store::resolve<udp>(std::string(host), port == 0 ? std::uint16_t{9} : port, ec);
+  if (ec) throw fail(ec);
+  asio::io_context io{1};
+  for (const auto& endpoint : endpoints) {
+    udp::socket socket(io);
+    // connect() on a datagram socket only asks the kernel for a route; nothing is sent.
+    socket.open(endpoint.protocol(), ec);
+    if (!ec) socket.connect(endpoint, ec);
+    if (ec) continue;
+    const udp::endpoint local = socket.local_endpoint(ec);
+    if (!ec) return local.address().to_string();
+  }
+  throw fail(ec);
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/store.hpp ----
+// ---- begin strata/cluster/tf_config.hpp ----
+// strata/cluster/tf_config.hpp — reading and writing TensorFlow's TF_CONFIG.
+//
+// TF_CONFIG is the JSON document TensorFlow's multi-worker strategies read from the
+// environment (the tf.distribute tutorials, Kubeflow's TFJob, Vertex AI and SageMaker set it):
+//
+//     {"cluster": {"chief":     ["host0:2222"],
+//                  "worker":    ["host1:2222", "host2:2222"],
+//                  "ps":        ["host3:2222"],
+//                  "evaluator": ["host4:2222"]},
+//      "task": {"type": "worker", "index": 1},
+//      "environment": "cloud", "rpc_layer": "grpc"}
+//
+// A job is either a list (task i is element i) or, in the sparse form Kubeflow emits when each
+// worker should see only itself and the ps tasks, an object from index strings to addresses:
+// {"worker": {"3": "host:2222"}}. strata reads both exactly as TF's TFConfigClusterResolver
+// does, and rejects what TF would reject (or would misbehave on later) with a
+// `ConfigurationError` that names the offending value and says how to fix it.
+
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+
+namespace strata::cluster {
+
+// ---- declarations --------------------------------------------------------------------------
+
+/// The longest TF_CONFIG accepted (a cluster of 10 000 tasks needs well under 1 MiB).
+inline constexpr std::size_t kMaxTfConfigBytes = std::size_t{16} << 20;
+
+/// A parsed TF_CONFIG.
+struct TfConfig {
+  /// Every task of "cluster".
+  ClusterSpec cluster;
+  /// This process's task ("task": {"type", "index"}); absent when TF_CONFIG has no "task".
+  std::optional<Task> task;
+  /// TF's optional "environment" ("cloud", ...); empty when absent or null.
+  std::string environment;
+
+  friend bool operator==(const TfConfig&, const TfConfig&) = default;
+};
+
+/// Parses a TF_CONFIG document.
+///
+/// Accepts what TensorFlow accepts: jobs "chief", "worker", "ps", "evaluator" as lists or as
+/// sparse objects keyed by index strings ("0", "3"); "task.index" as an integer or a string of
+/// digits (TF applies int()); "environment" as a string or null. Other top-level keys
+/// ("rpc_layer", ...) are ignored.
+///
+/// @throws ConfigurationError (rank -1, operation "TF_CONFIG"), and nothing else for any
+///   input (std::bad_alloc aside), when: the text is not JSON (the message gives the byte offset)
+///   or longer than `kMaxTfConfigBytes`; the top level is not an object; "cluster" is missing, not
+///   an object or has no job; a job name is unknown ("master" gets a hint: TF2 calls it "chief"); a
+///   job is neither a list nor an object, or is empty; an address is not a string or not host:port
+///   (see `parse_address`); a sparse index is not a non-negative integer string or above
+///   `kMaxTaskIndex`; two tasks share an address (both are named); there is more than one chief;
+///   "task" is not an object; task.type is missing, unknown or has no job in the cluster;
+///   task.index is missing, not an integer, negative or not a task of that job.
+/// Cost: linear in the size of the text; memory proportional to it.
+inline TfConfig parse_tf_config(std::string_view json);
+
+/// TF_CONFIG from the environment, parsed; `std::nullopt` when it is unset or empty. Reads the
+/// environment on every call (not synchronized with concurrent setenv, like std::getenv).
+/// @throws ConfigurationError as `parse_tf_config`.
+inline std::optional<TfConfig> tf_config_from_environment();
+
+/// The TF_CONFIG text that tells `task` it is part of `cluster`: a job without holes is
+/// written as a list, a sparse job as an object keyed by index strings. Jobs appear in
+/// `kTaskTypes` order. `parse_tf_config` reads it back to an equal cluster and task.
+/// Example: make_tf_config(spec, {TaskType::worker, 1}) ==
+///     R"({"cluster":{"worker":["h0:2222","h1:2222"]},"task":{"type":"worker","index":1}})"
+/// @throws UsageError (operation "make_tf_config") if `task` is not in `cluster`.
+inline std::string make_tf_config(const ClusterSpec& cluster, Task task);
+
+// ---- definitions ---------------------------------------------------------------------------
+
+namespace detail::tf {
+
+using namespace detail::spec;  // quote_text, describe_cluster, address_problem, ...
+
+inline constexpr std::string_view kTfConfig = "TF_CONFIG";
+inline constexpr std::string_view kTfConfigExample =
+    R"(e.g. {"cluster": {"worker": ["host0:2222", "host1:2222"]}, )"
+    R"("task": {"type": "worker", "index": 0}})";
+
+[[noreturn]] inline void tf_config_error(const std::string& what_happened,
+                                         std::string_view what_to_do) {
+  throw ConfigurationError(-1, kTfConfig, what_happened, what_to_do);
+}
+
+// A short description of a JSON value for messages: scalars by value, containers by kind.
+// Never dumps containers: they may be huge or deeply nested (dump() recurses).
+inline std::string describe_json(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::string:
+      return quote_text(value.get_ref<const std::string&>(), '"');
+    case nlohmann::json::value_t::number_integer:
+      return fmt::format("{}", value.get<std::int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return fmt::format("{}", value.get<std::uint64_t>());
+    case nlohmann::json::value_t::number_float: {
+      // fmt writes 1.0 as "1"; keep it recognizable as the non-integer it is.
+      std::string text = fmt::format("{}", value.get<double>());
+      if (text.find_first_not_of("-0123456789") == std::string::npos) text += ".0";
+      return text;
+    }
+    case nlohmann::json::value_t::boolean:
+      return value.get<bool>() ? "true" : "false";
+    case nlohmann::json::value_t::null:
+      return "null";
+    case nlohmann::json::value_t::object:
+      return "an object";
+    case nlohmann::json::value_t::array:
+      return "a list";
+    default:
+      return std::string(value.type_name());
+  }
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix, escaped and cut.
+inline std::string json_error_text(const nlohmann::json::exception& error) {
+  std::string_view text = error.what();
+  if (text.starts_with("[json.exception.")) {
+    if (const std::size_t end = text.find("] "); end != std::string_view::npos)
+      text.remove_prefix(end + 2);
+  }
+  return escaped(text, 240);
+}
+
+// The advice for a job name that is not one of the four.
+inline std::string unknown_job_hint(std::string_view name) {
+  std::string lower(name.substr(0, 16));
+  for (char& c : lower) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  if (lower == "master")
+    return "TF2 calls the coordinating task \"chief\": rename \"master\" to \"chief\"";
+  if (name.size() <= 16 && parse_task_type(lower))
+    return fmt::format("job names are lower case: write \"{}\"", lower);
+  return "use only the jobs \"chief\", \"worker\", \"ps\" and \"evaluator\"";
+}
+
+inline constexpr std::string_view kAddressHintTf =
+    "write each address as a string \"host:port\", e.g. \"worker-0.example.com:2222\", "
+    "\"10.0.0.1:2222\" or \"[::1]:2222\"";
+
+// Adds one task read from `value` (at JSON path `path`) to `spec`, with TF_CONFIG messages.
+inline void add_tf_config_task(ClusterSpec& spec, Task task, const nlohmann::json& value,
+                               const std::string& path) {
+  if (!value.is_string())
+    tf_config_error(fmt::format("{} must be an address string, got {}", path, describe_json(value)),
+                    kAddressHintTf);
+  const auto& text = value.get_ref<const std::string&>();
+  Address address;
+  if (std::string problem = address_problem(text, address); !problem.empty())
+    tf_config_error(
+        fmt::format("{}: cannot use {} as an address: {}", path, quote_text(text), problem),
+        kAddressHintTf);
+  if (spec.contains(task))
+    tf_config_error(fmt::format("{}: {} {} is listed twice (index keys such as \"1\" and \"01\" "
+                                "name the same task)",
+                                path, to_string(task.type), task.index),
+                    "list each task once");
+  if (const auto other = spec.find(address))
+    tf_config_error(
+        fmt::format("duplicate address {}: both {} {} and {} {} ({}) use it", quote_text(text),
+                    to_string(other->type), other->index, to_string(task.type), task.index, path),
+        "give every task its own host:port");
+  spec.add(task, std::move(address));
+}
+
+// The index a sparse job's key names: digits only, at most kMaxTaskIndex.
+inline int sparse_index(std::string_view job, std::string_view key) {
+  const std::string path = fmt::format("cluster.{}[{}]", job, quote_text(key, '"'));
+  if (!all_digits(key))
+    tf_config_error(
+        fmt::format("{}: the key {} is not a task index (a non-negative integer)", path,
+                    quote_text(key, '"')),
+        R"(key the tasks of a sparse job by their index, e.g. {"worker": {"0": "host:2222"}})");
+  int index = 0;
+  const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), index);
+  if (ec != std::errc() || index > kMaxTaskIndex)
+    tf_config_error(fmt::format("{}: the task index is above the limit of {}", path, kMaxTaskIndex),
+                    "number the tasks of a job from 0, without large gaps");
+  return index;
+}
+
+inline void parse_job(ClusterSpec& spec, std::string_view name, const nlohmann::json& job,
+                      bool& sparse) {
+  const std::optional<TaskType> type = parse_task_type(name);
+  if (!type)
+    tf_config_error(fmt::format("unknown job {} in cluster", quote_text(name, '"')),
+                    unknown_job_hint(name));
+  if (!job.is_array() && !job.is_object())
+    tf_config_error(fmt::format("cluster.{} must be a list of addresses or an object from task "
+                                "index to address, got {}",
+                                name, describe_json(job)),
+                    R"(write e.g. "worker": ["host0:2222", "host1:2222"] or )"
+                    R"("worker": {"1": "host1:2222"})");
+  if (job.empty())
+    tf_config_error(fmt::format("cluster.{} is empty", name),
+                    "list at least one address, or leave the job out");
+  if (*type == TaskType::chief && job.size() > 1)
+    tf_config_error(fmt::format("more than one chief: cluster.chief has {} tasks", job.size()),
+                    "a cluster has at most one chief; list the other tasks under \"worker\"");
+  sparse = job.is_object();
+  if (job.is_array()) {
+    if (job.size() > static_cast<std::size_t>(kMaxTaskIndex) + 1)
+      tf_config_error(fmt::format("cluster.{} has {} tasks, more than the limit of {}", name,
+                                  job.size(), kMaxTaskIndex + 1),
+                      "split the job or check that TF_CONFIG holds what you meant");
+    int index = 0;
+    for (const auto& value : job) {
+      add_tf_config_task(spec, Task{*type, index}, value,
+                         fmt::format("cluster.{}[{}]", name, index));
+      ++index;
+    }
+    return;
+  }
+  for (auto it = job.begin(); it != job.end(); ++it) {
+    const int index = sparse_index(name, it.key());
+    if (*type == TaskType::chief && index != 0)
+      tf_config_error(
+          fmt::format("cluster.chief[{}]: the chief is always task 0", quote_text(it.key(), '"')),
+          R"(key the chief "0", or write "chief": ["host:2222"])");
+    add_tf_config_task(spec, Task{*type, index}, it.value(),
+                       fmt::format("cluster.{}[{}]", name, quote_text(it.key(), '"')));
+  }
+}
+
+// task.index: an integer or a string of digits, 0 or more. Returns the value (saturated far
+// above kMaxTaskIndex, which only needs to compare as out of range) and its text.
+inline std::pair<std::uint64_t, std::string> task_index(const nlohmann::json& value) {
+  auto not_integer = [&]() {
+    tf_config_error(fmt::format("task.index must be an integer, got {}", describe_json(value)),
+                    R"(set "index" to this task's position in its job, e.g. "index": 0)");
+  };
+  auto negative = [&](std::string_view text) {
+    tf_config_error(fmt::format("task.index is {}; it must be 0 or more", text),
+                    R"(set "index" to this task's position in its job, from 0)");
+  };
+  if (value.is_number_unsigned()) {
+    const auto index = value.get<std::uint64_t>();
+    return {index, fmt::format("{}", index)};
+  }
+  if (value.is_number_integer()) {
+    const auto index = value.get<std::int64_t>();
+    if (index < 0) negative(fmt::format("{}", index));
+    return {static_cast<std::uint64_t>(index), fmt::format("{}", index)};
+  }
+  if (!value.is_string()) not_integer();
+  const std::string_view text = value.get_ref<const std::string&>();
+  if (text.starts_with('-') && all_digits(text.substr(1))) negative(quote_text(text, '"'));
+  if (!all_digits(text)) not_integer();
+  std::uint64_t index = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+  if (ec != std::errc()) index = UINT64_MAX;  // too many digits: certainly out of range
+  return {index, quote_text(text, '"')};
+}
+
+inline Task parse_task(const nlohmann::json& task, const ClusterSpec& cluster,
+                       const std::array<bool, std::size(kTaskTypes)>& sparse) {
+  if (!task.is_object())
+    tf_config_error(fmt::format("\"task\" must be an object, got {}", describe_json(task)),
+                    R"(write e.g. "task": {"type": "worker", "index": 0}, or leave it out)");
+  const auto type_it = task.find("type");
+  if (type_it == task.end())
+    tf_config_error("task.type is missing",
+                    R"(set "type" to this task's job: "chief", "worker", "ps" or "evaluator")");
+  if (!type_it->is_string())
+    tf_config_error(fmt::format("task.type must be a string, got {}", describe_json(*type_it)),
+                    R"(set "type" to this task's job: "chief", "worker", "ps" or "evaluator")");
+  const auto& type_name = type_it->get_ref<const std::string&>();
+  const std::optional<TaskType> type = parse_task_type(type_name);
+  if (!type)
+    tf_config_error(fmt::format("unknown task.type {}", quote_text(type_name, '"')),
+                    unknown_job_hint(type_name));
+  const auto& job = cluster.tasks(*type);
+  if (job.empty())
+    tf_config_error(fmt::format("task not in cluster: task.type is \"{}\" but the cluster has no "
+                                "\"{}\" job (it has {})",
+                                *type, *type, describe_cluster(cluster)),
+                    "add this task's job to the cluster, or fix task.type");
+
+  const auto index_it = task.find("index");
+  if (index_it == task.end())
+    tf_config_error("task.index is missing",
+                    R"(set "index" to this task's position in its job, e.g. "index": 0)");
+  const auto [index, index_text] = task_index(*index_it);
+  if (!sparse[static_cast<std::size_t>(*type)]) {
+    if (index >= job.size())
+      tf_config_error(
+          fmt::format("task.index {} is out of range: cluster.{} has {}", index_text, *type,
+                      job.size() == 1
+                          ? std::string("1 task (index 0)")
+                          : fmt::format("{} tasks (indices 0 to {})", job.size(), job.size() - 1)),
+          fmt::format("set task.index to this task's position in cluster.{}", *type));
+  } else if (index > static_cast<std::uint64_t>(kMaxTaskIndex) ||
+             !job.contains(static_cast<int>(index))) {
+    tf_config_error(fmt::format("task not in cluster: task.index {} is not a key of the sparse job "
+                                "cluster.{} (its indices are {})",
+                                index_text, *type, describe_indices(job)),
+                    fmt::format("set task.index to this task's key in cluster.{}", *type));
+  }
+  return Task{*type, static_cast<int>(index)};
+}
+
+}  // namespace detail::tf
+
+inline TfConfig parse_tf_config(std::string_view json) {
+  using detail::tf::tf_config_error;
+  if (json.size() > kMaxTfConfigBytes)
+    tf_config_error(fmt::format("the text is {} bytes long, more than the limit of {}", json.size(),
+                                kMaxTfConfigBytes),
+                    "check that TF_CONFIG holds a cluster description and nothing else");
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json.data(), json.data() + json.size());
+  } catch (const nlohmann::json::parse_error& error) {
+    tf_config_error(fmt::format("not valid JSON: syntax error at byte {}: {}", error.byte,
+                                detail::tf::json_error_text(error)),
+                    "fix the JSON (quotes, commas, braces; a shell may have eaten the quotes), " +
+                        std::string(detail::tf::kTfConfigExample));
+  } catch (const nlohmann::json::exception& error) {
+    tf_config_error(fmt::format("not valid JSON: {}", detail::tf::json_error_text(error)),
+                    "fix the JSON, " + std::string(detail::tf::kTfConfigExample));
+  }
+  if (!root.is_object())
+    tf_config_error(
+        fmt::format("the top level must be an object, got {}", detail::tf::describe_json(root)),
+        "write TF_CONFIG as one JSON object, " + std::string(detail::tf::kTfConfigExample));
+
+  TfConfig config;
+  const auto cluster_it = root.find("cluster");
+  if (cluster_it == root.end())
+    tf_config_error("there is no \"cluster\" (keys are case sensitive)",
+                    "describe the cluster, " + std::string(detail::tf::kTfConfigExample));
+  if (!cluster_it->is_object())
+    tf_config_error(fmt::format("\"cluster\" must be an object from job names to addresses, got {}",
+                                detail::tf::describe_json(*cluster_it)),
+                    "describe the cluster, " + std::string(detail::tf::kTfConfigExample));
+  if (cluster_it->empty())
+    tf_config_error("\"cluster\" has no jobs",
+                    "list the tasks of the cluster, " + std::string(detail::tf::kTfConfigExample));
+  std::array<bool, std::size(kTaskTypes)> sparse{};
+  for (auto it = cluster_it->begin(); it != cluster_it->end(); ++it) {
+    bool job_sparse = false;
+    detail::tf::parse_job(config.cluster, it.key(), it.value(), job_sparse);
+    // parse_job accepted the name, so it is a TaskType.
+    sparse[static_cast<std::size_t>(*parse_task_type(it.key()))] = job_sparse;
+  }
+
+  if (const auto task_it = root.find("task"); task_it != root.end())
+    config.task = detail::tf::parse_task(*task_it, config.cluster, sparse);
+
+  if (const auto env_it = root.find("environment"); env_it != root.end()) {
+    if (env_it->is_string()) {
+      config.environment = env_it->get<std::string>();
+    } else if (!env_it->is_null()) {
+      tf_config_error(fmt::format("\"environment\" must be a string, got {}",
+                                  detail::tf::describe_json(*env_it)),
+                      R"(write e.g. "environment": "cloud", or leave it out)");
+    }
+  }
+  return config;
+}
+
+inline std::optional<TfConfig> tf_config_from_environment() {
+  const char* text = std::getenv("TF_CONFIG");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  return parse_tf_config(text);
+}
+
+inline std::string make_tf_config(const ClusterSpec& cluster, Task task) {
+  if (!cluster.contains(task))
+    throw UsageError(
+        -1, "make_tf_config",
+        fmt::format("task not in cluster: {} {} (the cluster has {})", to_string(task.type),
+                    task.index, detail::spec::describe_cluster(cluster)),
+        "pass a task of the cluster");
+  // ordered_json keeps TF's usual key order ("type" before "index", jobs as listed).
+  nlohmann::ordered_json jobs = nlohmann::ordered_json::object();
+  for (const TaskType type : kTaskTypes) {
+    const auto& tasks = cluster.tasks(type);
+    if (tasks.empty()) continue;
+    const bool dense = tasks.rbegin()->first == static_cast<int>(tasks.size()) - 1;
+    nlohmann::ordered_json job =
+        dense ? nlohmann::ordered_json::array() : nlohmann::ordered_json::object();
+    for (const auto& [index, address] : tasks) {
+      if (dense) {
+        job.push_back(address.to_string());
+      } else {
+        job[std::to_string(index)] = address.to_string();
+      }
+    }
+    jobs[std::string(to_string(type))] = std::move(job);
+  }
+  nlohmann::ordered_json root = nlohmann::ordered_json::object();
+  root["cluster"] = std::move(jobs);
+  nlohmann::ordered_json task_json = nlohmann::ordered_json::object();
+  task_json["type"] = std::string(to_string(task.type));
+  task_json["index"] = task.index;
+  root["task"] = std::move(task_json);
+  return root.dump();
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/tf_config.hpp ----
+
+namespace strata::cluster {
+
+/// An owned listening socket (a file descriptor), closed unless released.
+class ListeningSocket {
+ public:
+  ListeningSocket() = default;
+  explicit ListeningSocket(int fd) noexcept : fd_(fd) {}
+  ListeningSocket(ListeningSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ListeningSocket& operator=(ListeningSocket&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~ListeningSocket() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  /// Gives up ownership: the caller closes the descriptor.
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_ = -1;
+};
+
+struct ResolveOptions {
+  /// Explicit cluster and task; used when both are set.
+  std::optional<ClusterSpec> cluster{};
+  std::optional<Task> task{};
+  /// Where variables are read (tests pass environment_from(...)).
+  Environment environment = process_environment();
+  /// Deadline of the address exchange of store-based launchers.
+  std::chrono::milliseconds timeout = default_timeout();
+};
+
+/// This process's place in its cluster.
+struct ResolvedCluster {
+  /// "explicit", "TF_CONFIG", "torchrun", "openmpi", "slurm" or "none".
+  std::string source = "none";
+  /// The cluster; empty for a one-process cluster found without TF_CONFIG (as TF's resolver
+  /// returns an empty ClusterSpec without TF_CONFIG), which needs no network.
+  ClusterSpec cluster;
+  Task task{TaskType::worker, 0};
+  /// Rank in the collective group (chief first, then workers); -1 for ps and evaluator
+  /// tasks, which are not members.
+  int rank = 0;
+  int size = 1;
+  /// Index of this process among the group's processes on its host.
+  int local_rank = 0;
+  /// Listening address of every rank of the collective group, in rank order.
+  std::vector<Address> addresses{{"127.0.0.1", 0}};
+  /// Bound to addresses[rank] when the resolver bound it (store-based launchers).
+  ListeningSocket listener;
+
+  /// TF's rule: the chief task, or worker 0 when the cluster has no chief. Checkpoints and
+  /// summaries belong to it.
+  bool is_chief() const noexcept { return rank == 0; }
+  bool in_collective_group() const noexcept { return rank >= 0; }
+};
+
+namespace detail::resolve {
+
+inline int local_rank_in(const std::vector<Address>& addresses, int rank) {
+  int local = 0;
+  for (int r = 0; r < rank; ++r)
+    if (addresses[static_cast<std::size_t>(r)].host ==
+        addresses[static_cast<std::size_t>(rank)].host)
+      ++local;
+  return local;
+}
+
+inline ResolvedCluster from_spec(std::string source, ClusterSpec cluster, Task task) {
+  if (!cluster.contains(task))
+    throw ConfigurationError(-1, source,
+                             fmt::format("task {} {} is not in the cluster {}",
+                                         to_string(task.type), task.index, cluster.canonical()),
+                             "give a task that the cluster lists");
+  ResolvedCluster resolved;
+  resolved.source = std::move(source);
+  resolved.task = task;
+  const auto rank = cluster.collective_rank(task);
+  resolved.rank = rank ? *rank : -1;
+  resolved.size = cluster.collective_size();
+  if (rank) {
+    resolved.addresses = cluster.collective_addresses();
+    resolved.local_rank = local_rank_in(resolved.addresses, *rank);
+  } else {
+    resolved.addresses.clear();
+  }
+  resolved.cluster = std::move(cluster);
+  return resolved;
+}
+
+inline ResolvedCluster from_launcher(const LauncherEnvironment& launcher,
+                                     std::chrono::milliseconds timeout) {
+  ResolvedCluster resolved;
+  resolved.source = launcher.launcher;
+  resolved.rank = launcher.rank;
+  resolved.size = launcher.world_size;
+  resolved.local_rank = launcher.local_rank;
+  resolved.task = {TaskType::worker, launcher.rank};
+  if (launcher.world_size == 1) return resolved;  // one process: no peers, no store
+  // Listen on the interface that reaches the master, on a port the kernel picks; the
+  // socket stays bound until the communicator adopts it.
+  const std::string host = local_address_toward(launcher.master_addr, launcher.master_port);
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host, ec), 0);
+  if (!ec) acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(launcher.rank, launcher.launcher,
+                             fmt::format("cannot listen on {}: {}", host, ec.message()),
+                             "check the network configuration of this host");
+  const Address own{host, acceptor.local_endpoint().port()};
+  StoreOptions store;
+  store.host = launcher.master_addr;
+  store.port = launcher.master_port;
+  store.rank = launcher.rank;
+  store.world_size = launcher.world_size;
+  store.timeout = timeout;
+  const auto values = cluster::exchange(store, own.to_string());
+  for (int r = 0; r < launcher.world_size; ++r)
+    resolved.cluster.add({TaskType::worker, r},
+                         parse_address(values[static_cast<std::size_t>(r)], launcher.launcher));
+  resolved.addresses = resolved.cluster.collective_addresses();
+  resolved.listener = ListeningSocket(acceptor.release());
+  return resolved;
+}
+
+}  // namespace detail::resolve
+
+/// Resolves this process's cluster (see the file comment for the order).
+/// @throws ConfigurationError naming the variable or setting at fault; TimeoutError when the
+/// address exchange of a store-based launcher does not complete in time.
+inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
+  if (options.cluster && options.task)
+    return detail::resolve::from_spec("explicit", std::move(*options.cluster), *options.task);
+  if (options.cluster || options.task)
+    throw UsageError(-1, "resolve_cluster", "only one of ResolveOptions::cluster and ::task is set",
+                     "set both, or neither to read the environment");
+  const Environment& env = options.environment;
+  if (const auto text = env("TF_CONFIG"); text && !text->empty()) {
+    TfConfig config = parse_tf_config(*text);
+    Task task{TaskType::worker, 0};
+    if (config.task) {
+      task = *config.task;
+    } else if (config.cluster.collective_size() != 1) {
+      throw ConfigurationError(-1, "TF_CONFIG", "TF_CONFIG has a cluster but no \"task\"",
+                               "add \"task\": {\"type\": \"worker\", \"index\": N} for this "
+                               "process");
+    } else {
+      task = config.cluster.collective_task(0);
+    }
+    return detail::resolve::from_spec("TF_CONFIG", std::move(config.cluster), task);
+  }
+  for (auto* detect : {&torchrun_environment, &openmpi_environment, &slurm_environment})
+    if (const auto launcher = (*detect)(env))
+      return detail::resolve::from_launcher(*launcher, options.timeout);
+  return ResolvedCluster{};
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/resolve.hpp ----
+
 // ---- begin strata/communicator/communicator.hpp ----
 // strata/communicator/communicator.hpp — the Communicator concept.
 //
@@ -1788,46 +5423,6 @@ struct AllGatherDirect {
 #include <cstring>
 #include <span>
 
-// ---- begin strata/algorithms/detail/partition.hpp ----
-// strata/algorithms/detail/partition.hpp — splitting a buffer into per-rank slices.
-
-#include <algorithm>
-#include <cstddef>
-#include <span>
-#include <vector>
-
-
-namespace strata::algorithms::detail {
-
-/// Element range [begin, end) of slice `index` when `count` elements are split into `parts`
-/// nearly equal slices whose boundaries fall on 64-byte multiples (so ranks writing adjacent
-/// slices do not share cache lines). Slices may be empty when count is small.
-struct Slice {
-  std::size_t begin;
-  std::size_t end;
-  std::size_t size() const noexcept { return end - begin; }
-};
-
-inline Slice slice_of(std::size_t count, std::size_t element_bytes, int parts, int index) {
-  const std::size_t line = std::max<std::size_t>(1, 64 / element_bytes);
-  const std::size_t lines = (count + line - 1) / line;
-  const auto n = static_cast<std::size_t>(parts);
-  const auto i = static_cast<std::size_t>(index);
-  auto boundary = [&](std::size_t k) { return std::min(count, (lines * k / n) * line); };
-  return {boundary(i), boundary(i + 1)};
-}
-
-/// Typed pointers to every rank's input, offset by `offset` elements.
-template <Element T, class Link>
-std::vector<const T*> inputs_of(const Link& link, std::size_t offset) {
-  std::vector<const T*> inputs(static_cast<std::size_t>(link.size()));
-  for (int r = 0; r < link.size(); ++r)
-    inputs[static_cast<std::size_t>(r)] = static_cast<const T*>(link.call(r).send) + offset;
-  return inputs;
-}
-
-}  // namespace strata::algorithms::detail
-// ---- end strata/algorithms/detail/partition.hpp ----
 
 namespace strata::algorithms {
 
@@ -2007,6 +5602,229 @@ struct ReduceScatterDirect {
 
 }  // namespace strata::algorithms
 // ---- end strata/algorithms/reduce_scatter_direct.hpp ----
+// ---- begin strata/communicator/detail/collective_api.hpp ----
+// strata/communicator/detail/collective_api.hpp — the typed collective calls every communicator
+// offers, written once.
+//
+// A communicator derives from `CollectiveApi<Derived>` and provides:
+//   int rank() const; int size() const;
+//   void run(const CollectiveCall&, const CallOptions&);      blocking, after earlier async calls
+//   Work submit(const CollectiveCall&, const CallOptions&);   queued behind earlier async calls
+//   [[noreturn]] void fail_usage(Collective, std::string_view what, std::string_view what_to_do);
+// This base turns each typed call into a checked `CollectiveCall` (span sizes, root, overlap),
+// so every model enforces the same rules with the same messages.
+
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+
+namespace strata::communicator::detail {
+
+template <class Derived>
+class CollectiveApi {
+ public:
+  // --- all_reduce: every rank ends with op over all ranks' data.
+  template <Element T>
+  void all_reduce(std::span<T> data, ReduceOp op, CallOptions call = {}) {
+    self().run(in_place(Collective::all_reduce, data, op), call);
+  }
+  template <Element T>
+  void all_reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+                  CallOptions call = {}) {
+    self().run(out_of_place(Collective::all_reduce, send, recv, op), call);
+  }
+  template <Element T>
+  Work all_reduce_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
+    return self().submit(in_place(Collective::all_reduce, data, op), call);
+  }
+  template <Element T>
+  Work all_reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                        ReduceOp op, CallOptions call = {}) {
+    return self().submit(out_of_place(Collective::all_reduce, send, recv, op), call);
+  }
+
+  // --- broadcast: every rank ends with the root's data.
+  template <Element T>
+  void broadcast(std::span<T> data, int root, CallOptions call = {}) {
+    self().run(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
+  }
+  template <Element T>
+  void broadcast(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
+                 CallOptions call = {}) {
+    self().run(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
+  }
+  template <Element T>
+  Work broadcast_async(std::span<T> data, int root, CallOptions call = {}) {
+    return self().submit(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
+  }
+  template <Element T>
+  Work broadcast_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
+                       CallOptions call = {}) {
+    return self().submit(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root),
+                         call);
+  }
+
+  // --- reduce: the root ends with op over all ranks' data; other ranks' outputs untouched.
+  template <Element T>
+  void reduce(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
+    self().run(in_place(Collective::reduce, data, op, root), call);
+  }
+  template <Element T>
+  void reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+              int root, CallOptions call = {}) {
+    self().run(out_of_place(Collective::reduce, send, recv, op, root), call);
+  }
+  template <Element T>
+  Work reduce_async(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
+    return self().submit(in_place(Collective::reduce, data, op, root), call);
+  }
+  template <Element T>
+  Work reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+                    int root, CallOptions call = {}) {
+    return self().submit(out_of_place(Collective::reduce, send, recv, op, root), call);
+  }
+
+  // --- all_gather: block r of every rank's output is rank r's contribution.
+  template <Element T>
+  void all_gather(std::span<T> data, CallOptions call = {}) {
+    self().run(in_place(Collective::all_gather, data), call);
+  }
+  template <Element T>
+  void all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                  CallOptions call = {}) {
+    self().run(out_of_place(Collective::all_gather, send, recv), call);
+  }
+  template <Element T>
+  Work all_gather_async(std::span<T> data, CallOptions call = {}) {
+    return self().submit(in_place(Collective::all_gather, data), call);
+  }
+  template <Element T>
+  Work all_gather_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                        CallOptions call = {}) {
+    return self().submit(out_of_place(Collective::all_gather, send, recv), call);
+  }
+
+  // --- reduce_scatter: rank r ends with op over block r of all ranks' data.
+  template <Element T>
+  void reduce_scatter(std::span<T> data, ReduceOp op, CallOptions call = {}) {
+    self().run(in_place(Collective::reduce_scatter, data, op), call);
+  }
+  template <Element T>
+  void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+                      CallOptions call = {}) {
+    self().run(out_of_place(Collective::reduce_scatter, send, recv, op), call);
+  }
+  template <Element T>
+  Work reduce_scatter_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
+    return self().submit(in_place(Collective::reduce_scatter, data, op), call);
+  }
+  template <Element T>
+  Work reduce_scatter_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                            ReduceOp op, CallOptions call = {}) {
+    return self().submit(out_of_place(Collective::reduce_scatter, send, recv, op), call);
+  }
+
+  // --- barrier: returns once every rank has called it.
+  void barrier(CallOptions call = {}) { self().run(CollectiveCall{}, call); }
+  Work barrier_async(CallOptions call = {}) { return self().submit(CollectiveCall{}, call); }
+
+ protected:
+  CollectiveApi() = default;
+
+ private:
+  Derived& self() noexcept { return static_cast<Derived&>(*this); }
+
+  template <Element T>
+  CollectiveCall in_place(Collective kind, std::span<T> data, ReduceOp op = ReduceOp::sum,
+                          int root = 0) {
+    CollectiveCall call{kind, data_type_of<T>, data.size(), op, root, data.data(), data.data()};
+    if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
+      const auto n = static_cast<std::size_t>(self().size());
+      if (data.size() % n != 0)
+        self().fail_usage(kind,
+                          fmt::format("in-place {} needs a span of size() · count elements, got "
+                                      "{} elements for {} ranks",
+                                      to_string(kind), data.size(), n),
+                          "pass a span whose size is a multiple of the group size");
+      call.count = data.size() / n;
+      T* own_block = data.data() + static_cast<std::size_t>(self().rank()) * call.count;
+      if (kind == Collective::all_gather)
+        call.send = own_block;
+      else
+        call.recv = own_block;
+    }
+    check_root(call);
+    return call;
+  }
+
+  template <Element T>
+  CollectiveCall out_of_place(Collective kind, std::span<const T> send, std::span<T> recv,
+                              ReduceOp op = ReduceOp::sum, int root = 0) {
+    CollectiveCall call{kind, data_type_of<T>, send.size(), op, root, send.data(), recv.data()};
+    check_root(call);
+    check_overlap(kind, send, recv);
+    const auto n = static_cast<std::size_t>(self().size());
+    std::size_t expected = send.size();
+    std::string_view rule = "recv.size() == send.size()";
+    if (kind == Collective::all_gather) {
+      expected = n * send.size();
+      rule = "recv.size() == size() · send.size()";
+    } else if (kind == Collective::reduce_scatter) {
+      call.count = recv.size();
+      expected = n * recv.size();
+      if (send.size() != expected)
+        self().fail_usage(kind,
+                          fmt::format("send has {} elements but {} ranks × recv {} need {}",
+                                      send.size(), n, recv.size(), expected),
+                          "reduce_scatter needs send.size() == size() · recv.size()");
+      return call;
+    } else if (kind == Collective::reduce && root != self().rank() && recv.empty()) {
+      call.recv = nullptr;  // a non-root rank may pass no output
+      return call;
+    }
+    if (recv.size() != expected)
+      self().fail_usage(kind,
+                        fmt::format("recv has {} elements, expected {}", recv.size(), expected),
+                        fmt::format("{} needs {}", to_string(kind), rule));
+    return call;
+  }
+
+  // Identical spans (in place), disjoint spans, or the in-place layout of all_gather (send is
+  // block rank() of recv) and reduce_scatter (recv is block rank() of send); anything else
+  // would let this rank's writes corrupt the input its peers read.
+  template <Element T>
+  void check_overlap(Collective kind, std::span<const T> send, std::span<T> recv) {
+    const T* s = send.data();
+    const T* r = recv.data();
+    if (send.empty() || recv.empty()) return;
+    const bool disjoint =
+        std::less_equal<>{}(s + send.size(), r) || std::less_equal<>{}(r + recv.size(), s);
+    const auto block = static_cast<std::size_t>(self().rank());
+    const bool in_place = (s == r && send.size() == recv.size()) ||
+                          (kind == Collective::all_gather && s == r + block * send.size()) ||
+                          (kind == Collective::reduce_scatter && r == s + block * recv.size());
+    if (disjoint || in_place) return;
+    self().fail_usage(kind, "send and recv partially overlap",
+                      "pass the same span for an in-place call, or spans that do not overlap");
+  }
+
+  void check_root(const CollectiveCall& call) {
+    if (has_root(call.kind) && (call.root < 0 || call.root >= self().size()))
+      self().fail_usage(
+          call.kind,
+          fmt::format("root {} is not a rank of this group of {}", call.root, self().size()),
+          "pass a root in [0, size())");
+  }
+};
+
+}  // namespace strata::communicator::detail
+// ---- end strata/communicator/detail/collective_api.hpp ----
 // ---- begin strata/communicator/detail/serial_executor.hpp ----
 // strata/communicator/detail/serial_executor.hpp — one background thread running tasks in order.
 
@@ -2108,7 +5926,9 @@ namespace strata::communicator {
 /// does not arrive by the deadline; PeerFailureError when another rank failed or aborted;
 /// UsageError for bad spans or roots on this rank. After any of them the group is failed.
 template <class AllReduceAlgorithm = algorithms::AllReduceScatterGather>
-class LocalCommunicator {
+class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllReduceAlgorithm>> {
+  friend class detail::CollectiveApi<LocalCommunicator>;
+
  public:
   static constexpr std::string_view kName = "local";
   /// The largest group this communicator can form (any number of threads).
@@ -2140,109 +5960,8 @@ class LocalCommunicator {
   int size() const noexcept { return endpoint_->group->rendezvous.size(); }
   const CommunicatorOptions& options() const noexcept { return endpoint_->group->options; }
 
-  // --- all_reduce: every rank ends with op over all ranks' data.
-  template <Element T>
-  void all_reduce(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    run(in_place(Collective::all_reduce, data, op), call);
-  }
-  template <Element T>
-  void all_reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-                  CallOptions call = {}) {
-    run(out_of_place(Collective::all_reduce, send, recv, op), call);
-  }
-  template <Element T>
-  Work all_reduce_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    return submit(in_place(Collective::all_reduce, data, op), call);
-  }
-  template <Element T>
-  Work all_reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                        ReduceOp op, CallOptions call = {}) {
-    return submit(out_of_place(Collective::all_reduce, send, recv, op), call);
-  }
-
-  // --- broadcast: every rank ends with the root's data.
-  template <Element T>
-  void broadcast(std::span<T> data, int root, CallOptions call = {}) {
-    run(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
-  }
-  template <Element T>
-  void broadcast(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
-                 CallOptions call = {}) {
-    run(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
-  }
-  template <Element T>
-  Work broadcast_async(std::span<T> data, int root, CallOptions call = {}) {
-    return submit(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
-  }
-  template <Element T>
-  Work broadcast_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
-                       CallOptions call = {}) {
-    return submit(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
-  }
-
-  // --- reduce: the root ends with op over all ranks' data; other ranks' outputs untouched.
-  template <Element T>
-  void reduce(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
-    run(in_place(Collective::reduce, data, op, root), call);
-  }
-  template <Element T>
-  void reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-              int root, CallOptions call = {}) {
-    run(out_of_place(Collective::reduce, send, recv, op, root), call);
-  }
-  template <Element T>
-  Work reduce_async(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
-    return submit(in_place(Collective::reduce, data, op, root), call);
-  }
-  template <Element T>
-  Work reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-                    int root, CallOptions call = {}) {
-    return submit(out_of_place(Collective::reduce, send, recv, op, root), call);
-  }
-
-  // --- all_gather: block r of every rank's output is rank r's contribution.
-  template <Element T>
-  void all_gather(std::span<T> data, CallOptions call = {}) {
-    run(in_place(Collective::all_gather, data), call);
-  }
-  template <Element T>
-  void all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                  CallOptions call = {}) {
-    run(out_of_place(Collective::all_gather, send, recv), call);
-  }
-  template <Element T>
-  Work all_gather_async(std::span<T> data, CallOptions call = {}) {
-    return submit(in_place(Collective::all_gather, data), call);
-  }
-  template <Element T>
-  Work all_gather_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                        CallOptions call = {}) {
-    return submit(out_of_place(Collective::all_gather, send, recv), call);
-  }
-
-  // --- reduce_scatter: rank r ends with op over block r of all ranks' data.
-  template <Element T>
-  void reduce_scatter(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    run(in_place(Collective::reduce_scatter, data, op), call);
-  }
-  template <Element T>
-  void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-                      CallOptions call = {}) {
-    run(out_of_place(Collective::reduce_scatter, send, recv, op), call);
-  }
-  template <Element T>
-  Work reduce_scatter_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    return submit(in_place(Collective::reduce_scatter, data, op), call);
-  }
-  template <Element T>
-  Work reduce_scatter_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                            ReduceOp op, CallOptions call = {}) {
-    return submit(out_of_place(Collective::reduce_scatter, send, recv, op), call);
-  }
-
-  // --- barrier: returns once every rank has called it.
-  void barrier(CallOptions call = {}) { run(CollectiveCall{}, call); }
-  Work barrier_async(CallOptions call = {}) { return submit(CollectiveCall{}, call); }
+  // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
+  // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
 
   /// Fails the whole group from any thread: every pending and later call on every rank throws
   /// `PeerFailureError` carrying `reason`. Use it when this replica cannot continue.
@@ -2275,86 +5994,6 @@ class LocalCommunicator {
 
   LocalCommunicator(std::shared_ptr<Group> group, int rank)
       : endpoint_(std::make_unique<Endpoint>(std::move(group), rank)) {}
-
-  template <Element T>
-  CollectiveCall in_place(Collective kind, std::span<T> data, ReduceOp op = ReduceOp::sum,
-                          int root = 0) {
-    CollectiveCall call{kind, data_type_of<T>, data.size(), op, root, data.data(), data.data()};
-    if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
-      const auto n = static_cast<std::size_t>(size());
-      if (data.size() % n != 0)
-        fail_usage(kind,
-                   fmt::format("in-place {} needs a span of size() · count elements, got "
-                               "{} elements for {} ranks",
-                               to_string(kind), data.size(), n),
-                   "pass a span whose size is a multiple of the group size");
-      call.count = data.size() / n;
-      T* own_block = data.data() + static_cast<std::size_t>(rank()) * call.count;
-      if (kind == Collective::all_gather)
-        call.send = own_block;
-      else
-        call.recv = own_block;
-    }
-    check_root(call);
-    return call;
-  }
-
-  template <Element T>
-  CollectiveCall out_of_place(Collective kind, std::span<const T> send, std::span<T> recv,
-                              ReduceOp op = ReduceOp::sum, int root = 0) {
-    CollectiveCall call{kind, data_type_of<T>, send.size(), op, root, send.data(), recv.data()};
-    check_root(call);
-    check_overlap(kind, send, recv);
-    const auto n = static_cast<std::size_t>(size());
-    std::size_t expected = send.size();
-    std::string_view rule = "recv.size() == send.size()";
-    if (kind == Collective::all_gather) {
-      expected = n * send.size();
-      rule = "recv.size() == size() · send.size()";
-    } else if (kind == Collective::reduce_scatter) {
-      call.count = recv.size();
-      expected = n * recv.size();
-      if (send.size() != expected)
-        fail_usage(kind,
-                   fmt::format("send has {} elements but {} ranks × recv {} need {}", send.size(),
-                               n, recv.size(), expected),
-                   "reduce_scatter needs send.size() == size() · recv.size()");
-      return call;
-    } else if (kind == Collective::reduce && root != rank() && recv.empty()) {
-      call.recv = nullptr;  // a non-root rank may pass no output
-      return call;
-    }
-    if (recv.size() != expected)
-      fail_usage(kind, fmt::format("recv has {} elements, expected {}", recv.size(), expected),
-                 fmt::format("{} needs {}", to_string(kind), rule));
-    return call;
-  }
-
-  // Identical spans (in place), disjoint spans, or the in-place layout of all_gather (send is
-  // block rank() of recv) and reduce_scatter (recv is block rank() of send); anything else
-  // would let this rank's writes corrupt the input its peers read.
-  template <Element T>
-  void check_overlap(Collective kind, std::span<const T> send, std::span<T> recv) {
-    const T* s = send.data();
-    const T* r = recv.data();
-    if (send.empty() || recv.empty()) return;
-    const bool disjoint =
-        std::less_equal<>{}(s + send.size(), r) || std::less_equal<>{}(r + recv.size(), s);
-    const auto block = static_cast<std::size_t>(rank());
-    const bool in_place = (s == r && send.size() == recv.size()) ||
-                          (kind == Collective::all_gather && s == r + block * send.size()) ||
-                          (kind == Collective::reduce_scatter && r == s + block * recv.size());
-    if (disjoint || in_place) return;
-    fail_usage(kind, "send and recv partially overlap",
-               "pass the same span for an in-place call, or spans that do not overlap");
-  }
-
-  void check_root(const CollectiveCall& call) {
-    if (has_root(call.kind) && (call.root < 0 || call.root >= size()))
-      fail_usage(call.kind,
-                 fmt::format("root {} is not a rank of this group of {}", call.root, size()),
-                 "pass a root in [0, size())");
-  }
 
   [[noreturn]] void fail_usage(Collective kind, std::string_view what,
                                std::string_view what_to_do) {
@@ -2489,6 +6128,2178 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 
 }  // namespace strata::communicator
 // ---- end strata/communicator/self.hpp ----
+// ---- begin strata/communicator/tcp.hpp ----
+// strata/communicator/tcp.hpp — the TCP communicator: ranks in separate processes or hosts.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+// ---- begin strata/transport/tcp/link.hpp ----
+// strata/transport/tcp/link.hpp — moving an algorithm's messages over the mesh, with deadlines,
+// header checks and failure propagation.
+//
+// An algorithm describes one collective as a plan: the sends and receives of this rank, in
+// order per peer, each send possibly waiting for a receive (it forwards what arrived) and each
+// receive possibly waiting for a send (its reduction overwrites what the send reads). The link
+// runs the plan on the calling thread with non-blocking sockets and poll(2): every send and
+// receive of the plan progresses at once, reductions run as soon as their data is in, and
+// the kernel keeps receiving into its buffers meanwhile, so transfer and reduction overlap.
+//
+// While it waits, the link watches every peer's control connection: an abort message, a
+// closed connection (a killed process) or the deadline ends the call on every rank within
+// milliseconds, with the error type of the rank that failed first.
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (communicator::Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     reserved, 0
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye) travel on a connection of their own
+// and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 1;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+};
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  communicator::Collective kind = communicator::Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_reserved,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_reserved:
+      return "reserved bytes are not zero";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = std::byte{0};
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `max_payload` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t max_payload) noexcept {
+  using communicator::Collective;
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 5) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  if (in[7] != std::byte{0}) return FrameError::bad_reserved;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const std::uint32_t limit = frame_type == FrameType::data ? max_payload : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+// ---- begin strata/transport/tcp/rendezvous.hpp ----
+// strata/transport/tcp/rendezvous.hpp — forming the full mesh of TCP connections of a group.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes) and is always at a message boundary; connections
+// 1..K carry data. The higher rank connects, the lower one accepts. Ranks start in any order:
+// connects are retried with exponential backoff and jitter until the deadline; each connection
+// passes the handshake of handshake.hpp. The listening socket binds the address given for this
+// rank (never all interfaces) and is closed once the mesh is complete, so nothing can join a
+// running group.
+//
+// A rank holding all its connections sends kMeshReady to every peer and returns once every peer
+// has sent its own: no rank starts collectives while another is still forming its mesh. So a peer
+// whose connections close before its kMeshReady died while joining (a restarted worker's first
+// incarnation): it is forgotten and its next incarnation awaited. A peer that finished joining,
+// ran ahead and failed is never mistaken for one.
+//
+// Errors: the port in use or an address that is not this host's → ConfigurationError naming
+// it; a peer that refuses this rank for a reason that retrying cannot fix (other cluster,
+// world size, tunables, cluster token) → ConfigurationError naming the peer and the reason;
+// the deadline → TimeoutError listing the ranks that did not join, and what was rejected
+// meanwhile (garbage, wrong token, ...).
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+// ---- begin strata/transport/tcp/handshake.hpp ----
+// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
+//
+// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+//
+//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce)
+//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
+//   connector → acceptor   MAC_c
+//   acceptor → connector   Status   (accepted, or why not)
+//
+// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
+// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
+// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
+// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+//
+// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
+// given different clusters never pair up), world size, ranks and tunables (chunk size,
+// connections per peer, algorithm choice: ranks that would cut messages differently are
+// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
+// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
+// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
+// the MACs are zero and ignored; a side with a token refuses a side without one.
+//
+// Once a rank holds every connection of its mesh it sends kMeshReady on each control
+// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
+// rendezvous.hpp).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
+inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+inline constexpr std::size_t kHelloBytes = 80;
+/// Sent once on every control connection by a rank whose mesh is complete.
+inline constexpr std::byte kMeshReady{0x52};  // 'R'
+
+struct Hello {
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t connection = 0;  ///< 0: control connection; 1..K: data connections
+  std::int32_t rank = 0;
+  std::int32_t world_size = 0;
+  std::uint32_t flags = 0;  ///< kHasToken when the sender has a cluster token
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  std::uint64_t incarnation = 0;
+  std::array<std::byte, kNonceBytes> nonce{};
+
+  static constexpr std::uint32_t kHasToken = 1;
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+
+using HelloBytes = std::array<std::byte, kHelloBytes>;
+using Mac = std::array<std::byte, kMacBytes>;
+
+/// The acceptor's verdict on a connection.
+enum class HandshakeStatus : std::uint8_t {
+  accepted = 0,
+  bad_version = 1,
+  other_cluster = 2,
+  world_size_differs = 3,
+  unexpected_rank = 4,
+  duplicate_connection = 5,
+  tunables_differ = 6,
+  token_required = 7,
+  token_unexpected = 8,
+  authentication_failed = 9,
+  stale_incarnation = 10,
+};
+
+inline std::string_view to_string(HandshakeStatus status) noexcept {
+  switch (status) {
+    case HandshakeStatus::accepted:
+      return "accepted";
+    case HandshakeStatus::bad_version:
+      return "the ranks run different strata protocol versions";
+    case HandshakeStatus::other_cluster:
+      return "the ranks were given different cluster specs (cluster fingerprints differ)";
+    case HandshakeStatus::world_size_differs:
+      return "the ranks disagree on the world size";
+    case HandshakeStatus::unexpected_rank:
+      return "the rank is not one this rank expects to connect";
+    case HandshakeStatus::duplicate_connection:
+      return "this rank is already connected";
+    case HandshakeStatus::tunables_differ:
+      return "the ranks use different TCP tunables (chunk_bytes, connections_per_peer or "
+             "algorithm choice)";
+    case HandshakeStatus::token_required:
+      return "the acceptor requires a cluster token (STRATA_CLUSTER_TOKEN) and the connector "
+             "has none";
+    case HandshakeStatus::token_unexpected:
+      return "the connector has a cluster token (STRATA_CLUSTER_TOKEN) and the acceptor has none";
+    case HandshakeStatus::authentication_failed:
+      return "the cluster tokens (STRATA_CLUSTER_TOKEN) differ";
+    case HandshakeStatus::stale_incarnation:
+      return "another incarnation of this rank is already connected";
+  }
+  return "invalid status";
+}
+
+inline HelloBytes encode(const Hello& hello) noexcept {
+  HelloBytes out{};
+  detail::store_le<std::uint32_t>(&out[0], kHelloMagic);
+  detail::store_le<std::uint16_t>(&out[4], hello.version);
+  detail::store_le<std::uint16_t>(&out[6], hello.connection);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(hello.rank));
+  detail::store_le<std::uint32_t>(&out[12], static_cast<std::uint32_t>(hello.world_size));
+  detail::store_le<std::uint32_t>(&out[16], hello.flags);
+  detail::store_le<std::uint32_t>(&out[20], 0);
+  detail::store_le<std::uint64_t>(&out[24], hello.cluster);
+  detail::store_le<std::uint64_t>(&out[32], hello.tunables);
+  detail::store_le<std::uint64_t>(&out[40], hello.incarnation);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    out[48 + i] = hello.nonce[i];
+  return out;
+}
+
+/// Decodes a Hello; false when the bytes are not one (wrong magic, reserved bits set). Field
+/// values are checked by the receiver against its own view.
+inline bool decode(std::span<const std::byte, kHelloBytes> in, Hello& out) noexcept {
+  if (detail::load_le<std::uint32_t>(&in[0]) != kHelloMagic) return false;
+  if (detail::load_le<std::uint32_t>(&in[20]) != 0) return false;
+  Hello hello;
+  hello.version = detail::load_le<std::uint16_t>(&in[4]);
+  hello.connection = detail::load_le<std::uint16_t>(&in[6]);
+  hello.rank = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  hello.world_size = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[12]));
+  hello.flags = detail::load_le<std::uint32_t>(&in[16]);
+  if ((hello.flags & ~Hello::kHasToken) != 0) return false;
+  hello.cluster = detail::load_le<std::uint64_t>(&in[24]);
+  hello.tunables = detail::load_le<std::uint64_t>(&in[32]);
+  hello.incarnation = detail::load_le<std::uint64_t>(&in[40]);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    hello.nonce[i] = in[48 + i];
+  out = hello;
+  return true;
+}
+
+/// Fills `out` with cryptographically random bytes (nonces, incarnation ids).
+/// @throws ConfigurationError when the system has no entropy to give.
+inline void random_bytes(std::span<std::byte> out) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's RAND_bytes failed",
+                             "check that the system's random source (/dev/urandom) is available");
+}
+
+/// HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello); the label is zero-padded to
+/// 16 bytes (labels are short ASCII constants without NUL).
+inline Mac handshake_mac(std::string_view token, std::string_view label,
+                         const HelloBytes& connector, const HelloBytes& acceptor) {
+  std::array<unsigned char, 16 + 2 * kHelloBytes> message{};
+  std::size_t n = 0;
+  for (char c : label.substr(0, 16))
+    message[n++] = static_cast<unsigned char>(c);
+  n = 16;
+  for (std::byte b : connector)
+    message[n++] = static_cast<unsigned char>(b);
+  for (std::byte b : acceptor)
+    message[n++] = static_cast<unsigned char>(b);
+  Mac mac{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(), n,
+           reinterpret_cast<unsigned char*>(mac.data()), &length) == nullptr ||
+      length != kMacBytes)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's HMAC-SHA256 failed",
+                             "check the OpenSSL installation (libcrypto)");
+  return mac;
+}
+
+/// Constant-time comparison: a timing side channel must not reveal how much of a MAC matched.
+inline bool same_mac(const Mac& a, const Mac& b) noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/handshake.hpp ----
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class MeshBuilder;
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+/// Forms the mesh (see the file comment). Blocks until every connection is up or `deadline`.
+inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadline);
+
+// ---- implementation ---------------------------------------------------------------------------
+
+class MeshBuilder {
+ public:
+  MeshBuilder(const MeshConfig& config, Deadline deadline)
+      : config_(config),
+        deadline_(deadline),
+        size_(static_cast<int>(config.addresses.size())),
+        per_peer_(1 + config.data_connections),
+        mesh_(new Mesh(config.rank, size_, config.data_connections)),
+        acceptor_(mesh_->io_) {
+    std::array<std::byte, 8> incarnation{};
+    random_bytes(incarnation);
+    incarnation_ = detail::load_le<std::uint64_t>(incarnation.data());
+    slots_.resize(static_cast<std::size_t>(size_ * per_peer_));
+    peer_incarnation_.assign(static_cast<std::size_t>(size_), 0);
+    readiness_.resize(static_cast<std::size_t>(size_));
+    missing_ = (size_ - 1) * per_peer_;
+  }
+
+  std::unique_ptr<Mesh> build() {
+    if (missing_ == 0) return std::move(mesh_);
+    if (config_.rank < size_ - 1) listen();
+    for (int peer = 0; peer < config_.rank; ++peer)
+      connect_to(peer);
+    if (!complete() && !failure_) mesh_->io_.run_until(deadline_.time_point());
+    // Abandon what is still in flight and let its handlers run to release their sockets.
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    for (auto& weak : attempts_)
+      if (auto attempt = weak.lock()) attempt->abandon();
+    for (auto& weak : incoming_)
+      if (auto in = weak.lock()) in->abandon();
+    mesh_->io_.restart();
+    mesh_->io_.poll();
+    if (failure_) std::rethrow_exception(failure_);
+    if (!complete()) throw timeout_error();
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      auto& sockets = mesh_->peers_[static_cast<std::size_t>(peer)];
+      for (int index = 0; index < per_peer_; ++index) {
+        auto& socket = *slots_[slot(peer, index)];
+        socket.non_blocking(true);
+        sockets.push_back(std::move(socket));
+      }
+    }
+    return std::move(mesh_);
+  }
+
+ private:
+  using tcp = asio::ip::tcp;
+
+  // The kMeshReady exchange with one peer, over its current control connection.
+  struct Readiness {
+    bool sent = false;      // our kMeshReady is written
+    bool writing = false;   // ... or on its way
+    bool received = false;  // theirs arrived
+    bool reading = false;
+    std::uint64_t generation = 0;  // bumped when the peer is forgotten: stale handlers ignore
+  };
+
+  struct Attempt {
+    Attempt(asio::io_context& io, int p, int i) : socket(io), timer(io), peer(p), index(i) {}
+    void abandon() {
+      std::error_code ignored;
+      abandoned = true;
+      timer.cancel();
+      socket.close(ignored);
+    }
+    tcp::socket socket;
+    asio::steady_timer timer;
+    int peer;
+    int index;
+    int tries = 0;
+    bool abandoned = false;
+    Hello mine;
+    HelloBytes mine_bytes{};
+    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
+    HelloBytes theirs_bytes{};
+    Mac mac{};
+    std::array<std::byte, 1> status{};
+    std::uint64_t incarnation_seen = 0;
+    bool authentic = true;
+  };
+
+  std::size_t slot(int peer, int index) const noexcept {
+    return static_cast<std::size_t>(peer * per_peer_ + index);
+  }
+
+  Hello own_hello(int index) const {
+    Hello hello;
+    hello.connection = static_cast<std::uint16_t>(index);
+    hello.rank = config_.rank;
+    hello.world_size = size_;
+    hello.flags = config_.token ? Hello::kHasToken : 0;
+    hello.cluster = config_.cluster;
+    hello.tunables = config_.tunables;
+    hello.incarnation = incarnation_;
+    random_bytes(hello.nonce);
+    return hello;
+  }
+
+  const cluster::Address& address(int rank) const {
+    return config_.addresses[static_cast<std::size_t>(rank)];
+  }
+
+  void fail(std::exception_ptr error) {
+    if (!failure_) failure_ = std::move(error);
+    mesh_->io_.stop();
+  }
+
+  void established(int peer, int index, tcp::socket socket, std::uint64_t incarnation) {
+    auto& known = peer_incarnation_[static_cast<std::size_t>(peer)];
+    if (known != 0 && known != incarnation) {
+      fail(std::make_exception_ptr(
+          PeerFailureError(config_.rank, "rendezvous",
+                           fmt::format("rank {} ({}) restarted while the group was forming", peer,
+                                       address(peer).to_string()),
+                           "start every rank of the group again")));
+      return;
+    }
+    known = incarnation;
+    apply_options(socket);
+    auto& target = slots_[slot(peer, index)];
+    if (!target) --missing_;
+    target = std::make_unique<tcp::socket>(std::move(socket));
+    if (missing_ == 0) exchange_readiness();
+  }
+
+  void connect_to(int peer) {
+    for (int index = 0; index < per_peer_; ++index) {
+      auto attempt = std::make_shared<Attempt>(mesh_->io_, peer, index);
+      attempts_.push_back(attempt);
+      connect(attempt);
+    }
+  }
+
+  // ---- readiness (see the file comment) -----------------------------------------------------
+
+  bool complete() const {
+    if (missing_ > 0) return false;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      const auto& ready = readiness_[static_cast<std::size_t>(peer)];
+      if (!ready.sent || !ready.received) return false;
+    }
+    return true;
+  }
+
+  void exchange_readiness() {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      auto& ready = readiness_[static_cast<std::size_t>(peer)];
+      auto& control = *slots_[slot(peer, 0)];
+      const auto generation = ready.generation;
+      if (!ready.sent && !ready.writing) {
+        ready.writing = true;
+        asio::async_write(
+            control, asio::buffer(&kMeshReady, 1),
+            [this, peer, generation](std::error_code ec, std::size_t) {
+              auto& state = readiness_[static_cast<std::size_t>(peer)];
+              if (ec == asio::error::operation_aborted || state.generation != generation) return;
+              state.writing = false;
+              if (ec) return peer_left(peer);
+              state.sent = true;
+              if (complete()) mesh_->io_.stop();
+            });
+      }
+      if (!ready.received && !ready.reading) {
+        ready.reading = true;
+        auto byte = std::make_shared<std::byte>();
+        asio::async_read(
+            control, asio::buffer(byte.get(), 1),
+            [this, peer, generation, byte](std::error_code ec, std::size_t) {
+              auto& state = readiness_[static_cast<std::size_t>(peer)];
+              if (ec == asio::error::operation_aborted || state.generation != generation) return;
+              state.reading = false;
+              if (ec) return peer_left(peer);
+              if (*byte != kMeshReady) {
+                fail(std::make_exception_ptr(PeerFailureError(
+                    config_.rank, "rendezvous",
+                    fmt::format("rank {} ({}) sent a byte that is not the end of the "
+                                "handshake",
+                                peer, address(peer).to_string()),
+                    "start every rank with the same strata version")));
+                return;
+              }
+              state.received = true;
+              if (complete()) mesh_->io_.stop();
+            });
+      }
+    }
+    if (complete()) mesh_->io_.stop();
+  }
+
+  // The peer's connections closed before it had its whole mesh: it died while joining. Await
+  // its next incarnation.
+  void peer_left(int peer) {
+    departed_[peer] = "it connected, then closed its connections before the group was complete";
+    forget_peer(peer);
+    if (peer < config_.rank) connect_to(peer);
+  }
+
+  void apply_options(tcp::socket& socket) {
+    std::error_code ignored;
+    socket.set_option(tcp::no_delay(config_.no_delay), ignored);
+    if (config_.socket_buffer_bytes > 0) {
+      socket.set_option(asio::socket_base::send_buffer_size(config_.socket_buffer_bytes), ignored);
+      socket.set_option(asio::socket_base::receive_buffer_size(config_.socket_buffer_bytes),
+                        ignored);
+    }
+  }
+
+  // ---- accepting (peers with a higher rank) -------------------------------------------------
+
+  void listen() {
+    const cluster::Address& own = address(config_.rank);
+    std::error_code ec;
+    if (config_.listen_fd >= 0) {
+      tcp::endpoint local;
+      acceptor_.assign(tcp::v4(), config_.listen_fd, ec);
+      if (!ec) local = acceptor_.local_endpoint(ec);
+      if (!ec && local.address().is_v6()) {
+        // assign() needs the right protocol: re-adopt as IPv6.
+        const int fd = acceptor_.release(ec);
+        acceptor_.assign(tcp::v6(), fd, ec);
+      }
+      if (ec)
+        throw ConfigurationError(config_.rank, "rendezvous",
+                                 fmt::format("cannot adopt the listening socket for {}: {}",
+                                             own.to_string(), ec.message()),
+                                 "pass a bound, listening TCP socket or none");
+    } else {
+      tcp::resolver resolver(mesh_->io_);
+      auto endpoints =
+          resolver.resolve(own.host, std::to_string(own.port), tcp::resolver::numeric_service, ec);
+      if (ec || endpoints.empty())
+        throw ConfigurationError(
+            config_.rank, "rendezvous",
+            fmt::format("cannot resolve this rank's address {}: {}", own.to_string(), ec.message()),
+            "give each task a host name or IP address of its own machine");
+      const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+      acceptor_.open(endpoint.protocol(), ec);
+      if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+      if (!ec) acceptor_.bind(endpoint, ec);
+      if (ec == asio::error::address_in_use)
+        throw ConfigurationError(
+            config_.rank, "rendezvous",
+            fmt::format("port {} of {} is already in use", own.port, own.to_string()),
+            "stop the program holding it (a previous run?) or give this task another port");
+      if (ec == std::errc::address_not_available)
+        throw ConfigurationError(
+            config_.rank, "rendezvous",
+            fmt::format("{} is not an address of this machine", own.to_string()),
+            "check that the cluster spec gives this task its own host's address");
+      if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+      if (ec)
+        throw ConfigurationError(
+            config_.rank, "rendezvous",
+            fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
+            "check the address and port given for this task");
+    }
+    accept();
+  }
+
+  void accept() {
+    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) handshake_incoming(std::move(socket));
+      accept();
+    });
+  }
+
+  struct Incoming {
+    Incoming(tcp::socket s, asio::io_context& io) : socket(std::move(s)), timer(io) {}
+    void abandon() {
+      std::error_code ignored;
+      timer.cancel();
+      socket.close(ignored);
+    }
+    tcp::socket socket;
+    asio::steady_timer timer;
+    std::string remote;
+    HelloBytes theirs_bytes{};
+    Hello theirs;
+    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
+    Mac mac{};
+    std::array<std::byte, 1> status{};
+  };
+
+  // What was turned away, for the timeout message.
+  void reject(const std::string& remote, std::string_view why) {
+    if (rejections_.size() < 8)
+      rejections_.push_back(fmt::format("{}: {}", remote, why));
+    else
+      ++more_rejections_;
+  }
+
+  void handshake_incoming(tcp::socket socket) {
+    auto in = std::make_shared<Incoming>(std::move(socket), mesh_->io_);
+    incoming_.push_back(in);
+    std::error_code ec;
+    const auto remote = in->socket.remote_endpoint(ec);
+    in->remote = ec ? std::string("unknown peer")
+                    : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    // A connection gets a bounded time to complete its handshake, so a silent one cannot
+    // hold resources until the group's deadline.
+    in->timer.expires_at(std::min(deadline_.time_point(), Clock::now() + kHandshakeTimeout));
+    in->timer.async_wait([in](std::error_code timer_ec) {
+      if (!timer_ec) in->abandon();
+    });
+    asio::async_read(in->socket, asio::buffer(in->theirs_bytes),
+                     [this, in](std::error_code read_ec, std::size_t) {
+                       if (read_ec) {
+                         if (read_ec != asio::error::operation_aborted)
+                           reject(in->remote, "closed or timed out during the handshake");
+                         in->abandon();
+                         return;
+                       }
+                       on_incoming_hello(in);
+                     });
+  }
+
+  HandshakeStatus judge(const Hello& theirs) const {
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (theirs.cluster != config_.cluster) return HandshakeStatus::other_cluster;
+    if (theirs.world_size != size_) return HandshakeStatus::world_size_differs;
+    if (theirs.rank <= config_.rank || theirs.rank >= size_ || theirs.connection >= per_peer_)
+      return HandshakeStatus::unexpected_rank;
+    if (theirs.tunables != config_.tunables) return HandshakeStatus::tunables_differ;
+    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
+    if (config_.token && !has_token) return HandshakeStatus::token_required;
+    if (!config_.token && has_token) return HandshakeStatus::token_unexpected;
+    const auto known = peer_incarnation_[static_cast<std::size_t>(theirs.rank)];
+    if (known != 0 && known != theirs.incarnation && peer_alive(theirs.rank))
+      return HandshakeStatus::stale_incarnation;
+    return HandshakeStatus::accepted;
+  }
+
+  // True while some established connection of `peer` is still open (a restarted process's old
+  // connections are closed by its kernel).
+  bool peer_alive(int peer) const {
+    for (int index = 0; index < per_peer_; ++index) {
+      const auto& socket = slots_[slot(peer, index)];
+      if (!socket) continue;
+      char byte = 0;
+      const auto n = ::recv(const_cast<tcp::socket&>(*socket).native_handle(), &byte, 1,
+                            MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    }
+    return true;
+  }
+
+  void forget_peer(int peer) {
+    for (int index = 0; index < per_peer_; ++index) {
+      auto& socket = slots_[slot(peer, index)];
+      if (socket) {
+        socket.reset();
+        ++missing_;
+      }
+    }
+    peer_incarnation_[static_cast<std::size_t>(peer)] = 0;
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    ready = Readiness{.generation = ready.generation + 1};
+  }
+
+  void on_incoming_hello(const std::shared_ptr<Incoming>& in) {
+    if (!decode(std::span<const std::byte, kHelloBytes>(in->theirs_bytes), in->theirs)) {
+      reject(in->remote, "sent bytes that are not a strata handshake");
+      in->abandon();
+      return;
+    }
+    const Hello& theirs = in->theirs;
+    HandshakeStatus status = judge(theirs);
+    if (status == HandshakeStatus::accepted) {
+      const auto known = peer_incarnation_[static_cast<std::size_t>(theirs.rank)];
+      if (known != 0 && known != theirs.incarnation) forget_peer(theirs.rank);  // it restarted
+    }
+    const Hello mine = own_hello(theirs.connection);
+    const HelloBytes mine_bytes = encode(mine);
+    std::copy(mine_bytes.begin(), mine_bytes.end(), in->reply.begin());
+    in->reply[kHelloBytes] = static_cast<std::byte>(status);
+    Mac mac{};
+    if (status == HandshakeStatus::accepted && config_.token)
+      mac = handshake_mac(*config_.token, "strata-accept", in->theirs_bytes, mine_bytes);
+    std::copy(mac.begin(), mac.end(), in->reply.begin() + kHelloBytes + 1);
+    asio::async_write(
+        in->socket, asio::buffer(in->reply),
+        [this, in, status, mine_bytes](std::error_code ec, std::size_t) {
+          if (ec || status != HandshakeStatus::accepted) {
+            if (!ec)
+              reject(in->remote,
+                     fmt::format("claimed rank {}: {}", in->theirs.rank, to_string(status)));
+            in->abandon();
+            return;
+          }
+          asio::async_read(in->socket, asio::buffer(in->mac),
+                           [this, in, mine_bytes](std::error_code read_ec, std::size_t) {
+                             if (read_ec) {
+                               in->abandon();
+                               return;
+                             }
+                             on_incoming_mac(in, mine_bytes);
+                           });
+        });
+  }
+
+  void on_incoming_mac(const std::shared_ptr<Incoming>& in, const HelloBytes& mine_bytes) {
+    bool authentic = true;
+    if (config_.token)
+      authentic = same_mac(
+          in->mac, handshake_mac(*config_.token, "strata-connect", in->theirs_bytes, mine_bytes));
+    in->status[0] = static_cast<std::byte>(authentic ? HandshakeStatus::accepted
+                                                     : HandshakeStatus::authentication_failed);
+    asio::async_write(in->socket, asio::buffer(in->status),
+                      [this, in, authentic](std::error_code ec, std::size_t) {
+                        if (ec || !authentic) {
+                          if (!authentic)
+                            reject(in->remote,
+                                   fmt::format("claimed rank {}: {}", in->theirs.rank,
+                                               to_string(HandshakeStatus::authentication_failed)));
+                          in->abandon();
+                          return;
+                        }
+                        in->timer.cancel();
+                        established(in->theirs.rank, in->theirs.connection, std::move(in->socket),
+                                    in->theirs.incarnation);
+                      });
+  }
+
+  // ---- connecting (peers with a lower rank) -------------------------------------------------
+
+  void connect(const std::shared_ptr<Attempt>& attempt) {
+    const cluster::Address& target = address(attempt->peer);
+    std::error_code ec;
+    tcp::resolver resolver(mesh_->io_);
+    auto endpoints = resolver.resolve(target.host, std::to_string(target.port),
+                                      tcp::resolver::numeric_service, ec);
+    if (ec || endpoints.empty()) {
+      retry(attempt, fmt::format("cannot resolve {}: {}", target.to_string(), ec.message()));
+      return;
+    }
+    attempt->socket = tcp::socket(mesh_->io_);
+    asio::async_connect(attempt->socket, endpoints,
+                        [this, attempt](std::error_code connect_ec, const tcp::endpoint&) {
+                          if (attempt->abandoned) return;
+                          if (connect_ec) {
+                            retry(attempt, connect_ec.message());
+                            return;
+                          }
+                          send_hello(attempt);
+                        });
+  }
+
+  void retry(const std::shared_ptr<Attempt>& attempt, std::string why) {
+    last_connect_error_[attempt->peer] = std::move(why);
+    std::error_code ignored;
+    attempt->socket.close(ignored);
+    // 10 ms doubling to 1 s, with ±25% jitter so that restarted groups do not retry in step.
+    const int shift = std::min(attempt->tries++, 7);
+    const auto base = std::chrono::milliseconds(10) * (1 << shift);
+    std::uniform_real_distribution<double> jitter(0.75, 1.25);
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::min<std::chrono::milliseconds>(base, std::chrono::seconds(1)) * jitter(random_));
+    attempt->timer.expires_after(wait);
+    attempt->timer.async_wait([this, attempt](std::error_code ec) {
+      if (ec || attempt->abandoned) return;
+      connect(attempt);
+    });
+  }
+
+  void send_hello(const std::shared_ptr<Attempt>& attempt) {
+    attempt->mine = own_hello(attempt->index);
+    attempt->mine_bytes = encode(attempt->mine);
+    attempt->timer.expires_at(std::min(deadline_.time_point(), Clock::now() + kHandshakeTimeout));
+    attempt->timer.async_wait([attempt](std::error_code ec) {
+      if (!ec) {
+        std::error_code ignored;
+        attempt->socket.close(ignored);  // the pending read fails and the attempt retries
+      }
+    });
+    asio::async_write(attempt->socket, asio::buffer(attempt->mine_bytes),
+                      [this, attempt](std::error_code ec, std::size_t) {
+                        if (attempt->abandoned) return;
+                        if (ec) return retry(attempt, ec.message());
+                        asio::async_read(attempt->socket, asio::buffer(attempt->reply),
+                                         [this, attempt](std::error_code read_ec, std::size_t) {
+                                           if (attempt->abandoned) return;
+                                           if (read_ec)
+                                             return retry(attempt,
+                                                          "the connection closed during the "
+                                                          "handshake");
+                                           on_reply(attempt);
+                                         });
+                      });
+  }
+
+  [[noreturn]] void refused(int peer, std::string_view why) {
+    throw ConfigurationError(config_.rank, "rendezvous",
+                             fmt::format("rank {} ({}) and this rank cannot form a group: {}", peer,
+                                         address(peer).to_string(), why),
+                             "start every rank with the same cluster spec, strata version, "
+                             "TCP options and STRATA_CLUSTER_TOKEN");
+  }
+
+  void on_reply(const std::shared_ptr<Attempt>& attempt) {
+    std::copy_n(attempt->reply.begin(), kHelloBytes, attempt->theirs_bytes.begin());
+    Hello theirs;
+    if (!decode(std::span<const std::byte, kHelloBytes>(attempt->theirs_bytes), theirs))
+      return retry(attempt, "the peer answered with bytes that are not a strata handshake");
+    const auto status = static_cast<HandshakeStatus>(attempt->reply[kHelloBytes]);
+    try {
+      switch (status) {
+        case HandshakeStatus::accepted:
+          break;
+        case HandshakeStatus::stale_incarnation:
+          return retry(attempt, std::string(to_string(status)));
+        default:
+          refused(attempt->peer, to_string(status));
+      }
+      // The acceptor must be who the cluster spec says, in the same cluster, with our token.
+      if (theirs.rank != attempt->peer || theirs.world_size != size_ ||
+          theirs.cluster != config_.cluster || theirs.tunables != config_.tunables ||
+          theirs.version != kProtocolVersion)
+        refused(attempt->peer, fmt::format("it answered as rank {} of {} with other settings",
+                                           theirs.rank, theirs.world_size));
+      if (config_.token) {
+        Mac mac{};
+        std::copy_n(attempt->reply.begin() + kHelloBytes + 1, kMacBytes, mac.begin());
+        // On a wrong MAC the exchange still completes (with a MAC that cannot match), so that
+        // the acceptor, too, learns that the tokens differ and can say so.
+        attempt->authentic =
+            same_mac(mac, handshake_mac(*config_.token, "strata-accept", attempt->mine_bytes,
+                                        attempt->theirs_bytes));
+        if (attempt->authentic)
+          attempt->mac = handshake_mac(*config_.token, "strata-connect", attempt->mine_bytes,
+                                       attempt->theirs_bytes);
+      }
+    } catch (...) {
+      fail(std::current_exception());
+      return;
+    }
+    attempt->incarnation_seen = theirs.incarnation;
+    asio::async_write(
+        attempt->socket, asio::buffer(attempt->mac),
+        [this, attempt](std::error_code ec, std::size_t) {
+          if (attempt->abandoned) return;
+          if (ec) return retry(attempt, ec.message());
+          asio::async_read(
+              attempt->socket, asio::buffer(attempt->status),
+              [this, attempt](std::error_code read_ec, std::size_t) {
+                if (attempt->abandoned) return;
+                if (read_ec) return retry(attempt, "the connection closed during the handshake");
+                auto final_status = static_cast<HandshakeStatus>(attempt->status[0]);
+                if (!attempt->authentic) final_status = HandshakeStatus::authentication_failed;
+                if (final_status != HandshakeStatus::accepted) {
+                  fail(std::make_exception_ptr(ConfigurationError(
+                      config_.rank, "rendezvous",
+                      fmt::format("rank {} ({}) refused this rank: {}", attempt->peer,
+                                  address(attempt->peer).to_string(), to_string(final_status)),
+                      "give every rank the same STRATA_CLUSTER_TOKEN")));
+                  return;
+                }
+                attempt->timer.cancel();
+                attempt->abandoned = true;  // done: the socket moves to the mesh
+                established(attempt->peer, attempt->index, std::move(attempt->socket),
+                            attempt->incarnation_seen);
+              });
+        });
+  }
+
+  TimeoutError timeout_error() const {
+    std::vector<int> missing;
+    std::vector<int> unready;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      bool connected = true;
+      for (int index = 0; index < per_peer_; ++index)
+        if (!slots_[slot(peer, index)]) connected = false;
+      if (!connected)
+        missing.push_back(peer);
+      else if (!readiness_[static_cast<std::size_t>(peer)].received)
+        unready.push_back(peer);
+    }
+    const auto ranks = [](const std::vector<int>& list) {
+      return fmt::format("{} {}", list.size() == 1 ? "rank" : "ranks", fmt::join(list, ", "));
+    };
+    std::string what;
+    if (!missing.empty())
+      what = fmt::format("{} did not join the group within {} ms", ranks(missing),
+                         deadline_.budget().count());
+    if (!unready.empty())
+      fmt::format_to(std::back_inserter(what),
+                     "{}{} connected but did not finish joining within {} ms (they wait for "
+                     "other ranks)",
+                     what.empty() ? "" : "; ", ranks(unready), deadline_.budget().count());
+    for (int peer : missing) {
+      auto found = last_connect_error_.find(peer);
+      if (found != last_connect_error_.end())
+        fmt::format_to(std::back_inserter(what), "; connecting to rank {} at {}: {}", peer,
+                       address(peer).to_string(), found->second);
+      auto left = departed_.find(peer);
+      if (left != departed_.end())
+        fmt::format_to(std::back_inserter(what), "; rank {}: {}", peer, left->second);
+    }
+    if (!rejections_.empty())
+      fmt::format_to(std::back_inserter(what), "; turned away: {}{}", fmt::join(rejections_, "; "),
+                     more_rejections_ > 0 ? fmt::format(" (and {} more)", more_rejections_) : "");
+    return TimeoutError(config_.rank, "rendezvous", what,
+                        "start every rank of the cluster (the missing ones are listed), check "
+                        "their addresses, or raise the deadline (STRATA_TIMEOUT)");
+  }
+
+  static constexpr std::chrono::seconds kHandshakeTimeout{10};
+
+  MeshConfig config_;
+  Deadline deadline_;
+  int size_;
+  int per_peer_;
+  std::unique_ptr<Mesh> mesh_;
+  tcp::acceptor acceptor_;
+  std::uint64_t incarnation_ = 0;
+  std::vector<std::unique_ptr<tcp::socket>> slots_;
+  std::vector<std::uint64_t> peer_incarnation_;
+  int missing_ = 0;
+  std::exception_ptr failure_;
+  std::vector<std::string> rejections_;
+  int more_rejections_ = 0;
+  std::map<int, std::string> last_connect_error_;
+  std::map<int, std::string> departed_;
+  std::vector<Readiness> readiness_;
+  std::vector<std::weak_ptr<Attempt>> attempts_;
+  std::vector<std::weak_ptr<Incoming>> incoming_;
+  std::minstd_rand random_{std::random_device{}()};
+};
+
+inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadline) {
+  return MeshBuilder(config, deadline).build();
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/rendezvous.hpp ----
+
+namespace strata::transport::tcp {
+
+/// The connections of one rank and the state they share across calls: the first failure,
+/// what each peer said on its control connection, the wake-up for abort().
+class Group {
+ public:
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t max_payload)
+      : mesh_(std::move(mesh)),
+        max_payload_(max_payload),
+        peers_(static_cast<std::size_t>(mesh_->size())) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
+                               "raise the process's file descriptor limit");
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() {
+    if (!failed()) say_goodbye();
+    ::close(wake_fd_);
+  }
+
+  int rank() const noexcept { return mesh_->rank(); }
+  int size() const noexcept { return mesh_->size(); }
+  int data_connections() const noexcept { return mesh_->data_connections(); }
+  std::uint32_t max_payload() const noexcept { return max_payload_; }
+  std::uint64_t next_sequence() noexcept {
+    return sequence_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Rethrows the group's first failure, as seen by a later call.
+  [[noreturn]] void raise_failure(std::string_view operation) const {
+    std::lock_guard lock(failure_mutex_);
+    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
+    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    switch (failure_class_) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation, why, todo);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation, why, todo);
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation, why, todo);
+  }
+
+  /// Fails the group: remembers the first failure, tells every peer why (on the control
+  /// connections, which are always at a message boundary), and shuts every connection so that
+  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
+  void fail(FailureClass kind, std::string_view text) noexcept {
+    {
+      std::lock_guard lock(failure_mutex_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      failure_class_ = kind;
+      failure_text_ = std::string(text);
+      failed_.store(true, std::memory_order_release);
+    }
+    std::string payload(1, static_cast<char>(kind));
+    payload.append(text.substr(0, kMaxControlPayload - 1));
+    broadcast_control(FrameType::abort, payload);
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
+      for (int index = 1; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  /// Fails the group with `error` (a strata::Error) as the reason.
+  void fail(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const MismatchError& e) {
+      fail(FailureClass::mismatch, e.what());
+    } catch (const TimeoutError& e) {
+      fail(FailureClass::timeout, e.what());
+    } catch (const std::exception& e) {
+      fail(FailureClass::peer_failure, e.what());
+    } catch (...) {
+      fail(FailureClass::peer_failure, "unknown error");
+    }
+  }
+
+ private:
+  friend class Link;
+
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+  };
+
+  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    FrameHeader header;
+    header.type = type;
+    header.sequence = sequence_.load(std::memory_order_relaxed);
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const FrameBytes bytes = encode(header);
+    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
+    // If it does not, the peer is not reading, and it learns from the closed connection.
+    std::lock_guard lock(control_mutex_);
+    [[maybe_unused]] auto sent =
+        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void broadcast_control(FrameType type, std::string_view payload) noexcept {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) send_control(peer, type, payload);
+  }
+
+  void say_goodbye() noexcept {
+    broadcast_control(FrameType::goodbye, {});
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      for (int index = 0; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
+    }
+  }
+
+  std::unique_ptr<Mesh> mesh_;
+  std::uint32_t max_payload_;
+  std::vector<ControlState> peers_;
+  // Atomic: abort() sends control frames from other threads while a call advances it.
+  std::atomic<std::uint64_t> sequence_{0};
+  std::vector<std::byte> scratch_;
+  int wake_fd_ = -1;
+  std::mutex control_mutex_;
+  mutable std::mutex failure_mutex_;
+  std::atomic<bool> failed_{false};
+  FailureClass failure_class_ = FailureClass::peer_failure;
+  std::string failure_text_;
+};
+
+/// One collective call of one rank: what algorithms see (rank, size, the call) and the
+/// `transfer` that runs their plans.
+class Link {
+ public:
+  /// How long a rank polls its sockets without blocking once nothing moves, before it sleeps
+  /// in poll(2): longer than a loopback round trip, short next to a scheduler tick.
+  static constexpr std::chrono::microseconds kBusyPoll{200};
+
+  Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)
+      : group_(group), call_(call), sequence_(group.next_sequence()), deadline_(deadline) {}
+
+  int rank() const noexcept { return group_.rank(); }
+  int size() const noexcept { return group_.size(); }
+  const communicator::CollectiveCall& call() const noexcept { return call_; }
+  std::uint64_t sequence() const noexcept { return sequence_; }
+  /// The largest message the algorithms cut a collective into (TcpOptions::chunk_bytes).
+  std::size_t max_message_bytes() const noexcept { return group_.max_payload(); }
+  /// How many messages from one peer may be in flight at once (TcpOptions::
+  /// connections_per_peer): receive buffers indexed modulo this are never overwritten early.
+  int channels_per_peer() const noexcept { return group_.data_connections(); }
+  /// Scratch memory owned by the group, reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (group_.scratch_.size() < bytes) group_.scratch_.resize(bytes);
+    return group_.scratch_.data();
+  }
+
+  /// Runs the plan: every send and receive, `on_received(j)` once receive j is complete (and
+  /// its `after_send` is done). Returns when every step has completed.
+  /// @throws MismatchError when a peer's message describes another call; PeerFailureError when
+  /// a peer closed its connections or failed; TimeoutError at the deadline, naming the ranks
+  /// that did not answer. The group is failed before any of them propagates.
+  template <class OnReceived>
+  void transfer(std::span<const transport::SendStep> sends,
+                std::span<const transport::RecvStep> recvs, OnReceived&& on_received);
+
+ private:
+  struct Channel {
+    int peer = 0;
+    int fd = -1;
+    std::vector<std::size_t> sends;  // indices into the plan, in order
+    std::vector<std::size_t> recvs;
+    std::size_t next_send = 0;
+    std::size_t next_recv = 0;
+    std::size_t sent = 0;  // bytes of the head send written, header included
+    FrameBytes send_header{};
+    std::size_t header_got = 0;
+    std::size_t payload_got = 0;
+    FrameBytes recv_header{};
+  };
+
+  FrameHeader expected_header(std::size_t bytes) const noexcept {
+    FrameHeader header;
+    header.type = FrameType::data;
+    header.kind = call_.kind;
+    header.element_type = call_.type;
+    header.op = call_.op;
+    header.root = call_.root;
+    header.payload_bytes = static_cast<std::uint32_t>(bytes);
+    header.sequence = sequence_;
+    header.count = call_.count;
+    return header;
+  }
+
+  std::string_view operation() const noexcept { return to_string(call_.kind); }
+
+  [[noreturn]] void peer_closed(int peer) {
+    // The peer may have said why on its control connection just before closing: give it a
+    // moment to arrive.
+    const auto until =
+        std::min(deadline_.time_point(), Clock::now() + std::chrono::milliseconds(200));
+    auto& control = group_.peers_[static_cast<std::size_t>(peer)];
+    while (!control.closed && Clock::now() < until) {
+      pollfd fd{group_.mesh_->fd(peer, 0), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (::poll(&fd, 1, static_cast<int>(std::max<long long>(1, left.count()))) <= 0) break;
+      read_control(peer, /*inside_call=*/true);
+    }
+    if (control.departed)
+      throw PeerFailureError(rank(), operation(),
+                             fmt::format("rank {} closed its communicator while this rank still "
+                                         "expected data from it in collective #{}",
+                                         peer, sequence_),
+                             "every rank must call the same collectives the same number of times");
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connection in collective #{}: the "
+                                       "process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
+    const auto kind =
+        payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
+    std::string text;
+    if (payload.size() > 1)
+      text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
+    const std::string what = fmt::format("rank {} failed the group: {}", peer, text);
+    switch (kind) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation(), what);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation(), what,
+                           "find the rank named above (stopped, hung, or calling other "
+                           "collectives), or raise the deadline");
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation(), what);
+  }
+
+  // Reads whatever control frames `peer` sent; raises on an abort message or on a close
+  // without goodbye.
+  void read_control(int peer, bool inside_call) {
+    auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+    const int fd = group_.mesh_->fd(peer, 0);
+    while (!state.closed) {
+      std::size_t want = kFrameHeaderBytes;
+      FrameHeader header;
+      if (state.filled >= kFrameHeaderBytes) {
+        if (auto ec = decode(std::span<const std::byte, kFrameHeaderBytes>(state.buffer.data(),
+                                                                           kFrameHeaderBytes),
+                             header, 0)) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              fmt::format("rank {} sent an invalid control message ({})", peer, ec.message()));
+        }
+        want += header.payload_bytes;
+      }
+      if (state.filled < want) {
+        const auto n =
+            ::recv(fd, state.buffer.data() + state.filled, want - state.filled, MSG_DONTWAIT);
+        if (n > 0) {
+          state.filled += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        state.closed = true;
+        if (!state.departed) peer_closed_control(peer);
+        return;
+      }
+      const std::span<const std::byte> payload(state.buffer.data() + kFrameHeaderBytes,
+                                               header.payload_bytes);
+      state.filled = 0;
+      switch (header.type) {
+        case FrameType::abort:
+          state.closed = true;
+          raise_abort(peer, payload);
+        case FrameType::timeout_notice:
+          state.heard = true;
+          if (inside_call) group_.send_control(peer, FrameType::alive, {});
+          break;
+        case FrameType::alive:
+          state.heard = true;
+          break;
+        case FrameType::goodbye:
+          state.departed = true;
+          break;
+        case FrameType::data:
+          state.closed = true;
+          throw PeerFailureError(rank(), operation(),
+                                 fmt::format("rank {} sent data on its control connection", peer));
+      }
+    }
+  }
+
+  [[noreturn]] void peer_closed_control(int peer) {
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connections without saying why in "
+                                       "collective #{}: the process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  [[noreturn]] void mismatch(int peer, const FrameHeader& got) {
+    if (got.sequence != sequence_)
+      throw MismatchError(
+          rank(), operation(),
+          fmt::format("rank {} sent data for its collective #{} ({}) while this rank is in "
+                      "collective #{} ({})",
+                      peer, got.sequence, describe_header(got), sequence_, describe(call_)),
+          "every rank must call the same collectives in the same order; one rank called more "
+          "or fewer than the others");
+    throw MismatchError(
+        rank(), operation(),
+        fmt::format("ranks disagree on collective #{}: this rank (rank {}) called "
+                    "{} but rank {} called {}",
+                    sequence_, rank(), describe(call_), peer, describe_header(got)));
+  }
+
+  static std::string describe_header(const FrameHeader& header) {
+    communicator::CollectiveCall call;
+    call.kind = header.kind;
+    call.type = header.element_type;
+    call.count = static_cast<std::size_t>(header.count);
+    call.op = header.op;
+    call.root = header.root;
+    return describe(call);
+  }
+
+  // Checks a received header against this rank's call and the expected message size.
+  void check_header(int peer, const Channel& channel, std::size_t expected_bytes) {
+    FrameHeader got;
+    if (auto ec = decode(channel.recv_header, got, group_.max_payload()))
+      throw PeerFailureError(rank(), operation(),
+                             fmt::format("rank {} sent an invalid message ({}); the connection "
+                                         "carries something other than strata",
+                                         peer, ec.message()));
+    if (got.type != FrameType::data)
+      throw PeerFailureError(
+          rank(), operation(),
+          fmt::format("rank {} sent a control message on a data connection", peer));
+    const FrameHeader want = expected_header(expected_bytes);
+    communicator::CollectiveCall theirs;
+    theirs.kind = got.kind;
+    theirs.type = got.element_type;
+    theirs.count = static_cast<std::size_t>(got.count);
+    theirs.op = got.op;
+    theirs.root = got.root;
+    if (got.sequence != want.sequence || !agrees(call_, theirs)) mismatch(peer, got);
+    if (got.payload_bytes != want.payload_bytes)
+      throw PeerFailureError(
+          rank(), operation(),
+          fmt::format("rank {} sent a {}-byte message where this rank expected {} bytes", peer,
+                      got.payload_bytes, want.payload_bytes),
+          "run the same strata version on every rank");
+  }
+
+  // Reads the control connections that have something to say, waiting at most `timeout_ms`.
+  void poll_control(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank() || group_.peers_[static_cast<std::size_t>(peer)].closed) continue;
+      fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+      owners.push_back(peer);
+    }
+    if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+    try {
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents != 0) read_control(owners[i], /*inside_call=*/true);
+    } catch (...) {
+      group_.fail(std::current_exception());
+      throw;
+    }
+  }
+
+  [[noreturn]] void timed_out(const std::vector<int>& waiting_for) {
+    // Ask every peer whether it is alive; those inside a call answer at once. The silent ones
+    // are the stalled ranks, which is what the message must name.
+    for (auto& state : group_.peers_)
+      state.heard = false;
+    group_.broadcast_control(FrameType::timeout_notice, {});
+    // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
+    const auto grace = std::clamp<std::chrono::milliseconds>(
+        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
+    const auto until = Clock::now() + grace;
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<int> owners;
+      for (int peer = 0; peer < size(); ++peer) {
+        const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+        if (peer == rank() || state.closed || state.heard) continue;
+        fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+        owners.push_back(peer);
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (fds.empty() || left.count() <= 0) break;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents != 0) read_control(owners[i], /*inside_call=*/true);
+    }
+    std::vector<int> silent;
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+      if (peer != rank() && !state.heard && !state.departed) silent.push_back(peer);
+    }
+    std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
+                                   describe(call_), sequence_, deadline_.budget().count());
+    if (!silent.empty())
+      fmt::format_to(std::back_inserter(what),
+                     "; {} {} did not answer (stopped, hung, or not inside a collective)",
+                     silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "));
+    if (!waiting_for.empty())
+      fmt::format_to(std::back_inserter(what), "; this rank was waiting for {} {}",
+                     waiting_for.size() == 1 ? "rank" : "ranks", fmt::join(waiting_for, ", "));
+    throw TimeoutError(rank(), operation(), what);
+  }
+
+  Group& group_;
+  communicator::CollectiveCall call_;
+  std::uint64_t sequence_;
+  Deadline deadline_;
+};
+
+template <class OnReceived>
+void Link::transfer(std::span<const transport::SendStep> sends,
+                    std::span<const transport::RecvStep> recvs, OnReceived&& on_received) {
+  if (group_.failed()) group_.raise_failure(operation());
+  // A peer may have failed the group while this rank was away (a broadcast root returns
+  // without hearing from anyone): learn it now rather than succeed on a failed group.
+  poll_control(0);
+  const int data_connections = group_.data_connections();
+  // Channel (peer, k) carries the peer's messages number k, k + K, k + 2K, ... in each
+  // direction; both ends count the same way.
+  std::vector<Channel> channels(static_cast<std::size_t>(size() * data_connections));
+  auto channel_of = [&](int peer, std::size_t ordinal) -> Channel& {
+    return channels[static_cast<std::size_t>(peer * data_connections) +
+                    ordinal % static_cast<std::size_t>(data_connections)];
+  };
+  {
+    std::vector<std::size_t> send_ordinal(static_cast<std::size_t>(size()), 0);
+    std::vector<std::size_t> recv_ordinal(static_cast<std::size_t>(size()), 0);
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      channel_of(sends[i].peer, send_ordinal[static_cast<std::size_t>(sends[i].peer)]++)
+          .sends.push_back(i);
+    for (std::size_t j = 0; j < recvs.size(); ++j)
+      channel_of(recvs[j].peer, recv_ordinal[static_cast<std::size_t>(recvs[j].peer)]++)
+          .recvs.push_back(j);
+    for (int peer = 0; peer < size(); ++peer)
+      for (int k = 0; k < data_connections; ++k) {
+        auto& channel = channels[static_cast<std::size_t>(peer * data_connections + k)];
+        channel.peer = peer;
+        channel.fd = peer == rank() ? -1 : group_.mesh_->fd(peer, 1 + k);
+      }
+  }
+  std::erase_if(channels, [](const Channel& c) { return c.sends.empty() && c.recvs.empty(); });
+
+  std::vector<char> send_done(sends.size(), 0);
+  std::vector<char> recv_in(recvs.size(), 0);
+  std::vector<char> recv_processed(recvs.size(), 0);
+  std::size_t sends_left = sends.size();
+  std::size_t recvs_left = recvs.size();
+  std::vector<std::size_t> deferred;  // receives that are in but wait for their send
+
+  auto send_ready = [&](std::size_t i) {
+    return sends[i].after_recv < 0 ||
+           recv_processed[static_cast<std::size_t>(sends[i].after_recv)] != 0;
+  };
+  auto process = [&](std::size_t j) {
+    on_received(j);
+    recv_processed[j] = 1;
+    --recvs_left;
+  };
+  auto try_process = [&](std::size_t j) {
+    const auto after = recvs[j].after_send;
+    if (after >= 0 && send_done[static_cast<std::size_t>(after)] == 0) {
+      deferred.push_back(j);
+      return;
+    }
+    process(j);
+  };
+
+  std::vector<pollfd> fds;
+  std::vector<int> fd_peer;  // -1: the wake fd; peer for control fds; -2 - index for channels
+  auto busy_until = Clock::now() + kBusyPoll;
+  try {
+    while (sends_left > 0 || recvs_left > 0) {
+      if (group_.failed()) group_.raise_failure(operation());
+      bool progressed = false;
+      for (auto& channel : channels) {
+        // Sends: header and payload in one sendmsg, as much as the socket takes.
+        while (channel.next_send < channel.sends.size()) {
+          const std::size_t i = channel.sends[channel.next_send];
+          if (!send_ready(i)) break;
+          const SendStep& step = sends[i];
+          if (channel.sent == 0) channel.send_header = encode(expected_header(step.bytes));
+          iovec parts[2];
+          int count = 0;
+          if (channel.sent < kFrameHeaderBytes)
+            parts[count++] = {channel.send_header.data() + channel.sent,
+                              kFrameHeaderBytes - channel.sent};
+          const std::size_t payload_sent =
+              channel.sent > kFrameHeaderBytes ? channel.sent - kFrameHeaderBytes : 0;
+          if (payload_sent < step.bytes)
+            parts[count++] = {const_cast<std::byte*>(step.data) + payload_sent,
+                              step.bytes - payload_sent};
+          msghdr message{};
+          message.msg_iov = parts;
+          message.msg_iovlen = static_cast<std::size_t>(count);
+          const auto n = ::sendmsg(channel.fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+            peer_closed(channel.peer);
+          }
+          channel.sent += static_cast<std::size_t>(n);
+          if (channel.sent < kFrameHeaderBytes + step.bytes) break;
+          channel.sent = 0;
+          ++channel.next_send;
+          send_done[i] = 1;
+          --sends_left;
+          progressed = true;
+        }
+        // Receives: the header first, checked against this rank's call, then the payload
+        // straight into its destination.
+        while (channel.next_recv < channel.recvs.size()) {
+          const std::size_t j = channel.recvs[channel.next_recv];
+          const RecvStep& step = recvs[j];
+          if (channel.header_got < kFrameHeaderBytes) {
+            const auto n = ::recv(channel.fd, channel.recv_header.data() + channel.header_got,
+                                  kFrameHeaderBytes - channel.header_got, MSG_DONTWAIT);
+            if (n == 0) peer_closed(channel.peer);
+            if (n < 0) {
+              if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+              peer_closed(channel.peer);
+            }
+            channel.header_got += static_cast<std::size_t>(n);
+            if (channel.header_got < kFrameHeaderBytes) break;
+            check_header(channel.peer, channel, step.bytes);
+          }
+          if (channel.payload_got < step.bytes) {
+            const auto n = ::recv(channel.fd, step.data + channel.payload_got,
+                                  step.bytes - channel.payload_got, MSG_DONTWAIT);
+            if (n == 0) peer_closed(channel.peer);
+            if (n < 0) {
+              if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+              peer_closed(channel.peer);
+            }
+            channel.payload_got += static_cast<std::size_t>(n);
+            if (channel.payload_got < step.bytes) break;
+          }
+          channel.header_got = 0;
+          channel.payload_got = 0;
+          ++channel.next_recv;
+          recv_in[j] = 1;
+          try_process(j);
+          progressed = true;
+        }
+      }
+      if (!deferred.empty()) {
+        const auto before = deferred.size();
+        std::erase_if(deferred, [&](std::size_t j) {
+          if (send_done[static_cast<std::size_t>(recvs[j].after_send)] == 0) return false;
+          process(j);
+          return true;
+        });
+        progressed = progressed || deferred.size() != before;
+      }
+      if (progressed || (sends_left == 0 && recvs_left == 0)) {
+        busy_until = Clock::now() + kBusyPoll;
+        continue;
+      }
+      // A peer's answer usually comes within microseconds, and waking from poll(2) costs far
+      // more: poll the sockets briefly before blocking. Yielding in between lets ranks that
+      // share a core (more ranks than cores) run instead.
+      if (Clock::now() < busy_until) {
+        ::sched_yield();
+        continue;
+      }
+
+      // Nothing moved: wait for the sockets, the control connections, abort() or the deadline.
+      fds.clear();
+      fd_peer.clear();
+      fds.push_back({group_.wake_fd_, POLLIN, 0});
+      fd_peer.push_back(-1);
+      for (int peer = 0; peer < size(); ++peer) {
+        const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+        if (peer == rank() || state.closed) continue;
+        fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+        fd_peer.push_back(peer);
+      }
+      for (std::size_t c = 0; c < channels.size(); ++c) {
+        const auto& channel = channels[c];
+        short events = 0;
+        if (channel.next_recv < channel.recvs.size()) events |= POLLIN;
+        if (channel.next_send < channel.sends.size() &&
+            send_ready(channel.sends[channel.next_send]))
+          events |= POLLOUT;
+        if (events == 0) continue;
+        fds.push_back({channel.fd, events, 0});
+        fd_peer.push_back(-2 - static_cast<int>(c));
+      }
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline_.time_point() - Clock::now());
+      const int ready =
+          left.count() <= 0
+              ? 0
+              : ::poll(fds.data(), fds.size(),
+                       static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0 && deadline_.expired()) {
+        std::vector<int> waiting_for;
+        for (const auto& channel : channels)
+          if (channel.next_recv < channel.recvs.size() || channel.next_send < channel.sends.size())
+            waiting_for.push_back(channel.peer);
+        std::sort(waiting_for.begin(), waiting_for.end());
+        waiting_for.erase(std::unique(waiting_for.begin(), waiting_for.end()), waiting_for.end());
+        timed_out(waiting_for);
+      }
+      for (std::size_t k = 0; k < fds.size(); ++k)
+        if (fd_peer[k] >= 0 && fds[k].revents != 0) read_control(fd_peer[k], /*inside_call=*/true);
+    }
+  } catch (...) {
+    group_.fail(std::current_exception());
+    throw;
+  }
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/link.hpp ----
+
+namespace strata::communicator {
+
+/// Which all-reduce algorithm the TCP communicator runs (TF's CommunicationImplementation:
+/// AUTO picks by message size, RING forces the ring).
+enum class TcpAllReduce : std::uint8_t {
+  automatic,           ///< recursive doubling up to small_message_bytes, ring above
+  ring,                ///< pipelined ring: bandwidth-optimal
+  recursive_doubling,  ///< ⌈log2 n⌉ rounds: latency-optimal
+};
+
+constexpr std::string_view to_string(TcpAllReduce choice) noexcept {
+  switch (choice) {
+    case TcpAllReduce::automatic:
+      return "automatic";
+    case TcpAllReduce::ring:
+      return "ring";
+    case TcpAllReduce::recursive_doubling:
+      return "recursive_doubling";
+  }
+  return "invalid";
+}
+
+/// Tunables of the TCP communicator. Every rank must use the same values for the first four
+/// (the handshake refuses ranks that differ: they would cut messages differently).
+struct TcpOptions {
+  /// Largest message: pipelined algorithms cut buffers into segments of this size.
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+  /// Data connections between each pair of ranks; segments are spread over them.
+  int connections_per_peer = 1;
+  TcpAllReduce all_reduce = TcpAllReduce::automatic;
+  /// `automatic` runs recursive doubling for all-reduces of at most this many bytes.
+  std::size_t small_message_bytes = 64 * 1024;
+  /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
+  int socket_buffer_bytes = 0;
+  /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.
+  bool no_delay = true;
+  /// Shared secret proving membership (HMAC challenge–response in the handshake; it never
+  /// crosses the wire). Unset: STRATA_CLUSTER_TOKEN when set, else no authentication.
+  std::optional<std::string> cluster_token{};
+};
+
+/// Who is in the group and where each rank listens.
+struct TcpMembership {
+  int rank = 0;
+  /// Every rank's listening address, in rank order (e.g. ClusterSpec::collective_addresses()).
+  std::vector<cluster::Address> addresses;
+  /// Identity of the cluster, equal on every rank (ClusterSpec::fingerprint()); 0 derives one
+  /// from `addresses`.
+  std::uint64_t cluster_fingerprint = 0;
+  /// A listening socket already bound to addresses[rank], adopted by the communicator; -1
+  /// binds one.
+  int listen_fd = -1;
+};
+
+/// The membership of this process's collective group as `resolve_cluster()` found it; takes
+/// over the listening socket the resolver bound, if any.
+/// @throws ConfigurationError for a task outside the collective group (ps, evaluator).
+inline TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
+  if (!resolved.in_collective_group())
+    throw ConfigurationError(-1, "TcpCommunicator",
+                             fmt::format("task {} {} is not a member of the collective group",
+                                         to_string(resolved.task.type), resolved.task.index),
+                             "run collectives on the chief and worker tasks only");
+  TcpMembership membership;
+  membership.rank = resolved.rank;
+  membership.addresses = resolved.addresses;
+  membership.cluster_fingerprint = resolved.cluster.empty() ? 0 : resolved.cluster.fingerprint();
+  membership.listen_fd = resolved.listener.release();
+  return membership;
+}
+
+/// One rank of a group that communicates over TCP: one process (or thread) per rank, on one
+/// host or many.
+///
+/// Construction forms the group (transport/tcp/rendezvous.hpp): every rank connects to every
+/// other, in any start order, within the deadline. Collectives then run pipelined algorithms
+/// over those connections: ring all-reduce (recursive doubling for small messages),
+/// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. Each message
+/// carries the sender's view of the call, so ranks that disagree on count, type, op, root or
+/// the number of calls raise MismatchError instead of exchanging garbage.
+///
+/// Failure semantics: a peer that dies makes every rank raise PeerFailureError naming it within
+/// milliseconds; a peer that stalls makes every rank raise TimeoutError at the deadline naming
+/// the silent rank; any failure fails the whole group, and later calls refuse with the first
+/// failure's reason. Re-create the communicators to continue.
+///
+/// Example (every process):
+/// @code
+///   strata::communicator::TcpCommunicator comm({.rank = r, .addresses = addresses});
+///   comm.all_reduce(std::span(gradients), strata::ReduceOp::mean);
+/// @endcode
+class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
+  friend class detail::CollectiveApi<TcpCommunicator>;
+
+ public:
+  static constexpr std::string_view kName = "tcp";
+  static constexpr int kMaxSize = std::numeric_limits<int>::max();
+
+  /// Joins the group described by `membership`. Blocks until every rank has joined.
+  /// @throws ConfigurationError for bad options or addresses (port in use, not this host's
+  /// address, peers with other settings or token); TimeoutError listing the ranks that did
+  /// not join by the deadline; UsageError for a rank outside the group.
+  explicit TcpCommunicator(TcpMembership membership, TcpOptions tcp = {},
+                           CommunicatorOptions options = {})
+      : state_(std::make_unique<State>(options, tcp)) {
+    const int size = static_cast<int>(membership.addresses.size());
+    if (size < 1 || membership.rank < 0 || membership.rank >= size)
+      throw UsageError(
+          membership.rank, "TcpCommunicator",
+          fmt::format("rank {} is not in a group of {} addresses", membership.rank, size),
+          "pass every rank's address and a rank in [0, addresses.size())");
+    validate(tcp, membership.rank);
+    transport::tcp::MeshConfig config;
+    config.rank = membership.rank;
+    config.addresses = std::move(membership.addresses);
+    config.cluster = membership.cluster_fingerprint != 0 ? membership.cluster_fingerprint
+                                                         : fingerprint_of(config.addresses);
+    config.tunables = tunables_hash(tcp);
+    config.data_connections = tcp.connections_per_peer;
+    config.token = tcp.cluster_token ? tcp.cluster_token : token_from_environment();
+    config.socket_buffer_bytes = tcp.socket_buffer_bytes;
+    config.no_delay = tcp.no_delay;
+    config.listen_fd = membership.listen_fd;
+    auto mesh = transport::tcp::form_mesh(config, Deadline::after(options.timeout));
+    state_->group = std::make_unique<transport::tcp::Group>(
+        std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes));
+  }
+
+  /// A group of `size` ranks in this process, on loopback ports chosen by the kernel; element
+  /// r is rank r. For tests and benchmarks: drive each rank from its own thread.
+  static std::vector<TcpCommunicator> create(int size, CommunicatorOptions options = {},
+                                             TcpOptions tcp = {}) {
+    if (size < 1)
+      throw UsageError(-1, "TcpCommunicator::create",
+                       fmt::format("a group needs at least one rank, got size {}", size),
+                       "pass the number of ranks");
+    asio::io_context io;
+    std::vector<cluster::Address> addresses;
+    std::vector<int> fds;
+    for (int r = 0; r < size; ++r) {
+      asio::ip::tcp::acceptor acceptor(
+          io, asio::ip::tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
+      addresses.push_back({"127.0.0.1", acceptor.local_endpoint().port()});
+      fds.push_back(acceptor.release());
+    }
+    std::vector<std::optional<TcpCommunicator>> slots(static_cast<std::size_t>(size));
+    std::vector<std::exception_ptr> failures(static_cast<std::size_t>(size));
+    {
+      std::vector<std::jthread> threads;
+      for (int r = 0; r < size; ++r)
+        threads.emplace_back([&, r] {
+          const auto i = static_cast<std::size_t>(r);
+          try {
+            slots[i].emplace(TcpMembership{r, addresses, 0, fds[i]}, tcp, options);
+          } catch (...) {
+            failures[i] = std::current_exception();
+          }
+        });
+    }
+    for (auto& failure : failures)
+      if (failure) std::rethrow_exception(failure);
+    std::vector<TcpCommunicator> group;
+    group.reserve(slots.size());
+    for (auto& slot : slots)
+      group.push_back(std::move(*slot));
+    return group;
+  }
+
+  TcpCommunicator(TcpCommunicator&&) noexcept = default;
+  TcpCommunicator& operator=(TcpCommunicator&&) noexcept = default;
+  TcpCommunicator(const TcpCommunicator&) = delete;
+  TcpCommunicator& operator=(const TcpCommunicator&) = delete;
+  /// Waits for pending asynchronous calls, then tells the peers this rank is done.
+  ~TcpCommunicator() = default;
+
+  int rank() const noexcept { return state_->group->rank(); }
+  int size() const noexcept { return state_->group->size(); }
+  const CommunicatorOptions& options() const noexcept { return state_->options; }
+  const TcpOptions& tcp_options() const noexcept { return state_->tcp; }
+
+  // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
+  // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
+
+  /// Fails the whole group from any thread: every pending and later call on every rank throws
+  /// PeerFailureError carrying `reason`.
+  void abort(std::string_view reason) noexcept {
+    state_->group->fail(
+        transport::tcp::FailureClass::peer_failure,
+        fmt::format("strata: rank {}: abort: rank {} aborted: {}", rank(), rank(), reason));
+  }
+
+ private:
+  struct State {
+    State(const CommunicatorOptions& o, const TcpOptions& t) : options(o), tcp(t) {}
+    CommunicatorOptions options;
+    TcpOptions tcp;
+    std::unique_ptr<transport::tcp::Group> group;
+    detail::SerialExecutor executor;  // last: destroyed first, finishing queued calls
+  };
+
+  static void validate(const TcpOptions& tcp, int rank) {
+    auto bad = [&](std::string_view what, std::string_view todo) {
+      throw ConfigurationError(rank, "TcpOptions", what, todo);
+    };
+    if (tcp.chunk_bytes < 64 || tcp.chunk_bytes > (std::size_t{1} << 30))
+      bad(fmt::format("chunk_bytes {} is outside [64, 2^30]", tcp.chunk_bytes),
+          "use a chunk of 64 bytes to 1 GiB (default 1 MiB)");
+    if (tcp.connections_per_peer < 1 || tcp.connections_per_peer > 64)
+      bad(fmt::format("connections_per_peer {} is outside [1, 64]", tcp.connections_per_peer),
+          "use 1 to 64 connections per peer");
+    if (tcp.socket_buffer_bytes < 0)
+      bad(fmt::format("socket_buffer_bytes {} is negative", tcp.socket_buffer_bytes),
+          "use 0 (kernel default) or a positive size");
+    if (tcp.cluster_token && tcp.cluster_token->empty())
+      bad("cluster_token is empty: anyone could compute its MACs",
+          "set a secret shared by every rank, or leave it unset for no authentication");
+    if (tcp.all_reduce > TcpAllReduce::recursive_doubling)
+      bad("all_reduce is not a TcpAllReduce value", "use automatic, ring or recursive_doubling");
+  }
+
+  static std::optional<std::string> token_from_environment() {
+    const char* token = std::getenv("STRATA_CLUSTER_TOKEN");  // NOLINT(concurrency-mt-unsafe)
+    if (token == nullptr || *token == '\0') return std::nullopt;
+    return std::string(token);
+  }
+
+  static std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {
+    for (char c : text) {
+      hash ^= static_cast<unsigned char>(c);
+      hash *= 0x100000001b3ULL;
+    }
+    return hash;
+  }
+
+  static std::uint64_t fingerprint_of(const std::vector<cluster::Address>& addresses) {
+    std::uint64_t hash = 0xcbf29ce484222325ULL;
+    for (const auto& address : addresses)
+      hash = fnv1a(hash, address.to_string() + ",");
+    return hash == 0 ? 1 : hash;
+  }
+
+  static std::uint64_t tunables_hash(const TcpOptions& tcp) {
+    return fnv1a(0xcbf29ce484222325ULL,
+                 fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
+                             to_string(tcp.all_reduce), tcp.small_message_bytes));
+  }
+
+  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
+                               std::string_view what_to_do) {
+    UsageError error(rank(), to_string(kind), what, what_to_do);
+    // The peers are about to wait for this rank: fail the group so they learn why at once.
+    state_->group->fail(transport::tcp::FailureClass::peer_failure, error.what());
+    throw error;
+  }
+
+  void run(const CollectiveCall& call, const CallOptions& options) {
+    state_->executor.drain();  // keep call order with earlier asynchronous calls
+    execute(*state_, call, options);
+  }
+
+  Work submit(const CollectiveCall& call, const CallOptions& options) {
+    auto work = std::make_shared<detail::WorkState>();
+    State* state = state_.get();
+    state->executor.post([state, call, options, work] {
+      try {
+        execute(*state, call, options);
+        work->complete();
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+    });
+    return Work(std::move(work));
+  }
+
+  static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
+    auto& group = *state.group;
+    if (group.failed()) group.raise_failure(to_string(call.kind));
+    transport::tcp::Link link(group, call,
+                              Deadline::after(options.timeout.value_or(state.options.timeout)));
+    try {
+      switch (call.kind) {
+        case Collective::all_reduce:
+          if (use_recursive_doubling(state.tcp, call))
+            algorithms::AllReduceRecursiveDoubling::run(link);
+          else
+            algorithms::AllReduceRing::run(link);
+          break;
+        case Collective::broadcast:
+          algorithms::BroadcastRing::run(link);
+          break;
+        case Collective::reduce:
+          algorithms::ReduceRing::run(link);
+          break;
+        case Collective::all_gather:
+          algorithms::AllGatherRing::run(link);
+          break;
+        case Collective::reduce_scatter:
+          algorithms::ReduceScatterRing::run(link);
+          break;
+        case Collective::barrier:
+          algorithms::BarrierDissemination::run(link);
+          break;
+      }
+    } catch (...) {
+      group.fail(std::current_exception());
+      throw;
+    }
+  }
+
+  static bool use_recursive_doubling(const TcpOptions& tcp, const CollectiveCall& call) noexcept {
+    switch (tcp.all_reduce) {
+      case TcpAllReduce::ring:
+        return false;
+      case TcpAllReduce::recursive_doubling:
+        return true;
+      case TcpAllReduce::automatic:
+        break;
+    }
+    return call.count * size_of(call.type) <= tcp.small_message_bytes;
+  }
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::communicator
+
+template <>
+struct fmt::formatter<strata::communicator::TcpAllReduce> : fmt::formatter<std::string_view> {
+  template <class FormatContext>
+  auto format(strata::communicator::TcpAllReduce choice, FormatContext& ctx) const {
+    return fmt::formatter<std::string_view>::format(strata::communicator::to_string(choice), ctx);
+  }
+};
+// ---- end strata/communicator/tcp.hpp ----
 
 // ---- begin strata/data/batch_split.hpp ----
 // strata/data/batch_split.hpp — splitting one global batch over the replicas in sync.
@@ -3757,12 +9568,320 @@ class Variable {
 // | alias                   | Placement      | Communicator                       | Sync        |
 // |-------------------------|----------------|------------------------------------|-------------|
 // | MirroredStrategy        | Mirrored       | LocalCommunicator<ScatterGather>   | Synchronous |
+// | MultiWorkerMirrored...  | Mirrored       | HierarchicalCommunicator<Tcp>      | Synchronous |
 // | CentralStorageStrategy  | CentralStorage | LocalCommunicator<ReduceToOne>     | Synchronous |
 // | OneDeviceStrategy       | OneDevice      | SelfCommunicator                   | Synchronous |
 // | DefaultStrategy         | Default        | SelfCommunicator                   | Synchronous |
 //
 // Switching strategy is changing one alias; the training loop stays as it is.
 
+// ---- begin strata/communicator/hierarchical.hpp ----
+// strata/communicator/hierarchical.hpp — replicas in each process × processes over TCP.
+
+#include <cstddef>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::communicator {
+
+/// k replicas (threads) in each of n worker processes, as one group of k·n ranks: TF's
+/// MultiWorkerMirroredStrategy, where "each worker may have zero or more devices".
+///
+/// Rank g = worker · k + local replica. Each collective runs in three stages: among the local
+/// replicas (LocalCommunicator, no copies beyond the algorithm's), across workers between the
+/// local replicas 0 (TcpCommunicator), and back to the local replicas:
+///   all_reduce      local reduce to replica 0 → TCP all-reduce → local broadcast
+///   broadcast       local broadcast on the root's worker → TCP broadcast → local broadcast
+///   reduce          local reduce → TCP reduce to the root's worker → hand-over to the root
+///   all_gather      local all-gather into the worker's k blocks → TCP all-gather → local
+///                   broadcast
+///   reduce_scatter  local reduce → TCP reduce-scatter of k-block slices → local hand-out
+///   barrier         local barrier → TCP barrier → local barrier
+/// `mean` is a sum divided once, by k·n, at the end. All ranks agree bit for bit where the
+/// flat collective would (the results are computed once and copied).
+///
+/// Failures: an error on any replica of any worker fails both the local group and the TCP
+/// group, so every replica of every worker raises.
+template <class Inter = TcpCommunicator>
+class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommunicator<Inter>> {
+  friend class detail::CollectiveApi<HierarchicalCommunicator>;
+  using Intra = LocalCommunicator<>;
+
+ public:
+  static constexpr std::string_view kName = "hierarchical";
+  static constexpr int kMaxSize = std::numeric_limits<int>::max();
+
+  /// The local replicas of this process in the cluster that `resolve_cluster()` finds
+  /// (TF_CONFIG, torchrun, OpenMPI, SLURM, or a one-worker cluster); element l is local
+  /// replica l. Every worker must run the same number of replicas and the same `tcp` options.
+  /// @throws ConfigurationError when workers run different numbers of replicas, or as
+  /// resolve_cluster and TcpCommunicator do.
+  static std::vector<HierarchicalCommunicator> create(int local_replicas,
+                                                      CommunicatorOptions options = {},
+                                                      TcpOptions tcp = {}) {
+    auto resolved = cluster::resolve_cluster();
+    const bool chief = resolved.is_chief();
+    Inter inter(membership_of(resolved), std::move(tcp), options);
+    return create(local_replicas, std::move(inter), options, chief);
+  }
+
+  /// The local replicas of this process over an existing cross-worker communicator.
+  static std::vector<HierarchicalCommunicator> create(int local_replicas, Inter inter,
+                                                      CommunicatorOptions options, bool chief) {
+    if (local_replicas < 1)
+      throw UsageError(inter.rank(), "HierarchicalCommunicator::create",
+                       fmt::format("a worker needs at least one replica, got {}", local_replicas),
+                       "pass a positive number of local replicas");
+    // Ranks are numbered worker · k + replica: every worker must agree on k.
+    std::int64_t k[2] = {local_replicas, -local_replicas};
+    inter.all_reduce(std::span<std::int64_t>(k), ReduceOp::max);
+    if (k[0] != -k[1])
+      throw ConfigurationError(inter.rank(), "HierarchicalCommunicator::create",
+                               fmt::format("workers run between {} and {} local replicas (this "
+                                           "worker {})",
+                                           -k[1], k[0], local_replicas),
+                               "start every worker with the same number of local replicas "
+                               "(STRATA_LOCAL_REPLICAS or --local-replicas)");
+    auto shared = std::make_shared<Shared>(std::move(inter), chief);
+    auto locals = Intra::create(local_replicas, options);
+    std::vector<HierarchicalCommunicator> ranks;
+    for (auto& local : locals)
+      ranks.push_back(HierarchicalCommunicator(shared, std::move(local)));
+    return ranks;
+  }
+
+  /// Default number of local replicas: STRATA_LOCAL_REPLICAS (set by strata-launch
+  /// --local-replicas), else 1, as TF's MultiWorkerMirroredStrategy on CPUs.
+  static int default_replicas() {
+    const char* text = std::getenv("STRATA_LOCAL_REPLICAS");  // NOLINT(concurrency-mt-unsafe)
+    if (text == nullptr || *text == '\0') return 1;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    if (*end != '\0' || value < 1 || value > 4096)
+      throw ConfigurationError(-1, "STRATA_LOCAL_REPLICAS",
+                               fmt::format("'{}' is not a number of replicas", text),
+                               "set a positive integer, e.g. STRATA_LOCAL_REPLICAS=2");
+    return static_cast<int>(value);
+  }
+
+  HierarchicalCommunicator(HierarchicalCommunicator&&) noexcept = default;
+  HierarchicalCommunicator& operator=(HierarchicalCommunicator&&) noexcept = default;
+  ~HierarchicalCommunicator() = default;
+
+  int rank() const noexcept { return worker_rank() * local_size() + local_rank(); }
+  int size() const noexcept { return num_workers() * local_size(); }
+  int local_rank() const noexcept { return state_->local.rank(); }
+  int local_size() const noexcept { return state_->local.size(); }
+  int worker_rank() const noexcept { return state_->shared->inter.rank(); }
+  int num_workers() const noexcept { return state_->shared->inter.size(); }
+  /// The chief worker (TF's rule: the chief task, else worker 0) writes checkpoints and logs.
+  bool is_chief() const noexcept { return state_->shared->chief; }
+  const CommunicatorOptions& options() const noexcept { return state_->local.options(); }
+  /// The communicator between the workers (its options, e.g. `tcp_options()`).
+  const Inter& inter_worker() const noexcept { return state_->shared->inter; }
+
+  // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
+  // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
+
+  /// Fails the local group and the cross-worker group: every replica of every worker raises.
+  void abort(std::string_view reason) noexcept {
+    state_->local.abort(reason);
+    state_->shared->inter.abort(reason);
+  }
+
+  /// Combines one value per process across the workers (op over workers), from the thread
+  /// that drives the strategy between steps: Strategy::reduce uses it to reduce per-replica
+  /// results over the whole cluster.
+  template <Element T>
+  void combine_across_workers(std::span<T> values, ReduceOp op) {
+    state_->shared->inter.all_reduce(values, op);
+  }
+
+ private:
+  struct Shared {
+    Shared(Inter i, bool c) : inter(std::move(i)), chief(c) {}
+    Inter inter;
+    bool chief;
+  };
+  struct State {
+    State(std::shared_ptr<Shared> s, Intra l) : shared(std::move(s)), local(std::move(l)) {}
+    std::shared_ptr<Shared> shared;
+    Intra local;
+    std::vector<std::byte> scratch;
+    std::vector<std::byte> handover;
+    detail::SerialExecutor executor;  // last: destroyed first, finishing queued calls
+  };
+
+  HierarchicalCommunicator(std::shared_ptr<Shared> shared, Intra local)
+      : state_(std::make_unique<State>(std::move(shared), std::move(local))) {}
+
+  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
+                               std::string_view what_to_do) {
+    UsageError error(rank(), to_string(kind), what, what_to_do);
+    abort(error.what());
+    throw error;
+  }
+
+  void run(const CollectiveCall& call, const CallOptions& options) {
+    state_->executor.drain();
+    execute(*state_, call, options);
+  }
+
+  Work submit(const CollectiveCall& call, const CallOptions& options) {
+    auto work = std::make_shared<detail::WorkState>();
+    State* state = state_.get();
+    state->executor.post([state, call, options, work] {
+      try {
+        execute(*state, call, options);
+        work->complete();
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+    });
+    return Work(std::move(work));
+  }
+
+  static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
+    try {
+      dispatch(state, call, options);
+    } catch (const std::exception& error) {
+      // One failed stage (a strata::Error, or std::bad_alloc) must release every replica of
+      // every worker.
+      state.local.abort(error.what());
+      state.shared->inter.abort(error.what());
+      throw;
+    }
+  }
+
+  template <class T>
+  static std::span<T> span_of(void* data, std::size_t count) {
+    return {static_cast<T*>(data), data == nullptr ? 0 : count};
+  }
+  template <class T>
+  static std::span<const T> cspan_of(const void* data, std::size_t count) {
+    return {static_cast<const T*>(data), data == nullptr ? 0 : count};
+  }
+
+  template <class T>
+  static std::span<T> scratch(std::vector<std::byte>& buffer, std::size_t count) {
+    if (buffer.size() < count * sizeof(T)) buffer.resize(count * sizeof(T));
+    return {reinterpret_cast<T*>(buffer.data()), count};
+  }
+
+  static void dispatch(State& state, const CollectiveCall& call, const CallOptions& options) {
+    visit_data_type(call.type,
+                    [&]<class T>(std::type_identity<T>) { run_typed<T>(state, call, options); });
+  }
+
+  template <class T>
+  static void run_typed(State& state, const CollectiveCall& call, const CallOptions& options) {
+    auto& local = state.local;
+    auto& inter = state.shared->inter;
+    const bool leader = local.rank() == 0;
+    const int k = local.size();
+    const int n = inter.size();
+    const ReduceOp partial = call.op == ReduceOp::mean ? ReduceOp::sum : call.op;
+    // Replicas wait in the local stages while replica 0 talks to the other workers: their
+    // budget covers both stages, and a failure there reaches them through abort().
+    CallOptions waiting = options;
+    waiting.timeout = 2 * options.timeout.value_or(local.options().timeout);
+    auto finish_mean = [&](std::span<T> data) {
+      if (call.op == ReduceOp::mean && !data.empty())
+        divide<T>(data, static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
+    };
+    const std::size_t count = call.count;
+    switch (call.kind) {
+      case Collective::all_reduce: {
+        auto out = span_of<T>(call.recv, count);
+        local.reduce(cspan_of<T>(call.send, count), leader ? out : std::span<T>{}, partial, 0,
+                     options);
+        if (leader) {
+          inter.all_reduce(out, partial, options);
+          finish_mean(out);
+        }
+        local.broadcast(out, 0, waiting);
+        break;
+      }
+      case Collective::broadcast: {
+        const int root_worker = call.root / k;
+        const int root_local = call.root % k;
+        auto out = span_of<T>(call.recv, count);
+        if (inter.rank() == root_worker) {
+          local.broadcast(cspan_of<T>(call.send, count), out, root_local, options);
+          if (leader) inter.broadcast(out, root_worker, options);
+        } else {
+          if (leader) inter.broadcast(out, root_worker, options);
+          local.broadcast(out, 0, waiting);
+        }
+        break;
+      }
+      case Collective::reduce: {
+        const int root_worker = call.root / k;
+        const int root_local = call.root % k;
+        auto sum = scratch<T>(state.scratch, leader ? count : 0);
+        local.reduce(cspan_of<T>(call.send, count), sum, partial, 0, options);
+        if (leader) inter.reduce(sum, partial, root_worker, options);
+        if (inter.rank() == root_worker) {
+          // Only the root's output changes: the result reaches it through a scratch buffer.
+          auto copy = scratch<T>(state.handover, count);
+          if (leader) std::copy(sum.begin(), sum.end(), copy.begin());
+          local.broadcast(copy, 0, waiting);
+          if (local.rank() == root_local) {
+            auto out = span_of<T>(call.recv, count);
+            std::copy(copy.begin(), copy.end(), out.begin());
+            finish_mean(out);
+          }
+        }
+        break;
+      }
+      case Collective::all_gather: {
+        auto out = span_of<T>(call.recv, count * static_cast<std::size_t>(k * n));
+        auto mine = out.subspan(static_cast<std::size_t>(inter.rank() * k) * count,
+                                static_cast<std::size_t>(k) * count);
+        local.all_gather(cspan_of<T>(call.send, count), mine, options);
+        if (leader) inter.all_gather(out, options);
+        local.broadcast(out, 0, waiting);
+        break;
+      }
+      case Collective::reduce_scatter: {
+        const std::size_t total = count * static_cast<std::size_t>(k * n);
+        auto sum = scratch<T>(state.scratch, leader ? total : 0);
+        local.reduce(cspan_of<T>(call.send, total), sum, partial, 0, options);
+        const std::size_t slice = count * static_cast<std::size_t>(k);
+        auto worker_slice = scratch<T>(state.handover, slice);
+        if (leader) {
+          inter.reduce_scatter(std::span<const T>(sum), worker_slice, partial, options);
+          finish_mean(worker_slice);
+        }
+        local.broadcast(worker_slice, 0, waiting);
+        auto out = span_of<T>(call.recv, count);
+        auto block = worker_slice.subspan(static_cast<std::size_t>(local.rank()) * count, count);
+        std::copy(block.begin(), block.end(), out.begin());
+        break;
+      }
+      case Collective::barrier:
+        local.barrier(options);
+        if (leader) inter.barrier(options);
+        local.barrier(waiting);
+        break;
+    }
+  }
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::communicator
+// ---- end strata/communicator/hierarchical.hpp ----
 // ---- begin strata/strategy.hpp ----
 // strata/strategy.hpp — Strategy<Placement, Communicator, Sync>: tf.distribute for C++ trainers.
 //
@@ -3944,12 +10063,20 @@ class ReplicaContext {
   using communicator_type = typename StrategyType::communicator_type;
   using sync_type = typename StrategyType::sync_type;
 
-  ReplicaContext(communicator_type& communicator, int replica, int num_replicas) noexcept
-      : communicator_(&communicator), replica_(replica), num_replicas_(num_replicas) {}
+  /// `local_replica`: this replica's index among the replicas of this process (which copy of
+  /// a mirrored variable it owns).
+  ReplicaContext(communicator_type& communicator, int local_replica) noexcept
+      : communicator_(&communicator),
+        replica_(communicator.rank()),
+        num_replicas_(communicator.size()),
+        local_replica_(local_replica) {}
 
-  /// This replica's index, 0 ≤ id < num_replicas_in_sync().
+  /// This replica's index, 0 ≤ id < num_replicas_in_sync(), over every process of the
+  /// cluster (worker · local replicas + local replica under MultiWorkerMirroredStrategy).
   int replica_id_in_sync_group() const noexcept { return replica_; }
   int num_replicas_in_sync() const noexcept { return num_replicas_; }
+  /// This replica's index among the replicas of this process.
+  int local_replica_id() const noexcept { return local_replica_; }
   /// The communicator connecting this replica to the others, for collectives the context
   /// does not wrap (it models `communicator::Communicator`).
   communicator_type& communicator() noexcept { return *communicator_; }
@@ -3998,12 +10125,13 @@ class ReplicaContext {
 
  private:
   std::size_t copy_index() const noexcept {
-    return placement_type::kCopyPerReplica ? static_cast<std::size_t>(replica_) : 0;
+    return placement_type::kCopyPerReplica ? static_cast<std::size_t>(local_replica_) : 0;
   }
 
   communicator_type* communicator_;
   int replica_;
   int num_replicas_;
+  int local_replica_;
 };
 
 /// A distribution strategy composed of a Placement (where variables live), a Communicator
@@ -4043,11 +10171,38 @@ class Strategy {
       : communicators_(C::create(replicas_for(options.num_replicas), options.communicator)),
         pool_(static_cast<int>(communicators_.size())) {}
 
+  /// As above, with settings of the communicator's own passed on to `C::create` (TF's
+  /// `communication_options`), e.g. the ring all-reduce over TCP:
+  /// @code
+  ///   strata::MultiWorkerMirroredStrategy strategy(
+  ///       {.num_replicas = 2}, strata::communicator::TcpOptions{.all_reduce =
+  ///       TcpAllReduce::ring});
+  /// @endcode
+  template <class... CommunicatorSettings>
+  requires(sizeof...(CommunicatorSettings) > 0 &&
+           requires(int n, communicator::CommunicatorOptions o, CommunicatorSettings&&... s) {
+             C::create(n, o, std::forward<CommunicatorSettings>(s)...);
+           }) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
+      : communicators_(C::create(replicas_for(options.num_replicas), options.communicator,
+                                 std::forward<CommunicatorSettings>(settings)...)),
+        pool_(static_cast<int>(communicators_.size())) {}
+
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
-  /// Replicas taking part in each step (tf.distribute's `num_replicas_in_sync`).
-  int num_replicas_in_sync() const noexcept { return static_cast<int>(communicators_.size()); }
+  /// Replicas taking part in each step over the whole cluster (tf.distribute's
+  /// `num_replicas_in_sync`).
+  int num_replicas_in_sync() const noexcept { return communicators_.front().size(); }
+  /// Replicas run by this process.
+  int num_local_replicas() const noexcept { return static_cast<int>(communicators_.size()); }
+  /// True on the task that writes checkpoints and logs: TF's chief (the chief task, or worker
+  /// 0 of a cluster without one); always true for single-process strategies.
+  bool is_chief() const noexcept {
+    if constexpr (requires(const C& c) { c.is_chief(); })
+      return communicators_.front().is_chief();
+    else
+      return true;
+  }
 
   /// Runs `fn(ReplicaContext&)` once per replica, each on its own thread, and returns the
   /// per-replica results (nothing if `fn` returns void).
@@ -4073,7 +10228,7 @@ class Strategy {
     std::exception_ptr first_failure;
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
-      context_type context(communicators_[r], replica, static_cast<int>(n));
+      context_type context(communicators_[r], replica);
       try {
         if constexpr (std::is_void_v<Result>)
           fn(context);
@@ -4101,18 +10256,19 @@ class Strategy {
   /// Combines per-replica values into one (tf.distribute's `Strategy.reduce`), in replica
   /// order: deterministic. `mean` divides by the number of replicas.
   template <Element T>
-  T reduce(ReduceOp op, const PerReplica<T>& values) const {
+  T reduce(ReduceOp op, const PerReplica<T>& values) {
     std::vector<const T*> inputs;
     for (const T& value : values)
       inputs.push_back(&value);
     T result{};
-    reduce_n<T>(std::span<T>(&result, 1), inputs, op);
+    reduce_n<T>(std::span<T>(&result, 1), inputs, local_op(op));
+    across_workers(std::span<T>(&result, 1), op);
     return result;
   }
 
   /// Element-wise `reduce` of per-replica vectors. @throws UsageError if their sizes differ.
   template <Element T>
-  std::vector<T> reduce(ReduceOp op, const PerReplica<std::vector<T>>& values) const {
+  std::vector<T> reduce(ReduceOp op, const PerReplica<std::vector<T>>& values) {
     std::vector<const T*> inputs;
     const std::size_t size = values[0].size();
     for (const auto& value : values) {
@@ -4123,7 +10279,8 @@ class Strategy {
       inputs.push_back(value.data());
     }
     std::vector<T> result(size);
-    reduce_n<T>(std::span<T>(result), inputs, op);
+    reduce_n<T>(std::span<T>(result), inputs, local_op(op));
+    across_workers(std::span<T>(result), op);
     return result;
   }
 
@@ -4145,6 +10302,22 @@ class Strategy {
   }
 
  private:
+  // Per-replica values of several processes (MultiWorkerMirroredStrategy) are combined
+  // locally first, then across the workers; a mean divides once, by every replica.
+  static constexpr bool kManyProcesses = requires(C & c, std::span<float> values, ReduceOp op) {
+    c.combine_across_workers(values, op);
+  };
+  static ReduceOp local_op(ReduceOp op) noexcept {
+    return kManyProcesses && op == ReduceOp::mean ? ReduceOp::sum : op;
+  }
+  template <Element T>
+  void across_workers(std::span<T> values, ReduceOp op) {
+    if constexpr (kManyProcesses) {
+      communicators_.front().combine_across_workers(values, local_op(op));
+      if (op == ReduceOp::mean) divide<T>(values, static_cast<std::size_t>(num_replicas_in_sync()));
+    }
+  }
+
   static int replicas_for(int requested) {
     if (requested < 0 || requested > P::kMaxReplicas)
       throw UsageError(-1, "Strategy",
@@ -4154,6 +10327,7 @@ class Strategy {
                                             : "ask for a positive number of replicas");
     if (requested > 0) return requested;
     if (P::kMaxReplicas == 1) return 1;
+    if constexpr (requires { C::default_replicas(); }) return C::default_replicas();
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
 
@@ -4209,7 +10383,7 @@ struct Synchronous {
         else
           communicator.all_reduce(gradient, reduce_op(aggregation));
       }
-      const auto copy = static_cast<std::size_t>(replica);
+      const auto copy = static_cast<std::size_t>(context.local_replica_id());
       optimizer.apply(variable.copy(copy), aggregated, variable.optimizer_state(copy, optimizer));
       return;
     }
@@ -4237,7 +10411,7 @@ struct Synchronous {
     if (many) require_aggregation(context, "assign", aggregation);
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (Context::placement_type::kCopyPerReplica) {
-      const auto copy = variable.copy(static_cast<std::size_t>(replica));
+      const auto copy = variable.copy(static_cast<std::size_t>(context.local_replica_id()));
       if (!many)
         std::copy(value.begin(), value.end(), copy.begin());
       else if (first_only)
@@ -4298,6 +10472,14 @@ using MirroredStrategy =
              communicator::LocalCommunicator<algorithms::AllReduceScatterGather>,
              sync::Synchronous>;
 
+/// Synchronous data parallelism over the replicas of every worker process of a cluster:
+/// replicas (threads) of one process reduce among themselves, workers over TCP. The cluster
+/// comes from `resolve_cluster()` (TF_CONFIG, torchrun, OpenMPI, SLURM; nothing set: one
+/// worker, which behaves as MirroredStrategy). Local replicas: StrategyOptions::num_replicas,
+/// else STRATA_LOCAL_REPLICAS, else 1. `is_chief()` tells the worker that writes checkpoints.
+using MultiWorkerMirroredStrategy =
+    Strategy<placement::Mirrored, communicator::HierarchicalCommunicator<>, sync::Synchronous>;
+
 /// Variables kept once on the host; replicas compute, gradients are reduced to one place
 /// (TF's ReductionToOneDevice) and applied once.
 using CentralStorageStrategy =
@@ -4314,4 +10496,5 @@ using DefaultStrategy =
 
 }  // namespace strata
 // ---- end strata/strategies.hpp ----
+
 // ---- end strata/strata.hpp ----

@@ -230,14 +230,15 @@ template <Element T>
 }
 
 template <Element T>
-[[gnu::always_inline]] inline Expected<T> floating_reference(std::span<const T> inputs,
-                                                             ReduceOp op) {
+[[gnu::always_inline]] inline Expected<T> floating_reference(std::span<const T> inputs, ReduceOp op,
+                                                             int roundings) {
   using Acc = std::conditional_t<is_half_precision_v<T>, float, T>;
   const long double eps = std::numeric_limits<Acc>::epsilon();
   const auto n = static_cast<long double>(inputs.size());
   Expected<T> expected;
   long double value = 0;
   long double tolerance = 0;
+  long double partial_bound = 0;  // bounds the magnitude of every partial result
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::mean: {
@@ -246,6 +247,7 @@ template <Element T>
         value += to_long_double(x);
         abs_sum += std::fabs(to_long_double(x));
       }
+      partial_bound = abs_sum;
       if (op == ReduceOp::sum) {
         tolerance = n * eps * abs_sum;
       } else {
@@ -256,8 +258,11 @@ template <Element T>
     }
     case ReduceOp::product:
       value = 1;
-      for (T x : inputs)
+      partial_bound = 1;
+      for (T x : inputs) {
         value *= to_long_double(x);
+        partial_bound *= std::max(1.0L, std::fabs(to_long_double(x)));
+      }
       tolerance = n * eps * std::fabs(value);
       break;
     case ReduceOp::min:
@@ -274,8 +279,13 @@ template <Element T>
       break;
     }
   }
-  if (is_half_precision_v<T> && !expected.is_exact)
-    tolerance += half_ulp<T>(std::fabs(value) + tolerance);  // the one rounding to T
+  if (is_half_precision_v<T> && !expected.is_exact) {
+    tolerance += half_ulp<T>(std::fabs(value) + tolerance);  // the final rounding to T
+    // Algorithms that round every partial result to T (a ring over the network) add one
+    // rounding per step, each at most half an ulp of the largest partial.
+    for (int step = 1; step < roundings; ++step)
+      tolerance += half_ulp<T>(partial_bound + tolerance);
+  }
   expected.value = value;
   expected.tolerance = tolerance;
   return expected;
@@ -283,15 +293,23 @@ template <Element T>
 
 }  // namespace detail
 
-/// The reference result of reducing `inputs` (rank 0 first) with `op`.
+/// The reference result of reducing `inputs` (rank 0 first) with `op`. `roundings`: how many
+/// times the implementation under test may round a 16-bit float result to its type (1 when it
+/// accumulates in float and rounds once).
 template <Element T>
-[[gnu::always_inline]] inline Expected<T> reference(std::span<const T> inputs, ReduceOp op) {
+[[gnu::always_inline]] inline Expected<T> reference(std::span<const T> inputs, ReduceOp op,
+                                                    int roundings = 1) {
   if constexpr (std::is_integral_v<T>) {
     return detail::integer_reference<T>(inputs, op);
   } else {
-    return detail::floating_reference<T>(inputs, op);
+    return detail::floating_reference<T>(inputs, op, roundings);
   }
 }
+
+/// How a communicator rounds 16-bit floats: once at the end (in-process kernels reduce every
+/// input in float), or after every step (message-passing algorithms send partial results in
+/// the element type, as NCCL and Gloo do).
+enum class Rounding { once, every_step };
 
 /// True when `got` is an acceptable result for `expected`. Exact results compare by value (so
 /// that -0 and +0 are equal, as min/max may pick either); NaN is never acceptable.
@@ -314,14 +332,33 @@ std::string describe(const Expected<T>& expected) {
 
 // ---- the team of rank threads ------------------------------------------------------------------
 
-/// The ranks of one group of `Comm` (anything with `Comm::create(size, options)` returning one
-/// object per rank), each driven by a thread kept for the team's lifetime: rank 0 by the thread
-/// that calls `run`, rank r > 0 by a helper thread.
+/// Creates the ranks of one group of `size` ranks. A runtime value rather than a type, so that
+/// differently tuned groups of one communicator type share one instantiation of the runner.
+template <class Comm>
+using GroupFactory =
+    std::function<std::vector<Comm>(int size, const communicator::CommunicatorOptions&)>;
+
+/// `Comm::create(size, options)`.
+template <class Comm>
+GroupFactory<Comm> created_by_comm() {
+  return [](int size, const communicator::CommunicatorOptions& options) {
+    return Comm::create(size, options);
+  };
+}
+
+/// The ranks of one group of `Comm`, made by `create` (by default `Comm::create(size, options)`),
+/// each driven by a thread kept for the team's lifetime: rank 0 by the thread that calls `run`,
+/// rank r > 0 by a helper thread.
 template <class Comm>
 class RankTeam {
  public:
-  explicit RankTeam(int size, communicator::CommunicatorOptions options = {})
-      : size_(size), options_(options), group_(Comm::create(size, options)), barrier_(size) {
+  explicit RankTeam(int size, communicator::CommunicatorOptions options = {},
+                    GroupFactory<Comm> create = created_by_comm<Comm>())
+      : size_(size),
+        options_(options),
+        create_(std::move(create)),
+        group_(create_(size, options)),
+        barrier_(size) {
     for (int r = 1; r < size; ++r)
       helpers_.emplace_back([this, r] { serve(r); });
   }
@@ -369,7 +406,7 @@ class RankTeam {
   void arrive_and_wait() { barrier_.arrive_and_wait(); }
 
   /// Replaces the group by a fresh one, e.g. after a failure has poisoned it.
-  void reset() { group_ = Comm::create(size_, options_); }
+  void reset() { group_ = create_(size_, options_); }
 
  private:
   void run_one(int rank, const std::function<void(int)>& body) {
@@ -400,6 +437,7 @@ class RankTeam {
 
   int size_;
   communicator::CommunicatorOptions options_;
+  GroupFactory<Comm> create_;
   std::vector<Comm> group_;
   std::barrier<> barrier_;
   std::vector<std::thread> helpers_;
@@ -557,14 +595,19 @@ template <class Comm>
 class ConformanceRunner {
  public:
   /// `name` appears in messages, e.g. "local<scatter_gather>".
-  explicit ConformanceRunner(std::string name, communicator::CommunicatorOptions options = {})
-      : name_(std::move(name)), options_(options) {}
+  explicit ConformanceRunner(std::string name, communicator::CommunicatorOptions options = {},
+                             Rounding rounding = Rounding::once,
+                             GroupFactory<Comm> create = created_by_comm<Comm>())
+      : name_(std::move(name)),
+        options_(options),
+        rounding_(rounding),
+        create_(std::move(create)) {}
 
   RankTeam<Comm>& team(int size) {
     if (teams_.size() < static_cast<std::size_t>(size) + 1)
       teams_.resize(static_cast<std::size_t>(size) + 1);
     auto& team = teams_[static_cast<std::size_t>(size)];
-    if (!team) team = std::make_unique<RankTeam<Comm>>(size, options_);
+    if (!team) team = std::make_unique<RankTeam<Comm>>(size, options_, create_);
     return *team;
   }
 
@@ -791,7 +834,7 @@ class ConformanceRunner {
     switch (spec.kind) {
       case Collective::all_reduce:
         for (std::size_t i = begin; i < end; ++i) {
-          const auto expected = reference<T>(gather_inputs(i), spec.op);
+          const auto expected = reference<T>(gather_inputs(i), spec.op, roundings(spec));
           check_all_ranks(
               i, [&](T got) { return matches(got, expected); }, [&] { return describe(expected); });
         }
@@ -809,7 +852,7 @@ class ConformanceRunner {
         break;
       case Collective::reduce:
         for (std::size_t i = begin; i < end; ++i) {
-          const auto expected = reference<T>(gather_inputs(i), spec.op);
+          const auto expected = reference<T>(gather_inputs(i), spec.op, roundings(spec));
           for (int q = 0; q < n; ++q) {
             const auto uq = static_cast<std::size_t>(q);
             if (q == spec.root) {
@@ -841,7 +884,7 @@ class ConformanceRunner {
         break;
       case Collective::reduce_scatter:
         for (std::size_t j = begin; j < end; ++j) {
-          const auto expected = reference<T>(gather_inputs(j), spec.op);
+          const auto expected = reference<T>(gather_inputs(j), spec.op, roundings(spec));
           const auto owner = j / count;
           const T got = layout.out[owner][j - owner * count];
           if (!matches(got, expected))
@@ -870,8 +913,15 @@ class ConformanceRunner {
   static constexpr int kMaxRanks = 64;
 
  private:
+  int roundings(const CaseSpec& spec) const noexcept {
+    // n-1 combines and the division of a mean.
+    return rounding_ == Rounding::every_step ? spec.size + 1 : 1;
+  }
+
   std::string name_;
   communicator::CommunicatorOptions options_;
+  Rounding rounding_;
+  GroupFactory<Comm> create_;
   std::vector<std::unique_ptr<RankTeam<Comm>>> teams_;
   std::vector<detail::RankStorage> storage_;
 };
@@ -942,6 +992,18 @@ inline std::vector<CaseSpec> small_count_cases(Collective kind) {
   for (std::size_t count : kSmallCounts)
     detail::add_product(cases, kind, count);
   return cases;
+}
+
+/// Under the sanitizer presets (Sweep::quick) a fixed pseudo-random quarter of `cases` (a
+/// hash of the index, not a stride, which would line up with the product's dimensions);
+/// otherwise all of them. For communicators whose cases are latency-bound (TCP), where the
+/// full product is slow under sanitizers.
+inline std::vector<CaseSpec> thinned_when_quick(std::vector<CaseSpec> cases) {
+  if (sweep_from_environment() != Sweep::quick) return cases;
+  std::vector<CaseSpec> kept;
+  for (std::size_t i = 0; i < cases.size(); ++i)
+    if (mix64(i) % 4 == 0) kept.push_back(cases[i]);
+  return kept;
 }
 
 /// The conformance cases of collective `kind` at the large counts 2^20+3 and 16 Mi:

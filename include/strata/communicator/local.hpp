@@ -21,6 +21,7 @@
 #include <strata/algorithms/reduce_direct.hpp>
 #include <strata/algorithms/reduce_scatter_direct.hpp>
 #include <strata/communicator/collective.hpp>
+#include <strata/communicator/detail/collective_api.hpp>
 #include <strata/communicator/detail/serial_executor.hpp>
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/work.hpp>
@@ -55,7 +56,9 @@ namespace strata::communicator {
 /// does not arrive by the deadline; PeerFailureError when another rank failed or aborted;
 /// UsageError for bad spans or roots on this rank. After any of them the group is failed.
 template <class AllReduceAlgorithm = algorithms::AllReduceScatterGather>
-class LocalCommunicator {
+class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllReduceAlgorithm>> {
+  friend class detail::CollectiveApi<LocalCommunicator>;
+
  public:
   static constexpr std::string_view kName = "local";
   /// The largest group this communicator can form (any number of threads).
@@ -87,109 +90,8 @@ class LocalCommunicator {
   int size() const noexcept { return endpoint_->group->rendezvous.size(); }
   const CommunicatorOptions& options() const noexcept { return endpoint_->group->options; }
 
-  // --- all_reduce: every rank ends with op over all ranks' data.
-  template <Element T>
-  void all_reduce(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    run(in_place(Collective::all_reduce, data, op), call);
-  }
-  template <Element T>
-  void all_reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-                  CallOptions call = {}) {
-    run(out_of_place(Collective::all_reduce, send, recv, op), call);
-  }
-  template <Element T>
-  Work all_reduce_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    return submit(in_place(Collective::all_reduce, data, op), call);
-  }
-  template <Element T>
-  Work all_reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                        ReduceOp op, CallOptions call = {}) {
-    return submit(out_of_place(Collective::all_reduce, send, recv, op), call);
-  }
-
-  // --- broadcast: every rank ends with the root's data.
-  template <Element T>
-  void broadcast(std::span<T> data, int root, CallOptions call = {}) {
-    run(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
-  }
-  template <Element T>
-  void broadcast(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
-                 CallOptions call = {}) {
-    run(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
-  }
-  template <Element T>
-  Work broadcast_async(std::span<T> data, int root, CallOptions call = {}) {
-    return submit(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
-  }
-  template <Element T>
-  Work broadcast_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
-                       CallOptions call = {}) {
-    return submit(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
-  }
-
-  // --- reduce: the root ends with op over all ranks' data; other ranks' outputs untouched.
-  template <Element T>
-  void reduce(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
-    run(in_place(Collective::reduce, data, op, root), call);
-  }
-  template <Element T>
-  void reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-              int root, CallOptions call = {}) {
-    run(out_of_place(Collective::reduce, send, recv, op, root), call);
-  }
-  template <Element T>
-  Work reduce_async(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
-    return submit(in_place(Collective::reduce, data, op, root), call);
-  }
-  template <Element T>
-  Work reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-                    int root, CallOptions call = {}) {
-    return submit(out_of_place(Collective::reduce, send, recv, op, root), call);
-  }
-
-  // --- all_gather: block r of every rank's output is rank r's contribution.
-  template <Element T>
-  void all_gather(std::span<T> data, CallOptions call = {}) {
-    run(in_place(Collective::all_gather, data), call);
-  }
-  template <Element T>
-  void all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                  CallOptions call = {}) {
-    run(out_of_place(Collective::all_gather, send, recv), call);
-  }
-  template <Element T>
-  Work all_gather_async(std::span<T> data, CallOptions call = {}) {
-    return submit(in_place(Collective::all_gather, data), call);
-  }
-  template <Element T>
-  Work all_gather_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                        CallOptions call = {}) {
-    return submit(out_of_place(Collective::all_gather, send, recv), call);
-  }
-
-  // --- reduce_scatter: rank r ends with op over block r of all ranks' data.
-  template <Element T>
-  void reduce_scatter(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    run(in_place(Collective::reduce_scatter, data, op), call);
-  }
-  template <Element T>
-  void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
-                      CallOptions call = {}) {
-    run(out_of_place(Collective::reduce_scatter, send, recv, op), call);
-  }
-  template <Element T>
-  Work reduce_scatter_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    return submit(in_place(Collective::reduce_scatter, data, op), call);
-  }
-  template <Element T>
-  Work reduce_scatter_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
-                            ReduceOp op, CallOptions call = {}) {
-    return submit(out_of_place(Collective::reduce_scatter, send, recv, op), call);
-  }
-
-  // --- barrier: returns once every rank has called it.
-  void barrier(CallOptions call = {}) { run(CollectiveCall{}, call); }
-  Work barrier_async(CallOptions call = {}) { return submit(CollectiveCall{}, call); }
+  // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
+  // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
 
   /// Fails the whole group from any thread: every pending and later call on every rank throws
   /// `PeerFailureError` carrying `reason`. Use it when this replica cannot continue.
@@ -222,86 +124,6 @@ class LocalCommunicator {
 
   LocalCommunicator(std::shared_ptr<Group> group, int rank)
       : endpoint_(std::make_unique<Endpoint>(std::move(group), rank)) {}
-
-  template <Element T>
-  CollectiveCall in_place(Collective kind, std::span<T> data, ReduceOp op = ReduceOp::sum,
-                          int root = 0) {
-    CollectiveCall call{kind, data_type_of<T>, data.size(), op, root, data.data(), data.data()};
-    if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
-      const auto n = static_cast<std::size_t>(size());
-      if (data.size() % n != 0)
-        fail_usage(kind,
-                   fmt::format("in-place {} needs a span of size() · count elements, got "
-                               "{} elements for {} ranks",
-                               to_string(kind), data.size(), n),
-                   "pass a span whose size is a multiple of the group size");
-      call.count = data.size() / n;
-      T* own_block = data.data() + static_cast<std::size_t>(rank()) * call.count;
-      if (kind == Collective::all_gather)
-        call.send = own_block;
-      else
-        call.recv = own_block;
-    }
-    check_root(call);
-    return call;
-  }
-
-  template <Element T>
-  CollectiveCall out_of_place(Collective kind, std::span<const T> send, std::span<T> recv,
-                              ReduceOp op = ReduceOp::sum, int root = 0) {
-    CollectiveCall call{kind, data_type_of<T>, send.size(), op, root, send.data(), recv.data()};
-    check_root(call);
-    check_overlap(kind, send, recv);
-    const auto n = static_cast<std::size_t>(size());
-    std::size_t expected = send.size();
-    std::string_view rule = "recv.size() == send.size()";
-    if (kind == Collective::all_gather) {
-      expected = n * send.size();
-      rule = "recv.size() == size() · send.size()";
-    } else if (kind == Collective::reduce_scatter) {
-      call.count = recv.size();
-      expected = n * recv.size();
-      if (send.size() != expected)
-        fail_usage(kind,
-                   fmt::format("send has {} elements but {} ranks × recv {} need {}", send.size(),
-                               n, recv.size(), expected),
-                   "reduce_scatter needs send.size() == size() · recv.size()");
-      return call;
-    } else if (kind == Collective::reduce && root != rank() && recv.empty()) {
-      call.recv = nullptr;  // a non-root rank may pass no output
-      return call;
-    }
-    if (recv.size() != expected)
-      fail_usage(kind, fmt::format("recv has {} elements, expected {}", recv.size(), expected),
-                 fmt::format("{} needs {}", to_string(kind), rule));
-    return call;
-  }
-
-  // Identical spans (in place), disjoint spans, or the in-place layout of all_gather (send is
-  // block rank() of recv) and reduce_scatter (recv is block rank() of send); anything else
-  // would let this rank's writes corrupt the input its peers read.
-  template <Element T>
-  void check_overlap(Collective kind, std::span<const T> send, std::span<T> recv) {
-    const T* s = send.data();
-    const T* r = recv.data();
-    if (send.empty() || recv.empty()) return;
-    const bool disjoint =
-        std::less_equal<>{}(s + send.size(), r) || std::less_equal<>{}(r + recv.size(), s);
-    const auto block = static_cast<std::size_t>(rank());
-    const bool in_place = (s == r && send.size() == recv.size()) ||
-                          (kind == Collective::all_gather && s == r + block * send.size()) ||
-                          (kind == Collective::reduce_scatter && r == s + block * recv.size());
-    if (disjoint || in_place) return;
-    fail_usage(kind, "send and recv partially overlap",
-               "pass the same span for an in-place call, or spans that do not overlap");
-  }
-
-  void check_root(const CollectiveCall& call) {
-    if (has_root(call.kind) && (call.root < 0 || call.root >= size()))
-      fail_usage(call.kind,
-                 fmt::format("root {} is not a rank of this group of {}", call.root, size()),
-                 "pass a root in [0, size())");
-  }
 
   [[noreturn]] void fail_usage(Collective kind, std::string_view what,
                                std::string_view what_to_do) {

@@ -46,7 +46,7 @@ struct Synchronous {
         else
           communicator.all_reduce(gradient, reduce_op(aggregation));
       }
-      const auto copy = static_cast<std::size_t>(replica);
+      const auto copy = static_cast<std::size_t>(context.local_replica_id());
       optimizer.apply(variable.copy(copy), aggregated, variable.optimizer_state(copy, optimizer));
       return;
     }
@@ -74,7 +74,7 @@ struct Synchronous {
     if (many) require_aggregation(context, "assign", aggregation);
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (Context::placement_type::kCopyPerReplica) {
-      const auto copy = variable.copy(static_cast<std::size_t>(replica));
+      const auto copy = variable.copy(static_cast<std::size_t>(context.local_replica_id()));
       if (!many)
         std::copy(value.begin(), value.end(), copy.begin());
       else if (first_only)

@@ -1,0 +1,251 @@
+// benchmarks/support/ceiling.hpp — what this machine allows, measured in the same run as the
+// collectives, so that every table can say how close it comes:
+//   tcp_duplex       two processes on loopback sending to each other at once (bytes each way
+//                    per second), with a given socket buffer size (0: the kernel's autotuning);
+//   tcp_round_trip   a 1-byte ping-pong between two processes, the receiver either sleeping in
+//                    recv(2) or polling with MSG_DONTWAIT (median of the round trips);
+//   memcpy / add     single-core bandwidth of copying and of out = a + b over float arrays
+//                    (bytes read + written per second).
+// Rates are in bytes per second (decimal units are the caller's business). POSIX only.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace strata::bench {
+
+namespace detail::ceiling {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] inline void fail(const std::string& what) {
+  throw std::runtime_error("ceiling: " + what + ": " + std::strerror(errno));
+}
+
+// A connected TCP pair over 127.0.0.1: {listener side, connector side}.
+inline std::pair<int, int> loopback_pair(int buffer_bytes) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener < 0) fail("socket");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(listener, 1) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    fail("listen on 127.0.0.1");
+  const int connector = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (connector < 0) fail("socket");
+  auto tune = [buffer_bytes](int fd) {
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (buffer_bytes > 0) {
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
+    }
+  };
+  tune(connector);
+  if (::connect(connector, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
+    fail("connect to 127.0.0.1");
+  const int accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  if (accepted < 0) fail("accept");
+  tune(accepted);
+  ::close(listener);
+  return {accepted, connector};
+}
+
+// Runs `child(fd)` in a forked process on one end and `parent(fd)` here on the other; returns
+// what the parent returns once the child has exited successfully.
+template <class Parent, class Child>
+double in_two_processes(int buffer_bytes, Parent parent, Child child) {
+  const auto [mine, theirs] = loopback_pair(buffer_bytes);
+  const pid_t pid = ::fork();
+  if (pid < 0) fail("fork");
+  if (pid == 0) {
+    ::close(mine);
+    int code = 0;
+    try {
+      child(theirs);
+    } catch (...) {
+      code = 1;
+    }
+    ::_exit(code);
+  }
+  ::close(theirs);
+  double result = 0;
+  try {
+    result = parent(mine);
+  } catch (...) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    ::close(mine);
+    throw;
+  }
+  ::close(mine);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw std::runtime_error("ceiling: the peer process failed");
+  return result;
+}
+
+// Sends and receives `bytes` at once on `fd` (non-blocking, poll-driven).
+inline void exchange(int fd, std::size_t bytes, std::vector<char>& out, std::vector<char>& in) {
+  std::size_t sent = 0;
+  std::size_t received = 0;
+  while (sent < bytes || received < bytes) {
+    bool moved = false;
+    if (sent < bytes) {
+      const auto n = ::send(fd, out.data() + sent % out.size(),
+                            std::min(out.size() - sent % out.size(), bytes - sent),
+                            MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+        moved = true;
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fail("send");
+      }
+    }
+    if (received < bytes) {
+      const auto n = ::recv(fd, in.data(), std::min(in.size(), bytes - received), MSG_DONTWAIT);
+      if (n > 0) {
+        received += static_cast<std::size_t>(n);
+        moved = true;
+      } else if (n == 0) {
+        throw std::runtime_error("ceiling: the peer closed the connection");
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        fail("recv");
+      }
+    }
+    if (!moved) {
+      pollfd p{fd,
+               static_cast<short>((sent < bytes ? POLLOUT : 0) | (received < bytes ? POLLIN : 0)),
+               0};
+      if (::poll(&p, 1, 10'000) == 0) throw std::runtime_error("ceiling: the peer stalled");
+    }
+  }
+}
+
+inline void send_all(int fd, const char* data, std::size_t bytes) {
+  while (bytes > 0) {
+    const auto n = ::send(fd, data, bytes, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) fail("send");
+    data += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+inline void receive_one(int fd, char& byte, bool busy_poll) {
+  for (;;) {
+    const auto n = ::recv(fd, &byte, 1, busy_poll ? MSG_DONTWAIT : 0);
+    if (n == 1) return;
+    if (n == 0) throw std::runtime_error("ceiling: the peer closed the connection");
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail("recv");
+  }
+}
+
+}  // namespace detail::ceiling
+
+/// Bytes per second each way when two processes send `total_bytes` to each other at once over
+/// loopback TCP (both directions together move twice that).
+inline double tcp_duplex_bytes_per_second(std::size_t total_bytes, int socket_buffer_bytes = 0) {
+  using namespace detail::ceiling;
+  auto run = [total_bytes](int fd) {
+    std::vector<char> out(std::size_t{1} << 20, 'x');
+    std::vector<char> in(std::size_t{1} << 20);
+    exchange(fd, total_bytes / 8, out, in);  // warm-up: slow start, buffer autotuning
+    const auto start = Clock::now();
+    exchange(fd, total_bytes, out, in);
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  const double seconds = in_two_processes(socket_buffer_bytes, run, [&](int fd) { run(fd); });
+  return static_cast<double>(total_bytes) / seconds;
+}
+
+/// Median round-trip time of a 1-byte ping-pong between two processes on loopback TCP, the
+/// waiting side sleeping in recv(2) (`busy_poll` false) or polling without blocking.
+inline std::chrono::nanoseconds tcp_round_trip(bool busy_poll, int round_trips = 2000) {
+  using namespace detail::ceiling;
+  const double median_ns = in_two_processes(
+      0,
+      [&](int fd) {
+        std::vector<double> times;
+        times.reserve(static_cast<std::size_t>(round_trips));
+        char byte = 1;
+        for (int i = 0; i < round_trips + 100; ++i) {
+          const auto start = Clock::now();
+          send_all(fd, &byte, 1);
+          receive_one(fd, byte, busy_poll);
+          if (i >= 100)  // the first ones warm caches and the scheduler up
+            times.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count());
+        }
+        std::nth_element(times.begin(),
+                         times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2),
+                         times.end());
+        return times[times.size() / 2];
+      },
+      [&](int fd) {
+        char byte = 0;
+        for (int i = 0; i < round_trips + 100; ++i) {
+          receive_one(fd, byte, busy_poll);
+          send_all(fd, &byte, 1);
+        }
+      });
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(median_ns));
+}
+
+/// Single-core memcpy bandwidth over `bytes`-sized buffers: bytes read + written per second,
+/// best of `repeats`.
+inline double memcpy_bytes_per_second(std::size_t bytes, int repeats = 10) {
+  std::vector<char> from(bytes, 'a');
+  std::vector<char> to(bytes, 'b');
+  double best = 0;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = detail::ceiling::Clock::now();
+    std::memcpy(to.data(), from.data(), bytes);
+    const double seconds =
+        std::chrono::duration<double>(detail::ceiling::Clock::now() - start).count();
+    best = std::max(best, 2.0 * static_cast<double>(bytes) / seconds);
+    from[static_cast<std::size_t>(i) % bytes] = to[bytes - 1];  // keep the copy observable
+  }
+  return best;
+}
+
+/// Single-core bandwidth of out = a + b over float arrays of `bytes` each: bytes read +
+/// written per second, best of `repeats`.
+inline double add_bytes_per_second(std::size_t bytes, int repeats = 10) {
+  const std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
+  std::vector<float> a(count, 1.0F);
+  std::vector<float> b(count, 2.0F);
+  std::vector<float> out(count);
+  double best = 0;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = detail::ceiling::Clock::now();
+    for (std::size_t j = 0; j < count; ++j)
+      out[j] = a[j] + b[j];
+    const double seconds =
+        std::chrono::duration<double>(detail::ceiling::Clock::now() - start).count();
+    best = std::max(best, 3.0 * static_cast<double>(count * sizeof(float)) / seconds);
+    a[static_cast<std::size_t>(i) % count] = out[count - 1];  // keep the sums observable
+  }
+  return best;
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,89 @@
+// strata/algorithms/detail/messages.hpp — shared pieces of the message-passing algorithms.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstring>
+#include <span>
+
+#include <strata/communicator/collective.hpp>
+#include <strata/core/data_type.hpp>
+#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_op.hpp>
+#include <strata/transport/plan.hpp>
+
+namespace strata::algorithms {
+
+/// L models MessageLink if it runs plans of messages between the ranks of a group:
+///   1. `rank()`, `size()` and `call()` (this rank's CollectiveCall): algorithms cut work by
+///      them and read the buffers from the call;
+///   2. `transfer(sends, recvs, handler)` runs a plan (transport/plan.hpp), calling
+///      `handler(j)` when receive j is in: where reductions happen;
+///   3. `max_message_bytes()` bounds one message, `channels_per_peer()` says how many messages
+///      from one peer may be in flight (receive slots are reused modulo it), and
+///      `scratch(bytes)` lends memory for received segments and partial results.
+/// It leaves out sockets, framing and failure handling: those are the transport's.
+template <class L>
+concept MessageLink = requires(L& link, const L& clink, std::span<const transport::SendStep> sends,
+                               std::span<const transport::RecvStep> recvs, std::size_t bytes) {
+  { clink.rank() } -> std::same_as<int>;
+  { clink.size() } -> std::same_as<int>;
+  { clink.call() } -> std::convertible_to<const communicator::CollectiveCall&>;
+  { clink.max_message_bytes() } -> std::convertible_to<std::size_t>;
+  { clink.channels_per_peer() } -> std::same_as<int>;
+  { link.scratch(bytes) } -> std::same_as<std::byte*>;
+  link.transfer(sends, recvs, [](std::size_t) {});
+};
+
+namespace detail {
+
+/// Element range [begin, end).
+struct Range {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t size() const noexcept { return end - begin; }
+};
+
+/// Part `k` of `parts` nearly equal parts of `range`.
+inline Range part_of(Range range, std::size_t parts, std::size_t k) noexcept {
+  const std::size_t n = range.size();
+  return {range.begin + n * k / parts, range.begin + n * (k + 1) / parts};
+}
+
+/// How many messages a range of `elements` is cut into so that none exceeds the link's limit
+/// (at least one: every step carries the call's description, even without data).
+inline std::size_t segments_for(std::size_t elements, std::size_t element_bytes,
+                                std::size_t max_message_bytes) noexcept {
+  const std::size_t per_message = std::max<std::size_t>(1, max_message_bytes / element_bytes);
+  return std::max<std::size_t>(1, (elements + per_message - 1) / per_message);
+}
+
+inline int mod(int value, int n) noexcept {
+  return ((value % n) + n) % n;
+}
+
+/// out = first op second over `count` elements (mean combines as sum; see finish_mean).
+inline void combine(DataType type, std::byte* out, const std::byte* first, const std::byte* second,
+                    std::size_t count, ReduceOp op) {
+  if (count == 0) return;
+  const void* inputs[2] = {first, second};
+  reduce_n(type, out, inputs, 2, count, op == ReduceOp::mean ? ReduceOp::sum : op);
+}
+
+/// Divides a finished sum by the group size when the op is mean.
+inline void finish_mean(DataType type, std::byte* data, std::size_t count, ReduceOp op,
+                        int group_size) {
+  if (op != ReduceOp::mean || count == 0) return;
+  visit_data_type(type, [&]<class T>(std::type_identity<T>) {
+    divide<T>(std::span<T>(reinterpret_cast<T*>(data), count),
+              static_cast<std::size_t>(group_size));
+  });
+}
+
+inline void copy_if_distinct(std::byte* to, const std::byte* from, std::size_t bytes) noexcept {
+  if (to != from && bytes > 0) std::memmove(to, from, bytes);
+}
+
+}  // namespace detail
+}  // namespace strata::algorithms

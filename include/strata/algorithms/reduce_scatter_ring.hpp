@@ -1,0 +1,77 @@
+// strata/algorithms/reduce_scatter_ring.hpp — pipelined ring reduce-scatter over messages.
+//
+// Computes  rank r's output = op over block r of all ranks' inputs (blocks of `count`).
+// Phases    n-1 steps: in step t rank r sends block r-t-1 (its input at t = 0, else the
+//           partial it made in step t-1) to rank r+1, and receives block r-t-2 from rank r-1,
+//           combining it with its own input; the last step yields block r, written to the
+//           output. Segments are forwarded as soon as they are combined.
+// Cost      (n-1)/n·(n·S) bytes sent per rank for outputs of S bytes; n-1 hops of latency.
+// Requires  agreed calls (count, op); scratch of n blocks for partial results (inputs and
+//           the rest of an in-place buffer stay untouched).
+// Determinism  fixed order along the ring (block q: q+1, q+2, ..., q), independent of timing.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+#include <strata/algorithms/detail/messages.hpp>
+
+namespace strata::algorithms {
+
+struct ReduceScatterRing {
+  static constexpr std::string_view kName = "ring";
+
+  template <MessageLink Link>
+  static void run(Link& link) {
+    const auto& call = link.call();
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(call.type);
+    const auto* in = static_cast<const std::byte*>(call.send);
+    auto* out = static_cast<std::byte*>(call.recv);
+    auto block = [&](int q) {
+      const auto begin = static_cast<std::size_t>(detail::mod(q, n)) * call.count;
+      return detail::Range{begin, begin + call.count};
+    };
+    if (n == 1) {
+      detail::copy_if_distinct(out, in, call.count * element);
+      return;
+    }
+    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
+    const std::size_t slot_bytes = (call.count + m - 1) / m * element;
+    const auto slots = static_cast<std::size_t>(link.channels_per_peer());
+    const std::size_t total = static_cast<std::size_t>(n) * call.count * element;
+    std::byte* scratch = link.scratch(slots * slot_bytes + total);
+    std::byte* partial = scratch + slots * slot_bytes;  // indexed like the input
+    const int next = detail::mod(r + 1, n);
+    const int prev = detail::mod(r - 1, n);
+    std::vector<transport::SendStep> sends;
+    std::vector<transport::RecvStep> recvs;
+    std::vector<detail::Range> recv_parts;
+    for (int t = 0; t < n - 1; ++t)
+      for (std::size_t k = 0; k < m; ++k) {
+        const std::size_t i = static_cast<std::size_t>(t) * m + k;
+        const detail::Range send_part = detail::part_of(block(r - t - 1), m, k);
+        const detail::Range recv_part = detail::part_of(block(r - t - 2), m, k);
+        sends.push_back({next, (t == 0 ? in : partial) + send_part.begin * element,
+                         send_part.size() * element,
+                         t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)});
+        recvs.push_back({prev, scratch + (i % slots) * slot_bytes, recv_part.size() * element, -1});
+        recv_parts.push_back(recv_part);
+      }
+    const std::size_t last_step = static_cast<std::size_t>(n - 2) * m;
+    const std::size_t own_begin = block(r).begin;
+    link.transfer(sends, recvs, [&](std::size_t j) {
+      const detail::Range part = recv_parts[j];
+      const bool last = j >= last_step;
+      std::byte* target =
+          last ? out + (part.begin - own_begin) * element : partial + part.begin * element;
+      detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
+                      call.op);
+      if (last) detail::finish_mean(call.type, target, part.size(), call.op, n);
+    });
+  }
+};
+
+}  // namespace strata::algorithms

@@ -1,0 +1,204 @@
+// strata/cluster/resolve.hpp — one call that finds this process's cluster, whatever launched it.
+//
+// `resolve_cluster()` looks, in this order, at:
+//   1. explicit arguments (ResolveOptions::cluster and ::task);
+//   2. TF_CONFIG (tf_config.hpp), as TensorFlow and Kubeflow's TFJob set it;
+//   3. torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT;
+//   4. OpenMPI's OMPI_COMM_WORLD_RANK / SIZE (master from MASTER_ADDR);
+//   5. SLURM's SLURM_PROCID / SLURM_NTASKS and node list;
+//   6. nothing: a valid one-worker cluster.
+// Launchers of kind 3–5 say where rank 0 is but not where the others listen: each process
+// binds a listening socket on the interface that routes toward the master and publishes it
+// through a small store on the master (store.hpp); the bound socket is handed on to the
+// communicator, so no other program can take the port in between.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+#include <strata/cluster/cluster_spec.hpp>
+#include <strata/cluster/environment.hpp>
+#include <strata/cluster/launcher_environment.hpp>
+#include <strata/cluster/store.hpp>
+#include <strata/cluster/tf_config.hpp>
+#include <strata/core/deadline.hpp>
+#include <strata/core/error.hpp>
+
+namespace strata::cluster {
+
+/// An owned listening socket (a file descriptor), closed unless released.
+class ListeningSocket {
+ public:
+  ListeningSocket() = default;
+  explicit ListeningSocket(int fd) noexcept : fd_(fd) {}
+  ListeningSocket(ListeningSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ListeningSocket& operator=(ListeningSocket&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~ListeningSocket() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  /// Gives up ownership: the caller closes the descriptor.
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_ = -1;
+};
+
+struct ResolveOptions {
+  /// Explicit cluster and task; used when both are set.
+  std::optional<ClusterSpec> cluster{};
+  std::optional<Task> task{};
+  /// Where variables are read (tests pass environment_from(...)).
+  Environment environment = process_environment();
+  /// Deadline of the address exchange of store-based launchers.
+  std::chrono::milliseconds timeout = default_timeout();
+};
+
+/// This process's place in its cluster.
+struct ResolvedCluster {
+  /// "explicit", "TF_CONFIG", "torchrun", "openmpi", "slurm" or "none".
+  std::string source = "none";
+  /// The cluster; empty for a one-process cluster found without TF_CONFIG (as TF's resolver
+  /// returns an empty ClusterSpec without TF_CONFIG), which needs no network.
+  ClusterSpec cluster;
+  Task task{TaskType::worker, 0};
+  /// Rank in the collective group (chief first, then workers); -1 for ps and evaluator
+  /// tasks, which are not members.
+  int rank = 0;
+  int size = 1;
+  /// Index of this process among the group's processes on its host.
+  int local_rank = 0;
+  /// Listening address of every rank of the collective group, in rank order.
+  std::vector<Address> addresses{{"127.0.0.1", 0}};
+  /// Bound to addresses[rank] when the resolver bound it (store-based launchers).
+  ListeningSocket listener;
+
+  /// TF's rule: the chief task, or worker 0 when the cluster has no chief. Checkpoints and
+  /// summaries belong to it.
+  bool is_chief() const noexcept { return rank == 0; }
+  bool in_collective_group() const noexcept { return rank >= 0; }
+};
+
+namespace detail::resolve {
+
+inline int local_rank_in(const std::vector<Address>& addresses, int rank) {
+  int local = 0;
+  for (int r = 0; r < rank; ++r)
+    if (addresses[static_cast<std::size_t>(r)].host ==
+        addresses[static_cast<std::size_t>(rank)].host)
+      ++local;
+  return local;
+}
+
+inline ResolvedCluster from_spec(std::string source, ClusterSpec cluster, Task task) {
+  if (!cluster.contains(task))
+    throw ConfigurationError(-1, source,
+                             fmt::format("task {} {} is not in the cluster {}",
+                                         to_string(task.type), task.index, cluster.canonical()),
+                             "give a task that the cluster lists");
+  ResolvedCluster resolved;
+  resolved.source = std::move(source);
+  resolved.task = task;
+  const auto rank = cluster.collective_rank(task);
+  resolved.rank = rank ? *rank : -1;
+  resolved.size = cluster.collective_size();
+  if (rank) {
+    resolved.addresses = cluster.collective_addresses();
+    resolved.local_rank = local_rank_in(resolved.addresses, *rank);
+  } else {
+    resolved.addresses.clear();
+  }
+  resolved.cluster = std::move(cluster);
+  return resolved;
+}
+
+inline ResolvedCluster from_launcher(const LauncherEnvironment& launcher,
+                                     std::chrono::milliseconds timeout) {
+  ResolvedCluster resolved;
+  resolved.source = launcher.launcher;
+  resolved.rank = launcher.rank;
+  resolved.size = launcher.world_size;
+  resolved.local_rank = launcher.local_rank;
+  resolved.task = {TaskType::worker, launcher.rank};
+  if (launcher.world_size == 1) return resolved;  // one process: no peers, no store
+  // Listen on the interface that reaches the master, on a port the kernel picks; the
+  // socket stays bound until the communicator adopts it.
+  const std::string host = local_address_toward(launcher.master_addr, launcher.master_port);
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host, ec), 0);
+  if (!ec) acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(launcher.rank, launcher.launcher,
+                             fmt::format("cannot listen on {}: {}", host, ec.message()),
+                             "check the network configuration of this host");
+  const Address own{host, acceptor.local_endpoint().port()};
+  StoreOptions store;
+  store.host = launcher.master_addr;
+  store.port = launcher.master_port;
+  store.rank = launcher.rank;
+  store.world_size = launcher.world_size;
+  store.timeout = timeout;
+  const auto values = cluster::exchange(store, own.to_string());
+  for (int r = 0; r < launcher.world_size; ++r)
+    resolved.cluster.add({TaskType::worker, r},
+                         parse_address(values[static_cast<std::size_t>(r)], launcher.launcher));
+  resolved.addresses = resolved.cluster.collective_addresses();
+  resolved.listener = ListeningSocket(acceptor.release());
+  return resolved;
+}
+
+}  // namespace detail::resolve
+
+/// Resolves this process's cluster (see the file comment for the order).
+/// @throws ConfigurationError naming the variable or setting at fault; TimeoutError when the
+/// address exchange of a store-based launcher does not complete in time.
+inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
+  if (options.cluster && options.task)
+    return detail::resolve::from_spec("explicit", std::move(*options.cluster), *options.task);
+  if (options.cluster || options.task)
+    throw UsageError(-1, "resolve_cluster", "only one of ResolveOptions::cluster and ::task is set",
+                     "set both, or neither to read the environment");
+  const Environment& env = options.environment;
+  if (const auto text = env("TF_CONFIG"); text && !text->empty()) {
+    TfConfig config = parse_tf_config(*text);
+    Task task{TaskType::worker, 0};
+    if (config.task) {
+      task = *config.task;
+    } else if (config.cluster.collective_size() != 1) {
+      throw ConfigurationError(-1, "TF_CONFIG", "TF_CONFIG has a cluster but no \"task\"",
+                               "add \"task\": {\"type\": \"worker\", \"index\": N} for this "
+                               "process");
+    } else {
+      task = config.cluster.collective_task(0);
+    }
+    return detail::resolve::from_spec("TF_CONFIG", std::move(config.cluster), task);
+  }
+  for (auto* detect : {&torchrun_environment, &openmpi_environment, &slurm_environment})
+    if (const auto launcher = (*detect)(env))
+      return detail::resolve::from_launcher(*launcher, options.timeout);
+  return ResolvedCluster{};
+}
+
+}  // namespace strata::cluster

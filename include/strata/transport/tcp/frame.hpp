@@ -1,0 +1,195 @@
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (communicator::Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     reserved, 0
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye) travel on a connection of their own
+// and carry a short text payload.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <strata/communicator/collective.hpp>
+#include <strata/core/data_type.hpp>
+#include <strata/core/reduce_op.hpp>
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 1;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+};
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  communicator::Collective kind = communicator::Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_reserved,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_reserved:
+      return "reserved bytes are not zero";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = std::byte{0};
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `max_payload` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t max_payload) noexcept {
+  using communicator::Collective;
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 5) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  if (in[7] != std::byte{0}) return FrameError::bad_reserved;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const std::uint32_t limit = frame_type == FrameType::data ? max_payload : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp

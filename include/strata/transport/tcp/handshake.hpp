@@ -1,0 +1,192 @@
+// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
+//
+// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+//
+//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce)
+//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
+//   connector → acceptor   MAC_c
+//   acceptor → connector   Status   (accepted, or why not)
+//
+// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
+// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
+// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
+// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+//
+// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
+// given different clusters never pair up), world size, ranks and tunables (chunk size,
+// connections per peer, algorithm choice: ranks that would cut messages differently are
+// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
+// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
+// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
+// the MACs are zero and ignored; a side with a token refuses a side without one.
+//
+// Once a rank holds every connection of its mesh it sends kMeshReady on each control
+// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
+// rendezvous.hpp).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <strata/core/error.hpp>
+#include <strata/transport/tcp/frame.hpp>
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
+inline constexpr std::uint16_t kProtocolVersion = 2;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+inline constexpr std::size_t kHelloBytes = 80;
+/// Sent once on every control connection by a rank whose mesh is complete.
+inline constexpr std::byte kMeshReady{0x52};  // 'R'
+
+struct Hello {
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t connection = 0;  ///< 0: control connection; 1..K: data connections
+  std::int32_t rank = 0;
+  std::int32_t world_size = 0;
+  std::uint32_t flags = 0;  ///< kHasToken when the sender has a cluster token
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  std::uint64_t incarnation = 0;
+  std::array<std::byte, kNonceBytes> nonce{};
+
+  static constexpr std::uint32_t kHasToken = 1;
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+
+using HelloBytes = std::array<std::byte, kHelloBytes>;
+using Mac = std::array<std::byte, kMacBytes>;
+
+/// The acceptor's verdict on a connection.
+enum class HandshakeStatus : std::uint8_t {
+  accepted = 0,
+  bad_version = 1,
+  other_cluster = 2,
+  world_size_differs = 3,
+  unexpected_rank = 4,
+  duplicate_connection = 5,
+  tunables_differ = 6,
+  token_required = 7,
+  token_unexpected = 8,
+  authentication_failed = 9,
+  stale_incarnation = 10,
+};
+
+inline std::string_view to_string(HandshakeStatus status) noexcept {
+  switch (status) {
+    case HandshakeStatus::accepted:
+      return "accepted";
+    case HandshakeStatus::bad_version:
+      return "the ranks run different strata protocol versions";
+    case HandshakeStatus::other_cluster:
+      return "the ranks were given different cluster specs (cluster fingerprints differ)";
+    case HandshakeStatus::world_size_differs:
+      return "the ranks disagree on the world size";
+    case HandshakeStatus::unexpected_rank:
+      return "the rank is not one this rank expects to connect";
+    case HandshakeStatus::duplicate_connection:
+      return "this rank is already connected";
+    case HandshakeStatus::tunables_differ:
+      return "the ranks use different TCP tunables (chunk_bytes, connections_per_peer or "
+             "algorithm choice)";
+    case HandshakeStatus::token_required:
+      return "the acceptor requires a cluster token (STRATA_CLUSTER_TOKEN) and the connector "
+             "has none";
+    case HandshakeStatus::token_unexpected:
+      return "the connector has a cluster token (STRATA_CLUSTER_TOKEN) and the acceptor has none";
+    case HandshakeStatus::authentication_failed:
+      return "the cluster tokens (STRATA_CLUSTER_TOKEN) differ";
+    case HandshakeStatus::stale_incarnation:
+      return "another incarnation of this rank is already connected";
+  }
+  return "invalid status";
+}
+
+inline HelloBytes encode(const Hello& hello) noexcept {
+  HelloBytes out{};
+  detail::store_le<std::uint32_t>(&out[0], kHelloMagic);
+  detail::store_le<std::uint16_t>(&out[4], hello.version);
+  detail::store_le<std::uint16_t>(&out[6], hello.connection);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(hello.rank));
+  detail::store_le<std::uint32_t>(&out[12], static_cast<std::uint32_t>(hello.world_size));
+  detail::store_le<std::uint32_t>(&out[16], hello.flags);
+  detail::store_le<std::uint32_t>(&out[20], 0);
+  detail::store_le<std::uint64_t>(&out[24], hello.cluster);
+  detail::store_le<std::uint64_t>(&out[32], hello.tunables);
+  detail::store_le<std::uint64_t>(&out[40], hello.incarnation);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    out[48 + i] = hello.nonce[i];
+  return out;
+}
+
+/// Decodes a Hello; false when the bytes are not one (wrong magic, reserved bits set). Field
+/// values are checked by the receiver against its own view.
+inline bool decode(std::span<const std::byte, kHelloBytes> in, Hello& out) noexcept {
+  if (detail::load_le<std::uint32_t>(&in[0]) != kHelloMagic) return false;
+  if (detail::load_le<std::uint32_t>(&in[20]) != 0) return false;
+  Hello hello;
+  hello.version = detail::load_le<std::uint16_t>(&in[4]);
+  hello.connection = detail::load_le<std::uint16_t>(&in[6]);
+  hello.rank = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  hello.world_size = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[12]));
+  hello.flags = detail::load_le<std::uint32_t>(&in[16]);
+  if ((hello.flags & ~Hello::kHasToken) != 0) return false;
+  hello.cluster = detail::load_le<std::uint64_t>(&in[24]);
+  hello.tunables = detail::load_le<std::uint64_t>(&in[32]);
+  hello.incarnation = detail::load_le<std::uint64_t>(&in[40]);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    hello.nonce[i] = in[48 + i];
+  out = hello;
+  return true;
+}
+
+/// Fills `out` with cryptographically random bytes (nonces, incarnation ids).
+/// @throws ConfigurationError when the system has no entropy to give.
+inline void random_bytes(std::span<std::byte> out) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's RAND_bytes failed",
+                             "check that the system's random source (/dev/urandom) is available");
+}
+
+/// HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello); the label is zero-padded to
+/// 16 bytes (labels are short ASCII constants without NUL).
+inline Mac handshake_mac(std::string_view token, std::string_view label,
+                         const HelloBytes& connector, const HelloBytes& acceptor) {
+  std::array<unsigned char, 16 + 2 * kHelloBytes> message{};
+  std::size_t n = 0;
+  for (char c : label.substr(0, 16))
+    message[n++] = static_cast<unsigned char>(c);
+  n = 16;
+  for (std::byte b : connector)
+    message[n++] = static_cast<unsigned char>(b);
+  for (std::byte b : acceptor)
+    message[n++] = static_cast<unsigned char>(b);
+  Mac mac{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(), n,
+           reinterpret_cast<unsigned char*>(mac.data()), &length) == nullptr ||
+      length != kMacBytes)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's HMAC-SHA256 failed",
+                             "check the OpenSSL installation (libcrypto)");
+  return mac;
+}
+
+/// Constant-time comparison: a timing side channel must not reveal how much of a MAC matched.
+inline bool same_mac(const Mac& a, const Mac& b) noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+}
+
+}  // namespace strata::transport::tcp

@@ -1,0 +1,689 @@
+// strata/transport/tcp/link.hpp — moving an algorithm's messages over the mesh, with deadlines,
+// header checks and failure propagation.
+//
+// An algorithm describes one collective as a plan: the sends and receives of this rank, in
+// order per peer, each send possibly waiting for a receive (it forwards what arrived) and each
+// receive possibly waiting for a send (its reduction overwrites what the send reads). The link
+// runs the plan on the calling thread with non-blocking sockets and poll(2): every send and
+// receive of the plan progresses at once, reductions run as soon as their data is in, and
+// the kernel keeps receiving into its buffers meanwhile, so transfer and reduction overlap.
+//
+// While it waits, the link watches every peer's control connection: an abort message, a
+// closed connection (a killed process) or the deadline ends the call on every rank within
+// milliseconds, with the error type of the rank that failed first.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <strata/communicator/collective.hpp>
+#include <strata/core/deadline.hpp>
+#include <strata/core/error.hpp>
+#include <strata/transport/plan.hpp>
+#include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/rendezvous.hpp>
+
+namespace strata::transport::tcp {
+
+/// The connections of one rank and the state they share across calls: the first failure,
+/// what each peer said on its control connection, the wake-up for abort().
+class Group {
+ public:
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t max_payload)
+      : mesh_(std::move(mesh)),
+        max_payload_(max_payload),
+        peers_(static_cast<std::size_t>(mesh_->size())) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
+                               "raise the process's file descriptor limit");
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() {
+    if (!failed()) say_goodbye();
+    ::close(wake_fd_);
+  }
+
+  int rank() const noexcept { return mesh_->rank(); }
+  int size() const noexcept { return mesh_->size(); }
+  int data_connections() const noexcept { return mesh_->data_connections(); }
+  std::uint32_t max_payload() const noexcept { return max_payload_; }
+  std::uint64_t next_sequence() noexcept {
+    return sequence_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Rethrows the group's first failure, as seen by a later call.
+  [[noreturn]] void raise_failure(std::string_view operation) const {
+    std::lock_guard lock(failure_mutex_);
+    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
+    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    switch (failure_class_) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation, why, todo);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation, why, todo);
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation, why, todo);
+  }
+
+  /// Fails the group: remembers the first failure, tells every peer why (on the control
+  /// connections, which are always at a message boundary), and shuts every connection so that
+  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
+  void fail(FailureClass kind, std::string_view text) noexcept {
+    {
+      std::lock_guard lock(failure_mutex_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      failure_class_ = kind;
+      failure_text_ = std::string(text);
+      failed_.store(true, std::memory_order_release);
+    }
+    std::string payload(1, static_cast<char>(kind));
+    payload.append(text.substr(0, kMaxControlPayload - 1));
+    broadcast_control(FrameType::abort, payload);
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
+      for (int index = 1; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  /// Fails the group with `error` (a strata::Error) as the reason.
+  void fail(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const MismatchError& e) {
+      fail(FailureClass::mismatch, e.what());
+    } catch (const TimeoutError& e) {
+      fail(FailureClass::timeout, e.what());
+    } catch (const std::exception& e) {
+      fail(FailureClass::peer_failure, e.what());
+    } catch (...) {
+      fail(FailureClass::peer_failure, "unknown error");
+    }
+  }
+
+ private:
+  friend class Link;
+
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+  };
+
+  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    FrameHeader header;
+    header.type = type;
+    header.sequence = sequence_.load(std::memory_order_relaxed);
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const FrameBytes bytes = encode(header);
+    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
+    // If it does not, the peer is not reading, and it learns from the closed connection.
+    std::lock_guard lock(control_mutex_);
+    [[maybe_unused]] auto sent =
+        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void broadcast_control(FrameType type, std::string_view payload) noexcept {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) send_control(peer, type, payload);
+  }
+
+  void say_goodbye() noexcept {
+    broadcast_control(FrameType::goodbye, {});
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      for (int index = 0; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
+    }
+  }
+
+  std::unique_ptr<Mesh> mesh_;
+  std::uint32_t max_payload_;
+  std::vector<ControlState> peers_;
+  // Atomic: abort() sends control frames from other threads while a call advances it.
+  std::atomic<std::uint64_t> sequence_{0};
+  std::vector<std::byte> scratch_;
+  int wake_fd_ = -1;
+  std::mutex control_mutex_;
+  mutable std::mutex failure_mutex_;
+  std::atomic<bool> failed_{false};
+  FailureClass failure_class_ = FailureClass::peer_failure;
+  std::string failure_text_;
+};
+
+/// One collective call of one rank: what algorithms see (rank, size, the call) and the
+/// `transfer` that runs their plans.
+class Link {
+ public:
+  /// How long a rank polls its sockets without blocking once nothing moves, before it sleeps
+  /// in poll(2): longer than a loopback round trip, short next to a scheduler tick.
+  static constexpr std::chrono::microseconds kBusyPoll{200};
+
+  Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)
+      : group_(group), call_(call), sequence_(group.next_sequence()), deadline_(deadline) {}
+
+  int rank() const noexcept { return group_.rank(); }
+  int size() const noexcept { return group_.size(); }
+  const communicator::CollectiveCall& call() const noexcept { return call_; }
+  std::uint64_t sequence() const noexcept { return sequence_; }
+  /// The largest message the algorithms cut a collective into (TcpOptions::chunk_bytes).
+  std::size_t max_message_bytes() const noexcept { return group_.max_payload(); }
+  /// How many messages from one peer may be in flight at once (TcpOptions::
+  /// connections_per_peer): receive buffers indexed modulo this are never overwritten early.
+  int channels_per_peer() const noexcept { return group_.data_connections(); }
+  /// Scratch memory owned by the group, reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (group_.scratch_.size() < bytes) group_.scratch_.resize(bytes);
+    return group_.scratch_.data();
+  }
+
+  /// Runs the plan: every send and receive, `on_received(j)` once receive j is complete (and
+  /// its `after_send` is done). Returns when every step has completed.
+  /// @throws MismatchError when a peer's message describes another call; PeerFailureError when
+  /// a peer closed its connections or failed; TimeoutError at the deadline, naming the ranks
+  /// that did not answer. The group is failed before any of them propagates.
+  template <class OnReceived>
+  void transfer(std::span<const transport::SendStep> sends,
+                std::span<const transport::RecvStep> recvs, OnReceived&& on_received);
+
+ private:
+  struct Channel {
+    int peer = 0;
+    int fd = -1;
+    std::vector<std::size_t> sends;  // indices into the plan, in order
+    std::vector<std::size_t> recvs;
+    std::size_t next_send = 0;
+    std::size_t next_recv = 0;
+    std::size_t sent = 0;  // bytes of the head send written, header included
+    FrameBytes send_header{};
+    std::size_t header_got = 0;
+    std::size_t payload_got = 0;
+    FrameBytes recv_header{};
+  };
+
+  FrameHeader expected_header(std::size_t bytes) const noexcept {
+    FrameHeader header;
+    header.type = FrameType::data;
+    header.kind = call_.kind;
+    header.element_type = call_.type;
+    header.op = call_.op;
+    header.root = call_.root;
+    header.payload_bytes = static_cast<std::uint32_t>(bytes);
+    header.sequence = sequence_;
+    header.count = call_.count;
+    return header;
+  }
+
+  std::string_view operation() const noexcept { return to_string(call_.kind); }
+
+  [[noreturn]] void peer_closed(int peer) {
+    // The peer may have said why on its control connection just before closing: give it a
+    // moment to arrive.
+    const auto until =
+        std::min(deadline_.time_point(), Clock::now() + std::chrono::milliseconds(200));
+    auto& control = group_.peers_[static_cast<std::size_t>(peer)];
+    while (!control.closed && Clock::now() < until) {
+      pollfd fd{group_.mesh_->fd(peer, 0), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (::poll(&fd, 1, static_cast<int>(std::max<long long>(1, left.count()))) <= 0) break;
+      read_control(peer, /*inside_call=*/true);
+    }
+    if (control.departed)
+      throw PeerFailureError(rank(), operation(),
+                             fmt::format("rank {} closed its communicator while this rank still "
+                                         "expected data from it in collective #{}",
+                                         peer, sequence_),
+                             "every rank must call the same collectives the same number of times");
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connection in collective #{}: the "
+                                       "process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
+    const auto kind =
+        payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
+    std::string text;
+    if (payload.size() > 1)
+      text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
+    const std::string what = fmt::format("rank {} failed the group: {}", peer, text);
+    switch (kind) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation(), what);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation(), what,
+                           "find the rank named above (stopped, hung, or calling other "
+                           "collectives), or raise the deadline");
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation(), what);
+  }
+
+  // Reads whatever control frames `peer` sent; raises on an abort message or on a close
+  // without goodbye.
+  void read_control(int peer, bool inside_call) {
+    auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+    const int fd = group_.mesh_->fd(peer, 0);
+    while (!state.closed) {
+      std::size_t want = kFrameHeaderBytes;
+      FrameHeader header;
+      if (state.filled >= kFrameHeaderBytes) {
+        if (auto ec = decode(std::span<const std::byte, kFrameHeaderBytes>(state.buffer.data(),
+                                                                           kFrameHeaderBytes),
+                             header, 0)) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              fmt::format("rank {} sent an invalid control message ({})", peer, ec.message()));
+        }
+        want += header.payload_bytes;
+      }
+      if (state.filled < want) {
+        const auto n =
+            ::recv(fd, state.buffer.data() + state.filled, want - state.filled, MSG_DONTWAIT);
+        if (n > 0) {
+          state.filled += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        state.closed = true;
+        if (!state.departed) peer_closed_control(peer);
+        return;
+      }
+      const std::span<const std::byte> payload(state.buffer.data() + kFrameHeaderBytes,
+                                               header.payload_bytes);
+      state.filled = 0;
+      switch (header.type) {
+        case FrameType::abort:
+          state.closed = true;
+          raise_abort(peer, payload);
+        case FrameType::timeout_notice:
+          state.heard = true;
+          if (inside_call) group_.send_control(peer, FrameType::alive, {});
+          break;
+        case FrameType::alive:
+          state.heard = true;
+          break;
+        case FrameType::goodbye:
+          state.departed = true;
+          break;
+        case FrameType::data:
+          state.closed = true;
+          throw PeerFailureError(rank(), operation(),
+                                 fmt::format("rank {} sent data on its control connection", peer));
+      }
+    }
+  }
+
+  [[noreturn]] void peer_closed_control(int peer) {
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connections without saying why in "
+                                       "collective #{}: the process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  [[noreturn]] void mismatch(int peer, const FrameHeader& got) {
+    if (got.sequence != sequence_)
+      throw MismatchError(
+          rank(), operation(),
+          fmt::format("rank {} sent data for its collective #{} ({}) while this rank is in "
+                      "collective #{} ({})",
+                      peer, got.sequence, describe_header(got), sequence_, describe(call_)),
+          "every rank must call the same collectives in the same order; one rank called more "
+          "or fewer than the others");
+    throw MismatchError(
+        rank(), operation(),
+        fmt::format("ranks disagree on collective #{}: this rank (rank {}) called "
+                    "{} but rank {} called {}",
+                    sequence_, rank(), describe(call_), peer, describe_header(got)));
+  }
+
+  static std::string describe_header(const FrameHeader& header) {
+    communicator::CollectiveCall call;
+    call.kind = header.kind;
+    call.type = header.element_type;
+    call.count = static_cast<std::size_t>(header.count);
+    call.op = header.op;
+    call.root = header.root;
+    return describe(call);
+  }
+
+  // Checks a received header against this rank's call and the expected message size.
+  void check_header(int peer, const Channel& channel, std::size_t expected_bytes) {
+    FrameHeader got;
+    if (auto ec = decode(channel.recv_header, got, group_.max_payload()))
+      throw PeerFailureError(rank(), operation(),
+                             fmt::format("rank {} sent an invalid message ({}); the connection "
+                                         "carries something other than strata",
+                                         peer, ec.message()));
+    if (got.type != FrameType::data)
+      throw PeerFailureError(
+          rank(), operation(),
+          fmt::format("rank {} sent a control message on a data connection", peer));
+    const FrameHeader want = expected_header(expected_bytes);
+    communicator::CollectiveCall theirs;
+    theirs.kind = got.kind;
+    theirs.type = got.element_type;
+    theirs.count = static_cast<std::size_t>(got.count);
+    theirs.op = got.op;
+    theirs.root = got.root;
+    if (got.sequence != want.sequence || !agrees(call_, theirs)) mismatch(peer, got);
+    if (got.payload_bytes != want.payload_bytes)
+      throw PeerFailureError(
+          rank(), operation(),
+          fmt::format("rank {} sent a {}-byte message where this rank expected {} bytes", peer,
+                      got.payload_bytes, want.payload_bytes),
+          "run the same strata version on every rank");
+  }
+
+  // Reads the control connections that have something to say, waiting at most `timeout_ms`.
+  void poll_control(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank() || group_.peers_[static_cast<std::size_t>(peer)].closed) continue;
+      fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+      owners.push_back(peer);
+    }
+    if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+    try {
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents != 0) read_control(owners[i], /*inside_call=*/true);
+    } catch (...) {
+      group_.fail(std::current_exception());
+      throw;
+    }
+  }
+
+  [[noreturn]] void timed_out(const std::vector<int>& waiting_for) {
+    // Ask every peer whether it is alive; those inside a call answer at once. The silent ones
+    // are the stalled ranks, which is what the message must name.
+    for (auto& state : group_.peers_)
+      state.heard = false;
+    group_.broadcast_control(FrameType::timeout_notice, {});
+    // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
+    const auto grace = std::clamp<std::chrono::milliseconds>(
+        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
+    const auto until = Clock::now() + grace;
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<int> owners;
+      for (int peer = 0; peer < size(); ++peer) {
+        const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+        if (peer == rank() || state.closed || state.heard) continue;
+        fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+        owners.push_back(peer);
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (fds.empty() || left.count() <= 0) break;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents != 0) read_control(owners[i], /*inside_call=*/true);
+    }
+    std::vector<int> silent;
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+      if (peer != rank() && !state.heard && !state.departed) silent.push_back(peer);
+    }
+    std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
+                                   describe(call_), sequence_, deadline_.budget().count());
+    if (!silent.empty())
+      fmt::format_to(std::back_inserter(what),
+                     "; {} {} did not answer (stopped, hung, or not inside a collective)",
+                     silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "));
+    if (!waiting_for.empty())
+      fmt::format_to(std::back_inserter(what), "; this rank was waiting for {} {}",
+                     waiting_for.size() == 1 ? "rank" : "ranks", fmt::join(waiting_for, ", "));
+    throw TimeoutError(rank(), operation(), what);
+  }
+
+  Group& group_;
+  communicator::CollectiveCall call_;
+  std::uint64_t sequence_;
+  Deadline deadline_;
+};
+
+template <class OnReceived>
+void Link::transfer(std::span<const transport::SendStep> sends,
+                    std::span<const transport::RecvStep> recvs, OnReceived&& on_received) {
+  if (group_.failed()) group_.raise_failure(operation());
+  // A peer may have failed the group while this rank was away (a broadcast root returns
+  // without hearing from anyone): learn it now rather than succeed on a failed group.
+  poll_control(0);
+  const int data_connections = group_.data_connections();
+  // Channel (peer, k) carries the peer's messages number k, k + K, k + 2K, ... in each
+  // direction; both ends count the same way.
+  std::vector<Channel> channels(static_cast<std::size_t>(size() * data_connections));
+  auto channel_of = [&](int peer, std::size_t ordinal) -> Channel& {
+    return channels[static_cast<std::size_t>(peer * data_connections) +
+                    ordinal % static_cast<std::size_t>(data_connections)];
+  };
+  {
+    std::vector<std::size_t> send_ordinal(static_cast<std::size_t>(size()), 0);
+    std::vector<std::size_t> recv_ordinal(static_cast<std::size_t>(size()), 0);
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      channel_of(sends[i].peer, send_ordinal[static_cast<std::size_t>(sends[i].peer)]++)
+          .sends.push_back(i);
+    for (std::size_t j = 0; j < recvs.size(); ++j)
+      channel_of(recvs[j].peer, recv_ordinal[static_cast<std::size_t>(recvs[j].peer)]++)
+          .recvs.push_back(j);
+    for (int peer = 0; peer < size(); ++peer)
+      for (int k = 0; k < data_connections; ++k) {
+        auto& channel = channels[static_cast<std::size_t>(peer * data_connections + k)];
+        channel.peer = peer;
+        channel.fd = peer == rank() ? -1 : group_.mesh_->fd(peer, 1 + k);
+      }
+  }
+  std::erase_if(channels, [](const Channel& c) { return c.sends.empty() && c.recvs.empty(); });
+
+  std::vector<char> send_done(sends.size(), 0);
+  std::vector<char> recv_in(recvs.size(), 0);
+  std::vector<char> recv_processed(recvs.size(), 0);
+  std::size_t sends_left = sends.size();
+  std::size_t recvs_left = recvs.size();
+  std::vector<std::size_t> deferred;  // receives that are in but wait for their send
+
+  auto send_ready = [&](std::size_t i) {
+    return sends[i].after_recv < 0 ||
+           recv_processed[static_cast<std::size_t>(sends[i].after_recv)] != 0;
+  };
+  auto process = [&](std::size_t j) {
+    on_received(j);
+    recv_processed[j] = 1;
+    --recvs_left;
+  };
+  auto try_process = [&](std::size_t j) {
+    const auto after = recvs[j].after_send;
+    if (after >= 0 && send_done[static_cast<std::size_t>(after)] == 0) {
+      deferred.push_back(j);
+      return;
+    }
+    process(j);
+  };
+
+  std::vector<pollfd> fds;
+  std::vector<int> fd_peer;  // -1: the wake fd; peer for control fds; -2 - index for channels
+  auto busy_until = Clock::now() + kBusyPoll;
+  try {
+    while (sends_left > 0 || recvs_left > 0) {
+      if (group_.failed()) group_.raise_failure(operation());
+      bool progressed = false;
+      for (auto& channel : channels) {
+        // Sends: header and payload in one sendmsg, as much as the socket takes.
+        while (channel.next_send < channel.sends.size()) {
+          const std::size_t i = channel.sends[channel.next_send];
+          if (!send_ready(i)) break;
+          const SendStep& step = sends[i];
+          if (channel.sent == 0) channel.send_header = encode(expected_header(step.bytes));
+          iovec parts[2];
+          int count = 0;
+          if (channel.sent < kFrameHeaderBytes)
+            parts[count++] = {channel.send_header.data() + channel.sent,
+                              kFrameHeaderBytes - channel.sent};
+          const std::size_t payload_sent =
+              channel.sent > kFrameHeaderBytes ? channel.sent - kFrameHeaderBytes : 0;
+          if (payload_sent < step.bytes)
+            parts[count++] = {const_cast<std::byte*>(step.data) + payload_sent,
+                              step.bytes - payload_sent};
+          msghdr message{};
+          message.msg_iov = parts;
+          message.msg_iovlen = static_cast<std::size_t>(count);
+          const auto n = ::sendmsg(channel.fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+            peer_closed(channel.peer);
+          }
+          channel.sent += static_cast<std::size_t>(n);
+          if (channel.sent < kFrameHeaderBytes + step.bytes) break;
+          channel.sent = 0;
+          ++channel.next_send;
+          send_done[i] = 1;
+          --sends_left;
+          progressed = true;
+        }
+        // Receives: the header first, checked against this rank's call, then the payload
+        // straight into its destination.
+        while (channel.next_recv < channel.recvs.size()) {
+          const std::size_t j = channel.recvs[channel.next_recv];
+          const RecvStep& step = recvs[j];
+          if (channel.header_got < kFrameHeaderBytes) {
+            const auto n = ::recv(channel.fd, channel.recv_header.data() + channel.header_got,
+                                  kFrameHeaderBytes - channel.header_got, MSG_DONTWAIT);
+            if (n == 0) peer_closed(channel.peer);
+            if (n < 0) {
+              if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+              peer_closed(channel.peer);
+            }
+            channel.header_got += static_cast<std::size_t>(n);
+            if (channel.header_got < kFrameHeaderBytes) break;
+            check_header(channel.peer, channel, step.bytes);
+          }
+          if (channel.payload_got < step.bytes) {
+            const auto n = ::recv(channel.fd, step.data + channel.payload_got,
+                                  step.bytes - channel.payload_got, MSG_DONTWAIT);
+            if (n == 0) peer_closed(channel.peer);
+            if (n < 0) {
+              if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+              peer_closed(channel.peer);
+            }
+            channel.payload_got += static_cast<std::size_t>(n);
+            if (channel.payload_got < step.bytes) break;
+          }
+          channel.header_got = 0;
+          channel.payload_got = 0;
+          ++channel.next_recv;
+          recv_in[j] = 1;
+          try_process(j);
+          progressed = true;
+        }
+      }
+      if (!deferred.empty()) {
+        const auto before = deferred.size();
+        std::erase_if(deferred, [&](std::size_t j) {
+          if (send_done[static_cast<std::size_t>(recvs[j].after_send)] == 0) return false;
+          process(j);
+          return true;
+        });
+        progressed = progressed || deferred.size() != before;
+      }
+      if (progressed || (sends_left == 0 && recvs_left == 0)) {
+        busy_until = Clock::now() + kBusyPoll;
+        continue;
+      }
+      // A peer's answer usually comes within microseconds, and waking from poll(2) costs far
+      // more: poll the sockets briefly before blocking. Yielding in between lets ranks that
+      // share a core (more ranks than cores) run instead.
+      if (Clock::now() < busy_until) {
+        ::sched_yield();
+        continue;
+      }
+
+      // Nothing moved: wait for the sockets, the control connections, abort() or the deadline.
+      fds.clear();
+      fd_peer.clear();
+      fds.push_back({group_.wake_fd_, POLLIN, 0});
+      fd_peer.push_back(-1);
+      for (int peer = 0; peer < size(); ++peer) {
+        const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+        if (peer == rank() || state.closed) continue;
+        fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+        fd_peer.push_back(peer);
+      }
+      for (std::size_t c = 0; c < channels.size(); ++c) {
+        const auto& channel = channels[c];
+        short events = 0;
+        if (channel.next_recv < channel.recvs.size()) events |= POLLIN;
+        if (channel.next_send < channel.sends.size() &&
+            send_ready(channel.sends[channel.next_send]))
+          events |= POLLOUT;
+        if (events == 0) continue;
+        fds.push_back({channel.fd, events, 0});
+        fd_peer.push_back(-2 - static_cast<int>(c));
+      }
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline_.time_point() - Clock::now());
+      const int ready =
+          left.count() <= 0
+              ? 0
+              : ::poll(fds.data(), fds.size(),
+                       static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0 && deadline_.expired()) {
+        std::vector<int> waiting_for;
+        for (const auto& channel : channels)
+          if (channel.next_recv < channel.recvs.size() || channel.next_send < channel.sends.size())
+            waiting_for.push_back(channel.peer);
+        std::sort(waiting_for.begin(), waiting_for.end());
+        waiting_for.erase(std::unique(waiting_for.begin(), waiting_for.end()), waiting_for.end());
+        timed_out(waiting_for);
+      }
+      for (std::size_t k = 0; k < fds.size(); ++k)
+        if (fd_peer[k] >= 0 && fds[k].revents != 0) read_control(fd_peer[k], /*inside_call=*/true);
+    }
+  } catch (...) {
+    group_.fail(std::current_exception());
+    throw;
+  }
+}
+
+}  // namespace strata::transport::tcp

@@ -1,0 +1,168 @@
+// Tests for benchmarks/perf/options.hpp (strata-perf's command line): nccl-tests' flags and
+// defaults, the value forms, and a CommandLineError naming the flag for every bad value.
+//
+// The header lives with the benchmark, not under include/, so it is included by a relative path.
+#include "../../benchmarks/perf/options.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+namespace {
+
+using strata::DataType;
+using strata::ReduceOp;
+using strata::communicator::Collective;
+using namespace strata::perf;
+
+Options parse(std::vector<std::string_view> args) {
+  return parse_options(args);
+}
+
+// The message of the CommandLineError that parsing `args` throws ("" when it does not throw).
+std::string error_of(std::vector<std::string_view> args) {
+  try {
+    parse(std::move(args));
+  } catch (const CommandLineError& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST_CASE("defaults and nccl-tests' flags") {
+  const Options defaults = parse({"all_reduce"});
+  CHECK(defaults.collective == Collective::all_reduce);
+  CHECK(defaults.min_bytes == 8);
+  CHECK(defaults.max_bytes == std::size_t{256} << 20);
+  CHECK(defaults.step_factor == 2);
+  CHECK(defaults.warmup_iters == 5);
+  CHECK(defaults.iters == 20);
+  CHECK(defaults.type == DataType::float32);
+  CHECK(defaults.op == ReduceOp::sum);
+  CHECK(defaults.check);
+  CHECK(defaults.transport == Transport::local);
+  CHECK_FALSE(defaults.ranks);
+  CHECK(defaults.algorithm == Algorithm::automatic);
+
+  const Options o = parse({"reduce_scatter",
+                           "-b",
+                           "1K",
+                           "-e",
+                           "64M",
+                           "-f",
+                           "4",
+                           "-w",
+                           "1",
+                           "-n",
+                           "3",
+                           "-d",
+                           "bfloat16",
+                           "-o",
+                           "avg",
+                           "-r",
+                           "2",
+                           "-c",
+                           "0",
+                           "--transport",
+                           "tcp",
+                           "--ranks",
+                           "4",
+                           "--algo",
+                           "rd",
+                           "--csv",
+                           "-",
+                           "--json",
+                           "out.json",
+                           "--progress"});
+  CHECK(o.collective == Collective::reduce_scatter);
+  CHECK(o.min_bytes == 1024);
+  CHECK(o.max_bytes == std::size_t{64} << 20);
+  CHECK(o.step_factor == 4);
+  CHECK(o.warmup_iters == 1);
+  CHECK(o.iters == 3);
+  CHECK(o.type == DataType::bfloat16);
+  CHECK(o.op == ReduceOp::mean);
+  CHECK(o.root == 2);
+  CHECK_FALSE(o.check);
+  CHECK(o.transport == Transport::tcp);
+  CHECK(o.ranks == 4);
+  CHECK(o.algorithm == Algorithm::recursive_doubling);
+  CHECK(o.csv == "-");
+  CHECK(o.json == "out.json");
+  CHECK(o.progress);
+}
+
+TEST_CASE("values attached to short flags and after '=' in long ones") {
+  const Options o =
+      parse({"--minbytes=16", "-e4K", "--datatype=half", "--op=prod", "broadcast", "--iters=7",
+             "--warmup_iters=0", "--stepfactor=8", "--root=1", "--check=1"});
+  CHECK(o.collective == Collective::broadcast);
+  CHECK(o.min_bytes == 16);
+  CHECK(o.max_bytes == 4096);
+  CHECK(o.type == DataType::float16);
+  CHECK(o.op == ReduceOp::product);
+  CHECK(o.iters == 7);
+  CHECK(o.warmup_iters == 0);
+  CHECK(o.step_factor == 8);
+  CHECK(o.root == 1);
+}
+
+TEST_CASE("every type and op name") {
+  const std::pair<std::string_view, DataType> types[] = {
+      {"int8", DataType::int8},         {"uint8", DataType::uint8},
+      {"int32", DataType::int32},       {"int64", DataType::int64},
+      {"half", DataType::float16},      {"float16", DataType::float16},
+      {"bfloat16", DataType::bfloat16}, {"float", DataType::float32},
+      {"float32", DataType::float32},   {"double", DataType::float64},
+      {"float64", DataType::float64}};
+  for (const auto& [name, type] : types)
+    CHECK(parse({"all_gather", "-d", name}).type == type);
+  const std::pair<std::string_view, ReduceOp> ops[] = {
+      {"sum", ReduceOp::sum},  {"prod", ReduceOp::product}, {"product", ReduceOp::product},
+      {"min", ReduceOp::min},  {"max", ReduceOp::max},      {"avg", ReduceOp::mean},
+      {"mean", ReduceOp::mean}};
+  for (const auto& [name, op] : ops)
+    CHECK(parse({"reduce", "-o", name}).op == op);
+}
+
+TEST_CASE("help needs no collective") {
+  CHECK(parse({"--help"}).help);
+  CHECK(parse({"-h"}).help);
+  CHECK(usage().find("--transport") != std::string::npos);
+}
+
+TEST_CASE("bad command lines name what is wrong") {
+  CHECK(error_of({}).find("name a collective") != std::string::npos);
+  CHECK(error_of({"all_to_all"}).find("unknown collective 'all_to_all'") != std::string::npos);
+  CHECK(error_of({"all_reduce", "broadcast"}).find("unexpected argument") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--bogus"}).find("unknown option '--bogus'") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-b"}).find("-b needs a value") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-b", "8X"}).find("wants a size") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-b", "1M", "-e", "1K"}).find("larger than") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-f", "1"}).find("--stepfactor") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-f", "1", "-b", "1K", "-e", "1K"}).empty());  // one size
+  CHECK(error_of({"all_reduce", "-n", "0"}).find("outside [1,") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-n", "x"}).find("wants an integer") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-w", "-1"}).find("outside [0,") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-c", "2"}).find("outside [0, 1]") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-d", "uint64"}).find("unknown data type") != std::string::npos);
+  CHECK(error_of({"all_reduce", "-o", "mulsum"}).find("unknown op") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--ranks", "0"}).find("outside [1,") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--transport", "nccl"}).find("unknown transport") !=
+        std::string::npos);
+  CHECK(error_of({"all_reduce", "--algo", "tree"}).find("unknown algorithm") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--algo", "ring"}).find("is a tcp algorithm") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--transport", "tcp", "--algo", "reduce_to_one"})
+            .find("is a local algorithm") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--csv", "-", "--json", "-"}).find("both") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--progress=1"}).find("takes no value") != std::string::npos);
+
+  const Options o = parse({"broadcast", "-r", "3"});
+  CHECK_NOTHROW(check_against_group(o, 4));
+  CHECK_THROWS_WITH_AS(check_against_group(o, 3), "--root 3 is not a rank of a group of 3",
+                       CommandLineError);
+}
+
+}  // namespace

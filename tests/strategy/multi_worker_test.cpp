@@ -1,0 +1,102 @@
+// MultiWorkerMirroredStrategy across real processes: training examples/logistic_regression.hpp
+// with workers × local replicas lands on the parameters of single-process training on the
+// same global batches, every worker holds bit-identical parameters, and exactly one worker is
+// the chief. Also: a one-worker cluster behaves as MirroredStrategy.
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <strata/strategies.hpp>
+
+#include "logistic_regression.hpp"
+#include "worker_cluster.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kWorker = STRATA_TEST_TCP_WORKER;
+
+std::string line_after(const std::string& output, std::string_view key) {
+  const auto at = output.find(std::string(key) + " ");
+  if (at == std::string::npos) return {};
+  const auto begin = at + key.size() + 1;
+  return output.substr(begin, output.find('\n', begin) - begin);
+}
+
+}  // namespace
+
+TEST_CASE("multi-worker training equals single-process training on the same global batch") {
+  for (auto [workers, local] : {std::pair{2, 1}, std::pair{3, 2}}) {
+    CAPTURE(workers);
+    CAPTURE(local);
+    strata::testing::Workers run(kWorker, strata::testing::loopback_cluster(workers),
+                                 {"train", std::to_string(local), "10"},
+                                 {{"STRATA_TIMEOUT", "30s"}});
+    std::string params;
+    int chiefs = 0;
+    for (auto& process : run.processes) {
+      REQUIRE(process.wait_for(120s));
+      const std::string output = process.output();
+      CHECK_MESSAGE(process.exit_code() == 0, output);
+      CHECK(line_after(output, "replicas") == std::to_string(workers * local));
+      CHECK_MESSAGE(std::stod(line_after(output, "drift")) < 1e-4, output);
+      chiefs += line_after(output, "chief") == "1" ? 1 : 0;
+      // Every worker applied the same aggregated gradients: the same bits everywhere.
+      if (params.empty()) params = line_after(output, "params");
+      CHECK(line_after(output, "params") == params);
+    }
+    CHECK(chiefs == 1);
+  }
+}
+
+TEST_CASE("a one-worker cluster behaves as MirroredStrategy") {
+  // Nothing in the environment: a valid one-worker cluster.
+  strata::MultiWorkerMirroredStrategy multi({.num_replicas = 3});
+  strata::MirroredStrategy mirrored({.num_replicas = 3});
+  CHECK(multi.num_replicas_in_sync() == 3);
+  CHECK(multi.num_local_replicas() == 3);
+  CHECK(multi.is_chief());
+  auto reduce_in = [](auto& strategy) {
+    auto values = strategy.run([](auto& ctx) {
+      std::vector<float> data{float(ctx.replica_id_in_sync_group()) + 0.5F, 2.0F};
+      ctx.all_reduce(strata::ReduceOp::sum, std::span(data));
+      return data[0];
+    });
+    return strategy.reduce(strata::ReduceOp::mean, values);
+  };
+  CHECK(reduce_in(multi) == reduce_in(mirrored));
+}
+
+TEST_CASE("communicator settings reach the TCP communicator (TF's communication_options)") {
+  using strata::communicator::TcpAllReduce;
+  using strata::communicator::TcpOptions;
+  strata::MultiWorkerMirroredStrategy strategy(
+      {.num_replicas = 2}, TcpOptions{.chunk_bytes = 4096, .all_reduce = TcpAllReduce::ring});
+  strategy.run([](auto& ctx) {
+    const auto& tcp = ctx.communicator().inter_worker().tcp_options();
+    CHECK(tcp.all_reduce == TcpAllReduce::ring);
+    CHECK(tcp.chunk_bytes == 4096);
+  });
+  CHECK_THROWS_AS(
+      strata::MultiWorkerMirroredStrategy({.num_replicas = 1}, TcpOptions{.chunk_bytes = 1}),
+      strata::ConfigurationError);
+}
+
+TEST_CASE("a one-worker cluster trains to the parameters of MirroredStrategy") {
+  strata::MultiWorkerMirroredStrategy multi({.num_replicas = 4});
+  strata::MirroredStrategy mirrored({.num_replicas = 4});
+  example::TrainConfig config;
+  config.epochs = 5;
+  const auto problem = example::make_problem(512, 8);
+  const auto a = example::train(multi, problem, config, [](std::size_t, double) {});
+  const auto b = example::train(mirrored, problem, config, [](std::size_t, double) {});
+  CHECK(a.bias == doctest::Approx(b.bias).epsilon(1e-6));
+  for (std::size_t j = 0; j < a.weights.size(); ++j) {
+    CAPTURE(j);
+    CHECK(a.weights[j] == doctest::Approx(b.weights[j]).epsilon(1e-6));
+  }
+}

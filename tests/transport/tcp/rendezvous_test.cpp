@@ -1,0 +1,237 @@
+// Tests for strata/transport/tcp/rendezvous.hpp: how a group's mesh ends forming.
+//   - a rank that forms its mesh and leaves at once never makes a slower peer wait for it
+//     (the race that turned a count mismatch into a rendezvous timeout);
+//   - a peer that connects and dies before its kMeshReady is forgotten and its next
+//     incarnation joins in its place;
+//   - a peer that connects but never says kMeshReady, or says something else: a clear error.
+// The misbehaving peers are written here from the handshake's byte layout (handshake.hpp).
+#include <strata/transport/tcp/rendezvous.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include <strata/core/deadline.hpp>
+#include <strata/core/error.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using asio::ip::tcp;
+using strata::Deadline;
+using strata::cluster::Address;
+namespace wire = strata::transport::tcp;
+
+constexpr std::uint64_t kCluster = 0x5eed'c1a5'7e40'0001ULL;
+constexpr std::uint64_t kTunables = 0x7777'0000'1234'5678ULL;
+
+// Listening sockets on free loopback ports, handed to the meshes (no window for another
+// program to take a port between choosing and binding it).
+struct Ports {
+  explicit Ports(int n) {
+    for (int r = 0; r < n; ++r) {
+      acceptors.emplace_back(io, tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
+      addresses.push_back(Address{"127.0.0.1", acceptors.back().local_endpoint().port()});
+    }
+  }
+  wire::MeshConfig config(int rank, int data_connections) {
+    wire::MeshConfig config;
+    config.rank = rank;
+    config.addresses = addresses;
+    config.cluster = kCluster;
+    config.tunables = kTunables;
+    config.data_connections = data_connections;
+    // The highest rank only connects: its socket stays here.
+    if (rank + 1 < static_cast<int>(addresses.size()))
+      config.listen_fd = acceptors[static_cast<std::size_t>(rank)].release();
+    return config;
+  }
+  asio::io_context io;
+  std::vector<tcp::acceptor> acceptors;
+  std::vector<Address> addresses;
+};
+
+// Rank `rank` of a group of `world` ranks, done by hand: connects every connection to rank 0 and
+// completes the handshake, then does only what a test tells it to.
+struct HandmadePeer {
+  HandmadePeer(const Address& rank0, int rank, int world, int data_connections) {
+    std::array<std::byte, 8> incarnation{};
+    wire::random_bytes(incarnation);
+    for (int index = 0; index <= data_connections; ++index) {
+      auto& socket = sockets.emplace_back(io);
+      const auto until = std::chrono::steady_clock::now() + 5s;
+      for (;;) {  // rank 0 may not listen yet
+        std::error_code ec;
+        socket.connect(tcp::endpoint(asio::ip::make_address_v4(rank0.host), rank0.port), ec);
+        if (!ec) break;
+        socket.close();
+        REQUIRE(std::chrono::steady_clock::now() < until);
+        std::this_thread::sleep_for(10ms);
+      }
+      wire::Hello hello;
+      hello.connection = static_cast<std::uint16_t>(index);
+      hello.rank = rank;
+      hello.world_size = world;
+      hello.cluster = kCluster;
+      hello.tunables = kTunables;
+      hello.incarnation = wire::detail::load_le<std::uint64_t>(incarnation.data());
+      wire::random_bytes(hello.nonce);
+      const auto hello_bytes = wire::encode(hello);
+      asio::write(socket, asio::buffer(hello_bytes));
+      std::array<std::byte, wire::kHelloBytes + 1 + wire::kMacBytes> reply{};
+      asio::read(socket, asio::buffer(reply));
+      REQUIRE(static_cast<wire::HandshakeStatus>(reply[wire::kHelloBytes]) ==
+              wire::HandshakeStatus::accepted);
+      const wire::Mac no_token{};  // without a token the MACs are zeros
+      asio::write(socket, asio::buffer(no_token));
+      std::array<std::byte, 1> status{};
+      asio::read(socket, asio::buffer(status));
+      REQUIRE(static_cast<wire::HandshakeStatus>(status[0]) == wire::HandshakeStatus::accepted);
+    }
+  }
+  void say(std::byte byte) { asio::write(sockets[0], asio::buffer(&byte, 1)); }
+  void close() {
+    for (auto& socket : sockets)
+      socket.close();
+  }
+  asio::io_context io;
+  std::vector<tcp::socket> sockets;
+};
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a rank that forms its mesh and leaves at once does not make its peers wait for it") {
+  // Before kMeshReady, rank 0 could still be finishing its last handshake when rank 1, already
+  // done, closed everything: rank 0 took rank 1 for a dead incarnation and waited for it to the
+  // deadline. Now rank 1 cannot finish before rank 0 holds its whole mesh.
+  for (int round = 0; round < 40; ++round) {
+    CAPTURE(round);
+    const int world = 2 + round % 3;
+    const int data_connections = 1 + round % 2;
+    Ports ports(world);
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < world; ++r)
+      ranks.emplace_back([&, r, config = ports.config(r, data_connections)] {
+        try {
+          auto mesh = wire::form_mesh(config, Deadline::after(5s));
+          CHECK(mesh->size() == world);
+          // The highest rank leaves at once; the others keep their mesh a moment.
+          if (r != world - 1) std::this_thread::sleep_for(20ms);
+        } catch (...) {
+          errors[static_cast<std::size_t>(r)] = std::current_exception();
+        }
+      });
+    for (auto& rank : ranks)
+      rank.join();
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(r);
+      const auto& error = errors[static_cast<std::size_t>(r)];
+      CHECK_MESSAGE(!error, (error ? message_of(error) : std::string()));
+    }
+  }
+}
+
+TEST_CASE("a peer that dies before its kMeshReady is forgotten and its next incarnation joins") {
+  Ports ports(2);
+  std::exception_ptr error;
+  std::unique_ptr<wire::Mesh> mesh;
+  std::thread rank0([&, config = ports.config(0, 1)] {
+    try {
+      mesh = wire::form_mesh(config, Deadline::after(8s));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  {
+    HandmadePeer first(ports.addresses[0], 1, 2, 1);
+    first.close();  // dies without kMeshReady
+  }
+  std::this_thread::sleep_for(50ms);
+  auto second = wire::form_mesh(ports.config(1, 1), Deadline::after(8s));
+  rank0.join();
+  REQUIRE_MESSAGE(!error, message_of(error));
+  REQUIRE(mesh);
+  CHECK(mesh->size() == 2);
+  CHECK(second->size() == 2);
+}
+
+TEST_CASE("a peer that connects but does not finish joining: the timeout says so") {
+  Ports ports(2);
+  std::exception_ptr error;
+  std::thread rank0([&, config = ports.config(0, 1)] {
+    try {
+      wire::form_mesh(config, Deadline::after(700ms));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  HandmadePeer silent(ports.addresses[0], 1, 2, 1);
+  rank0.join();
+  REQUIRE(error);
+  const std::string message = message_of(error);
+  CHECK_MESSAGE(message.find("rank 1 connected but did not finish joining within 700 ms") !=
+                    std::string::npos,
+                message);
+  CHECK_THROWS_AS(std::rethrow_exception(error), strata::TimeoutError);
+}
+
+TEST_CASE("a peer that dies before its kMeshReady and never comes back: the timeout says so") {
+  Ports ports(2);
+  std::exception_ptr error;
+  std::thread rank0([&, config = ports.config(0, 1)] {
+    try {
+      wire::form_mesh(config, Deadline::after(700ms));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  HandmadePeer(ports.addresses[0], 1, 2, 1).close();
+  rank0.join();
+  REQUIRE(error);
+  const std::string message = message_of(error);
+  CHECK_MESSAGE(message.find("rank 1 did not join the group within 700 ms") != std::string::npos,
+                message);
+  CHECK_MESSAGE(
+      message.find("closed its connections before the group was complete") != std::string::npos,
+      message);
+}
+
+TEST_CASE("a peer that says something else than kMeshReady is a peer failure naming it") {
+  Ports ports(2);
+  std::exception_ptr error;
+  std::thread rank0([&, config = ports.config(0, 2)] {
+    try {
+      wire::form_mesh(config, Deadline::after(5s));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  HandmadePeer odd(ports.addresses[0], 1, 2, 2);
+  odd.say(std::byte{0x00});
+  rank0.join();
+  REQUIRE(error);
+  CHECK_THROWS_AS(std::rethrow_exception(error), strata::PeerFailureError);
+  CHECK_MESSAGE(message_of(error).find("rank 1 (127.0.0.1:") != std::string::npos,
+                message_of(error));
+}

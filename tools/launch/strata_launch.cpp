@@ -1,0 +1,772 @@
+// strata-launch — runs N workers of a program on this machine as one tf.distribute cluster.
+//
+//   strata-launch -n N [--local-replicas K] [--host HOST] [--grace SECONDS] -- PROGRAM ARGS...
+//
+// Worker i (0 <= i < N) runs PROGRAM ARGS... with
+//   TF_CONFIG={"cluster": {"worker": ["HOST:p0", ..., "HOST:pN-1"]},
+//              "task": {"type": "worker", "index": i}}
+// where p0..pN-1 are distinct free TCP ports of HOST (default 127.0.0.1); worker 0 acts as
+// chief, as TensorFlow documents for clusters without a chief job. It also gets
+// STRATA_LAUNCH_RANK=i, STRATA_LAUNCH_WORLD_SIZE=N and, with --local-replicas,
+// STRATA_LOCAL_REPLICAS=K. Rank variables of other launchers (torchrun, OpenMPI, SLURM, PMI) are
+// removed so that they cannot override TF_CONFIG; the rest of the environment is inherited. Stdin
+// is /dev/null.
+//
+// Every line a worker writes is printed as "[i] line" on the launcher's stdout (worker stdout)
+// or stderr (worker stderr); a last line without newline is printed when the worker exits, and
+// lines longer than 64 KiB are printed in 64 KiB pieces.
+//
+// The first worker that exits non-zero or by a signal is reported on stderr
+// ("strata-launch: rank 2 exited with status 3", "... killed by signal 9 (SIGKILL)"); every
+// other worker's process group gets SIGTERM, and SIGKILL if it is still running --grace seconds
+// later (default 5). SIGINT or SIGTERM to the launcher is forwarded once to every worker's
+// process group, with the same escalation; a second one sends SIGKILL at once. (A SIGINT that
+// is ignored when the launcher starts stays ignored, as shells expect of background commands.)
+// On Linux a worker also gets SIGTERM if the launcher itself is killed.
+//
+// Exit status: 0 when every worker exited 0; else the first failure's status (128+S for
+// signal S); 130/143 after SIGINT/SIGTERM to the launcher; 2 for usage errors; 1 when the
+// launcher itself fails (no free ports, fork failure). A PROGRAM that cannot be executed makes
+// its worker print "strata-launch: cannot run PROGRAM: <reason>" and exit 127.
+//
+// POSIX only: fork/execvp, pipes, poll, waitpid, kill; one thread.
+#include <strata/config.hpp>
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kMaxLineBytes = 64 * 1024;  // longer lines are printed in pieces
+constexpr int kLauncherError = 1;
+constexpr int kUsageError = 2;
+constexpr int kCannotExecute = 127;  // what shells use for "command not found"
+
+constexpr std::string_view kUsage =
+    R"(usage: strata-launch -n N [--local-replicas K] [--host HOST] [--grace SECONDS] -- PROGRAM [ARGS...]
+
+Runs N workers of PROGRAM on this machine, each with a TF_CONFIG describing an N-worker cluster
+on free ports of HOST (worker 0 acts as chief), and prints their output prefixed with "[rank] ".
+When a worker fails, the others are stopped and the launcher exits with the worker's status.
+
+options:
+  -n N                  number of workers (N >= 1)
+  --local-replicas K    set STRATA_LOCAL_REPLICAS=K in every worker (K >= 1)
+  --host HOST           address the workers listen on (default 127.0.0.1)
+  --grace SECONDS       time between SIGTERM and SIGKILL when stopping workers (default 5)
+  -h, --help            print this help and exit
+  --version             print the version and exit
+
+Every worker also gets STRATA_LAUNCH_RANK and STRATA_LAUNCH_WORLD_SIZE; rank variables of
+torchrun, OpenMPI, SLURM and PMI are removed from its environment.
+)";
+
+struct Options {
+  int workers = 0;
+  std::optional<int> local_replicas;
+  std::string host = "127.0.0.1";
+  std::chrono::milliseconds grace{5000};
+  std::vector<std::string> command;
+};
+
+struct ParseResult {
+  enum class Action { run, help, version, usage_error } action = Action::run;
+  Options options;
+  std::string error;
+};
+
+// ---- output ------------------------------------------------------------------------------------
+
+// Writes everything, retrying on EINTR and waiting out a non-blocking descriptor; a closed
+// reader (EPIPE: SIGPIPE is ignored) drops the output rather than stopping the workers.
+void write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(fd, text.data(), text.size());
+    if (n > 0) {
+      text.remove_prefix(static_cast<std::size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 1000);
+    } else {
+      return;
+    }
+  }
+}
+
+void message(std::string_view text) {
+  write_all(STDERR_FILENO, fmt::format("strata-launch: {}\n", text));
+}
+
+// pipe() with close-on-exec (and optionally non-blocking) ends; pipe2() is not on every POSIX
+// system, and with one thread nothing can fork between the two calls.
+bool make_pipe(int (&fds)[2], bool nonblocking) {
+  if (::pipe(fds) != 0) return false;
+  for (const int fd : fds) {
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (nonblocking) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  return true;
+}
+
+// ---- command line ------------------------------------------------------------------------------
+
+std::optional<int> parse_positive_int(std::string_view text) {
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value < 1) return std::nullopt;
+  return value;
+}
+
+std::optional<std::chrono::milliseconds> parse_seconds(std::string_view text) {
+  double value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  // A year is far beyond any useful grace period and keeps the conversion in range.
+  if (ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(value) || value < 0 ||
+      value > 365.0 * 24 * 3600) {
+    return std::nullopt;
+  }
+  return std::chrono::milliseconds(std::llround(value * 1000));
+}
+
+ParseResult parse_command_line(int argc, char** argv) {
+  ParseResult result;
+  auto fail = [&](std::string error) {
+    result.action = ParseResult::Action::usage_error;
+    result.error = std::move(error);
+    return result;
+  };
+  bool have_workers = false;
+  bool have_separator = false;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") {
+      have_separator = true;
+      ++i;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      result.action = ParseResult::Action::help;
+      return result;
+    }
+    if (arg == "--version") {
+      result.action = ParseResult::Action::version;
+      return result;
+    }
+    // "-n N", "-nN", "--opt VALUE" and "--opt=VALUE".
+    std::string_view name = arg;
+    std::optional<std::string_view> value;
+    if (arg.starts_with("--")) {
+      if (const auto eq = arg.find('='); eq != std::string_view::npos) {
+        name = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+      }
+    } else if (arg.starts_with("-n") && arg.size() > 2) {
+      name = "-n";
+      value = arg.substr(2);
+    }
+    if (name != "-n" && name != "--local-replicas" && name != "--host" && name != "--grace") {
+      return fail(fmt::format("unknown option '{}'", arg));
+    }
+    if (!value) {
+      if (i + 1 >= argc) return fail(fmt::format("option '{}' needs a value", name));
+      value = argv[++i];
+    }
+    if (name == "-n") {
+      const auto n = parse_positive_int(*value);
+      if (!n) return fail(fmt::format("-n needs a positive number of workers, not '{}'", *value));
+      result.options.workers = *n;
+      have_workers = true;
+    } else if (name == "--local-replicas") {
+      const auto k = parse_positive_int(*value);
+      if (!k)
+        return fail(fmt::format("--local-replicas needs a positive number, not '{}'", *value));
+      result.options.local_replicas = *k;
+    } else if (name == "--host") {
+      if (value->empty()) return fail("--host needs a host name or address");
+      result.options.host = std::string(*value);
+    } else {
+      const auto grace = parse_seconds(*value);
+      if (!grace) return fail(fmt::format("--grace needs seconds >= 0, not '{}'", *value));
+      result.options.grace = *grace;
+    }
+  }
+  if (!have_workers) return fail("missing -n N (the number of workers)");
+  if (!have_separator) return fail("missing '--' before the program to run");
+  if (i >= argc) return fail("missing the program to run after '--'");
+  result.options.command.assign(argv + i, argv + argc);
+  return result;
+}
+
+// ---- cluster description -----------------------------------------------------------------------
+
+struct PortReservation {
+  std::vector<int> ports;
+  std::vector<int> sockets;  // held open so that the N ports stay distinct, closed before fork
+  std::string error;
+};
+
+// Binds N sockets to HOST:0 at once and reads the ports the kernel chose. The ports are free
+// again once the sockets are closed, just before the workers start; another process may take
+// one in that gap, which the workers survive because their rendezvous retries.
+PortReservation reserve_ports(const std::string& host, int count) {
+  PortReservation result;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
+    result.error = fmt::format("cannot resolve host '{}': {}", host, ::gai_strerror(rc));
+    return result;
+  }
+  // The first address of HOST that all N sockets bind to.
+  std::string last_error = "no address";
+  for (addrinfo* address = found; address != nullptr; address = address->ai_next) {
+    for (int k = 0; k < count; ++k) {
+      const int fd = ::socket(address->ai_family, address->ai_socktype, address->ai_protocol);
+      if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+      sockaddr_storage bound{};
+      socklen_t length = sizeof bound;
+      if (fd < 0 || ::bind(fd, address->ai_addr, address->ai_addrlen) != 0 ||
+          ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+        last_error = std::strerror(errno);
+        if (fd >= 0) ::close(fd);
+        break;
+      }
+      result.sockets.push_back(fd);
+      const auto port = bound.ss_family == AF_INET6
+                            ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                            : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port;
+      result.ports.push_back(ntohs(port));
+    }
+    if (static_cast<int>(result.ports.size()) == count) break;
+    for (const int fd : result.sockets)
+      ::close(fd);
+    result.sockets.clear();
+    result.ports.clear();
+  }
+  ::freeaddrinfo(found);
+  if (static_cast<int>(result.ports.size()) != count) {
+    result.error = fmt::format("cannot reserve {} free ports on '{}': {}", count, host, last_error);
+  }
+  return result;
+}
+
+std::string tf_config(const std::vector<std::string>& workers, int index) {
+  const nlohmann::json config = {
+      {"cluster", {{"worker", workers}}},
+      {"task", {{"type", "worker"}, {"index", index}}},
+  };
+  return config.dump();
+}
+
+// Rank variables of other launchers; a worker that saw them might believe them over TF_CONFIG.
+bool is_foreign_rank_variable(std::string_view name) {
+  static constexpr auto kNames = std::to_array<std::string_view>(
+      {// torchrun / torch.distributed.elastic
+       "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+       "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+       // SLURM
+       "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS",
+       "SLURM_STEP_NUM_TASKS",
+       // PMI / PMIx (MPICH, Intel MPI, OpenMPI)
+       "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "PMI_LOCAL_RANK"});
+  static constexpr auto kPrefixes =
+      std::to_array<std::string_view>({"OMPI_COMM_WORLD_", "TORCHELASTIC_"});
+  return std::find(kNames.begin(), kNames.end(), name) != kNames.end() ||
+         std::any_of(kPrefixes.begin(), kPrefixes.end(),
+                     [&](std::string_view prefix) { return name.starts_with(prefix); });
+}
+
+// The inherited environment minus other launchers' rank variables and the ones we set.
+std::vector<std::string> base_environment(bool set_local_replicas) {
+  std::vector<std::string> env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text = *entry;
+    const std::string_view name = text.substr(0, text.find('='));
+    if (is_foreign_rank_variable(name) || name == "TF_CONFIG" || name == "STRATA_LAUNCH_RANK" ||
+        name == "STRATA_LAUNCH_WORLD_SIZE" ||
+        (set_local_replicas && name == "STRATA_LOCAL_REPLICAS")) {
+      continue;
+    }
+    env.emplace_back(text);
+  }
+  return env;
+}
+
+std::string signal_name(int signal) {
+  static constexpr std::array<std::pair<int, std::string_view>, 16> kNames = {{
+      {SIGHUP, "SIGHUP"},
+      {SIGINT, "SIGINT"},
+      {SIGQUIT, "SIGQUIT"},
+      {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"},
+      {SIGABRT, "SIGABRT"},
+      {SIGBUS, "SIGBUS"},
+      {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"},
+      {SIGUSR1, "SIGUSR1"},
+      {SIGSEGV, "SIGSEGV"},
+      {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"},
+      {SIGALRM, "SIGALRM"},
+      {SIGTERM, "SIGTERM"},
+      {SIGXCPU, "SIGXCPU"},
+  }};
+  for (const auto& [number, name] : kNames) {
+    if (number == signal) return fmt::format("signal {} ({})", signal, name);
+  }
+  return fmt::format("signal {}", signal);
+}
+
+// ---- signals -----------------------------------------------------------------------------------
+
+// The handler only counts and wakes poll() through the self-pipe: async-signal-safe. The main
+// loop compares the counts with the ones it has handled, so no signal is lost or seen twice.
+volatile std::sig_atomic_t g_sigint_count = 0;
+volatile std::sig_atomic_t g_sigterm_count = 0;
+int g_wake_write_fd = -1;
+
+extern "C" void on_signal(int signal) {
+  const int saved_errno = errno;
+  if (signal == SIGINT) g_sigint_count = g_sigint_count + 1;
+  if (signal == SIGTERM) g_sigterm_count = g_sigterm_count + 1;
+  const char byte = 0;
+  [[maybe_unused]] const ssize_t ignored = ::write(g_wake_write_fd, &byte, 1);
+  errno = saved_errno;
+}
+
+constexpr std::array<int, 3> kHandledSignals = {SIGINT, SIGTERM, SIGCHLD};
+
+// ---- workers -----------------------------------------------------------------------------------
+
+struct Stream {
+  int fd = -1;   // read end of the worker's pipe, non-blocking; -1 once closed
+  int out = -1;  // where its lines go: our stdout or stderr
+  std::string pending;
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  Stream out, err;
+  std::vector<std::string> env;  // "NAME=value", prepared before fork
+};
+
+class Launcher {
+ public:
+  Launcher(Options options, int wake_read_fd)
+      : options_(std::move(options)), wake_read_fd_(wake_read_fd) {}
+
+  // Starts the workers, relays their output until all have exited, returns the exit status.
+  int run(std::vector<std::vector<std::string>> environments, PortReservation& reservation);
+
+ private:
+  bool any_running() const {
+    return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; });
+  }
+  bool start(Worker& worker, int null_fd);
+  [[noreturn]] void exec_worker(Worker& worker, int null_fd, int out_fd, int err_fd, pid_t parent);
+  void poll_once();
+  void read_stream(Worker& worker, Stream& stream, bool drain);
+  void emit(const Worker& worker, const Stream& stream, std::string_view line) const;
+  void close_stream(Worker& worker, Stream& stream);
+  void reap();
+  void handle_signals();
+  void stop(int signal, int exit_status);
+  void signal_running(int signal);
+  void kill_remaining();
+
+  Options options_;
+  int wake_read_fd_;
+  std::vector<Worker> workers_;
+  bool stopping_ = false;
+  bool killed_ = false;
+  int exit_status_ = 0;
+  std::optional<Clock::time_point> kill_at_;
+  std::sig_atomic_t sigint_seen_ = 0;
+  std::sig_atomic_t sigterm_seen_ = 0;
+};
+
+int Launcher::run(std::vector<std::vector<std::string>> environments,
+                  PortReservation& reservation) {
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) {
+    message(fmt::format("cannot open /dev/null: {}", std::strerror(errno)));
+    return kLauncherError;
+  }
+  workers_.resize(environments.size());
+  for (std::size_t i = 0; i < workers_.size(); ++i) {
+    workers_[i].rank = static_cast<int>(i);
+    workers_[i].env = std::move(environments[i]);
+    workers_[i].out.out = STDOUT_FILENO;
+    workers_[i].err.out = STDERR_FILENO;
+  }
+
+  // Signals stay blocked while forking: a child must not run our handler (it would write to
+  // our self-pipe) before it has reset the dispositions.
+  sigset_t handled, previous;
+  sigemptyset(&handled);
+  for (const int signal : kHandledSignals)
+    sigaddset(&handled, signal);
+  ::sigprocmask(SIG_BLOCK, &handled, &previous);
+  for (const int fd : reservation.sockets)
+    ::close(fd);
+  reservation.sockets.clear();
+  for (auto& worker : workers_) {
+    if (!start(worker, null_fd)) {
+      stop(SIGTERM, kLauncherError);
+      break;
+    }
+  }
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+  ::close(null_fd);
+
+  while (any_running())
+    poll_once();
+  return exit_status_;
+}
+
+bool Launcher::start(Worker& worker, int null_fd) {
+  int out_pipe[2], err_pipe[2];
+  if (!make_pipe(out_pipe, false)) {
+    message(fmt::format("cannot create a pipe for rank {}: {}", worker.rank, std::strerror(errno)));
+    return false;
+  }
+  if (!make_pipe(err_pipe, false)) {
+    message(fmt::format("cannot create a pipe for rank {}: {}", worker.rank, std::strerror(errno)));
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return false;
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    message(fmt::format("cannot start rank {}: {}", worker.rank, std::strerror(errno)));
+    for (const int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]})
+      ::close(fd);
+    return false;
+  }
+  if (pid == 0) exec_worker(worker, null_fd, out_pipe[1], err_pipe[1], parent);
+
+  // Also here, not only in the child: the group must exist before we may signal it.
+  ::setpgid(pid, pid);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  for (const int fd : {out_pipe[0], err_pipe[0]})
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  worker.pid = pid;
+  worker.running = true;
+  worker.out.fd = out_pipe[0];
+  worker.err.fd = err_pipe[0];
+  return true;
+}
+
+void Launcher::exec_worker(Worker& worker, int null_fd, int out_fd, int err_fd, pid_t parent) {
+  // Its own process group: the terminal's Ctrl-C reaches only the launcher, which forwards it.
+  ::setpgid(0, 0);
+#if defined(__linux__)
+  // A launcher killed by SIGKILL cannot stop its workers; the kernel does it instead.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) ::_exit(kLauncherError);
+#else
+  (void)parent;
+#endif
+  ::dup2(null_fd, STDIN_FILENO);
+  ::dup2(out_fd, STDOUT_FILENO);
+  ::dup2(err_fd, STDERR_FILENO);
+  // Every other descriptor of ours is close-on-exec. Ignored signals would stay ignored across
+  // exec (SIGPIPE is ignored in the launcher), and handlers must not run before exec.
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+  for (const int signal : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE})
+    ::sigaction(signal, &default_action, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  std::vector<char*> envp;
+  for (auto& entry : worker.env)
+    envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (auto& arg : options_.command)
+    argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  environ = envp.data();  // execvp searches PATH of this environment, then passes it on
+  ::execvp(argv[0], argv.data());
+  const std::string text =
+      fmt::format("strata-launch: cannot run {}: {}\n", options_.command[0], std::strerror(errno));
+  write_all(STDERR_FILENO, text);
+  ::_exit(kCannotExecute);
+}
+
+void Launcher::poll_once() {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Worker*, Stream*>> owners;
+  fds.push_back({wake_read_fd_, POLLIN, 0});
+  owners.emplace_back(nullptr, nullptr);
+  for (auto& worker : workers_) {
+    for (Stream* stream : {&worker.out, &worker.err}) {
+      if (stream->fd < 0) continue;
+      fds.push_back({stream->fd, POLLIN, 0});
+      owners.emplace_back(&worker, stream);
+    }
+  }
+  // Without a pending SIGKILL the wait is driven by output, signals and SIGCHLD alone.
+  int timeout_ms = -1;
+  if (kill_at_) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*kill_at_ - Clock::now());
+    timeout_ms =
+        static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(left.count(), 0, INT_MAX));
+  }
+  const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (ready > 0) {
+    for (std::size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) read_stream(*owners[i].first, *owners[i].second, false);
+    }
+    if (fds[0].revents != 0) {
+      char buffer[256];
+      while (::read(wake_read_fd_, buffer, sizeof buffer) > 0) {
+      }
+    }
+  }
+  handle_signals();
+  reap();
+  if (kill_at_ && Clock::now() >= *kill_at_) kill_remaining();
+}
+
+void Launcher::read_stream(Worker& worker, Stream& stream, bool drain) {
+  char buffer[kMaxLineBytes];
+  // When draining an exited worker, a bounded number of reads: a grandchild that inherited the
+  // pipe could otherwise keep us reading forever.
+  for (int reads = 0; reads < (drain ? 64 : 1); ++reads) {
+    const ssize_t n = ::read(stream.fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      close_stream(worker, stream);
+      return;
+    }
+    stream.pending.append(buffer, static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (std::size_t newline; (newline = stream.pending.find('\n', start)) != std::string::npos;
+         start = newline + 1) {
+      emit(worker, stream, std::string_view(stream.pending).substr(start, newline - start));
+    }
+    stream.pending.erase(0, start);
+    while (stream.pending.size() >= kMaxLineBytes) {
+      emit(worker, stream, std::string_view(stream.pending).substr(0, kMaxLineBytes));
+      stream.pending.erase(0, kMaxLineBytes);
+    }
+  }
+}
+
+void Launcher::emit(const Worker& worker, const Stream& stream, std::string_view line) const {
+  // A line may reach kMaxLineBytes twice over when a read completes it: split it here too.
+  do {
+    const auto piece = line.substr(0, kMaxLineBytes);
+    line.remove_prefix(piece.size());
+    std::string text = fmt::format("[{}] ", worker.rank);
+    text.append(piece);
+    text.push_back('\n');
+    write_all(stream.out, text);
+  } while (!line.empty());
+}
+
+void Launcher::close_stream(Worker& worker, Stream& stream) {
+  if (!stream.pending.empty()) emit(worker, stream, stream.pending);
+  stream.pending.clear();
+  if (stream.fd >= 0) ::close(stream.fd);
+  stream.fd = -1;
+}
+
+void Launcher::reap() {
+  for (auto& worker : workers_) {
+    if (!worker.running) continue;
+    int status = 0;
+    pid_t done;
+    do {
+      done = ::waitpid(worker.pid, &status, WNOHANG);
+    } while (done < 0 && errno == EINTR);
+    if (done != worker.pid) continue;
+    worker.running = false;
+    // What it wrote before exiting is in the pipes; print it before saying how it ended. Output
+    // of descendants that outlive it is not waited for.
+    for (Stream* stream : {&worker.out, &worker.err}) {
+      if (stream->fd >= 0) read_stream(worker, *stream, true);
+      close_stream(worker, *stream);
+    }
+    const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    if (code == 0 || stopping_) continue;
+    message(WIFSIGNALED(status)
+                ? fmt::format("rank {} killed by {}", worker.rank, signal_name(WTERMSIG(status)))
+                : fmt::format("rank {} exited with status {}", worker.rank, code));
+    stop(SIGTERM, code);
+  }
+}
+
+void Launcher::handle_signals() {
+  for (const auto& [signal, count, seen] :
+       {std::tuple{SIGINT, &g_sigint_count, &sigint_seen_},
+        std::tuple{SIGTERM, &g_sigterm_count, &sigterm_seen_}}) {
+    if (*count == *seen) continue;
+    *seen = *count;
+    if (!stopping_) {
+      message(fmt::format("received {}, forwarding it to the workers", signal_name(signal)));
+      stop(signal, 128 + signal);
+    } else if (!killed_) {
+      message(fmt::format("received {} again, killing the workers", signal_name(signal)));
+      kill_remaining();
+    }
+  }
+}
+
+void Launcher::stop(int signal, int exit_status) {
+  stopping_ = true;
+  exit_status_ = exit_status;
+  signal_running(signal);
+  kill_at_ = Clock::now() + options_.grace;
+}
+
+void Launcher::signal_running(int signal) {
+  for (const auto& worker : workers_) {
+    // The group reaches the worker's own children too; the pid alone covers a worker that has
+    // moved to a group of its own.
+    if (worker.running && ::kill(-worker.pid, signal) != 0) ::kill(worker.pid, signal);
+  }
+}
+
+void Launcher::kill_remaining() {
+  kill_at_.reset();
+  killed_ = true;
+  std::string ranks;
+  for (const auto& worker : workers_) {
+    if (worker.running) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", worker.rank);
+  }
+  if (ranks.empty()) return;
+  message(fmt::format("sending SIGKILL to rank{} {}",
+                      ranks.find(',') == std::string::npos ? "" : "s", ranks));
+  signal_running(SIGKILL);
+}
+
+// Descriptors 0-2 must be open, or a pipe could land on one of them and a worker's dup2 onto
+// it would keep its close-on-exec flag.
+void ensure_standard_descriptors() {
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) ::open("/dev/null", O_RDWR);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ensure_standard_descriptors();
+  const ParseResult parsed = parse_command_line(argc, argv);
+  switch (parsed.action) {
+    case ParseResult::Action::help:
+      write_all(STDOUT_FILENO, kUsage);
+      return 0;
+    case ParseResult::Action::version:
+      write_all(STDOUT_FILENO, fmt::format("strata-launch {}.{}.{}\n", STRATA_VERSION_MAJOR,
+                                           STRATA_VERSION_MINOR, STRATA_VERSION_PATCH));
+      return 0;
+    case ParseResult::Action::usage_error:
+      message(parsed.error);
+      write_all(STDERR_FILENO, kUsage);
+      return kUsageError;
+    case ParseResult::Action::run:
+      break;
+  }
+  const Options& options = parsed.options;
+
+  PortReservation reservation = reserve_ports(options.host, options.workers);
+  if (!reservation.error.empty()) {
+    message(reservation.error);
+    return kLauncherError;
+  }
+  // IPv6 literals need brackets in "host:port".
+  const bool bracket = options.host.find(':') != std::string::npos && options.host.front() != '[';
+  std::vector<std::string> addresses;
+  for (const int port : reservation.ports) {
+    addresses.push_back(bracket ? fmt::format("[{}]:{}", options.host, port)
+                                : fmt::format("{}:{}", options.host, port));
+  }
+  const std::vector<std::string> base = base_environment(options.local_replicas.has_value());
+  std::vector<std::vector<std::string>> environments;
+  for (int rank = 0; rank < options.workers; ++rank) {
+    auto env = base;
+    env.push_back("TF_CONFIG=" + tf_config(addresses, rank));
+    env.push_back(fmt::format("STRATA_LAUNCH_RANK={}", rank));
+    env.push_back(fmt::format("STRATA_LAUNCH_WORLD_SIZE={}", options.workers));
+    if (options.local_replicas) {
+      env.push_back(fmt::format("STRATA_LOCAL_REPLICAS={}", *options.local_replicas));
+    }
+    environments.push_back(std::move(env));
+  }
+
+  int wake[2];
+  if (!make_pipe(wake, true)) {
+    message(fmt::format("cannot create a pipe: {}", std::strerror(errno)));
+    return kLauncherError;
+  }
+  g_wake_write_fd = wake[1];
+  struct sigaction action {};
+  action.sa_handler = on_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  for (const int signal : kHandledSignals) {
+    // A SIGINT ignored on entry stays ignored: a shell without job control does that to
+    // background commands so that Ctrl-C at the terminal spares them.
+    struct sigaction inherited {};
+    if (signal == SIGINT && ::sigaction(SIGINT, nullptr, &inherited) == 0 &&
+        inherited.sa_handler == SIG_IGN) {
+      continue;
+    }
+    ::sigaction(signal, &action, nullptr);
+  }
+  // A closed stdout must not kill the launcher and orphan its workers.
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Launcher launcher(options, wake[0]);
+  return launcher.run(std::move(environments), reservation);
+}
