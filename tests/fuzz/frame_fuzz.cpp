@@ -1,6 +1,7 @@
 // libFuzzer entry point for the TCP frame header and Hello decoders; the checks live in
 // tests/support/fuzz/frame.hpp.
-//   build/fuzz/tests/strata_fuzz_frame -max_total_time=60 tests/fuzz/corpus/frame
+// Built and run as tests/CMakeLists.txt says (fuzz a copy of the corpus):
+//   build/fuzz/strata_fuzz_frame -max_total_time=60 build/fuzz/corpus/frame
 #include <cstddef>
 #include <cstdint>
 #include <span>

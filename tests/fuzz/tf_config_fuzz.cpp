@@ -1,5 +1,6 @@
 // libFuzzer entry point for parse_tf_config; the checks live in tests/support/fuzz/tf_config.hpp.
-//   build/fuzz/tests/strata_fuzz_tf_config -max_total_time=60 tests/fuzz/corpus/tf_config
+// Built and run as tests/CMakeLists.txt says (fuzz a copy of the corpus):
+//   build/fuzz/strata_fuzz_tf_config -max_total_time=60 build/fuzz/corpus/tf_config
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -1,0 +1,141 @@
+// Multi-host test of strata/communicator/tcp.hpp: two strata_test_tcp_worker processes in
+// network namespaces of their own, joined by a veth pair, find each other by host name.
+// Needs root and iproute2; otherwise the executable prints why and exits with kSkipped, which
+// ctest reports as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) rather than passed.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <strata/cluster/cluster_spec.hpp>
+#include <strata/cluster/tf_config.hpp>
+
+#include "process.hpp"
+#include "worker_cluster.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using strata::cluster::ClusterSpec;
+using strata::cluster::TaskType;
+using strata::testing::Process;
+using strata::testing::temp_path;
+
+const std::string kWorker = STRATA_TEST_TCP_WORKER;
+
+// The exit code that tells ctest the test was skipped (the autotools convention).
+constexpr int kSkipped = 77;
+
+int shell(const std::string& command) {
+  return std::system((command + " >/dev/null 2>&1").c_str());  // NOLINT(concurrency-mt-unsafe)
+}
+
+// Two network namespaces joined by a veth pair, each with an /etc/hosts of its own
+// (`ip netns exec` bind-mounts /etc/netns/NAME/hosts), so workers reach each other by name.
+struct Namespaces {
+  Namespaces() {
+    const std::string id = std::to_string(::getpid() % 100000);
+    names = {"strata-a" + id, "strata-b" + id};
+    veth_a = "sva" + id;
+    const std::string veth_b = "svb" + id;
+    if (::geteuid() != 0) {
+      skip_reason = "not root: ip netns needs CAP_SYS_ADMIN";
+      return;
+    }
+    if (shell("ip netns add " + names[0]) != 0) {
+      skip_reason = "ip netns add failed (no iproute2, or namespaces are not permitted here)";
+      return;
+    }
+    created = true;
+    if (shell("ip netns add " + names[1]) != 0) {
+      skip_reason = "ip netns add failed (no iproute2, or namespaces are not permitted here)";
+      return;
+    }
+    const std::string hosts = "10.231.7.1 worker-a.strata.test\n10.231.7.2 worker-b.strata.test\n";
+    for (const auto& name : names) {
+      std::filesystem::create_directories("/etc/netns/" + name);
+      std::ofstream("/etc/netns/" + name + "/hosts") << hosts;
+    }
+    const bool ok =
+        shell(fmt::format("ip link add {} type veth peer name {}", veth_a, veth_b)) == 0 &&
+        shell(fmt::format("ip link set {} netns {}", veth_a, names[0])) == 0 &&
+        shell(fmt::format("ip link set {} netns {}", veth_b, names[1])) == 0 &&
+        shell(fmt::format("ip netns exec {} ip addr add 10.231.7.1/24 dev {}", names[0], veth_a)) ==
+            0 &&
+        shell(fmt::format("ip netns exec {} ip addr add 10.231.7.2/24 dev {}", names[1], veth_b)) ==
+            0 &&
+        shell(fmt::format("ip netns exec {} ip link set {} up", names[0], veth_a)) == 0 &&
+        shell(fmt::format("ip netns exec {} ip link set {} up", names[1], veth_b)) == 0 &&
+        shell(fmt::format("ip netns exec {} ip link set lo up", names[0])) == 0 &&
+        shell(fmt::format("ip netns exec {} ip link set lo up", names[1])) == 0;
+    if (!ok) skip_reason = "could not set up the veth pair between the namespaces";
+  }
+  Namespaces(const Namespaces&) = delete;
+  Namespaces& operator=(const Namespaces&) = delete;
+  ~Namespaces() {
+    if (!created) return;
+    // A pair that never left the root namespace outlives the namespaces; deleting one end
+    // deletes both (and fails harmlessly when the pair went away with them).
+    shell("ip link del " + veth_a);
+    for (const auto& name : names) {
+      shell("ip netns del " + name);
+      std::error_code ignored;
+      std::filesystem::remove_all("/etc/netns/" + name, ignored);
+    }
+  }
+  std::vector<std::string> names;
+  std::string veth_a;
+  std::string skip_reason;
+  bool created = false;
+};
+
+// Ends the process as skipped. doctest has no run-time skip, and a test that returns early
+// would be reported as passed.
+[[noreturn]] void skip(const std::string& reason) {
+  std::fprintf(stderr, "skipped: %s\n", reason.c_str());
+  std::exit(kSkipped);  // NOLINT(concurrency-mt-unsafe)
+}
+
+// Two workers, one in each namespace, join by host name and all-reduce.
+void run_across(const Namespaces& hosts) {
+  ClusterSpec cluster;
+  cluster.add({TaskType::worker, 0}, {"worker-a.strata.test", 23456});
+  cluster.add({TaskType::worker, 1}, {"worker-b.strata.test", 23456});
+  std::vector<Process> processes;
+  for (int r = 0; r < 2; ++r) {
+    std::map<std::string, std::string> env{
+        {"TF_CONFIG", strata::cluster::make_tf_config(cluster, {TaskType::worker, r})},
+        {"STRATA_TIMEOUT", "10s"}};
+    processes.emplace_back(
+        std::vector<std::string>{"ip", "netns", "exec", hosts.names[static_cast<std::size_t>(r)],
+                                 kWorker, "loop", "20", "100003"},
+        env, temp_path(fmt::format("netns{}", r)));
+  }
+  for (auto& p : processes) {
+    REQUIRE(p.wait_for(20s));
+    CHECK_MESSAGE(p.exit_code() == 0, p.output());
+    CHECK(p.output().find("ok") != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("workers on separate hosts (network namespaces) form a group by host name") {
+  std::string skip_reason;
+  {
+    Namespaces hosts;
+    skip_reason = hosts.skip_reason;
+    if (skip_reason.empty()) run_across(hosts);
+  }  // the namespaces are gone before a skip ends the process (std::exit unwinds nothing)
+  if (!skip_reason.empty()) skip(skip_reason);
+}
