@@ -6406,6 +6406,7 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
 // meanwhile (garbage, wrong token, ...).
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -6701,8 +6702,16 @@ class MeshBuilder {
   }
 
   std::unique_ptr<Mesh> build() {
-    if (missing_ == 0) return std::move(mesh_);
-    if (config_.rank < size_ - 1) listen();
+    // Every rank binds its own address, also one that no peer connects to (the last rank, a
+    // group of one): a foreign address or a port in use is then this rank's configuration
+    // error, not a timeout blamed on a peer, and a socket handed in is closed below with the
+    // rest instead of listening on for the life of the process.
+    listen();
+    if (missing_ == 0) {
+      std::error_code ignored;
+      acceptor_.close(ignored);
+      return std::move(mesh_);
+    }
     for (int peer = 0; peer < config_.rank; ++peer)
       connect_to(peer);
     if (!complete() && !failure_) mesh_->io_.run_until(deadline_.time_point());
@@ -6930,7 +6939,8 @@ class MeshBuilder {
             config_.rank, "rendezvous",
             fmt::format("port {} of {} is already in use", own.port, own.to_string()),
             "stop the program holding it (a previous run?) or give this task another port");
-      if (ec == std::errc::address_not_available)
+      // asio's system category maps EADDRNOTAVAIL to no std::errc condition: compare the value.
+      if (ec == std::error_code(EADDRNOTAVAIL, asio::error::get_system_category()))
         throw ConfigurationError(
             config_.rank, "rendezvous",
             fmt::format("{} is not an address of this machine", own.to_string()),
@@ -6942,7 +6952,7 @@ class MeshBuilder {
             fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
             "check the address and port given for this task");
     }
-    accept();
+    if (config_.rank < size_ - 1) accept();  // only peers of a higher rank connect here
   }
 
   void accept() {

@@ -1,21 +1,36 @@
 // Tests for the failure semantics of strata/communicator/tcp.hpp, with every rank a thread of
 // this process on loopback: mismatched calls raise MismatchError on every rank, a stalled rank
 // makes the others time out naming it, abort() releases every rank, a failed group refuses
-// later calls; rendezvous names missing ranks, ports in use and wrong cluster tokens, and
-// survives hostile bytes on its port. Failures of real processes (SIGKILL, SIGSTOP) are in
+// later calls; rendezvous names missing ranks, ports in use, addresses of other machines and
+// wrong cluster tokens, and survives hostile bytes on its port; listening sockets bind the
+// task's address only and close once the group is formed; the cluster token never crosses the
+// wire. Failures of real processes (SIGKILL, SIGSTOP) are in
 // tcp_process_test.cpp.
 #include <strata/communicator/tcp.hpp>
 
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <functional>
+#include <list>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
@@ -96,6 +111,196 @@ CommunicatorOptions deadline(std::chrono::milliseconds timeout) {
   options.timeout = timeout;
   return options;
 }
+
+// Ports that were free a moment ago (bound by the kernel's choice, then closed), for clusters
+// whose ranks bind their own listening sockets.
+std::vector<std::uint16_t> free_ports(int n) {
+  asio::io_context io;
+  std::vector<asio::ip::tcp::acceptor> held;
+  std::vector<std::uint16_t> ports;
+  for (int k = 0; k < n; ++k) {
+    held.emplace_back(io, asio::ip::tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
+    ports.push_back(held.back().local_endpoint().port());
+  }
+  return ports;
+}
+
+// The membership of worker `index` of a two-worker TF_CONFIG cluster at `first` and `second`,
+// as resolve_cluster() and membership_of() give it to a program.
+TcpMembership membership_from_tf_config(const std::string& first, const std::string& second,
+                                        int index) {
+  strata::cluster::ResolveOptions options;
+  options.environment = strata::cluster::environment_from(
+      {{"TF_CONFIG",
+        fmt::format(R"({{"cluster": {{"worker": ["{}", "{}"]}}, "task": {{"type": "worker", )"
+                    R"("index": {}}}}})",
+                    first, second, index)}});
+  auto resolved = strata::cluster::resolve_cluster(options);
+  return strata::communicator::membership_of(resolved);
+}
+
+// The local addresses of this network namespace's TCP sockets listening on `port`, read from
+// the kernel's tables (/proc/net/tcp and tcp6): what `ss -ltn` shows.
+std::vector<std::string> listening_addresses(std::uint16_t port) {
+  std::vector<std::string> found;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot;
+      std::string local;
+      std::string remote;
+      std::string state;
+      fields >> slot >> local >> remote >> state;
+      const auto colon = local.find(':');
+      if (state != "0A" || colon == std::string::npos) continue;  // 0A: TCP_LISTEN
+      if (std::stoul(local.substr(colon + 1), nullptr, 16) != port) continue;
+      // The address is printed as 32-bit words of its network-order bytes, each in host order.
+      const std::string hex = local.substr(0, colon);
+      std::array<unsigned char, 16> bytes{};
+      const std::size_t words = hex.size() / 8;
+      for (std::size_t w = 0; w < words && w < 4; ++w) {
+        const auto word = static_cast<std::uint32_t>(std::stoul(hex.substr(8 * w, 8), nullptr, 16));
+        std::memcpy(&bytes[4 * w], &word, sizeof word);
+      }
+      std::array<char, INET6_ADDRSTRLEN> text{};
+      ::inet_ntop(words == 1 ? AF_INET : AF_INET6, bytes.data(), text.data(), text.size());
+      found.emplace_back(text.data());
+    }
+  }
+  return found;
+}
+
+// 0 when a TCP connection to host:port succeeds, else the errno of connect().
+int connect_errno(const char* host, std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in target{};
+  target.sin_family = AF_INET;
+  target.sin_port = htons(port);
+  REQUIRE(::inet_pton(AF_INET, host, &target.sin_addr) == 1);
+  const int result = ::connect(fd, reinterpret_cast<const sockaddr*>(&target), sizeof target);
+  const int error = result == 0 ? 0 : errno;
+  ::close(fd);
+  return error;
+}
+
+// A TCP relay on 127.0.0.1 that forwards every connection to 127.0.0.1:`target` and records
+// the bytes of both directions: a wiretap between two ranks.
+class Wiretap {
+ public:
+  explicit Wiretap(std::uint16_t target) : target_(target) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(listener_ >= 0);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof local;
+    REQUIRE(::bind(listener_, reinterpret_cast<const sockaddr*>(&local), sizeof local) == 0);
+    REQUIRE(::listen(listener_, 16) == 0);
+    REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&local), &size) == 0);
+    port_ = ntohs(local.sin_port);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  Wiretap(const Wiretap&) = delete;
+  Wiretap& operator=(const Wiretap&) = delete;
+  ~Wiretap() { stop(); }
+
+  std::uint16_t port() const noexcept { return port_; }
+
+  // Stops accepting and waits until both ends of every relayed connection have closed.
+  void stop() {
+    stopping_ = true;
+    if (acceptor_.joinable()) acceptor_.join();
+    for (auto& pump : pumps_)
+      if (pump.joinable()) pump.join();
+    for (int fd : fds_)
+      ::close(fd);
+    fds_.clear();
+    if (listener_ >= 0) ::close(listener_);
+    listener_ = -1;
+  }
+
+  // What each side sent on each connection: [2k] from the connecting side, [2k+1] from the
+  // accepting side of connection k. Call after stop().
+  const std::list<std::string>& streams() const noexcept { return streams_; }
+
+ private:
+  void accept_loop() {
+    while (!stopping_) {
+      pollfd ready{listener_, POLLIN, 0};
+      if (::poll(&ready, 1, 20) <= 0) continue;  // re-check stopping_ now and then
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) continue;
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in target{};
+      target.sin_family = AF_INET;
+      target.sin_port = htons(target_);
+      target.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (server < 0 ||
+          ::connect(server, reinterpret_cast<const sockaddr*>(&target), sizeof target) != 0) {
+        ::close(client);
+        if (server >= 0) ::close(server);
+        continue;
+      }
+      fds_.push_back(client);
+      fds_.push_back(server);
+      std::string& upstream = streams_.emplace_back();
+      std::string& downstream = streams_.emplace_back();
+      pumps_.emplace_back([client, server, &upstream] { pump(client, server, upstream); });
+      pumps_.emplace_back([client, server, &downstream] { pump(server, client, downstream); });
+    }
+  }
+
+  // Copies `from` to `to` until `from` ends, recording the bytes; then ends `to`'s direction.
+  static void pump(int from, int to, std::string& record) {
+    std::array<char, 65536> buffer{};
+    for (;;) {
+      const auto n = ::read(from, buffer.data(), buffer.size());
+      if (n <= 0) break;
+      record.append(buffer.data(), static_cast<std::size_t>(n));
+      for (ssize_t sent = 0; sent < n;) {
+        const auto k = ::write(to, buffer.data() + sent, static_cast<std::size_t>(n - sent));
+        if (k <= 0) break;
+        sent += k;
+      }
+    }
+    ::shutdown(to, SHUT_WR);
+  }
+
+  std::uint16_t target_;
+  std::uint16_t port_ = 0;
+  int listener_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  // Owned by the accept loop until stop() joins it; each stream is written by one pump only.
+  std::list<std::string> streams_;
+  std::vector<std::thread> pumps_;
+  std::vector<int> fds_;
+};
+
+// Sets an environment variable for the lifetime of the guard (no other thread may run then).
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;  // NOLINT(concurrency-mt-unsafe)
+    ::setenv(name, value, 1);                             // NOLINT(concurrency-mt-unsafe)
+  }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+  ~ScopedEnvironment() {
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);  // NOLINT(concurrency-mt-unsafe)
+    else
+      ::unsetenv(name_);  // NOLINT(concurrency-mt-unsafe)
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace
 
@@ -457,4 +662,167 @@ TEST_CASE("hostile bytes on a rank's port are dropped and the group still forms"
   });
   CHECK_FALSE(errors[0]);
   CHECK_FALSE(errors[1]);
+}
+
+TEST_CASE("the listening socket binds the task's address only, and closes once the group forms") {
+  const auto ports = free_ports(2);
+  const std::string first = fmt::format("127.0.0.1:{}", ports[0]);
+  const std::string second = fmt::format("127.0.0.1:{}", ports[1]);
+  auto membership = membership_from_tf_config(first, second, 0);
+  REQUIRE(membership.listen_fd == -1);  // the communicator binds the socket itself
+  std::optional<TcpCommunicator> rank0;
+  std::optional<TcpCommunicator> rank1;
+  std::exception_ptr error0;
+  std::exception_ptr error1;
+  {
+    std::jthread joining0([&] {
+      try {
+        rank0.emplace(std::move(membership), TcpOptions{}, deadline(30s));
+      } catch (...) {
+        error0 = std::current_exception();
+      }
+    });
+    // Rank 0 listens while it waits for rank 1, which has not started yet.
+    std::vector<std::string> bound;
+    for (int attempt = 0; attempt < 2000 && bound.empty(); ++attempt) {
+      bound = listening_addresses(ports[0]);
+      if (bound.empty()) std::this_thread::sleep_for(5ms);
+    }
+    CHECK(bound == std::vector<std::string>{"127.0.0.1"});
+    // Linux delivers all of 127.0.0.0/8 to lo: a socket bound to every interface would answer.
+    CHECK(connect_errno("127.0.0.2", ports[0]) == ECONNREFUSED);
+    std::jthread joining1([&] {
+      try {
+        rank1.emplace(membership_from_tf_config(first, second, 1), TcpOptions{}, deadline(30s));
+      } catch (...) {
+        error1 = std::current_exception();
+      }
+    });
+  }
+  REQUIRE_MESSAGE(!error0, message_of(error0));
+  REQUIRE_MESSAGE(!error1, message_of(error1));
+  // The group is formed: nothing can join it any more.
+  CHECK(listening_addresses(ports[0]).empty());
+  CHECK(listening_addresses(ports[1]).empty());
+}
+
+// The last rank and a one-rank group accept nobody, yet must close the socket they were
+// handed: else strangers' connections queue there, and each group leaks a descriptor.
+TEST_CASE("no rank's listening socket outlives the forming of its group") {
+  // TcpCommunicator::create and the launchers' resolvers hand every rank a bound socket, the
+  // last rank's included, though the last rank accepts nobody.
+  for (int size : {1, 2, 3}) {
+    CAPTURE(size);
+    Ports ports(size);
+    std::vector<std::optional<TcpCommunicator>> group(static_cast<std::size_t>(size));
+    auto errors = run_ranks(size, [&](int r) {
+      group[static_cast<std::size_t>(r)].emplace(ports.membership(r), TcpOptions{}, deadline(10s));
+    });
+    for (int r = 0; r < size; ++r) {
+      CAPTURE(r);
+      REQUIRE_MESSAGE(!errors[static_cast<std::size_t>(r)],
+                      message_of(errors[static_cast<std::size_t>(r)]));
+      CHECK_MESSAGE(listening_addresses(ports.addresses[static_cast<std::size_t>(r)].port).empty(),
+                    "rank ", r, " still listens on its port while the group is formed");
+    }
+  }
+}
+
+namespace {
+
+// True when this kernel lets a process bind addresses it does not have: then no address is
+// foreign, and the tests that need one say so and stop.
+bool any_address_binds() {
+  std::string nonlocal_bind;
+  std::ifstream("/proc/sys/net/ipv4/ip_nonlocal_bind") >> nonlocal_bind;
+  if (nonlocal_bind != "1") return false;
+  MESSAGE("skipped: net.ipv4.ip_nonlocal_bind=1 lets any address be bound");
+  return true;
+}
+
+// The error of joining as worker `index` of a two-worker cluster in which that worker's
+// address is 192.0.2.1 (TEST-NET-1, RFC 5737: no machine has it); "no error" if none.
+std::string foreign_address_error(int index, std::string& foreign) {
+  const auto ports = free_ports(2);
+  foreign = fmt::format("192.0.2.1:{}", ports[0]);
+  const std::string local = fmt::format("127.0.0.1:{}", ports[1]);
+  try {
+    TcpCommunicator comm(membership_from_tf_config(index == 0 ? foreign : local,
+                                                   index == 0 ? local : foreign, index),
+                         {}, deadline(2s));
+  } catch (const strata::ConfigurationError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return fmt::format("not a ConfigurationError: {}", e.what());
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("a task address that is not this machine's is a configuration error naming it") {
+  if (any_address_binds()) return;
+  std::string foreign;
+  const std::string error = foreign_address_error(0, foreign);
+  CAPTURE(error);
+  CHECK(error.find("rank 0") != std::string::npos);
+  CHECK(error.find(foreign) != std::string::npos);
+  // Not the generic "cannot listen on ..." (asio maps EADDRNOTAVAIL to no std::errc).
+  CHECK(error.find("not an address of this machine") != std::string::npos);
+}
+
+// The last rank accepts nobody but binds its address all the same: else a wrong one would go
+// unnoticed, and the rank would time out blaming rank 0 ("rank 0 did not join ...").
+TEST_CASE("the last rank's foreign address is a configuration error too") {
+  if (any_address_binds()) return;
+  std::string foreign;
+  const std::string error = foreign_address_error(1, foreign);
+  CAPTURE(error);
+  CHECK(error.find("not a ConfigurationError") == std::string::npos);
+  CHECK(error.find(foreign) != std::string::npos);
+}
+
+TEST_CASE("the cluster token from STRATA_CLUSTER_TOKEN never crosses the wire") {
+  // Two ranks form a group and all-reduce through a wiretap: rank 1 reaches rank 0 only via
+  // the relay (its address list names the relay's port; the explicit fingerprint makes both
+  // ranks one cluster all the same).
+  constexpr std::string_view kToken = "strata-test-secret-6b1f0e2c9d4a7358e1f0";
+  ScopedEnvironment token("STRATA_CLUSTER_TOKEN", std::string(kToken).c_str());
+  Ports ports(2);
+  Wiretap wiretap(ports.addresses[0].port);
+  std::vector<float> sums(2, 0.0F);
+  auto errors = run_ranks(2, [&](int r) {
+    auto membership = ports.membership(r);
+    membership.cluster_fingerprint = 0x7a9;
+    if (r == 1) membership.addresses[0].port = wiretap.port();
+    TcpCommunicator comm(std::move(membership), TcpOptions{}, deadline(10s));
+    std::vector<float> data(1000, static_cast<float>(r + 1));
+    comm.all_reduce(std::span(data), strata::ReduceOp::sum);
+    sums[static_cast<std::size_t>(r)] = data[999];
+  });
+  wiretap.stop();
+  CHECK_MESSAGE(!errors[0], message_of(errors[0]));
+  CHECK_MESSAGE(!errors[1], message_of(errors[1]));
+  CHECK(sums == std::vector<float>{3.0F, 3.0F});
+  // Control and data connection at least; each opens with rank 1's Hello, which says it holds
+  // a token: the token from the environment was in use.
+  const auto& streams = wiretap.streams();
+  REQUIRE(streams.size() >= 4);
+  std::size_t index = 0;
+  for (const std::string& stream : streams) {
+    CAPTURE(index);
+    if (index++ % 2 == 0) {
+      REQUIRE(stream.size() >= strata::transport::tcp::kHelloBytes);
+      strata::transport::tcp::Hello hello;
+      std::array<std::byte, strata::transport::tcp::kHelloBytes> bytes{};
+      std::memcpy(bytes.data(), stream.data(), bytes.size());
+      REQUIRE(strata::transport::tcp::decode(bytes, hello));
+      CHECK(hello.rank == 1);
+      CHECK((hello.flags & strata::transport::tcp::Hello::kHasToken) != 0);
+    }
+    // Neither the token nor any 8-byte piece of it.
+    for (std::size_t at = 0; at + 8 <= kToken.size(); ++at)
+      CHECK_MESSAGE(stream.find(kToken.substr(at, 8)) == std::string::npos, "the token's bytes ",
+                    at, "..", at + 7, " were sent");
+  }
 }

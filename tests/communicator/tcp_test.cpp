@@ -1,23 +1,43 @@
 // Tests for strata/communicator/tcp.hpp: group formation on loopback and the conformance of
 // every collective against the independent reference of collective_reference.hpp, for world
-// sizes 1 to 4 (each rank a thread with its own TCP connections).
+// sizes 1 to 8 (each rank a thread with its own TCP connections); which algorithm `automatic`
+// runs; the socket options the tunables ask for.
 //
-// Sweep: every element type × world sizes 1..4 × in and out of place × every ReduceOp (for
+// Sweep: every element type × world sizes 1..8 × in and out of place × every ReduceOp (for
 // reducing collectives) × roots, at counts {0, 1, 7, 1023}, with every all-reduce algorithm
 // (automatic, ring, recursive doubling), and again with 64-byte messages over two connections
-// per peer, so that buffers are cut into many segments; at 2^20+3 and 16 Mi elements every
-// (collective, op, type) once, world sizes rotating. 16-bit floats are checked with one
-// rounding per ring step (Rounding::every_step). Failures and mismatches are in
-// tcp_failure_test.cpp; runs across processes in tcp_process_test.cpp.
+// per peer, so that buffers are cut into many segments (the other collectives at sizes 5..8
+// with the 64-byte tuning only); sizes 5..7 fold ranks in and out of recursive doubling. At 2^20+3
+// and 16 Mi elements every (collective, op, type) once, world sizes rotating over 1..4. 16-bit
+// floats are checked with one rounding per ring step (Rounding::every_step). Failures, mismatches
+// and rendezvous errors are in tcp_failure_test.cpp; runs across processes in tcp_process_test.cpp.
 #include <strata/communicator/tcp.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
 
 #include <strata/communicator/communicator.hpp>
 
@@ -29,6 +49,7 @@ using strata::communicator::Collective;
 using strata::communicator::CommunicatorOptions;
 using strata::communicator::TcpAllReduce;
 using strata::communicator::TcpCommunicator;
+using strata::communicator::TcpMembership;
 using strata::communicator::TcpOptions;
 namespace testing = strata::testing;
 
@@ -65,8 +86,10 @@ testing::ConformanceRunner<TcpCommunicator> runner_for(const Tuning& tuning) {
       });
 }
 
-std::vector<testing::CaseSpec> up_to_four_ranks(std::vector<testing::CaseSpec> cases) {
-  std::erase_if(cases, [](const testing::CaseSpec& c) { return c.size > 4; });
+std::vector<testing::CaseSpec> sizes_between(int smallest, int largest,
+                                             std::vector<testing::CaseSpec> cases) {
+  std::erase_if(cases,
+                [&](const testing::CaseSpec& c) { return c.size < smallest || c.size > largest; });
   return cases;
 }
 
@@ -78,10 +101,145 @@ void report(const testing::SweepSummary& summary) {
   CHECK(summary.cases > 0);
 }
 
-void sweep_small(const Tuning& tuning, Collective kind) {
+void sweep_small(const Tuning& tuning, Collective kind, int smallest, int largest) {
   auto runner = runner_for(tuning);
-  report(testing::run_cases(
-      runner, testing::thinned_when_quick(up_to_four_ranks(testing::small_count_cases(kind)))));
+  report(testing::run_cases(runner, testing::thinned_when_quick(sizes_between(
+                                        smallest, largest, testing::small_count_cases(kind)))));
+}
+
+// Rank `rank`'s input at `index` for telling summation orders apart: magnitudes spread over
+// 2^-20..2^20, so partial sums round and the order of additions shows in the result. (The
+// conformance inputs, all in [-1, 1) on a 2^-23 grid, add exactly in float whatever the order
+// on three ranks.)
+template <class T>
+T spread_value(int rank, std::size_t index) {
+  const std::uint64_t h =
+      testing::mix64(index * 0x9e3779b97f4a7c15ULL + (static_cast<std::uint64_t>(rank) << 48));
+  constexpr int kBits = std::numeric_limits<T>::digits;  // a full significand
+  const T unit = static_cast<T>(h >> (64 - kBits)) * std::ldexp(T{1}, -kBits) - T{0.5};
+  return std::ldexp(unit, static_cast<int>(testing::mix64(h) % 41) - 20);
+}
+
+// Every rank's all_reduce(sum) of spread_value<T>(rank, ·) at each of `counts`, on one group of
+// `size` ranks with `tcp`; element c is rank 0's result at counts[c] as bits (every rank's
+// result is checked to be the same).
+template <class T>
+std::vector<std::vector<testing::Bits<T>>> sums_of(int size, const TcpOptions& tcp,
+                                                   const std::vector<std::size_t>& counts) {
+  auto group = TcpCommunicator::create(size, {}, tcp);
+  const auto un = static_cast<std::size_t>(size);
+  std::vector<std::vector<std::vector<testing::Bits<T>>>> results(un);
+  std::vector<std::exception_ptr> errors(un);
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < size; ++r)
+      threads.emplace_back([&, r] {
+        const auto ur = static_cast<std::size_t>(r);
+        try {
+          for (std::size_t count : counts) {
+            std::vector<T> data(count);
+            for (std::size_t i = 0; i < count; ++i)
+              data[i] = spread_value<T>(r, i);
+            group[ur].all_reduce(std::span(data), strata::ReduceOp::sum);
+            auto& bits = results[ur].emplace_back();
+            for (T x : data)
+              bits.push_back(testing::bits_of(x));
+          }
+        } catch (...) {
+          errors[ur] = std::current_exception();
+        }
+      });
+  }
+  for (auto& error : errors)
+    if (error) std::rethrow_exception(error);
+  for (std::size_t r = 1; r < un; ++r)
+    REQUIRE(results[r] == results[0]);
+  return results[0];
+}
+
+// Listening sockets on 127.0.0.1 with kernel-chosen ports, handed to a group built by hand so
+// that the test knows its ports.
+struct Ports {
+  explicit Ports(int n) {
+    for (int r = 0; r < n; ++r) {
+      asio::ip::tcp::acceptor acceptor(
+          io, asio::ip::tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
+      addresses.push_back({"127.0.0.1", acceptor.local_endpoint().port()});
+      fds.push_back(acceptor.release());
+    }
+  }
+  asio::io_context io;
+  std::vector<strata::cluster::Address> addresses;
+  std::vector<int> fds;
+};
+
+// Forms the group of `ports` with `tcp`, one thread per rank.
+std::vector<TcpCommunicator> form_group(const Ports& ports, const TcpOptions& tcp) {
+  const auto n = ports.addresses.size();
+  std::vector<std::optional<TcpCommunicator>> slots(n);
+  std::vector<std::exception_ptr> errors(n);
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          slots[r].emplace(TcpMembership{static_cast<int>(r), ports.addresses, 0, ports.fds[r]},
+                           tcp);
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+  }
+  for (auto& error : errors)
+    if (error) std::rethrow_exception(error);
+  std::vector<TcpCommunicator> group;
+  for (auto& slot : slots)
+    group.push_back(std::move(*slot));
+  return group;
+}
+
+// The file descriptors of this process's connected TCP sockets that have one of `addresses`'
+// ports at either end: both ends of every connection of a group built on them. The
+// communicator does not expose its sockets, so they are found the way `ss -p` would.
+std::vector<int> connections_on(const std::vector<strata::cluster::Address>& addresses) {
+  auto ours = [&](const sockaddr_in& endpoint) {
+    return std::any_of(addresses.begin(), addresses.end(), [&](const auto& address) {
+      return ntohs(endpoint.sin_port) == address.port;
+    });
+  };
+  std::vector<int> fds;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    struct stat status {};
+    if (::fstat(fd, &status) != 0 || !S_ISSOCK(status.st_mode)) continue;
+    sockaddr_in local{};
+    sockaddr_in peer{};
+    socklen_t local_size = sizeof local;
+    socklen_t peer_size = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0 ||
+        local.sin_family != AF_INET)
+      continue;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_size) != 0) continue;
+    if (ours(local) || ours(peer)) fds.push_back(fd);
+  }
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+int int_option(int fd, int level, int name) {
+  int value = -1;
+  socklen_t size = sizeof value;
+  REQUIRE(::getsockopt(fd, level, name, &value, &size) == 0);
+  return value;
+}
+
+// What getsockopt reports after setsockopt(`name`, bytes) on Linux: the request capped at the
+// sysctl maximum, then doubled for the kernel's bookkeeping overhead.
+int reported_buffer_bytes(int bytes, const char* sysctl_max) {
+  long maximum = 0;
+  std::ifstream(sysctl_max) >> maximum;
+  REQUIRE(maximum > 0);
+  return 2 * static_cast<int>(std::min<long>(bytes, maximum));
 }
 
 }  // namespace
@@ -101,7 +259,7 @@ TEST_CASE("all_reduce matches the reference at small counts, world sizes 1-4") {
   for (const Tuning* tuning : {&kDefault, &kRing, &kRecursiveDoubling, &kSegmented, &kSegmentedRing,
                                &kSegmentedRecursiveDoubling}) {
     CAPTURE(tuning->name);
-    sweep_small(*tuning, Collective::all_reduce);
+    sweep_small(*tuning, Collective::all_reduce, 1, 4);
   }
 }
 
@@ -113,7 +271,7 @@ TEST_CASE(
     for (Collective kind : {Collective::broadcast, Collective::reduce, Collective::all_gather,
                             Collective::reduce_scatter}) {
       CAPTURE(kind);
-      sweep_small(*tuning, kind);
+      sweep_small(*tuning, kind, 1, 4);
     }
   }
 }
@@ -123,8 +281,9 @@ TEST_CASE("collectives match the reference at 2^20+3 and 16 Mi elements") {
   for (Collective kind : {Collective::all_reduce, Collective::broadcast, Collective::reduce,
                           Collective::all_gather, Collective::reduce_scatter}) {
     CAPTURE(kind);
-    report(testing::run_cases(runner, up_to_four_ranks(testing::large_count_cases(
-                                          kind, testing::sweep_from_environment()))));
+    report(testing::run_cases(
+        runner,
+        sizes_between(1, 4, testing::large_count_cases(kind, testing::sweep_from_environment()))));
   }
 }
 
@@ -145,5 +304,132 @@ TEST_CASE("barrier returns on every rank of groups of 1 to 5") {
         group[0].barrier();
     }
     CHECK(done == size - 1);
+  }
+}
+
+TEST_CASE("all_reduce matches the reference at small counts, world sizes 5-8") {
+  // Non-powers of two fold 1 to 3 ranks into recursive doubling and back out; 8 folds none.
+  for (const Tuning* tuning : {&kDefault, &kRing, &kRecursiveDoubling, &kSegmented, &kSegmentedRing,
+                               &kSegmentedRecursiveDoubling}) {
+    CAPTURE(tuning->name);
+    sweep_small(*tuning, Collective::all_reduce, 5, 8);
+  }
+}
+
+TEST_CASE(
+    "broadcast, reduce, all_gather and reduce_scatter match the reference at "
+    "small counts, world sizes 5-8") {
+  // Segmented only, to keep the run short: it cuts buffers into the most messages, and the
+  // default tuning runs the same algorithms (these collectives have no choice of algorithm).
+  for (Collective kind : {Collective::broadcast, Collective::reduce, Collective::all_gather,
+                          Collective::reduce_scatter}) {
+    CAPTURE(kind);
+    sweep_small(kSegmented, kind, 5, 8);
+  }
+}
+
+TEST_CASE(
+    "automatic all_reduce runs recursive doubling up to small_message_bytes, the ring above") {
+  // Which algorithm ran shows in the bits: the ring and recursive doubling add the ranks'
+  // floats in different orders, so automatic's result must equal, bit for bit, that of the
+  // algorithm it should have picked. Each count is checked to tell the two apart first.
+  struct Side {
+    std::size_t count;
+    bool recursive_doubling;  // what automatic must run at this count
+  };
+  struct Case {
+    std::optional<std::size_t> threshold;  // unset: TcpOptions' default
+    std::vector<Side> floats;
+    std::vector<Side> doubles;
+  };
+  // The threshold is in bytes, not elements: double crosses it at half float's count. 260 is
+  // no multiple of either element size.
+  const std::vector<Case> cases = {
+      {std::nullopt, {{16384, true}, {16385, false}}, {{8192, true}, {8193, false}}},
+      {256, {{64, true}, {65, false}, {1000, false}}, {{32, true}, {33, false}}},
+      {260, {{65, true}, {66, false}}, {{32, true}, {33, false}}},
+  };
+  CHECK(TcpOptions{}.small_message_bytes == 64 * 1024);  // the first case's counts assume it
+  constexpr int kSize = 3;
+  for (const Case& test : cases) {
+    CAPTURE(test.threshold.value_or(0));
+    auto results_of = [&]<class T>(std::type_identity<T>, const std::vector<Side>& sides) {
+      std::vector<std::size_t> counts;
+      for (const Side& side : sides)
+        counts.push_back(side.count);
+      auto options = [&](TcpAllReduce algorithm) {
+        TcpOptions tcp;
+        tcp.all_reduce = algorithm;
+        if (test.threshold) tcp.small_message_bytes = *test.threshold;
+        return tcp;
+      };
+      const auto automatic = sums_of<T>(kSize, options(TcpAllReduce::automatic), counts);
+      const auto ring = sums_of<T>(kSize, options(TcpAllReduce::ring), counts);
+      const auto doubling = sums_of<T>(kSize, options(TcpAllReduce::recursive_doubling), counts);
+      for (std::size_t c = 0; c < sides.size(); ++c) {
+        CAPTURE(sides[c].count);
+        REQUIRE_MESSAGE(ring[c] != doubling[c],
+                        "the ring and recursive doubling agree bit for bit: this count cannot "
+                        "show which one ran");
+        if (sides[c].recursive_doubling) {
+          CHECK_MESSAGE(automatic[c] == doubling[c], "automatic did not run recursive doubling");
+        } else {
+          CHECK_MESSAGE(automatic[c] == ring[c], "automatic did not run the ring");
+        }
+      }
+    };
+    results_of(std::type_identity<float>{}, test.floats);
+    results_of(std::type_identity<double>{}, test.doubles);
+  }
+}
+
+TEST_CASE("every connection has the TCP_NODELAY and socket buffer sizes the options ask for") {
+  struct Case {
+    bool no_delay;
+    int buffer_bytes;  // 0: the kernel's autotuned default, not checked
+    int connections_per_peer;
+  };
+  // Two different sizes: a value that happened to be the kernel's default cannot pass both.
+  for (const Case& test : {Case{true, 0, 1}, Case{false, 48 * 1024, 2}, Case{true, 80 * 1024, 1}}) {
+    CAPTURE(test.no_delay);
+    CAPTURE(test.buffer_bytes);
+    constexpr int kSize = 3;
+    Ports ports(kSize);
+    TcpOptions tcp;
+    tcp.no_delay = test.no_delay;
+    tcp.socket_buffer_bytes = test.buffer_bytes;
+    tcp.connections_per_peer = test.connections_per_peer;
+    auto group = form_group(ports, tcp);
+    const auto fds = connections_on(ports.addresses);
+    // Both ends of the control and data connections of every pair live in this process.
+    CHECK(fds.size() ==
+          static_cast<std::size_t>(kSize * (kSize - 1) / 2 * (1 + test.connections_per_peer) * 2));
+    for (int fd : fds) {
+      CAPTURE(fd);
+      CHECK((int_option(fd, IPPROTO_TCP, TCP_NODELAY) != 0) == test.no_delay);
+      if (test.buffer_bytes > 0) {
+        CHECK(int_option(fd, SOL_SOCKET, SO_SNDBUF) ==
+              reported_buffer_bytes(test.buffer_bytes, "/proc/sys/net/core/wmem_max"));
+        CHECK(int_option(fd, SOL_SOCKET, SO_RCVBUF) ==
+              reported_buffer_bytes(test.buffer_bytes, "/proc/sys/net/core/rmem_max"));
+      }
+    }
+    // The group still works with these options.
+    std::vector<int> sums(kSize, 0);
+    {
+      std::vector<std::jthread> threads;
+      for (int r = 0; r < kSize; ++r)
+        threads.emplace_back([&, r] {
+          int value = r + 1;
+          try {
+            group[static_cast<std::size_t>(r)].all_reduce(std::span(&value, 1),
+                                                          strata::ReduceOp::sum);
+          } catch (...) {
+            value = -1;  // shows in the check below
+          }
+          sums[static_cast<std::size_t>(r)] = value;
+        });
+    }
+    CHECK(sums == std::vector<int>(kSize, 6));
   }
 }
