@@ -53,9 +53,7 @@ struct Ports {
     config.cluster = kCluster;
     config.tunables = kTunables;
     config.data_connections = data_connections;
-    // The highest rank only connects: its socket stays here.
-    if (rank + 1 < static_cast<int>(addresses.size()))
-      config.listen_fd = acceptors[static_cast<std::size_t>(rank)].release();
+    config.listen_fd = acceptors[static_cast<std::size_t>(rank)].release();
     return config;
   }
   asio::io_context io;
