@@ -5126,19 +5126,21 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+// ---- begin strata/detail/spin_wait.hpp ----
+// strata/detail/spin_wait.hpp — waiting briefly for another thread before blocking.
+
+#include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
-namespace strata::transport::local {
+namespace strata::detail {
 
-namespace detail {
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -5146,7 +5148,41 @@ inline void cpu_relax() noexcept {
   asm volatile("yield");
 #endif
 }
-}  // namespace detail
+
+/// How long a waiter polls before it blocks. Waking a thread blocked on a futex costs tens of
+/// microseconds (more on a VM), far more than a small collective, so waiters poll first.
+struct SpinPolicy {
+  int spins = 2000;  // pause-and-poll rounds: only when every waiter has a core of its own
+  int yields = 200;  // give-the-core-away rounds
+
+  /// The policy for `threads` threads that wait for each other: spinning only pays when each
+  /// has a core; oversubscribed, it steals the core the awaited thread needs, so only yield.
+  static SpinPolicy for_threads(int threads) noexcept {
+    SpinPolicy policy;
+    if (threads > static_cast<int>(std::thread::hardware_concurrency())) policy.spins = 0;
+    return policy;
+  }
+
+  /// Polls `ready` as the policy says; true as soon as it holds, false when the caller
+  /// should block.
+  template <class Ready>
+  bool poll(Ready&& ready) const {
+    for (int i = 0; i < spins; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    for (int i = 0; i < yields; ++i) {
+      if (ready()) return true;
+      std::this_thread::yield();
+    }
+    return ready();
+  }
+};
+
+}  // namespace strata::detail
+// ---- end strata/detail/spin_wait.hpp ----
+
+namespace strata::transport::local {
 
 /// Shared state of one in-process group of `size` ranks.
 ///
@@ -5278,16 +5314,7 @@ class Rendezvous {
       return generation_.load(std::memory_order_acquire) != generation ||
              failed_.load(std::memory_order_acquire);
     };
-    // Spinning only pays when every rank has a core; oversubscribed, it steals the core the
-    // late rank needs, so go straight to yielding.
-    for (int i = 0; i < spins_; ++i) {
-      if (released()) return;
-      detail::cpu_relax();
-    }
-    for (int i = 0; i < kYields; ++i) {
-      if (released()) return;
-      std::this_thread::yield();
-    }
+    if (spin_.poll(released)) return;
     std::unique_lock lock(mutex_);
     if (wake_.wait_until(lock, deadline.time_point(), released)) return;
     // Still under the mutex, so no rank can release this point while we fail the group.
@@ -5312,11 +5339,8 @@ class Rendezvous {
     return fmt::format("rank{} {} (of {})", missing == 1 ? "" : "s", ranks, size_);
   }
 
-  static constexpr int kSpins = 2000;
-  static constexpr int kYields = 200;
-
   const int size_;
-  const int spins_ = size_ <= static_cast<int>(std::thread::hardware_concurrency()) ? kSpins : 0;
+  const strata::detail::SpinPolicy spin_ = strata::detail::SpinPolicy::for_threads(size_);
   std::array<std::vector<communicator::CollectiveCall>, 2> calls_;
   std::vector<std::atomic<std::uint64_t>> arrivals_;  // per rank: last generation reached + 1
   std::atomic<int> arrived_{0};
@@ -9928,20 +9952,24 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 // ---- begin strata/detail/replica_pool.hpp ----
 // strata/detail/replica_pool.hpp — the threads that run a strategy's replicas.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+
 namespace strata::detail {
 
 /// Runs a function once per replica, replica 0 on the calling thread and replica r on a
 /// thread kept for it, and returns when all are done. Threads are started once and reused
-/// for every step: starting threads per step would cost more than a small all-reduce.
+/// for every step: starting threads per step would cost more than a small all-reduce. Both
+/// ends poll briefly before they block (SpinPolicy): a training loop calls run() step after
+/// step, and a futex wake-up per step would cost more than a 1 MiB in-process all-reduce.
 class ReplicaPool {
  public:
-  explicit ReplicaPool(int replicas) {
+  explicit ReplicaPool(int replicas) : spin_(SpinPolicy::for_threads(replicas)) {
     threads_.reserve(static_cast<std::size_t>(replicas > 1 ? replicas - 1 : 0));
     for (int r = 1; r < replicas; ++r)
       threads_.emplace_back([this, r] { serve(r); });
@@ -9953,7 +9981,7 @@ class ReplicaPool {
   ~ReplicaPool() {
     {
       std::lock_guard lock(mutex_);
-      stopping_ = true;
+      stopping_.store(true, std::memory_order_release);
     }
     start_.notify_all();
     for (auto& thread : threads_)
@@ -9966,45 +9994,60 @@ class ReplicaPool {
   /// the caller catches per replica (a replica's exception must not skip the wait).
   template <class Body>
   void run(Body& body) {
+    if (threads_.empty()) {
+      body(0);
+      return;
+    }
     {
       std::lock_guard lock(mutex_);
       job_ = &body;
       invoke_ = [](void* job, int replica) { (*static_cast<Body*>(job))(replica); };
-      pending_ = static_cast<int>(threads_.size());
-      ++generation_;
+      pending_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
     }
     start_.notify_all();
     body(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-    job_ = nullptr;
+    auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+    if (!spin_.poll(all_done)) {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, all_done);
+    }
   }
 
  private:
   void serve(int replica) {
     std::uint64_t seen = 0;
-    std::unique_lock lock(mutex_);
+    auto started = [&] {
+      return stopping_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
     for (;;) {
-      start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      void* job = job_;
-      auto* invoke = invoke_;
-      lock.unlock();
-      invoke(job, replica);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_one();
+      if (!spin_.poll(started)) {
+        std::unique_lock lock(mutex_);
+        start_.wait(lock, started);
+      }
+      if (stopping_.load(std::memory_order_acquire)) return;
+      seen = generation_.load(std::memory_order_acquire);
+      invoke_(job_, replica);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        // Under the mutex, so the caller cannot check pending_ and then miss this notify.
+        std::lock_guard lock(mutex_);
+        done_.notify_one();
+      }
     }
   }
 
+  const SpinPolicy spin_;
   std::mutex mutex_;
   std::condition_variable start_;
   std::condition_variable done_;
+  // Written by run() before generation_ is bumped (release), read by workers after they see
+  // the new generation (acquire); run() returns only when every worker has finished with them.
   void* job_ = nullptr;
   void (*invoke_)(void*, int) = nullptr;
-  int pending_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stopping_ = false;
+  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
 };
 

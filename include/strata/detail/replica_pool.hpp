@@ -1,20 +1,25 @@
 // strata/detail/replica_pool.hpp — the threads that run a strategy's replicas.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include <strata/detail/spin_wait.hpp>
+
 namespace strata::detail {
 
 /// Runs a function once per replica, replica 0 on the calling thread and replica r on a
 /// thread kept for it, and returns when all are done. Threads are started once and reused
-/// for every step: starting threads per step would cost more than a small all-reduce.
+/// for every step: starting threads per step would cost more than a small all-reduce. Both
+/// ends poll briefly before they block (SpinPolicy): a training loop calls run() step after
+/// step, and a futex wake-up per step would cost more than a 1 MiB in-process all-reduce.
 class ReplicaPool {
  public:
-  explicit ReplicaPool(int replicas) {
+  explicit ReplicaPool(int replicas) : spin_(SpinPolicy::for_threads(replicas)) {
     threads_.reserve(static_cast<std::size_t>(replicas > 1 ? replicas - 1 : 0));
     for (int r = 1; r < replicas; ++r)
       threads_.emplace_back([this, r] { serve(r); });
@@ -26,7 +31,7 @@ class ReplicaPool {
   ~ReplicaPool() {
     {
       std::lock_guard lock(mutex_);
-      stopping_ = true;
+      stopping_.store(true, std::memory_order_release);
     }
     start_.notify_all();
     for (auto& thread : threads_)
@@ -39,45 +44,60 @@ class ReplicaPool {
   /// the caller catches per replica (a replica's exception must not skip the wait).
   template <class Body>
   void run(Body& body) {
+    if (threads_.empty()) {
+      body(0);
+      return;
+    }
     {
       std::lock_guard lock(mutex_);
       job_ = &body;
       invoke_ = [](void* job, int replica) { (*static_cast<Body*>(job))(replica); };
-      pending_ = static_cast<int>(threads_.size());
-      ++generation_;
+      pending_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
     }
     start_.notify_all();
     body(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-    job_ = nullptr;
+    auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+    if (!spin_.poll(all_done)) {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, all_done);
+    }
   }
 
  private:
   void serve(int replica) {
     std::uint64_t seen = 0;
-    std::unique_lock lock(mutex_);
+    auto started = [&] {
+      return stopping_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
     for (;;) {
-      start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      void* job = job_;
-      auto* invoke = invoke_;
-      lock.unlock();
-      invoke(job, replica);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_one();
+      if (!spin_.poll(started)) {
+        std::unique_lock lock(mutex_);
+        start_.wait(lock, started);
+      }
+      if (stopping_.load(std::memory_order_acquire)) return;
+      seen = generation_.load(std::memory_order_acquire);
+      invoke_(job_, replica);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        // Under the mutex, so the caller cannot check pending_ and then miss this notify.
+        std::lock_guard lock(mutex_);
+        done_.notify_one();
+      }
     }
   }
 
+  const SpinPolicy spin_;
   std::mutex mutex_;
   std::condition_variable start_;
   std::condition_variable done_;
+  // Written by run() before generation_ is bumped (release), read by workers after they see
+  // the new generation (acquire); run() returns only when every worker has finished with them.
   void* job_ = nullptr;
   void (*invoke_)(void*, int) = nullptr;
-  int pending_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stopping_ = false;
+  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
 };
 

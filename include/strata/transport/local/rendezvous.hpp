@@ -16,7 +16,6 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -24,22 +23,9 @@
 #include <strata/communicator/collective.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include <strata/detail/spin_wait.hpp>
 
 namespace strata::transport::local {
-
-namespace detail {
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-}  // namespace detail
 
 /// Shared state of one in-process group of `size` ranks.
 ///
@@ -171,16 +157,7 @@ class Rendezvous {
       return generation_.load(std::memory_order_acquire) != generation ||
              failed_.load(std::memory_order_acquire);
     };
-    // Spinning only pays when every rank has a core; oversubscribed, it steals the core the
-    // late rank needs, so go straight to yielding.
-    for (int i = 0; i < spins_; ++i) {
-      if (released()) return;
-      detail::cpu_relax();
-    }
-    for (int i = 0; i < kYields; ++i) {
-      if (released()) return;
-      std::this_thread::yield();
-    }
+    if (spin_.poll(released)) return;
     std::unique_lock lock(mutex_);
     if (wake_.wait_until(lock, deadline.time_point(), released)) return;
     // Still under the mutex, so no rank can release this point while we fail the group.
@@ -205,11 +182,8 @@ class Rendezvous {
     return fmt::format("rank{} {} (of {})", missing == 1 ? "" : "s", ranks, size_);
   }
 
-  static constexpr int kSpins = 2000;
-  static constexpr int kYields = 200;
-
   const int size_;
-  const int spins_ = size_ <= static_cast<int>(std::thread::hardware_concurrency()) ? kSpins : 0;
+  const strata::detail::SpinPolicy spin_ = strata::detail::SpinPolicy::for_threads(size_);
   std::array<std::vector<communicator::CollectiveCall>, 2> calls_;
   std::vector<std::atomic<std::uint64_t>> arrivals_;  // per rank: last generation reached + 1
   std::atomic<int> arrived_{0};
