@@ -41,10 +41,11 @@
 #include <cstdint>
 #include <exception>
 #include <span>
-#include <thread>
 #include <vector>
 
 #include <benchmark/benchmark.h>
+
+#include "all_reduce_harness.hpp"
 
 namespace {
 
@@ -93,42 +94,12 @@ void BM_RawAllReduce(benchmark::State& state) {
   const std::size_t bytes = bytes_of(state);
   auto group = Communicator::create(kReplicas);
   Buffers buffers(bytes);
-  auto call = [&](int rank) {
-    group[static_cast<std::size_t>(rank)].all_reduce(buffers.of(rank), ReduceOp::sum);
+  auto call = [&](std::size_t rank) {
+    group[rank].all_reduce(buffers.of(static_cast<int>(rank)), ReduceOp::sum);
   };
-
-  const benchmark::IterationCount iterations = state.max_iterations;
-  std::vector<std::exception_ptr> helper_errors(kReplicas);
-  std::vector<std::thread> helpers;
-  for (int rank = 1; rank < kReplicas; ++rank) {
-    helpers.emplace_back([&, rank] {
-      try {
-        for (benchmark::IterationCount i = 0; i <= iterations; ++i)  // + the warm-up
-          call(rank);
-      } catch (...) {
-        helper_errors[static_cast<std::size_t>(rank)] = std::current_exception();
-      }
-    });
-  }
-  bool failed = false;
-  try {
-    call(0);  // warm-up
-    for (auto _ : state)
-      call(0);
-  } catch (const std::exception& error) {
-    failed = true;
-    group[0].abort(error.what());  // release the helpers now, not at the deadline
-    state.SkipWithError(error.what());
-  }
-  for (auto& helper : helpers)
-    helper.join();
-  if (failed) return;
-  for (const auto& error : helper_errors) {
-    if (error) {
-      state.SkipWithError("a helper rank failed");
-      return;
-    }
-  }
+  if (!strata::bench::time_calls_on_every_rank(state, std::size_t{kReplicas}, call,
+                                               [&](const char* what) { group[0].abort(what); }))
+    return;
   set_algbw(state, bytes);
 }
 

@@ -23,18 +23,12 @@
 
 namespace strata::bench {
 
-/// Times a float-sum out-of-place all_reduce of `bytes` per rank over `group` (element r is
-/// rank r, each with an `all_reduce(span<const float>, span<float>, ReduceOp)` and `abort`).
-template <class Group>
-void time_all_reduce(benchmark::State& state, Group& group, std::size_t bytes) {
-  const std::size_t n = group.size();
-  const std::size_t count = bytes / sizeof(float);
-  std::vector<std::vector<float>> send(n, std::vector<float>(count, 1.0f));
-  std::vector<std::vector<float>> recv(n, std::vector<float>(count));
-  auto call = [&](std::size_t r) {
-    group[r].all_reduce(std::span<const float>(send[r]), std::span(recv[r]), ReduceOp::sum);
-  };
-
+/// Times `call(0)` on the benchmark thread while helper threads call `call(r)` for ranks
+/// 1..n-1 as many times (plus one untimed warm-up call on every rank). When rank 0's call
+/// throws, `abort(what)` must release the helpers (they wait on rank 0) before they are joined.
+/// Returns false, with the state skipped, when any rank failed.
+template <class Call, class Abort>
+bool time_calls_on_every_rank(benchmark::State& state, std::size_t n, Call& call, Abort&& abort) {
   const benchmark::IterationCount iterations = state.max_iterations;
   std::vector<std::exception_ptr> helper_errors(n);
   std::vector<std::thread> helpers;
@@ -57,19 +51,34 @@ void time_all_reduce(benchmark::State& state, Group& group, std::size_t bytes) {
       call(0);
   } catch (const std::exception& error) {
     failed = true;
-    // The helpers wait on rank 0: fail the group so they return now, not at the deadline.
-    group[0].abort(error.what());
+    abort(error.what());
     state.SkipWithError(error.what());
   }
   for (auto& helper : helpers)
     helper.join();
-  if (failed) return;
+  if (failed) return false;
   for (const auto& error : helper_errors) {
     if (error) {
       state.SkipWithError("a helper rank failed");
-      return;
+      return false;
     }
   }
+  return true;
+}
+
+/// Times a float-sum out-of-place all_reduce of `bytes` per rank over `group` (element r is
+/// rank r, each with an `all_reduce(span<const float>, span<float>, ReduceOp)` and `abort`).
+template <class Group>
+void time_all_reduce(benchmark::State& state, Group& group, std::size_t bytes) {
+  const std::size_t n = group.size();
+  const std::size_t count = bytes / sizeof(float);
+  std::vector<std::vector<float>> send(n, std::vector<float>(count, 1.0f));
+  std::vector<std::vector<float>> recv(n, std::vector<float>(count));
+  auto call = [&](std::size_t r) {
+    group[r].all_reduce(std::span<const float>(send[r]), std::span(recv[r]), ReduceOp::sum);
+  };
+  if (!time_calls_on_every_rank(state, n, call, [&](const char* what) { group[0].abort(what); }))
+    return;
 
   const double algbw_bytes = static_cast<double>(bytes);
   const double bus_factor = 2.0 * static_cast<double>(n - 1) / static_cast<double>(n);

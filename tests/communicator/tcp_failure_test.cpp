@@ -40,6 +40,8 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/write.hpp>
 
+#include "loopback_ports.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -88,23 +90,7 @@ bool is(const std::exception_ptr& error) {
   }
 }
 
-// Listening sockets on 127.0.0.1 with kernel-chosen ports, for groups built by hand.
-struct Ports {
-  explicit Ports(int n) {
-    for (int r = 0; r < n; ++r) {
-      asio::ip::tcp::acceptor acceptor(
-          io, asio::ip::tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
-      addresses.push_back({"127.0.0.1", acceptor.local_endpoint().port()});
-      fds.push_back(acceptor.release());
-    }
-  }
-  TcpMembership membership(int rank) const {
-    return {rank, addresses, 0, fds[static_cast<std::size_t>(rank)]};
-  }
-  asio::io_context io;
-  std::vector<Address> addresses;
-  std::vector<int> fds;
-};
+using Ports = strata::testing::LoopbackPorts;
 
 CommunicatorOptions deadline(std::chrono::milliseconds timeout) {
   CommunicatorOptions options;

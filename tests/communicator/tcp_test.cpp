@@ -42,6 +42,7 @@
 #include <strata/communicator/communicator.hpp>
 
 #include "collective_reference.hpp"
+#include "loopback_ports.hpp"
 
 namespace {
 
@@ -157,21 +158,7 @@ std::vector<std::vector<testing::Bits<T>>> sums_of(int size, const TcpOptions& t
   return results[0];
 }
 
-// Listening sockets on 127.0.0.1 with kernel-chosen ports, handed to a group built by hand so
-// that the test knows its ports.
-struct Ports {
-  explicit Ports(int n) {
-    for (int r = 0; r < n; ++r) {
-      asio::ip::tcp::acceptor acceptor(
-          io, asio::ip::tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
-      addresses.push_back({"127.0.0.1", acceptor.local_endpoint().port()});
-      fds.push_back(acceptor.release());
-    }
-  }
-  asio::io_context io;
-  std::vector<strata::cluster::Address> addresses;
-  std::vector<int> fds;
-};
+using Ports = strata::testing::LoopbackPorts;
 
 // Forms the group of `ports` with `tcp`, one thread per rank.
 std::vector<TcpCommunicator> form_group(const Ports& ports, const TcpOptions& tcp) {
