@@ -8,18 +8,7 @@
 # Other inputs: SOURCE_DIR WORK_DIR; for build: GENERATOR [MAKE_PROGRAM] CXX_COMPILER.
 cmake_minimum_required(VERSION 3.25)
 
-function(run what)
-  string(REPLACE ";" " " line "${ARGN}")
-  message(STATUS "${what}: ${line}")
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE output
-                  ERROR_VARIABLE output)
-  if(NOT result EQUAL 0)
-    # As printed (FATAL_ERROR would rewrap it): libFuzzer's report, the crash input's file.
-    message(NOTICE "${output}")
-    message(FATAL_ERROR "${what} failed (exit ${result}): ${line}")
-  endif()
-  set(run_output "${output}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/../../cmake/StrataRunCommand.cmake")
 
 set(build_dir "${WORK_DIR}/build")
 # The build directory is kept between runs, so that a rerun rebuilds only what changed.
@@ -30,8 +19,8 @@ if(MODE STREQUAL "build")
   if(MAKE_PROGRAM)
     list(APPEND configure_args "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
   endif()
-  run("configure fuzzers" "${CMAKE_COMMAND}" ${configure_args})
-  run("build fuzzers" "${CMAKE_COMMAND}" --build "${build_dir}" --config RelWithDebInfo)
+  strata_run("configure fuzzers" "${CMAKE_COMMAND}" ${configure_args})
+  strata_run("build fuzzers" "${CMAKE_COMMAND}" --build "${build_dir}" --config RelWithDebInfo)
 elseif(MODE STREQUAL "run")
   set(fuzzer "${build_dir}/strata_fuzz_${NAME}")
   if(NOT EXISTS "${fuzzer}")
@@ -48,7 +37,7 @@ elseif(MODE STREQUAL "run")
   file(COPY "${SOURCE_DIR}/tests/fuzz/corpus/${NAME}" DESTINATION "${WORK_DIR}/corpus")
   # A stack trace for UB reports, which end the run (-fno-sanitize-recover).
   set(ENV{UBSAN_OPTIONS} "print_stacktrace=1")
-  run("fuzz ${NAME}" "${fuzzer}" "-runs=${RUNS}" "-max_total_time=${MAX_TIME}" -timeout=10
+  strata_run("fuzz ${NAME}" "${fuzzer}" "-runs=${RUNS}" "-max_total_time=${MAX_TIME}" -timeout=10
       "-artifact_prefix=${artifacts}/${NAME}-" -print_final_stats=1 "${corpus}")
   string(REGEX MATCH "Done [0-9]+ runs in [0-9]+ second" done "${run_output}")
   message(STATUS "fuzz ${NAME}: ${done}(s)")

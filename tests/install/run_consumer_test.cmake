@@ -6,16 +6,7 @@
 #               [MAKE_PROGRAM] CXX_COMPILER [CONFIG] EXPECTED_VERSION
 cmake_minimum_required(VERSION 3.25)
 
-function(run what)
-  string(REPLACE ";" " " line "${ARGN}")
-  message(STATUS "${what}: ${line}")
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result OUTPUT_VARIABLE output
-                  ERROR_VARIABLE output)
-  if(NOT result EQUAL 0)
-    message(FATAL_ERROR "${what} failed (exit ${result}):\n${line}\n${output}")
-  endif()
-  set(run_output "${output}" PARENT_SCOPE)
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/../../cmake/StrataRunCommand.cmake")
 
 if(NOT CONFIG)
   set(CONFIG Release)
@@ -39,7 +30,7 @@ if(MAKE_PROGRAM)
 endif()
 
 if(MODE STREQUAL "install")
-  run("install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}" --config
+  strata_run("install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix "${prefix}" --config
       "${CONFIG}")
 
   # Every public header, and the package files, must be in the prefix.
@@ -71,14 +62,14 @@ else()
   message(FATAL_ERROR "MODE must be install or add_subdirectory, not '${MODE}'")
 endif()
 
-run("configure consumer" "${CMAKE_COMMAND}" ${configure_args})
-run("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}" --config "${CONFIG}")
+strata_run("configure consumer" "${CMAKE_COMMAND}" ${configure_args})
+strata_run("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}" --config "${CONFIG}")
 
 set(exe "${consumer_build}/strata_consumer${CMAKE_EXECUTABLE_SUFFIX}")
 if(NOT EXISTS "${exe}")
   set(exe "${consumer_build}/${CONFIG}/strata_consumer${CMAKE_EXECUTABLE_SUFFIX}")
 endif()
-run("run consumer" "${exe}")
+strata_run("run consumer" "${exe}")
 message(STATUS "consumer says: ${run_output}")
 if(NOT run_output MATCHES "strata ${EXPECTED_VERSION}")
   message(FATAL_ERROR "the consumer did not print 'strata ${EXPECTED_VERSION}'")
