@@ -221,9 +221,10 @@ class Comparison {
     return total;
   }
 
-  /// The two tables (median time, busbw of that time, and strata's ratios) as Markdown; with a
-  /// full-duplex TCP ceiling (bytes per second each way, 2 ranks), strata tcp's share of it.
-  std::string tables(Collective kind, int ranks, int launches, double duplex_ceiling = 0) const {
+  /// The two tables (median time, busbw of that time, and strata's ratios) as Markdown; with
+  /// the ceilings (2 ranks), strata tcp's share of the full-duplex TCP rate for its size.
+  std::string tables(Collective kind, int ranks, int launches,
+                     const Ceilings* ceilings = nullptr) const {
     namespace d = detail::compare;
     std::string out;
     const auto header = [&](std::string_view what, bool ratios) {
@@ -236,7 +237,7 @@ class Comparison {
       if (ratios) {
         line += " strata tcp / best TCP peer | best strata / best peer |";
         rule += " ---: | ---: |";
-        if (duplex_ceiling > 0) {
+        if (ceilings != nullptr) {
           line += " strata tcp / TCP ceiling |";
           rule += " ---: |";
         }
@@ -281,9 +282,10 @@ class Comparison {
       };
       out += ratio(strata_tcp, tcp_peer) + ratio(strata_best, any_peer);
       // Below 1 MiB a message fits the socket buffers and is no streaming measurement.
-      if (duplex_ceiling > 0)
+      if (ceilings != nullptr)
         out += bytes >= (std::size_t{1} << 20)
-                   ? fmt::format(" {:.0f}% |", 100 * strata_tcp / (duplex_ceiling / 1e9))
+                   ? fmt::format(" {:.0f}% |",
+                                 100 * strata_tcp / (ceilings->tcp_duplex_for(bytes) / 1e9))
                    : std::string(" – |");
       out += '\n';
     }
@@ -386,6 +388,10 @@ inline std::vector<Contender> contenders(const Options& options, int ranks,
     tcp_tail.push_back("--algo");
     tcp_tail.emplace_back(to_string(options.algorithm));
   }
+  if (options.congestion) {
+    tcp_tail.push_back("--congestion");
+    tcp_tail.push_back(*options.congestion);
+  }
   std::vector<Contender> list = {
       {"strata over TCP", with({self}, tcp_tail), "strata tcp", false, true, true},
       {"strata in process", with({self}, {"--transport", "local"}), "strata local", false, true,
@@ -446,16 +452,18 @@ inline int run_comparison(const Options& options, int ranks) {
       options.launches, options.launches == 1 ? "" : "es");
   for (const auto& line : skipped)
     fmt::print("# skipped: {}\n", line);
-  std::optional<Ceilings> ceilings;
-  if (options.ceiling) {
-    ceilings = measure_ceilings();
-    fmt::print("{}", format_ceilings(*ceilings));
-  }
   std::fflush(stdout);
 
+  // Ceilings are measured before every launch, interleaved with the contenders: a slow spell
+  // of this shared machine then lowers one measurement, not the ceiling.
+  std::optional<Ceilings> ceilings;
   Comparison comparison;
   const auto budget = std::chrono::seconds(options.run_timeout_s);
   for (int launch = 0; launch < options.launches; ++launch) {
+    if (options.ceiling) {
+      const Ceilings now = measure_ceilings();
+      ceilings = ceilings ? best_of(*ceilings, now) : now;
+    }
     for (const Contender& contender : list) {
       const auto csv = scratch / fmt::format("launch{}-{}.csv", launch, &contender - list.data());
       auto argv = contender.argv;
@@ -481,9 +489,9 @@ inline int run_comparison(const Options& options, int ranks) {
     }
   }
 
-  const double duplex =
-      ceilings && ranks == 2 ? std::max(ceilings->tcp_duplex, ceilings->tcp_duplex_1mib) : 0.0;
-  fmt::print("\n{}", comparison.tables(options.collective, ranks, options.launches, duplex));
+  if (ceilings) fmt::print("\n{}", format_ceilings(*ceilings, options.launches));
+  const Ceilings* held_to = ceilings && ranks == 2 ? &*ceilings : nullptr;
+  fmt::print("\n{}", comparison.tables(options.collective, ranks, options.launches, held_to));
   if (options.csv) {
     OutputFile out(*options.csv);
     std::fputs(comparison.csv(options.collective, ranks).c_str(), out.get());

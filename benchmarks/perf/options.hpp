@@ -84,6 +84,8 @@ struct Options {
   /// Unset: 2, or the size of the cluster a launcher describes (TF_CONFIG, torchrun, ...).
   std::optional<int> ranks{};
   Algorithm algorithm = Algorithm::automatic;
+  /// tcp: TcpOptions::congestion_control; unset: strata's choice (reno within one host).
+  std::optional<std::string> congestion{};
   /// A path, or "-" for stdout (the table then goes to stderr).
   std::optional<std::string> csv{};
   std::optional<std::string> json{};
@@ -130,6 +132,8 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
       --algo A             all-reduce algorithm. local: auto (scatter_gather),
                            scatter_gather, reduce_to_one. tcp: auto (recursive doubling up to
                            64 KiB, ring above), ring, rd|recursive_doubling
+      --congestion NAME    tcp: TCP congestion control of strata's connections, e.g. bbr or
+                           cubic (default: reno within one host, the kernel's between hosts)
       --csv FILE|-         also write the rows as CSV ('-': stdout, the table goes to stderr)
       --json FILE|-        also write the run and its rows as JSON
       --progress           progress line on stderr even when it is not a terminal
@@ -309,6 +313,8 @@ inline Options parse_options(std::span<const std::string_view> args) {
                         "(local), auto, ring or rd (tcp)",
                         text));
       options.algorithm = *algorithm;
+    } else if (is("", "--congestion")) {
+      options.congestion = std::string(value());
     } else if (is("", "--csv")) {
       options.csv = std::string(value());
     } else if (is("", "--json")) {
@@ -351,6 +357,8 @@ inline Options parse_options(std::span<const std::string_view> args) {
   if (options.transport == Transport::tcp && local_algorithm)
     d::fail(fmt::format("--algo {} is a local algorithm: with --transport tcp use auto, ring or rd",
                         to_string(options.algorithm)));
+  if (options.congestion && options.transport == Transport::local && !options.compare)
+    d::fail("--congestion sets strata's TCP connections: use it with --transport tcp");
   if (options.compare) {
     if (options.collective != Collective::all_reduce)
       d::fail("--compare measures all_reduce only: the peers' other collectives are not wired");

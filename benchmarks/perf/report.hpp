@@ -160,7 +160,7 @@ class TableSink final : public RowSink {
       // rate. Other shapes get the ceilings printed, not a ratio that would mislead.
       if (o.transport == Transport::tcp && o.collective == Collective::all_reduce &&
           info.ranks == 2)
-        duplex_ceiling_ = std::max(info.ceilings->tcp_duplex, info.ceilings->tcp_duplex_1mib);
+        ceilings_ = *info.ceilings;
     }
     text += table_header();
     write(text);
@@ -173,13 +173,14 @@ class TableSink final : public RowSink {
 
   void end(const Summary& summary) override {
     std::string text = table_footer(summary.out_of_bounds, summary.average_busbw_gbps);
-    if (duplex_ceiling_ > 0 && last_) {
+    if (ceilings_ && last_) {
       const double busbw = std::max(last_->out_of_place.busbw_gbps, last_->in_place.busbw_gbps);
+      const double ceiling = ceilings_->tcp_duplex_for(last_->bytes);
       text += fmt::format(
           "# Largest size {}: busbw {:.3f} GB/s = {:.0f}% of the full-duplex TCP ceiling "
-          "({:.3f} GB/s each way)\n",
-          format_size(last_->bytes), busbw, 100 * busbw / (duplex_ceiling_ / 1e9),
-          duplex_ceiling_ / 1e9);
+          "({:.3f} GB/s each way, arrays in {})\n",
+          format_size(last_->bytes), busbw, 100 * busbw / (ceiling / 1e9), ceiling / 1e9,
+          last_->bytes >= Ceilings::kMemoryBytes ? "memory" : "cache");
     }
     write(text + fmt::format("# Collective test concluded: strata-perf {}\n", collective_));
   }
@@ -191,7 +192,7 @@ class TableSink final : public RowSink {
   }
   std::FILE* out_;
   std::string_view collective_;
-  double duplex_ceiling_ = 0;  // bytes per second each way; 0: no ratio in the footer
+  std::optional<Ceilings> ceilings_;  // unset: no ratio in the footer
   std::optional<Row> last_;
 };
 
@@ -268,7 +269,11 @@ class JsonSink final : public RowSink {
     if (info.ceilings) {
       const Ceilings& c = *info.ceilings;
       document_["ceiling"] = {{"tcp_duplex_gbps", c.tcp_duplex / 1e9},
-                              {"tcp_duplex_1mib_buffers_gbps", c.tcp_duplex_1mib / 1e9},
+                              {"tcp_duplex_1mib_buffers_gbps", c.tcp_duplex_1mib_buffers / 1e9},
+                              {"tcp_duplex_reno_gbps", c.tcp_duplex_reno / 1e9},
+                              {"tcp_duplex_memory_gbps", c.tcp_duplex_memory / 1e9},
+                              {"tcp_duplex_memory_reno_gbps", c.tcp_duplex_memory_reno / 1e9},
+                              {"tcp_congestion_control", c.congestion},
                               {"tcp_round_trip_sleeping_us", c.round_trip_sleeping_us},
                               {"tcp_round_trip_polling_us", c.round_trip_polling_us},
                               {"memcpy_gbps", c.memcpy / 1e9},

@@ -113,6 +113,7 @@ communicator::TcpOptions tcp_options(const Options& options) {
       tcp.all_reduce = communicator::TcpAllReduce::automatic;
       break;
   }
+  tcp.congestion_control = options.congestion;
   return tcp;
 }
 

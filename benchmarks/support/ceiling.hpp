@@ -1,7 +1,8 @@
 // benchmarks/support/ceiling.hpp — what this machine allows, measured in the same run as the
 // collectives, so that every table can say how close it comes:
 //   tcp_duplex       two processes on loopback sending to each other at once (bytes each way
-//                    per second), with a given socket buffer size (0: the kernel's autotuning);
+//                    per second), with a given socket buffer size (0: the kernel's autotuning)
+//                    and congestion control (empty: the kernel's default);
 //   tcp_round_trip   a 1-byte ping-pong between two processes, the receiver either sleeping in
 //                    recv(2) or polling with MSG_DONTWAIT (median of the round trips);
 //   memcpy / add     single-core bandwidth of copying and of out = a + b over float arrays
@@ -39,7 +40,7 @@ using Clock = std::chrono::steady_clock;
 }
 
 // A connected TCP pair over 127.0.0.1: {listener side, connector side}.
-inline std::pair<int, int> loopback_pair(int buffer_bytes) {
+inline std::pair<int, int> loopback_pair(int buffer_bytes, const std::string& congestion) {
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listener < 0) fail("socket");
   sockaddr_in address{};
@@ -52,9 +53,12 @@ inline std::pair<int, int> loopback_pair(int buffer_bytes) {
     fail("listen on 127.0.0.1");
   const int connector = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (connector < 0) fail("socket");
-  auto tune = [buffer_bytes](int fd) {
+  auto tune = [&](int fd) {
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!congestion.empty() && ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, congestion.data(),
+                                            static_cast<socklen_t>(congestion.size())) != 0)
+      fail("TCP congestion control " + congestion);
     if (buffer_bytes > 0) {
       ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
       ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
@@ -73,8 +77,9 @@ inline std::pair<int, int> loopback_pair(int buffer_bytes) {
 // Runs `child(fd)` in a forked process on one end and `parent(fd)` here on the other; returns
 // what the parent returns once the child has exited successfully.
 template <class Parent, class Child>
-double in_two_processes(int buffer_bytes, Parent parent, Child child) {
-  const auto [mine, theirs] = loopback_pair(buffer_bytes);
+double in_two_processes(int buffer_bytes, const std::string& congestion, Parent parent,
+                        Child child) {
+  const auto [mine, theirs] = loopback_pair(buffer_bytes, congestion);
   const pid_t pid = ::fork();
   if (pid < 0) fail("fork");
   if (pid == 0) {
@@ -123,7 +128,9 @@ inline void exchange(int fd, std::size_t bytes, std::vector<char>& out, std::vec
       }
     }
     if (received < bytes) {
-      const auto n = ::recv(fd, in.data(), std::min(in.size(), bytes - received), MSG_DONTWAIT);
+      const auto n =
+          ::recv(fd, in.data() + received % in.size(),
+                 std::min(in.size() - received % in.size(), bytes - received), MSG_DONTWAIT);
       if (n > 0) {
         received += static_cast<std::size_t>(n);
         moved = true;
@@ -134,10 +141,14 @@ inline void exchange(int fd, std::size_t bytes, std::vector<char>& out, std::vec
       }
     }
     if (!moved) {
+      // Poll without sleeping, as a fast transport does: a sleeping process invites the
+      // scheduler to wake it on its peer's core, and the two then share one.
       pollfd p{fd,
                static_cast<short>((sent < bytes ? POLLOUT : 0) | (received < bytes ? POLLIN : 0)),
                0};
-      if (::poll(&p, 1, 10'000) == 0) throw std::runtime_error("ceiling: the peer stalled");
+      const auto give_up = Clock::now() + std::chrono::seconds(10);
+      while (::poll(&p, 1, 0) == 0)
+        if (Clock::now() > give_up) throw std::runtime_error("ceiling: the peer stalled");
     }
   }
 }
@@ -164,18 +175,23 @@ inline void receive_one(int fd, char& byte, bool busy_poll) {
 }  // namespace detail::ceiling
 
 /// Bytes per second each way when two processes send `total_bytes` to each other at once over
-/// loopback TCP (both directions together move twice that).
-inline double tcp_duplex_bytes_per_second(std::size_t total_bytes, int socket_buffer_bytes = 0) {
+/// loopback TCP (both directions together move twice that), streaming out of and into arrays
+/// of `array_bytes` (1 MiB stays in cache; 64 MiB comes from memory, as a large collective's
+/// data does); `congestion` names the TCP congestion control (empty: the kernel's default).
+inline double tcp_duplex_bytes_per_second(std::size_t total_bytes, int socket_buffer_bytes = 0,
+                                          const std::string& congestion = {},
+                                          std::size_t array_bytes = std::size_t{1} << 20) {
   using namespace detail::ceiling;
-  auto run = [total_bytes](int fd) {
-    std::vector<char> out(std::size_t{1} << 20, 'x');
-    std::vector<char> in(std::size_t{1} << 20);
+  auto run = [total_bytes, array_bytes](int fd) {
+    std::vector<char> out(array_bytes, 'x');
+    std::vector<char> in(array_bytes);
     exchange(fd, total_bytes / 8, out, in);  // warm-up: slow start, buffer autotuning
     const auto start = Clock::now();
     exchange(fd, total_bytes, out, in);
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
-  const double seconds = in_two_processes(socket_buffer_bytes, run, [&](int fd) { run(fd); });
+  const double seconds =
+      in_two_processes(socket_buffer_bytes, congestion, run, [&](int fd) { run(fd); });
   return static_cast<double>(total_bytes) / seconds;
 }
 
@@ -184,7 +200,7 @@ inline double tcp_duplex_bytes_per_second(std::size_t total_bytes, int socket_bu
 inline std::chrono::nanoseconds tcp_round_trip(bool busy_poll, int round_trips = 2000) {
   using namespace detail::ceiling;
   const double median_ns = in_two_processes(
-      0,
+      0, {},
       [&](int fd) {
         std::vector<double> times;
         times.reserve(static_cast<std::size_t>(round_trips));

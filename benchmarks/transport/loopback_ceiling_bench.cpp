@@ -1,5 +1,7 @@
 // The machine's ceilings for collectives over loopback TCP (benchmarks/support/ceiling.hpp):
-// full-duplex TCP throughput between two processes (kernel-tuned and 1 MiB socket buffers),
+// full-duplex TCP throughput between two processes (kernel-tuned and 1 MiB socket buffers; the
+// kernel's default congestion control and reno, strata's choice within one host; arrays of
+// 1 MiB, in cache, and 64 MiB, in memory),
 // the 1-byte round trip with a sleeping and with a polling receiver, and single-core memcpy
 // and float add bandwidth. Counters are in decimal units (1 GB/s = 1e9 B/s); round trips in
 // microseconds.
@@ -8,6 +10,7 @@
 //        --benchmark_report_aggregates_only=true
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include <benchmark/benchmark.h>
 
@@ -20,15 +23,21 @@ constexpr std::size_t kBandwidthBytes = std::size_t{64} << 20;
 
 void BM_TcpDuplex(benchmark::State& state) {
   const int buffer = static_cast<int>(state.range(0));
+  const std::string congestion = state.range(1) != 0 ? "reno" : "";
+  const auto array_bytes = static_cast<std::size_t>(state.range(2)) << 20;
   double rate = 0;
   for (auto _ : state)
-    rate = strata::bench::tcp_duplex_bytes_per_second(kDuplexBytes, buffer);
+    rate =
+        strata::bench::tcp_duplex_bytes_per_second(kDuplexBytes, buffer, congestion, array_bytes);
   state.counters["each_way_GBps"] = rate / 1e9;
 }
 BENCHMARK(BM_TcpDuplex)
-    ->ArgName("socket_buffer")
-    ->Arg(0)
-    ->Arg(1 << 20)
+    ->ArgNames({"socket_buffer", "reno", "array_MiB"})
+    ->Args({0, 0, 1})
+    ->Args({1 << 20, 0, 1})
+    ->Args({0, 1, 1})
+    ->Args({0, 0, 64})
+    ->Args({0, 1, 64})
     ->Iterations(1)
     ->UseRealTime();
 

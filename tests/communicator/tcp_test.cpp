@@ -29,6 +29,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -211,6 +212,13 @@ std::vector<int> connections_on(const std::vector<strata::cluster::Address>& add
   }
   std::sort(fds.begin(), fds.end());
   return fds;
+}
+
+std::string congestion_of(int fd) {
+  char name[32] = {};
+  socklen_t size = sizeof name;
+  REQUIRE(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &size) == 0);
+  return std::string(name);
 }
 
 int int_option(int fd, int level, int name) {
@@ -418,5 +426,65 @@ TEST_CASE("every connection has the TCP_NODELAY and socket buffer sizes the opti
         });
     }
     CHECK(sums == std::vector<int>(kSize, 6));
+  }
+}
+
+TEST_CASE("connections within one host run reno unless the options name a congestion control") {
+  std::string kernel_default;
+  std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> kernel_default;
+  REQUIRE_FALSE(kernel_default.empty());
+  // Unset: reno, whatever the host's default; named: that one (the kernel's default is always
+  // allowed, so this holds without privileges).
+  for (const std::optional<std::string>& named :
+       {std::optional<std::string>{}, std::optional<std::string>{kernel_default}}) {
+    CAPTURE(named.value_or("(unset)"));
+    Ports ports(2);
+    TcpOptions tcp;
+    tcp.congestion_control = named;
+    auto group = form_group(ports, tcp);
+    const auto fds = connections_on(ports.addresses);
+    CHECK(fds.size() == 4);
+    for (int fd : fds)
+      CHECK(congestion_of(fd) == named.value_or("reno"));
+  }
+}
+
+TEST_CASE("a congestion control the kernel does not have is a ConfigurationError naming it") {
+  CommunicatorOptions options;
+  options.timeout = std::chrono::seconds(10);
+  for (const std::string& name :
+       {std::string("no-such-cc"), std::string(""), std::string("a-name-of-20-chars..")}) {
+    CAPTURE(name);
+    Ports ports(2);
+    TcpOptions tcp;
+    tcp.congestion_control = name;
+    std::vector<std::exception_ptr> errors(2);
+    {
+      std::vector<std::jthread> threads;
+      for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          const auto i = static_cast<std::size_t>(r);
+          try {
+            TcpCommunicator comm(TcpMembership{r, ports.addresses, 0, ports.fds[i]}, tcp, options);
+          } catch (...) {
+            errors[i] = std::current_exception();
+          }
+        });
+    }
+    for (const auto& error : errors) {
+      REQUIRE(error);
+      try {
+        std::rethrow_exception(error);
+      } catch (const strata::ConfigurationError& e) {
+        CHECK(std::string_view(e.what()).find("'" + name + "'") != std::string_view::npos);
+        CHECK(std::string_view(e.what()).find("tcp_allowed_congestion_control") !=
+              std::string_view::npos);
+      } catch (const std::exception& e) {
+        FAIL_CHECK("not a ConfigurationError: " << e.what());
+      }
+    }
+    // The listening sockets were handed over: refusing to join closed them.
+    for (int fd : ports.fds)
+      CHECK(::fcntl(fd, F_GETFD) == -1);
   }
 }

@@ -71,6 +71,8 @@ TEST_CASE("defaults and nccl-tests' flags") {
                            "4",
                            "--algo",
                            "rd",
+                           "--congestion",
+                           "cubic",
                            "--csv",
                            "-",
                            "--json",
@@ -89,6 +91,7 @@ TEST_CASE("defaults and nccl-tests' flags") {
   CHECK(o.transport == Transport::tcp);
   CHECK(o.ranks == 4);
   CHECK(o.algorithm == Algorithm::recursive_doubling);
+  CHECK(o.congestion == "cubic");
   CHECK(o.csv == "-");
   CHECK(o.json == "out.json");
   CHECK(o.progress);
@@ -156,6 +159,8 @@ TEST_CASE("bad command lines name what is wrong") {
   CHECK(error_of({"all_reduce", "--algo", "ring"}).find("is a tcp algorithm") != std::string::npos);
   CHECK(error_of({"all_reduce", "--transport", "tcp", "--algo", "reduce_to_one"})
             .find("is a local algorithm") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--congestion", "bbr"}).find("--transport tcp") !=
+        std::string::npos);
   CHECK(error_of({"all_reduce", "--csv", "-", "--json", "-"}).find("both") != std::string::npos);
   CHECK(error_of({"all_reduce", "--progress=1"}).find("takes no value") != std::string::npos);
 

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
@@ -73,6 +75,11 @@ struct TcpOptions {
   int socket_buffer_bytes = 0;
   /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.
   bool no_delay = true;
+  /// TCP congestion control of every connection (TCP_CONGESTION), e.g. "cubic" or "bbr"; the
+  /// kernel must allow it (net.ipv4.tcp_allowed_congestion_control). Unset: "reno" between
+  /// ranks on one host, where loopback never queues or drops and a pacing algorithm (a
+  /// host-wide "bbr") would only throttle, and the kernel's default between hosts.
+  std::optional<std::string> congestion_control{};
   /// Shared secret proving membership (HMAC challenge–response in the handshake; it never
   /// crosses the wire). Unset: STRATA_CLUSTER_TOKEN when set, else no authentication.
   std::optional<std::string> cluster_token{};
@@ -143,12 +150,18 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
                            CommunicatorOptions options = {})
       : state_(std::make_unique<State>(options, tcp)) {
     const int size = static_cast<int>(membership.addresses.size());
-    if (size < 1 || membership.rank < 0 || membership.rank >= size)
-      throw UsageError(
-          membership.rank, "TcpCommunicator",
-          fmt::format("rank {} is not in a group of {} addresses", membership.rank, size),
-          "pass every rank's address and a rank in [0, addresses.size())");
-    validate(tcp, membership.rank);
+    try {
+      if (size < 1 || membership.rank < 0 || membership.rank >= size)
+        throw UsageError(
+            membership.rank, "TcpCommunicator",
+            fmt::format("rank {} is not in a group of {} addresses", membership.rank, size),
+            "pass every rank's address and a rank in [0, addresses.size())");
+      validate(tcp, membership.rank);
+    } catch (...) {
+      // The listening socket is this communicator's once passed: refusing must not leak it.
+      if (membership.listen_fd >= 0) ::close(membership.listen_fd);
+      throw;
+    }
     transport::tcp::MeshConfig config;
     config.rank = membership.rank;
     config.addresses = std::move(membership.addresses);
@@ -159,6 +172,7 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     config.token = tcp.cluster_token ? tcp.cluster_token : token_from_environment();
     config.socket_buffer_bytes = tcp.socket_buffer_bytes;
     config.no_delay = tcp.no_delay;
+    config.congestion_control = tcp.congestion_control;
     config.listen_fd = membership.listen_fd;
     auto mesh = transport::tcp::form_mesh(config, Deadline::after(options.timeout));
     state_->group = std::make_unique<transport::tcp::Group>(
@@ -250,6 +264,13 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     if (tcp.socket_buffer_bytes < 0)
       bad(fmt::format("socket_buffer_bytes {} is negative", tcp.socket_buffer_bytes),
           "use 0 (kernel default) or a positive size");
+    if (tcp.congestion_control &&
+        (tcp.congestion_control->empty() || tcp.congestion_control->size() >= 16 ||
+         tcp.congestion_control->find('\0') != std::string::npos))
+      bad(fmt::format("congestion_control '{}' is not a congestion control name",
+                      *tcp.congestion_control),
+          "name one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (at most 15 "
+          "characters), or leave it unset");
     if (tcp.cluster_token && tcp.cluster_token->empty())
       bad("cluster_token is empty: anyone could compute its MACs",
           "set a secret shared by every rank, or leave it unset for no authentication");

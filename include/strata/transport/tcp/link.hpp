@@ -587,14 +587,25 @@ void Link::transfer(std::span<const transport::SendStep> sends,
           const std::size_t j = channel.recvs[channel.next_recv];
           const RecvStep& step = recvs[j];
           if (channel.header_got < kFrameHeaderBytes) {
-            const auto n = ::recv(channel.fd, channel.recv_header.data() + channel.header_got,
-                                  kFrameHeaderBytes - channel.header_got, MSG_DONTWAIT);
+            // Header and payload in one recvmsg: a small message costs one system call. The
+            // payload lands before its header is checked, but a header that does not match
+            // fails the call, and the destination belongs to this call either way.
+            iovec parts[2] = {{channel.recv_header.data() + channel.header_got,
+                               kFrameHeaderBytes - channel.header_got},
+                              {step.data, step.bytes}};
+            msghdr message{};
+            message.msg_iov = parts;
+            message.msg_iovlen = step.bytes == 0 ? 1 : 2;
+            const auto n = ::recvmsg(channel.fd, &message, MSG_DONTWAIT);
             if (n == 0) peer_closed(channel.peer);
             if (n < 0) {
               if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
               peer_closed(channel.peer);
             }
-            channel.header_got += static_cast<std::size_t>(n);
+            const auto got = static_cast<std::size_t>(n);
+            const std::size_t header_part = std::min(got, kFrameHeaderBytes - channel.header_got);
+            channel.header_got += header_part;
+            channel.payload_got = got - header_part;
             if (channel.header_got < kFrameHeaderBytes) break;
             check_header(channel.peer, channel, step.bytes);
           }
@@ -630,13 +641,6 @@ void Link::transfer(std::span<const transport::SendStep> sends,
         busy_until = Clock::now() + kBusyPoll;
         continue;
       }
-      // A peer's answer usually comes within microseconds, and waking from poll(2) costs far
-      // more: poll the sockets briefly before blocking. Yielding in between lets ranks that
-      // share a core (more ranks than cores) run instead.
-      if (Clock::now() < busy_until) {
-        ::sched_yield();
-        continue;
-      }
 
       // Nothing moved: wait for the sockets, the control connections, abort() or the deadline.
       fds.clear();
@@ -660,13 +664,24 @@ void Link::transfer(std::span<const transport::SendStep> sends,
         fds.push_back({channel.fd, events, 0});
         fd_peer.push_back(-2 - static_cast<int>(c));
       }
-      const auto left =
-          std::chrono::ceil<std::chrono::milliseconds>(deadline_.time_point() - Clock::now());
-      const int ready =
-          left.count() <= 0
-              ? 0
-              : ::poll(fds.data(), fds.size(),
-                       static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
+      // A peer's answer usually comes within microseconds, and waking from a sleeping poll(2)
+      // costs far more: ask first without sleeping, yielding in between so that ranks sharing
+      // a core (more ranks than cores) run. Asking poll(2), not retrying recv(2), matters:
+      // recv takes the socket lock that the sender's softirq needs to deliver the data.
+      int ready = 0;
+      while (Clock::now() < busy_until) {
+        ready = ::poll(fds.data(), fds.size(), 0);
+        if (ready != 0) break;
+        ::sched_yield();
+      }
+      if (ready == 0) {
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(deadline_.time_point() - Clock::now());
+        ready = left.count() <= 0
+                    ? 0
+                    : ::poll(fds.data(), fds.size(),
+                             static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
+      }
       if (ready < 0 && errno == EINTR) continue;
       if (ready == 0 && deadline_.expired()) {
         std::vector<int> waiting_for;
