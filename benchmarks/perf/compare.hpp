@@ -10,6 +10,8 @@
 //                          bcube over Gloo's TCP transport), when libgloo-dev was found
 //   OpenMPI over TCP       mpirun --mca btl tcp,self --mca pml ob1 strata-perf-mpi
 //   OpenMPI, defaults      mpirun strata-perf-mpi (shared memory between processes)
+// Every contender places its ranks alike (--bind, bind.hpp): the ranks strata-perf and
+// strata-perf-gloo start, and mpirun's (--bind-to core or none).
 // With --launches K every contender runs K times, interleaved (launch 1 of each, then launch 2
 // of each, ...), so that a noisy neighbour hurts all of them alike; the table shows, per size,
 // the median over launches of each contender's in-place time, and the bus bandwidth of that
@@ -42,6 +44,7 @@
 
 #include <fmt/format.h>
 
+#include "bind.hpp"
 #include "ceiling_report.hpp"
 #include "nccl_format.hpp"
 #include "options.hpp"
@@ -347,7 +350,9 @@ inline std::vector<std::string> shared_arguments(const Options& options, int ran
           "-c",
           options.check ? "1" : "0",
           "--ranks",
-          std::to_string(ranks)};
+          std::to_string(ranks),
+          "--bind",
+          std::string(to_string(options.bind))};
 }
 
 /// Where the peer programs are: next to this executable.
@@ -405,7 +410,10 @@ inline std::vector<Contender> contenders(const Options& options, int ranks,
   const auto mpi = dir / "strata-perf-mpi";
   const std::string mpiexec = find_mpiexec();
   if (std::filesystem::exists(mpi) && !mpiexec.empty()) {
-    std::vector<std::string> launcher = {mpiexec, "-n", std::to_string(ranks), "--oversubscribe"};
+    // mpirun places its ranks itself: the same placement as --bind gives the others.
+    const bool bound = cpu_of_rank(options.bind, 0, ranks, allowed_cpus()).has_value();
+    std::vector<std::string> launcher = {mpiexec,           "-n",        std::to_string(ranks),
+                                         "--oversubscribe", "--bind-to", bound ? "core" : "none"};
     if (::geteuid() == 0) launcher.emplace_back("--allow-run-as-root");
     auto tcp = launcher;
     for (const char* arg :

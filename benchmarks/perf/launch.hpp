@@ -5,10 +5,11 @@
 //   1. it binds and listens on one socket per rank on 127.0.0.1, port 0 (the kernel picks free
 //      ports, and holding the sockets means no other program can take them before the ranks
 //      start); every socket is close-on-exec;
-//   2. it forks one child per rank; child r clears close-on-exec on socket r only and re-executes
-//      /proc/self/exe with the same arguments and three variables: its rank, the descriptor of
-//      its socket, and every rank's address. The TcpCommunicator adopts the socket
-//      (TcpMembership::listen_fd). Children die with the parent (PR_SET_PDEATHSIG);
+//   2. it forks one child per rank; child r clears close-on-exec on socket r only, binds itself
+//      to its CPU (--bind, bind.hpp) and re-executes /proc/self/exe with the same arguments and
+//      three variables: its rank, the descriptor of its socket, and every rank's address. The
+//      TcpCommunicator adopts the socket (TcpMembership::listen_fd). Children die with the
+//      parent (PR_SET_PDEATHSIG);
 //   3. it closes its copies of the sockets and waits. Exit status: 0 when every rank exits 0,
 //      else the first failure's (a rank killed by signal S counts as 128+S). After a first
 //      failure the others get the communicators' deadline plus 5 s to fail too (they usually
@@ -43,6 +44,7 @@
 
 #include <fmt/format.h>
 
+#include "bind.hpp"
 #include "options.hpp"
 
 #include <strata/cluster/cluster_spec.hpp>
@@ -149,10 +151,11 @@ inline std::optional<WorkerEnvironment> worker_environment() {
 }
 
 /// Starts `ranks` copies of this program (`argv` as given to main) as the ranks of a TCP group
-/// on 127.0.0.1, waits for them, and returns the exit status (see the file comment).
+/// on 127.0.0.1, placed as `binding` says, waits for them, and returns the exit status (see the
+/// file comment).
 /// @throws std::system_error when the sockets or processes cannot be created (nothing is left
 /// running).
-inline int supervise_local_group(int ranks, char** argv) {
+inline int supervise_local_group(int ranks, char** argv, Binding binding) {
   namespace d = detail::launch;
   // Read before anything starts: a malformed STRATA_TIMEOUT fails here, not in every rank.
   const auto grace = default_timeout() + std::chrono::seconds(5);
@@ -189,6 +192,7 @@ inline int supervise_local_group(int ranks, char** argv) {
     environments.push_back(std::move(env));
   }
 
+  const std::vector<int> cpus = allowed_cpus();
   const pid_t parent = ::getpid();
   std::vector<pid_t> children;
   auto kill_children = [&] {
@@ -216,6 +220,12 @@ inline int supervise_local_group(int ranks, char** argv) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(1);  // the parent died before prctl took effect
       if (::fcntl(fds[static_cast<std::size_t>(r)], F_SETFD, 0) != 0) ::_exit(127);
+      if (const auto cpu = cpu_of_rank(binding, r, ranks, cpus);
+          cpu && !bind_calling_thread(*cpu)) {
+        constexpr char kMessage[] = "strata-perf: cannot bind a rank to its CPU (--bind none)\n";
+        [[maybe_unused]] const auto written = ::write(2, kMessage, sizeof kMessage - 1);
+        ::_exit(127);
+      }
       ::execve("/proc/self/exe", argv, envp.data());
       constexpr char kMessage[] = "strata-perf: cannot re-execute /proc/self/exe\n";
       [[maybe_unused]] const auto written = ::write(2, kMessage, sizeof kMessage - 1);

@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "bind.hpp"
 #include "nccl_format.hpp"
 
 #include <strata/communicator/collective.hpp>
@@ -86,6 +87,8 @@ struct Options {
   Algorithm algorithm = Algorithm::automatic;
   /// tcp: TcpOptions::congestion_control; unset: strata's choice (reno within one host).
   std::optional<std::string> congestion{};
+  /// Where the ranks strata-perf starts itself run (bind.hpp): mpirun's default placement.
+  Binding bind = Binding::core;
   /// A path, or "-" for stdout (the table then goes to stderr).
   std::optional<std::string> csv{};
   std::optional<std::string> json{};
@@ -134,6 +137,9 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
                            64 KiB, ring above), ring, rd|recursive_doubling
       --congestion NAME    tcp: TCP congestion control of strata's connections, e.g. bbr or
                            cubic (default: reno within one host, the kernel's between hosts)
+      --bind core|none     core (default): as mpirun does, each rank strata-perf starts runs
+                           on a CPU of its own when there are no more ranks than CPUs; none:
+                           wherever the scheduler puts it. The header shows each rank's CPUs
       --csv FILE|-         also write the rows as CSV ('-': stdout, the table goes to stderr)
       --json FILE|-        also write the run and its rows as JSON
       --progress           progress line on stderr even when it is not a terminal
@@ -315,6 +321,14 @@ inline Options parse_options(std::span<const std::string_view> args) {
       options.algorithm = *algorithm;
     } else if (is("", "--congestion")) {
       options.congestion = std::string(value());
+    } else if (is("", "--bind")) {
+      const std::string_view text = value();
+      if (text == "core")
+        options.bind = Binding::core;
+      else if (text == "none")
+        options.bind = Binding::none;
+      else
+        d::fail(fmt::format("unknown binding '{}': use core or none", text));
     } else if (is("", "--csv")) {
       options.csv = std::string(value());
     } else if (is("", "--json")) {

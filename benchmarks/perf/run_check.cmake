@@ -1,8 +1,9 @@
 # benchmarks/perf/run_check.cmake — one strata-perf smoke run for ctest:
 #   cmake -DSTRATA_PERF=<exe> "-DARGUMENTS=all_reduce -b 8 ..." -DEXPECTED_STATUS=0 \
-#         -P run_check.cmake
+#         [-DEXPECTED_REGEX=...] -P run_check.cmake
 # Requires the exit status EXPECTED_STATUS and, for status 0, nccl-tests' footer
-# "# Out of bounds values : 0 OK" (PASS_REGULAR_EXPRESSION alone would ignore the exit status).
+# "# Out of bounds values : 0 OK" (PASS_REGULAR_EXPRESSION alone would ignore the exit status),
+# and output matching EXPECTED_REGEX when it is given.
 separate_arguments(arguments UNIX_COMMAND "${ARGUMENTS}")
 execute_process(
   COMMAND "${STRATA_PERF}" ${arguments}
@@ -16,4 +17,7 @@ if(NOT "${status}" STREQUAL "${EXPECTED_STATUS}")
 endif()
 if("${EXPECTED_STATUS}" STREQUAL "0" AND NOT out MATCHES "# Out of bounds values : 0 OK")
   message(FATAL_ERROR "strata-perf did not report '# Out of bounds values : 0 OK'")
+endif()
+if(NOT "${EXPECTED_REGEX}" STREQUAL "" AND NOT "${out}${err}" MATCHES "${EXPECTED_REGEX}")
+  message(FATAL_ERROR "strata-perf's output does not match '${EXPECTED_REGEX}'")
 endif()

@@ -13,18 +13,21 @@
 //
 // Exit status: 0 every value right; 1 wrong values; 2 bad command line; 3 a collective, the
 // group, or the start of the ranks failed.
+#include <cerrno>
 #include <cstdio>
 #include <exception>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "bind.hpp"
 #include "compare.hpp"
 #include "launch.hpp"
 #include "options.hpp"
@@ -57,11 +60,17 @@ int run_local_group(const Options& options, std::string_view algorithm) {
   auto group = communicator::LocalCommunicator<AllReduceAlgorithm>::create(ranks);
   std::vector<int> status(static_cast<std::size_t>(ranks), 0);
   std::vector<std::string> errors(static_cast<std::size_t>(ranks));
+  const std::vector<int> cpus = allowed_cpus();
   auto rank_main = [&](int r) {
     const auto i = static_cast<std::size_t>(r);
     auto& comm = group[i];
     try {
-      status[i] = run_rank(comm, options, algorithm, fmt::format("thread {:>3} (local)", r),
+      if (const auto cpu = cpu_of_rank(options.bind, r, ranks, cpus);
+          cpu && !bind_calling_thread(*cpu))
+        throw std::system_error(errno, std::generic_category(),
+                                fmt::format("binding rank {} to CPU {}", r, *cpu));
+      status[i] = run_rank(comm, options, algorithm,
+                           fmt::format("thread {:>3} (local), {}", r, describe_affinity()),
                            r == 0 ? &reporter : nullptr);
     } catch (const std::exception& error) {
       comm.abort(error.what());  // the other ranks stop waiting for this one at once
@@ -142,7 +151,8 @@ int run_worker(const Options& options, const WorkerEnvironment& worker) {
   const int size = static_cast<int>(worker.addresses.size());
   check_group_size(options, size, "strata-perf's supervisor");
   const std::string where =
-      fmt::format("tcp {}", worker.addresses[static_cast<std::size_t>(worker.rank)].to_string());
+      fmt::format("tcp {}, {}", worker.addresses[static_cast<std::size_t>(worker.rank)].to_string(),
+                  describe_affinity());
   communicator::TcpCommunicator comm(
       communicator::TcpMembership{worker.rank, worker.addresses, 0, worker.listen_fd},
       tcp_options(options));
@@ -153,9 +163,10 @@ int run_worker(const Options& options, const WorkerEnvironment& worker) {
 int run_member(const Options& options, cluster::ResolvedCluster& resolved) {
   check_group_size(options, resolved.size, resolved.source);
   auto membership = communicator::membership_of(resolved);
-  const std::string where = fmt::format(
-      "tcp {} ({})", membership.addresses[static_cast<std::size_t>(membership.rank)].to_string(),
-      resolved.source);
+  const std::string where =
+      fmt::format("tcp {} ({}), {}",
+                  membership.addresses[static_cast<std::size_t>(membership.rank)].to_string(),
+                  resolved.source, describe_affinity());
   communicator::TcpCommunicator comm(std::move(membership), tcp_options(options));
   return run_tcp_rank(comm, options, where);
 }
@@ -175,7 +186,7 @@ int run(const Options& options, char** argv) {
   const int ranks = options.ranks.value_or(kDefaultRanks);
   check_against_group(options, ranks);
   check_outputs_writable(options);
-  return supervise_local_group(ranks, argv);
+  return supervise_local_group(ranks, argv, options.bind);
 }
 
 }  // namespace

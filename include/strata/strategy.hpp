@@ -24,7 +24,6 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -38,6 +37,7 @@
 #include <strata/core/reduce.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/detail/replica_pool.hpp>
+#include <strata/detail/usable_cpus.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
 #include <strata/sync/sync.hpp>
@@ -46,8 +46,9 @@ namespace strata {
 
 /// Options of a strategy. Plain data: set the fields you care about.
 struct StrategyOptions {
-  /// Replicas in this process. 0 picks the default: one per hardware thread for placements
-  /// that run several replicas, one for single-replica placements (OneDevice, Default).
+  /// Replicas in this process. 0 picks the default: one per CPU this process may run on (its
+  /// affinity mask, so taskset and container cpusets count) for placements that run several
+  /// replicas, one for single-replica placements (OneDevice, Default).
   int num_replicas = 0;
   /// Options of the communicators between the replicas (deadline of every collective).
   communicator::CommunicatorOptions communicator{};
@@ -343,7 +344,7 @@ class Strategy {
     if (requested > 0) return requested;
     if (P::kMaxReplicas == 1) return 1;
     if constexpr (requires { C::default_replicas(); }) return C::default_replicas();
-    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return detail::usable_cpus();
   }
 
   std::vector<C> communicators_;

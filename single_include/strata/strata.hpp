@@ -5135,6 +5135,34 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
 
 #include <thread>
 
+// ---- begin strata/detail/usable_cpus.hpp ----
+// strata/detail/usable_cpus.hpp — how many CPUs this process may run on.
+
+#include <algorithm>
+#include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+namespace strata::detail {
+
+/// The CPUs this process may run on: its affinity mask (taskset, cpusets, a container's
+/// cpuset), not the machine's count, which std::thread::hardware_concurrency() reports. A
+/// process confined to one core of a large machine must not size its spinning or its replica
+/// count by the machine. At least 1.
+inline int usable_cpus() noexcept {
+#if defined(__linux__)
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (::sched_getaffinity(0, sizeof mask, &mask) == 0) return std::max(1, CPU_COUNT(&mask));
+#endif
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace strata::detail
+// ---- end strata/detail/usable_cpus.hpp ----
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -5154,12 +5182,19 @@ inline void cpu_relax() noexcept {
 struct SpinPolicy {
   int spins = 2000;  // pause-and-poll rounds: only when every waiter has a core of its own
   int yields = 200;  // give-the-core-away rounds
+  // Even with a core per thread, two threads often share one: a woken thread is commonly
+  // placed on its waker's core (on KVM guests 95% of condition-variable wake-ups here), and
+  // the scheduler takes 20-40 ms to spread them again. A waiter that spun without a break
+  // would hold the core its partner needs for all its spins (~50 µs here) at every wait;
+  // yielding after each short burst bounds that to one burst, and costs a waiter alone on
+  // its core one system call per burst.
+  static constexpr int kSpinsPerYield = 64;
 
   /// The policy for `threads` threads that wait for each other: spinning only pays when each
   /// has a core; oversubscribed, it steals the core the awaited thread needs, so only yield.
   static SpinPolicy for_threads(int threads) noexcept {
     SpinPolicy policy;
-    if (threads > static_cast<int>(std::thread::hardware_concurrency())) policy.spins = 0;
+    if (threads > usable_cpus()) policy.spins = 0;
     return policy;
   }
 
@@ -5167,9 +5202,12 @@ struct SpinPolicy {
   /// should block.
   template <class Ready>
   bool poll(Ready&& ready) const {
-    for (int i = 0; i < spins; ++i) {
+    for (int i = 1; i <= spins; ++i) {
       if (ready()) return true;
-      cpu_relax();
+      if (i % kSpinsPerYield == 0)
+        std::this_thread::yield();
+      else
+        cpu_relax();
     }
     for (int i = 0; i < yields; ++i) {
       if (ready()) return true;
@@ -10015,7 +10053,6 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 #include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -10157,8 +10194,9 @@ namespace strata {
 
 /// Options of a strategy. Plain data: set the fields you care about.
 struct StrategyOptions {
-  /// Replicas in this process. 0 picks the default: one per hardware thread for placements
-  /// that run several replicas, one for single-replica placements (OneDevice, Default).
+  /// Replicas in this process. 0 picks the default: one per CPU this process may run on (its
+  /// affinity mask, so taskset and container cpusets count) for placements that run several
+  /// replicas, one for single-replica placements (OneDevice, Default).
   int num_replicas = 0;
   /// Options of the communicators between the replicas (deadline of every collective).
   communicator::CommunicatorOptions communicator{};
@@ -10454,7 +10492,7 @@ class Strategy {
     if (requested > 0) return requested;
     if (P::kMaxReplicas == 1) return 1;
     if constexpr (requires { C::default_replicas(); }) return C::default_replicas();
-    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    return detail::usable_cpus();
   }
 
   std::vector<C> communicators_;

@@ -6,9 +6,11 @@
 
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 namespace {
 
@@ -45,6 +47,7 @@ TEST_CASE("defaults and nccl-tests' flags") {
   CHECK(defaults.transport == Transport::local);
   CHECK_FALSE(defaults.ranks);
   CHECK(defaults.algorithm == Algorithm::automatic);
+  CHECK(defaults.bind == Binding::core);
 
   const Options o = parse({"reduce_scatter",
                            "-b",
@@ -73,6 +76,8 @@ TEST_CASE("defaults and nccl-tests' flags") {
                            "rd",
                            "--congestion",
                            "cubic",
+                           "--bind",
+                           "none",
                            "--csv",
                            "-",
                            "--json",
@@ -92,6 +97,7 @@ TEST_CASE("defaults and nccl-tests' flags") {
   CHECK(o.ranks == 4);
   CHECK(o.algorithm == Algorithm::recursive_doubling);
   CHECK(o.congestion == "cubic");
+  CHECK(o.bind == Binding::none);
   CHECK(o.csv == "-");
   CHECK(o.json == "out.json");
   CHECK(o.progress);
@@ -161,6 +167,8 @@ TEST_CASE("bad command lines name what is wrong") {
             .find("is a local algorithm") != std::string::npos);
   CHECK(error_of({"all_reduce", "--congestion", "bbr"}).find("--transport tcp") !=
         std::string::npos);
+  CHECK(error_of({"all_reduce", "--bind", "socket"}).find("unknown binding 'socket'") !=
+        std::string::npos);
   CHECK(error_of({"all_reduce", "--csv", "-", "--json", "-"}).find("both") != std::string::npos);
   CHECK(error_of({"all_reduce", "--progress=1"}).find("takes no value") != std::string::npos);
 
@@ -168,6 +176,32 @@ TEST_CASE("bad command lines name what is wrong") {
   CHECK_NOTHROW(check_against_group(o, 4));
   CHECK_THROWS_WITH_AS(check_against_group(o, 3), "--root 3 is not a rank of a group of 3",
                        CommandLineError);
+}
+
+// bind.hpp: which CPU each rank gets, as mpirun's default binding gives it.
+TEST_CASE("--bind core gives each rank a CPU of its own only when there are enough") {
+  const std::vector<int> cpus = {2, 3, 5};
+  CHECK(cpu_of_rank(Binding::core, 0, 3, cpus) == 2);
+  CHECK(cpu_of_rank(Binding::core, 2, 3, cpus) == 5);
+  CHECK(cpu_of_rank(Binding::core, 1, 2, cpus) == 3);
+  CHECK_FALSE(cpu_of_rank(Binding::core, 0, 4, cpus));  // more ranks than CPUs: unbound
+  CHECK_FALSE(cpu_of_rank(Binding::none, 0, 2, cpus));
+  CHECK_FALSE(cpu_of_rank(Binding::core, 3, 3, cpus));
+}
+
+TEST_CASE("a bound thread runs on its CPU and says so") {
+  CHECK(describe_cpus({1}) == "CPU 1");
+  CHECK(describe_cpus({0, 1, 2, 3}) == "CPUs 0-3");
+  CHECK(describe_cpus({0, 1, 2, 5, 7, 8}) == "CPUs 0-2,5,7-8");
+  const auto cpus = allowed_cpus();
+  REQUIRE_FALSE(cpus.empty());
+  CHECK(describe_affinity() == describe_cpus(cpus));
+  std::string bound;
+  std::thread thread([&] {
+    if (bind_calling_thread(cpus.back())) bound = describe_affinity();
+  });
+  thread.join();
+  CHECK(bound == fmt::format("CPU {}", cpus.back()));
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // benchmarks/perf/peers/fork_ranks.hpp — a group of ranks as forked child processes, for a peer
 // that starts its own ranks (strata-perf-gloo).
 //
-// The caller forks before any library or thread state exists; child r runs `body(r)` and exits
-// with its result. Each child dies with the parent (PR_SET_PDEATHSIG). The parent waits:
+// The caller forks before any library or thread state exists; child r binds itself to its CPU
+// when ForkOptions::binding gives it one (bind.hpp), runs `body(r)` and exits with its result. Each
+// child dies with the parent (PR_SET_PDEATHSIG). The parent waits:
 //   - the result is 0 when every rank exits 0, else the first non-zero exit status; a rank killed
 //     by a signal counts as failure (kExitFailure);
 //   - after a first failure (anything but 0 or "wrong values") the others get `grace` to fail
@@ -18,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -28,6 +30,7 @@
 
 #include <fmt/format.h>
 
+#include "../bind.hpp"
 #include "peer_options.hpp"
 
 namespace strata::perf::peers {
@@ -36,6 +39,7 @@ struct ForkOptions {
   std::chrono::milliseconds deadline{std::chrono::minutes(30)};
   std::chrono::milliseconds grace{std::chrono::seconds(5)};
   const char* tool = "peer";  ///< prefix of the parent's messages
+  Binding binding = Binding::none;
 };
 
 /// Runs `body(rank)` in `ranks` child processes and returns the group's exit status (above).
@@ -43,6 +47,7 @@ inline int fork_ranks(int ranks, const std::function<int(int)>& body, const Fork
   using Clock = std::chrono::steady_clock;
   std::fflush(nullptr);  // the children must not write the parent's buffered output again
   const pid_t parent = ::getpid();
+  const std::vector<int> cpus = allowed_cpus();
   std::vector<pid_t> pids(static_cast<std::size_t>(ranks), -1);
   bool killed = false;
   auto kill_all = [&] {
@@ -64,7 +69,13 @@ inline int fork_ranks(int ranks, const std::function<int(int)>& body, const Fork
       if (::getppid() != parent) ::_exit(kExitFailure);  // the parent died before prctl
       int status = kExitFailure;
       try {
+        if (const auto cpu = cpu_of_rank(options.binding, r, ranks, cpus);
+            cpu && !bind_calling_thread(*cpu))
+          throw std::runtime_error(fmt::format("cannot bind rank {} to CPU {}", r, *cpu));
         status = body(r);
+      } catch (const std::exception& error) {
+        fmt::print(stderr, "{}: {}\n", options.tool, error.what());
+        status = kExitFailure;
       } catch (...) {
         status = kExitFailure;
       }

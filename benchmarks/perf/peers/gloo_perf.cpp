@@ -55,6 +55,7 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include "../bind.hpp"
 #include "../options.hpp"
 #include "../report.hpp"
 #include "fork_ranks.hpp"
@@ -285,7 +286,8 @@ int run_rank(const Settings& settings, int rank) {
       context->setTimeout(settings.timeout);
       context->connectFullMesh(prefixed, device);
       GlooComm comm(context, algorithm);
-      const int block = run_peer_rank(comm, settings.options, name, "gloo-tcp 127.0.0.1",
+      const int block = run_peer_rank(comm, settings.options, name,
+                                      fmt::format("gloo-tcp 127.0.0.1, {}", describe_affinity()),
                                       reporter ? &*reporter : nullptr);
       comm.close();
       // Nobody closes its connections before every rank is done with them: Gloo fails a wait
@@ -320,6 +322,7 @@ int run(const PeerCommandLine& line) {
   ForkOptions fork_options;
   fork_options.deadline = run_deadline();
   fork_options.tool = kTool.data();
+  fork_options.binding = settings.options.bind;
   // A file that cannot be written is a usage error, reported once, before any rank starts.
   if (settings.options.csv && *settings.options.csv != "-") OutputFile probe(*settings.options.csv);
 

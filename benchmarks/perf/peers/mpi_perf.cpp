@@ -38,6 +38,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include "../bind.hpp"
 #include "../options.hpp"
 #include "peer_options.hpp"
 #include "peer_rank.hpp"
@@ -163,7 +164,8 @@ int run(const PeerCommandLine& line, MpiComm& comm) {
   if (failed != 0)
     throw CommandLineError(open_error.empty() ? "rank 0 cannot write --csv" : open_error);
   return run_peer_rank(comm, options, line.algorithm.value_or("mpi"),
-                       fmt::format("mpi ({})", library_version()), reporter ? &*reporter : nullptr);
+                       fmt::format("mpi ({}), {}", library_version(), describe_affinity()),
+                       reporter ? &*reporter : nullptr);
 }
 
 }  // namespace

@@ -87,6 +87,7 @@ Takes strata-perf's flags (strata-perf --help), except:
   sum, then a division by the number of ranks on every rank, inside the timed call);
   --algo {3}
   --json, --compare and --ceiling are strata-perf's only; --transport is ignored.
+  --bind places the ranks this program starts itself; under mpirun, mpirun's --bind-to does.
 
 Exit status: 0 all values correct; 1 wrong values found; 2 bad command line; 3 failure.
 )",

@@ -3,6 +3,8 @@
 
 #include <thread>
 
+#include <strata/detail/usable_cpus.hpp>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -22,12 +24,19 @@ inline void cpu_relax() noexcept {
 struct SpinPolicy {
   int spins = 2000;  // pause-and-poll rounds: only when every waiter has a core of its own
   int yields = 200;  // give-the-core-away rounds
+  // Even with a core per thread, two threads often share one: a woken thread is commonly
+  // placed on its waker's core (on KVM guests 95% of condition-variable wake-ups here), and
+  // the scheduler takes 20-40 ms to spread them again. A waiter that spun without a break
+  // would hold the core its partner needs for all its spins (~50 µs here) at every wait;
+  // yielding after each short burst bounds that to one burst, and costs a waiter alone on
+  // its core one system call per burst.
+  static constexpr int kSpinsPerYield = 64;
 
   /// The policy for `threads` threads that wait for each other: spinning only pays when each
   /// has a core; oversubscribed, it steals the core the awaited thread needs, so only yield.
   static SpinPolicy for_threads(int threads) noexcept {
     SpinPolicy policy;
-    if (threads > static_cast<int>(std::thread::hardware_concurrency())) policy.spins = 0;
+    if (threads > usable_cpus()) policy.spins = 0;
     return policy;
   }
 
@@ -35,9 +44,12 @@ struct SpinPolicy {
   /// should block.
   template <class Ready>
   bool poll(Ready&& ready) const {
-    for (int i = 0; i < spins; ++i) {
+    for (int i = 1; i <= spins; ++i) {
       if (ready()) return true;
-      cpu_relax();
+      if (i % kSpinsPerYield == 0)
+        std::this_thread::yield();
+      else
+        cpu_relax();
     }
     for (int i = 0; i < yields; ++i) {
       if (ready()) return true;

@@ -1,0 +1,84 @@
+// benchmarks/perf/bind.hpp — which CPU each rank runs on (--bind), as mpirun decides it.
+//
+// mpirun binds each rank to a core of its own when there are no more ranks than cores, and
+// leaves them unbound otherwise; the Open MPI contender of --compare runs that way. strata-perf
+// gives every rank it starts itself (threads with --transport local, processes with tcp, the
+// Gloo peer's processes) the same placement by default, so that the contenders are placed
+// alike. It matters here: a thread woken by another is usually placed on its waker's core
+// (95% of condition-variable wake-ups on this KVM guest), and two ranks that share a core stay
+// together for 20-40 ms before the scheduler spreads them, which is longer than a whole
+// small-message sweep. Ranks that a launcher started (TF_CONFIG, torchrun, ...) are the
+// launcher's to place.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sched.h>
+
+#include <fmt/format.h>
+
+namespace strata::perf {
+
+enum class Binding {
+  core,  ///< rank r on the r-th CPU this process may use, when every rank can have one
+  none,  ///< wherever the scheduler puts them
+};
+
+inline std::string_view to_string(Binding binding) {
+  return binding == Binding::core ? "core" : "none";
+}
+
+/// The CPUs the calling thread may run on, in increasing order.
+inline std::vector<int> allowed_cpus() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
+  return cpus;
+}
+
+/// The CPU rank `rank` of `ranks` is bound to, from `cpus` (allowed_cpus() of the process
+/// that starts the ranks); nothing with Binding::none or when there are more ranks than CPUs.
+inline std::optional<int> cpu_of_rank(Binding binding, int rank, int ranks,
+                                      const std::vector<int>& cpus) {
+  if (binding == Binding::none || ranks > static_cast<int>(cpus.size()) || rank < 0 ||
+      rank >= ranks)
+    return std::nullopt;
+  return cpus[static_cast<std::size_t>(rank)];
+}
+
+/// Confines the calling thread to `cpu`; threads it starts later inherit that. Safe between
+/// fork and exec (one system call). False when the kernel refuses.
+inline bool bind_calling_thread(int cpu) noexcept {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return ::sched_setaffinity(0, sizeof one, &one) == 0;
+}
+
+/// CPUs as a header shows them: "CPU 1", "CPUs 0-3", "CPUs 0-2,5".
+inline std::string describe_cpus(const std::vector<int>& cpus) {
+  if (cpus.empty()) return "no CPU";
+  std::string text = cpus.size() == 1 ? "CPU " : "CPUs ";
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1)
+      ++j;
+    if (i != 0) text += ',';
+    text += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+/// The CPUs the calling thread may run on, as a header shows them.
+inline std::string describe_affinity() {
+  return describe_cpus(allowed_cpus());
+}
+
+}  // namespace strata::perf
