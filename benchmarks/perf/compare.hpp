@@ -13,9 +13,10 @@
 // Every contender places its ranks alike (--bind, bind.hpp): the ranks strata-perf and
 // strata-perf-gloo start, and mpirun's (--bind-to core or none).
 // With --launches K every contender runs K times, interleaved (launch 1 of each, then launch 2
-// of each, ...), so that a noisy neighbour hurts all of them alike; the table shows, per size,
-// the median over launches of each contender's in-place time, and the bus bandwidth of that
-// time. Any wrong value in any launch of anyone fails the comparison (exit status 1).
+// of each, ...), so that a noisy neighbour hurts all of them alike; the tables show, per size,
+// the median over launches of each contender's in-place time, the bus bandwidth of that time,
+// and the fastest and slowest launch. Any wrong value in any launch of anyone fails the comparison
+// (exit status 1).
 #pragma once
 
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -292,19 +294,47 @@ class Comparison {
                    : std::string(" – |");
       out += '\n';
     }
+    // A median hides how far apart the launches were; on a shared machine that is most of
+    // what there is to know about a single figure.
+    if (launches > 1) {
+      out += fmt::format(
+          "\nSpread of the time per call over the {} launches (µs, fastest–slowest), {} ranks, "
+          "in place:\n\n| size |",
+          launches, ranks);
+      std::string rule = "| ---: |";
+      for (const auto& label : order_) {
+        out += fmt::format(" {} |", label);
+        rule += " ---: |";
+      }
+      out += '\n' + rule + '\n';
+      for (const std::size_t bytes : sizes_) {
+        out += fmt::format("| {} |", format_size(bytes));
+        for (const auto& label : order_) {
+          const auto range = time_range(label, bytes);
+          out += range ? fmt::format(" {}–{} |", d::format_time(range->first),
+                                     d::format_time(range->second))
+                       : std::string(" – |");
+        }
+        out += '\n';
+      }
+    }
     return out;
   }
 
   /// Long-form CSV: one line per contender and size with the median time and its busbw.
   std::string csv(Collective kind, int ranks) const {
-    std::string out = "contender,strata,tcp,ranks,size_bytes,median_time_us,busbw_gbps,launches\n";
+    std::string out =
+        "contender,strata,tcp,ranks,size_bytes,median_time_us,busbw_gbps,launches,min_time_us,"
+        "max_time_us\n";
     for (const auto& label : order_) {
       const Entry& entry = entries_.at(label);
       for (const auto& [bytes, times] : entry.times) {
         const double t = detail::compare::median(times);
-        out += fmt::format("{},{},{},{},{},{},{},{}\n", label, entry.strata ? 1 : 0,
+        const auto [fastest, slowest] = std::minmax_element(times.begin(), times.end());
+        out += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", label, entry.strata ? 1 : 0,
                            entry.tcp ? 1 : 0, ranks, bytes, t,
-                           bus_bandwidth_gbps(kind, ranks, bytes, t * 1e-6), times.size());
+                           bus_bandwidth_gbps(kind, ranks, bytes, t * 1e-6), times.size(), *fastest,
+                           *slowest);
       }
     }
     return out;
@@ -317,6 +347,15 @@ class Comparison {
     long long wrong = 0;
     std::map<std::size_t, std::vector<double>> times;
   };
+
+  std::optional<std::pair<double, double>> time_range(const std::string& label,
+                                                      std::size_t bytes) const {
+    const Entry& entry = entries_.at(label);
+    const auto it = entry.times.find(bytes);
+    if (it == entry.times.end() || it->second.empty()) return std::nullopt;
+    const auto [fastest, slowest] = std::minmax_element(it->second.begin(), it->second.end());
+    return std::pair{*fastest, *slowest};
+  }
 
   std::optional<double> median_time(const std::string& label, std::size_t bytes) const {
     const Entry& entry = entries_.at(label);

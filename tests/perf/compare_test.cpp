@@ -1,0 +1,61 @@
+// Tests for benchmarks/perf/compare.hpp's Comparison (strata-perf --compare's tables and CSV):
+// medians over launches, the ratios to the best peers, and the spread over launches.
+//
+// The header lives with the benchmark, not under include/, so it is included by a relative path.
+#include "../../benchmarks/perf/compare.hpp"
+
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+namespace {
+
+using strata::communicator::Collective;
+using namespace strata::perf;
+
+// One launch: strata over TCP and one TCP peer, at 4 B and 1 KiB, with these in-place times.
+std::vector<Series> launch(double strata_4, double strata_1k, double peer_4, double peer_1k) {
+  return {Series{"strata tcp", true, true, {{4, strata_4, 0}, {1024, strata_1k, 0}}},
+          Series{"mpi tcp", false, true, {{4, peer_4, 0}, {1024, peer_1k, 0}}}};
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST_CASE("the tables show medians over launches, strata's ratio, and each launch's spread") {
+  Comparison comparison;
+  comparison.add(launch(6.0, 10.0, 8.0, 9.0));
+  comparison.add(launch(7.0, 30.0, 9.0, 10.0));
+  comparison.add(launch(60.0, 11.0, 10.0, 11.0));  // one slow launch of each size
+  const std::string tables = comparison.tables(Collective::all_reduce, 2, 3);
+  CAPTURE(tables);
+  // Medians: strata 7 and 11 µs, the peer 9 and 10 µs.
+  CHECK(contains(tables, "| 4 | 7.00 | 9.00 |"));
+  CHECK(contains(tables, "| 1K | 11.00 | 10.00 |"));
+  // busbw ratio of the medians: 9/7 at 4 B, 10/11 at 1 KiB.
+  CHECK(contains(tables, "1.29× |"));
+  CHECK(contains(tables, "0.91× |"));
+  // The spread: fastest–slowest launch.
+  CHECK(contains(tables, "fastest–slowest"));
+  CHECK(contains(tables, "| 4 | 6.00–60.00 | 8.00–10.00 |"));
+  CHECK(contains(tables, "| 1K | 10.00–30.00 | 9.00–11.00 |"));
+}
+
+TEST_CASE("one launch has no spread table; the CSV carries median, fastest and slowest") {
+  Comparison comparison;
+  comparison.add(launch(6.0, 10.0, 8.0, 9.0));
+  CHECK_FALSE(contains(comparison.tables(Collective::all_reduce, 2, 1), "fastest–slowest"));
+  comparison.add(launch(8.0, 12.0, 8.0, 9.0));
+  const std::string csv = comparison.csv(Collective::all_reduce, 2);
+  CAPTURE(csv);
+  CHECK(csv.starts_with(
+      "contender,strata,tcp,ranks,size_bytes,median_time_us,busbw_gbps,launches,min_time_us,"
+      "max_time_us\n"));
+  CHECK(contains(csv, "strata tcp,1,1,2,4,7,"));
+  CHECK(contains(csv, ",2,6,8\n"));
+  CHECK(contains(csv, "mpi tcp,0,1,2,1024,9,"));
+}
+
+}  // namespace
