@@ -39,7 +39,7 @@ class CommandLineError : public std::runtime_error {
 enum class Transport : std::uint8_t { local, tcp };
 
 /// The all-reduce algorithm, per transport: `automatic` is each transport's default
-/// (local: scatter-gather; tcp: recursive doubling up to 64 KiB, ring above).
+/// (local: scatter-gather; tcp: recursive doubling while small, ring above).
 enum class Algorithm : std::uint8_t {
   automatic,
   scatter_gather,      ///< local: every rank reduces its 1/n of the buffer
@@ -134,7 +134,7 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
       --ranks N            number of ranks (default 2; under a launcher, its world size)
       --algo A             all-reduce algorithm. local: auto (scatter_gather),
                            scatter_gather, reduce_to_one. tcp: auto (recursive doubling up to
-                           64 KiB, ring above), ring, rd|recursive_doubling
+                           512 KiB / ceil(log2 N), ring above), ring, rd|recursive_doubling
       --congestion NAME    tcp: TCP congestion control of strata's connections, e.g. bbr or
                            cubic (default: reno within one host, the kernel's between hosts)
       --bind core|none     core (default): as mpirun does, each rank strata-perf starts runs

@@ -324,7 +324,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "automatic all_reduce runs recursive doubling up to small_message_bytes, the ring above") {
+    "automatic all_reduce runs recursive doubling while it sends at most small_message_bytes per "
+    "rank (S times its ceil(log2 n) rounds), the ring above") {
   // Which algorithm ran shows in the bits: the ring and recursive doubling add the ranks'
   // floats in different orders, so automatic's result must equal, bit for bit, that of the
   // algorithm it should have picked. Each count is checked to tell the two apart first.
@@ -333,20 +334,24 @@ TEST_CASE(
     bool recursive_doubling;  // what automatic must run at this count
   };
   struct Case {
+    int size;
     std::optional<std::size_t> threshold;  // unset: TcpOptions' default
     std::vector<Side> floats;
     std::vector<Side> doubles;
   };
-  // The threshold is in bytes, not elements: double crosses it at half float's count. 260 is
-  // no multiple of either element size.
+  // The threshold is in bytes, not elements: double crosses it at half float's count. 3 and 4
+  // ranks take 2 rounds, 5 take 3: 512 KiB / 3 = 174762 bytes, 43690 floats or 21845 doubles.
+  // 260 / 2 = 130 is no multiple of either element size.
   const std::vector<Case> cases = {
-      {std::nullopt, {{16384, true}, {16385, false}}, {{8192, true}, {8193, false}}},
-      {256, {{64, true}, {65, false}, {1000, false}}, {{32, true}, {33, false}}},
-      {260, {{65, true}, {66, false}}, {{32, true}, {33, false}}},
+      {3, std::nullopt, {{65536, true}, {65537, false}}, {{32768, true}, {32769, false}}},
+      {5, std::nullopt, {{43690, true}, {43691, false}}, {{21845, true}, {21846, false}}},
+      {3, 256, {{32, true}, {33, false}, {1000, false}}, {{16, true}, {17, false}}},
+      {4, 260, {{32, true}, {33, false}}, {{16, true}, {17, false}}},
+      {5, 260, {{21, true}, {22, false}}, {{10, true}, {11, false}}},
   };
-  CHECK(TcpOptions{}.small_message_bytes == 64 * 1024);  // the first case's counts assume it
-  constexpr int kSize = 3;
+  CHECK(TcpOptions{}.small_message_bytes == 512 * 1024);  // the default cases' counts assume it
   for (const Case& test : cases) {
+    CAPTURE(test.size);
     CAPTURE(test.threshold.value_or(0));
     auto results_of = [&]<class T>(std::type_identity<T>, const std::vector<Side>& sides) {
       std::vector<std::size_t> counts;
@@ -358,9 +363,10 @@ TEST_CASE(
         if (test.threshold) tcp.small_message_bytes = *test.threshold;
         return tcp;
       };
-      const auto automatic = sums_of<T>(kSize, options(TcpAllReduce::automatic), counts);
-      const auto ring = sums_of<T>(kSize, options(TcpAllReduce::ring), counts);
-      const auto doubling = sums_of<T>(kSize, options(TcpAllReduce::recursive_doubling), counts);
+      const auto automatic = sums_of<T>(test.size, options(TcpAllReduce::automatic), counts);
+      const auto ring = sums_of<T>(test.size, options(TcpAllReduce::ring), counts);
+      const auto doubling =
+          sums_of<T>(test.size, options(TcpAllReduce::recursive_doubling), counts);
       for (std::size_t c = 0; c < sides.size(); ++c) {
         CAPTURE(sides[c].count);
         REQUIRE_MESSAGE(ring[c] != doubling[c],

@@ -1,6 +1,8 @@
 // strata/communicator/tcp.hpp — the TCP communicator: ranks in separate processes or hosts.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -44,7 +46,7 @@ namespace strata::communicator {
 /// Which all-reduce algorithm the TCP communicator runs (TF's CommunicationImplementation:
 /// AUTO picks by message size, RING forces the ring).
 enum class TcpAllReduce : std::uint8_t {
-  automatic,           ///< recursive doubling up to small_message_bytes, ring above
+  automatic,           ///< recursive doubling while small (see small_message_bytes), ring above
   ring,                ///< pipelined ring: bandwidth-optimal
   recursive_doubling,  ///< ⌈log2 n⌉ rounds: latency-optimal
 };
@@ -69,8 +71,11 @@ struct TcpOptions {
   /// Data connections between each pair of ranks; segments are spread over them.
   int connections_per_peer = 1;
   TcpAllReduce all_reduce = TcpAllReduce::automatic;
-  /// `automatic` runs recursive doubling for all-reduces of at most this many bytes.
-  std::size_t small_message_bytes = 64 * 1024;
+  /// `automatic` runs recursive doubling while the bytes it sends per rank, S·⌈log2 n⌉ for S
+  /// bytes on n ranks, are at most this; the ring above. Recursive doubling takes fewer hops
+  /// but sends more as n grows. On loopback the two cross at about 512 KiB with 2 ranks,
+  /// 256 KiB with 4 and 128–170 KiB with 8 (benchmarks/RESULTS.md).
+  std::size_t small_message_bytes = 512 * 1024;
   /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
   int socket_buffer_bytes = 0;
   /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.
@@ -340,7 +345,7 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     try {
       switch (call.kind) {
         case Collective::all_reduce:
-          if (use_recursive_doubling(state.tcp, call))
+          if (use_recursive_doubling(state.tcp, call, group.size()))
             algorithms::AllReduceRecursiveDoubling::run(link);
           else
             algorithms::AllReduceRing::run(link);
@@ -367,7 +372,8 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     }
   }
 
-  static bool use_recursive_doubling(const TcpOptions& tcp, const CollectiveCall& call) noexcept {
+  static bool use_recursive_doubling(const TcpOptions& tcp, const CollectiveCall& call,
+                                     int size) noexcept {
     switch (tcp.all_reduce) {
       case TcpAllReduce::ring:
         return false;
@@ -376,7 +382,12 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
       case TcpAllReduce::automatic:
         break;
     }
-    return call.count * size_of(call.type) <= tcp.small_message_bytes;
+    // ⌈log2 size⌉ rounds (at least one); bytes · rounds ≤ small_message_bytes without
+    // overflowing.
+    const int rounds =
+        std::max(1, static_cast<int>(std::bit_width(static_cast<unsigned>(size) - 1)));
+    return call.count * size_of(call.type) <=
+           tcp.small_message_bytes / static_cast<std::size_t>(rounds);
   }
 
   std::unique_ptr<State> state_;
