@@ -61,6 +61,27 @@ inline bool bind_calling_thread(int cpu) noexcept {
   return ::sched_setaffinity(0, sizeof one, &one) == 0;
 }
 
+/// Runs `f` with the calling thread, and what it forks, allowed on `cpus`, then gives the
+/// thread its own CPUs back (also when `f` throws); with no `cpus`, runs `f` as it is. A rank
+/// bound to one CPU measures the machine's two-process ceilings this way on the CPUs its whole
+/// group was given, not squeezed onto its own.
+template <class F>
+auto on_cpus(const std::vector<int>& cpus, F&& f) {
+  cpu_set_t own;
+  CPU_ZERO(&own);
+  if (cpus.empty() || ::sched_getaffinity(0, sizeof own, &own) != 0) return f();
+  cpu_set_t wide;
+  CPU_ZERO(&wide);
+  for (const int cpu : cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &wide);
+  if (::sched_setaffinity(0, sizeof wide, &wide) != 0) return f();
+  struct Restore {
+    const cpu_set_t& own;
+    ~Restore() { ::sched_setaffinity(0, sizeof own, &own); }
+  } restore{own};
+  return f();
+}
+
 /// CPUs as a header shows them: "CPU 1", "CPUs 0-3", "CPUs 0-2,5".
 inline std::string describe_cpus(const std::vector<int>& cpus) {
   if (cpus.empty()) return "no CPU";

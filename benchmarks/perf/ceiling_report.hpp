@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "bind.hpp"
 #include "ceiling.hpp"
 #include "nccl_format.hpp"
 
@@ -29,6 +30,7 @@ struct Ceilings {
   static constexpr std::size_t kMemoryBytes = std::size_t{16} << 20;
 
   std::string congestion;  ///< the kernel's default TCP congestion control
+  std::string cpus;        ///< where they were measured, e.g. "CPUs 0-1"
   // Full-duplex loopback TCP, bytes per second each way. In cache: 1 MiB arrays; in memory:
   // 64 MiB arrays. Buffers: the kernel's autotuning unless "1mib_buffers".
   double tcp_duplex = 0;
@@ -62,6 +64,7 @@ inline Ceilings measure_ceilings() {
     return best;
   };
   Ceilings c;
+  c.cpus = describe_affinity();
   std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> c.congestion;
   if (c.congestion.empty()) c.congestion = "the kernel's default";
   c.tcp_duplex = duplex(0, {}, kCached);
@@ -93,10 +96,10 @@ inline Ceilings best_of(const Ceilings& a, const Ceilings& b) {
 inline std::string format_ceilings(const Ceilings& c, int measurements = 1) {
   const std::string title = measurements > 1
                                 ? fmt::format(
-                                      "this machine, this run, best of {} measurements, one "
+                                      "this machine, this run, {}, best of {} measurements, one "
                                       "before each launch",
-                                      measurements)
-                                : std::string("this machine, this run");
+                                      c.cpus, measurements)
+                                : fmt::format("this machine, this run, {}", c.cpus);
   return fmt::format(
       "# Ceiling ({}):\n"
       "#   loopback TCP, two processes sending both ways at once, GB/s each way:\n"

@@ -67,6 +67,8 @@ struct Series {
   bool strata = false;
   bool tcp = false;  ///< moves its bytes over TCP (the peers strata's TCP ring must beat)
   std::vector<PeerRow> rows;
+  /// The program, when it reports several algorithms ("gloo"): the tables add its best.
+  std::string family{};
 };
 
 namespace detail::compare {
@@ -208,6 +210,7 @@ class Comparison {
       auto& entry = entries_[s.label];
       entry.strata = s.strata;
       entry.tcp = s.tcp;
+      entry.family = s.family;
       if (std::find(order_.begin(), order_.end(), s.label) == order_.end())
         order_.push_back(s.label);
       for (const PeerRow& row : s.rows) {
@@ -227,16 +230,40 @@ class Comparison {
   }
 
   /// The two tables (median time, busbw of that time, and strata's ratios) as Markdown; with
-  /// the ceilings (2 ranks), strata tcp's share of the full-duplex TCP rate for its size.
+  /// the ceilings (2 ranks), strata tcp's share of the full-duplex TCP rate for its size. A
+  /// program with several algorithms gets a "best" column after them: per size, its fastest
+  /// algorithm's median.
   std::string tables(Collective kind, int ranks, int launches,
                      const Ceilings* ceilings = nullptr) const {
     namespace d = detail::compare;
+    struct Column {
+      std::string label;
+      std::vector<std::string> members;  // more than one: the family's best
+    };
+    std::vector<Column> columns;
+    for (std::size_t i = 0; i < order_.size(); ++i) {
+      columns.push_back({order_[i], {order_[i]}});
+      const std::string& family = entries_.at(order_[i]).family;
+      const bool last_of_family = !family.empty() && (i + 1 == order_.size() ||
+                                                      entries_.at(order_[i + 1]).family != family);
+      if (!last_of_family) continue;
+      Column best{family + " best", {}};
+      for (const auto& label : order_)
+        if (entries_.at(label).family == family) best.members.push_back(label);
+      if (best.members.size() > 1) columns.push_back(std::move(best));
+    }
+    const auto column_time = [&](const Column& column, std::size_t bytes) {
+      std::optional<double> fastest;
+      for (const auto& label : column.members)
+        if (const auto t = median_time(label, bytes); t && (!fastest || *t < *fastest)) fastest = t;
+      return fastest;
+    };
     std::string out;
     const auto header = [&](std::string_view what, bool ratios) {
       std::string line = fmt::format("| size |");
       std::string rule = "| ---: |";
-      for (const auto& label : order_) {
-        line += fmt::format(" {} |", label);
+      for (const auto& column : columns) {
+        line += fmt::format(" {} |", column.label);
         rule += " ---: |";
       }
       if (ratios) {
@@ -253,8 +280,8 @@ class Comparison {
     out += header("Time per call (µs)", false);
     for (const std::size_t bytes : sizes_) {
       out += fmt::format("| {} |", format_size(bytes));
-      for (const auto& label : order_) {
-        const auto t = median_time(label, bytes);
+      for (const auto& column : columns) {
+        const auto t = column_time(column, bytes);
         out += t ? fmt::format(" {} |", d::format_time(*t)) : std::string(" – |");
       }
       out += '\n';
@@ -264,15 +291,15 @@ class Comparison {
     for (const std::size_t bytes : sizes_) {
       out += fmt::format("| {} |", format_size(bytes));
       double strata_tcp = 0, strata_best = 0, tcp_peer = 0, any_peer = 0;
-      for (const auto& label : order_) {
-        const auto t = median_time(label, bytes);
+      for (const auto& column : columns) {
+        const auto t = column_time(column, bytes);
         if (!t) {
           out += " – |";
           continue;
         }
         const double busbw = bus_bandwidth_gbps(kind, ranks, bytes, *t * 1e-6);
         out += fmt::format(" {:.3g} |", busbw);
-        const Entry& entry = entries_.at(label);
+        const Entry& entry = entries_.at(column.members.front());
         if (entry.strata) {
           strata_best = std::max(strata_best, busbw);
           if (entry.tcp) strata_tcp = std::max(strata_tcp, busbw);
@@ -344,6 +371,7 @@ class Comparison {
   struct Entry {
     bool strata = false;
     bool tcp = false;
+    std::string family;
     long long wrong = 0;
     std::map<std::size_t, std::vector<double>> times;
   };
@@ -441,6 +469,13 @@ inline std::vector<Contender> contenders(const Options& options, int ranks,
       {"strata in process", with({self}, {"--transport", "local"}), "strata local", false, true,
        false},
   };
+  if (options.type == DataType::float16 || options.type == DataType::bfloat16) {
+    skipped.push_back(
+        fmt::format("Gloo and OpenMPI: neither has {} here (strata alone is measured; "
+                    "-d float or double compares)",
+                    to_string(options.type)));
+    return list;
+  }
   const auto gloo = dir / "strata-perf-gloo";
   if (std::filesystem::exists(gloo))
     list.push_back({"Gloo", with({gloo.string()}, {"--algo", "all"}), "gloo", true, false, true});
@@ -473,7 +508,8 @@ inline std::vector<Contender> contenders(const Options& options, int ranks,
   return list;
 }
 
-/// Runs the comparison; prints the tables (and the ceilings with --ceiling) on stdout.
+/// Runs the comparison; prints the tables (and the ceilings with --ceiling) on stdout, or on
+/// stderr when the CSV goes to stdout.
 /// Returns strata-perf's exit status: 0, 1 on wrong values, 3 when a contender failed.
 inline int run_comparison(const Options& options, int ranks) {
   namespace d = detail::compare;
@@ -492,14 +528,17 @@ inline int run_comparison(const Options& options, int ranks) {
     }
   } cleanup{scratch};
 
+  // With --csv - the CSV is stdout, and the tables go to stderr (as without --compare).
+  std::FILE* const text = options.csv == "-" ? stderr : stdout;
   fmt::print(
+      text,
       "# strata-perf --compare: {} {}, {} ranks, {} to {}, -f {}, -w {}, -n {}, {} launch{}\n",
       to_string(options.collective), to_string(options.type), ranks, format_size(options.min_bytes),
       format_size(options.max_bytes), options.step_factor, options.warmup_iters, options.iters,
       options.launches, options.launches == 1 ? "" : "es");
   for (const auto& line : skipped)
-    fmt::print("# skipped: {}\n", line);
-  std::fflush(stdout);
+    fmt::print(text, "# skipped: {}\n", line);
+  std::fflush(text);
 
   // Ceilings are measured before every launch, interleaved with the contenders: a slow spell
   // of this shared machine then lowers one measurement, not the ceiling.
@@ -529,6 +568,7 @@ inline int run_comparison(const Options& options, int ranks) {
       auto series = read_series_csv(csv.string());
       for (auto& s : series) {
         s.label = contender.per_algo ? contender.label + " " + s.label : contender.label;
+        if (contender.per_algo) s.family = contender.label;
         s.strata = contender.strata;
         s.tcp = contender.tcp;
       }
@@ -536,15 +576,15 @@ inline int run_comparison(const Options& options, int ranks) {
     }
   }
 
-  if (ceilings) fmt::print("\n{}", format_ceilings(*ceilings, options.launches));
+  if (ceilings) fmt::print(text, "\n{}", format_ceilings(*ceilings, options.launches));
   const Ceilings* held_to = ceilings && ranks == 2 ? &*ceilings : nullptr;
-  fmt::print("\n{}", comparison.tables(options.collective, ranks, options.launches, held_to));
+  fmt::print(text, "\n{}", comparison.tables(options.collective, ranks, options.launches, held_to));
   if (options.csv) {
     OutputFile out(*options.csv);
     std::fputs(comparison.csv(options.collective, ranks).c_str(), out.get());
   }
   const long long wrong = comparison.wrong();
-  fmt::print("\n# Out of bounds values : {} {}\n", wrong, wrong == 0 ? "OK" : "FAILED");
+  fmt::print(text, "\n# Out of bounds values : {} {}\n", wrong, wrong == 0 ? "OK" : "FAILED");
   return wrong == 0 ? 0 : 1;
 }
 

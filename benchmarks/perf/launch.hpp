@@ -7,7 +7,8 @@
 //      start); every socket is close-on-exec;
 //   2. it forks one child per rank; child r clears close-on-exec on socket r only, binds itself
 //      to its CPU (--bind, bind.hpp) and re-executes /proc/self/exe with the same arguments and
-//      three variables: its rank, the descriptor of its socket, and every rank's address. The
+//      four variables: its rank, the descriptor of its socket, every rank's address, and the
+//      CPUs the supervisor may use (where rank 0 measures --ceiling's two processes). The
 //      TcpCommunicator adopts the socket (TcpMembership::listen_fd). Children die with the
 //      parent (PR_SET_PDEATHSIG);
 //   3. it closes its copies of the sockets and waits. Exit status: 0 when every rank exits 0,
@@ -58,12 +59,14 @@ namespace strata::perf {
 inline constexpr std::string_view kWorkerRankVariable = "STRATA_PERF_WORKER_RANK";
 inline constexpr std::string_view kWorkerListenFdVariable = "STRATA_PERF_WORKER_LISTEN_FD";
 inline constexpr std::string_view kWorkerAddressesVariable = "STRATA_PERF_WORKER_ADDRESSES";
+inline constexpr std::string_view kWorkerCpusVariable = "STRATA_PERF_WORKER_CPUS";
 
 /// What a rank started by the supervisor learns from its environment.
 struct WorkerEnvironment {
   int rank = 0;
   int listen_fd = -1;
   std::vector<cluster::Address> addresses;
+  std::vector<int> group_cpus;  ///< the supervisor's CPUs: the group's, before any --bind
 };
 
 namespace detail::launch {
@@ -143,6 +146,14 @@ inline std::optional<WorkerEnvironment> worker_environment() {
         cluster::parse_address(rest.substr(0, comma), kWorkerAddressesVariable));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
   }
+  if (const auto cpus = d::variable(kWorkerCpusVariable)) {
+    rest = *cpus;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      worker.group_cpus.push_back(d::parse_int(kWorkerCpusVariable, rest.substr(0, comma)));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
   if (worker.rank >= static_cast<int>(worker.addresses.size()))
     throw CommandLineError(fmt::format("{}={} is not a rank of the {} addresses in {}",
                                        kWorkerRankVariable, worker.rank, worker.addresses.size(),
@@ -177,6 +188,10 @@ inline int supervise_local_group(int ranks, char** argv, Binding binding) {
   for (const auto port : ports)
     addresses += fmt::format("{}127.0.0.1:{}", addresses.empty() ? "" : ",", port);
 
+  const std::vector<int> cpus = allowed_cpus();
+  std::string cpu_list;
+  for (const int cpu : cpus)
+    cpu_list += fmt::format("{}{}", cpu_list.empty() ? "" : ",", cpu);
   // Each child's environment, built before fork: ours minus stale worker variables, plus its own.
   std::vector<std::string> inherited;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -189,10 +204,10 @@ inline int supervise_local_group(int ranks, char** argv, Binding binding) {
     env.push_back(fmt::format("{}={}", kWorkerRankVariable, r));
     env.push_back(fmt::format("{}={}", kWorkerListenFdVariable, fds[static_cast<std::size_t>(r)]));
     env.push_back(fmt::format("{}={}", kWorkerAddressesVariable, addresses));
+    env.push_back(fmt::format("{}={}", kWorkerCpusVariable, cpu_list));
     environments.push_back(std::move(env));
   }
 
-  const std::vector<int> cpus = allowed_cpus();
   const pid_t parent = ::getpid();
   std::vector<pid_t> children;
   auto kill_children = [&] {

@@ -359,6 +359,11 @@ inline Options parse_options(std::span<const std::string_view> args) {
                         options.max_bytes));
   if (options.step_factor < 2 && options.min_bytes != options.max_bytes)
     d::fail("--stepfactor must be at least 2 when --minbytes and --maxbytes differ");
+  if (options.algorithm != Algorithm::automatic && options.collective != Collective::all_reduce)
+    d::fail(
+        fmt::format("--algo {} chooses an all-reduce algorithm; {} has one algorithm per "
+                    "transport: leave --algo out",
+                    to_string(options.algorithm), to_string(options.collective)));
   const bool local_algorithm = options.algorithm == Algorithm::scatter_gather ||
                                options.algorithm == Algorithm::reduce_to_one;
   const bool tcp_algorithm =

@@ -49,6 +49,18 @@ struct RunInfo {
   std::optional<Ceilings> ceilings{};
 };
 
+/// The share of the full-duplex TCP ceiling that `row`'s busbw reaches, when the run has one
+/// to be held to: a 2-rank TCP all-reduce's busbw is what each rank sends each way, comparable
+/// to the duplex rate. Other shapes get the ceilings, not a ratio that would mislead.
+inline std::optional<double> share_of_tcp_ceiling(const RunInfo& info, const Row& row) {
+  const Options& o = info.options;
+  if (!info.ceilings || o.transport != Transport::tcp || o.collective != Collective::all_reduce ||
+      info.ranks != 2)
+    return std::nullopt;
+  const double busbw = std::max(row.out_of_place.busbw_gbps, row.in_place.busbw_gbps);
+  return busbw / (info.ceilings->tcp_duplex_for(row.bytes) / 1e9);
+}
+
 /// The footer's numbers.
 struct Summary {
   /// (rank, row, placement) checks that found a wrong element.
@@ -153,15 +165,9 @@ class TableSink final : public RowSink {
   void begin(const RunInfo& info) override {
     const Options& o = info.options;
     collective_ = to_string(o.collective);
+    info_ = info;
     std::string text = table_preamble("strata-perf", to_string(o.transport), info);
-    if (info.ceilings) {
-      text += format_ceilings(*info.ceilings) + "#\n";
-      // A 2-rank all-reduce's busbw is what each rank sends each way: comparable to the duplex
-      // rate. Other shapes get the ceilings printed, not a ratio that would mislead.
-      if (o.transport == Transport::tcp && o.collective == Collective::all_reduce &&
-          info.ranks == 2)
-        ceilings_ = *info.ceilings;
-    }
+    if (info.ceilings) text += format_ceilings(*info.ceilings) + "#\n";
     text += table_header();
     write(text);
   }
@@ -173,13 +179,12 @@ class TableSink final : public RowSink {
 
   void end(const Summary& summary) override {
     std::string text = table_footer(summary.out_of_bounds, summary.average_busbw_gbps);
-    if (ceilings_ && last_) {
-      const double busbw = std::max(last_->out_of_place.busbw_gbps, last_->in_place.busbw_gbps);
-      const double ceiling = ceilings_->tcp_duplex_for(last_->bytes);
+    if (const auto share = last_ ? share_of_tcp_ceiling(info_, *last_) : std::nullopt) {
+      const double ceiling = info_.ceilings->tcp_duplex_for(last_->bytes);
       text += fmt::format(
           "# Largest size {}: busbw {:.3f} GB/s = {:.0f}% of the full-duplex TCP ceiling "
           "({:.3f} GB/s each way, arrays in {})\n",
-          format_size(last_->bytes), busbw, 100 * busbw / (ceiling / 1e9), ceiling / 1e9,
+          format_size(last_->bytes), *share * ceiling / 1e9, 100 * *share, ceiling / 1e9,
           last_->bytes >= Ceilings::kMemoryBytes ? "memory" : "cache");
     }
     write(text + fmt::format("# Collective test concluded: strata-perf {}\n", collective_));
@@ -192,7 +197,7 @@ class TableSink final : public RowSink {
   }
   std::FILE* out_;
   std::string_view collective_;
-  std::optional<Ceilings> ceilings_;  // unset: no ratio in the footer
+  RunInfo info_;
   std::optional<Row> last_;
 };
 
@@ -256,11 +261,15 @@ class JsonSink final : public RowSink {
         {"warmup_iters", o.warmup_iters},
         {"iters", o.iters},
         {"check", o.check},
+        {"bind", to_string(o.bind)},
+        {"congestion", nullptr},
         {"devices", nlohmann::json::array()},
         {"rows", nlohmann::json::array()},
     };
     if (communicator::reduces(o.collective)) document_["redop"] = nccl_op_name(o.op);
     if (communicator::has_root(o.collective)) document_["root"] = o.root;
+    if (o.congestion) document_["congestion"] = *o.congestion;
+    info_ = info;
     for (std::size_t r = 0; r < info.rank_info.size(); ++r) {
       const RankInfo& rank = info.rank_info[r];
       document_["devices"].push_back(
@@ -274,6 +283,7 @@ class JsonSink final : public RowSink {
                               {"tcp_duplex_memory_gbps", c.tcp_duplex_memory / 1e9},
                               {"tcp_duplex_memory_reno_gbps", c.tcp_duplex_memory_reno / 1e9},
                               {"tcp_congestion_control", c.congestion},
+                              {"cpus", c.cpus},
                               {"tcp_round_trip_sleeping_us", c.round_trip_sleeping_us},
                               {"tcp_round_trip_polling_us", c.round_trip_polling_us},
                               {"memcpy_gbps", c.memcpy / 1e9},
@@ -290,6 +300,7 @@ class JsonSink final : public RowSink {
       if (m.wrong) j["wrong"] = *m.wrong;
       return j;
     };
+    last_ = row;
     document_["rows"].push_back({{"size_bytes", row.bytes},
                                  {"count", row.count},
                                  {"type", row.type},
@@ -303,6 +314,8 @@ class JsonSink final : public RowSink {
     document_["out_of_bounds"] = summary.out_of_bounds;
     document_["ok"] = summary.out_of_bounds == 0;
     document_["avg_busbw_gbps"] = summary.average_busbw_gbps;
+    if (const auto share = last_ ? share_of_tcp_ceiling(info_, *last_) : std::nullopt)
+      document_["largest_size_share_of_tcp_ceiling"] = *share;
     const std::string text = document_.dump(2) + "\n";
     std::fputs(text.c_str(), file_.get());
     std::fflush(file_.get());
@@ -311,6 +324,8 @@ class JsonSink final : public RowSink {
  private:
   OutputFile file_;
   nlohmann::json document_;
+  RunInfo info_;
+  std::optional<Row> last_;
 };
 
 /// "[all_reduce 16M 12/26] in-place" on stderr: rewritten in place on a terminal, one line

@@ -37,6 +37,7 @@
 
 #include <fmt/format.h>
 
+#include "bind.hpp"
 #include "check.hpp"
 #include "nccl_format.hpp"
 #include "options.hpp"
@@ -298,15 +299,16 @@ Summary run_sweep(const std::vector<SweepPoint>& points, const RowProducer& prod
 
 /// Everything one rank does: gathers the rank lines, runs the measured sweep of
 /// `options.collective` for `options.type`, and reports on rank 0. Returns 0 when every value
-/// was right, 1 otherwise (the same on every rank).
+/// was right, 1 otherwise (the same on every rank). `group_cpus`: the CPUs the group was given
+/// before --bind placed its ranks, where rank 0 measures --ceiling (none: its own).
 /// @throws strata::Error when a collective fails; CommandLineError for a root outside the group.
 template <class Comm>
 int run_rank(Comm& comm, const Options& options, std::string_view algorithm, std::string_view where,
-             Reporter* reporter) {
+             Reporter* reporter, const std::vector<int>& group_cpus = {}) {
   check_against_group(options, comm.size());
   // Measured before the group's first collective, while the other ranks wait in it.
   std::optional<Ceilings> ceilings;
-  if (options.ceiling && comm.rank() == 0) ceilings = measure_ceilings();
+  if (options.ceiling && comm.rank() == 0) ceilings = on_cpus(group_cpus, measure_ceilings);
   RunInfo info{options, comm.size(), std::string(algorithm), gather_rank_info(comm, where),
                ceilings};
   if (reporter != nullptr) reporter->begin(info);

@@ -71,7 +71,7 @@ int run_local_group(const Options& options, std::string_view algorithm) {
                                 fmt::format("binding rank {} to CPU {}", r, *cpu));
       status[i] = run_rank(comm, options, algorithm,
                            fmt::format("thread {:>3} (local), {}", r, describe_affinity()),
-                           r == 0 ? &reporter : nullptr);
+                           r == 0 ? &reporter : nullptr, cpus);
     } catch (const std::exception& error) {
       comm.abort(error.what());  // the other ranks stop waiting for this one at once
       errors[i] = error.what();
@@ -134,12 +134,12 @@ void check_group_size(const Options& options, int size, std::string_view source)
 }
 
 int run_tcp_rank(communicator::TcpCommunicator& comm, const Options& options,
-                 std::string_view where) {
+                 std::string_view where, const std::vector<int>& group_cpus = {}) {
   try {
     std::optional<Reporter> reporter;
     if (comm.rank() == 0) reporter.emplace(options);
     const auto algorithm = to_string(comm.tcp_options().all_reduce);
-    return run_rank(comm, options, algorithm, where, reporter ? &*reporter : nullptr);
+    return run_rank(comm, options, algorithm, where, reporter ? &*reporter : nullptr, group_cpus);
   } catch (const std::exception& error) {
     comm.abort(error.what());
     throw;
@@ -156,7 +156,7 @@ int run_worker(const Options& options, const WorkerEnvironment& worker) {
   communicator::TcpCommunicator comm(
       communicator::TcpMembership{worker.rank, worker.addresses, 0, worker.listen_fd},
       tcp_options(options));
-  return run_tcp_rank(comm, options, where);
+  return run_tcp_rank(comm, options, where, worker.group_cpus);
 }
 
 // A rank of the cluster a launcher describes (TF_CONFIG, torchrun, OpenMPI, SLURM).

@@ -58,4 +58,27 @@ TEST_CASE("one launch has no spread table; the CSV carries median, fastest and s
   CHECK(contains(csv, "mpi tcp,0,1,2,1024,9,"));
 }
 
+TEST_CASE("a program with several algorithms gets a column with its best at each size") {
+  Comparison comparison;
+  for (int i = 0; i < 2; ++i)  // two launches, the same times: the medians are these
+    comparison.add({Series{"strata tcp", true, true, {{4, 6.0, 0}, {1024, 10.0, 0}}},
+                    Series{"gloo ring", false, true, {{4, 90.0, 0}, {1024, 40.0, 0}}, "gloo"},
+                    Series{"gloo bcube", false, true, {{4, 60.0, 0}, {1024, 80.0, 0}}, "gloo"},
+                    Series{"mpi tcp", false, true, {{4, 8.0, 0}, {1024, 9.0, 0}}}});
+  const std::string tables = comparison.tables(Collective::all_reduce, 2, 2);
+  CAPTURE(tables);
+  // After the family's last member, in both tables; the spread table has no such column.
+  CHECK(contains(tables, "| size | strata tcp | gloo ring | gloo bcube | gloo best | mpi tcp |"));
+  CHECK(contains(tables, "| 4 | 6.00 | 90.00 | 60.00 | 60.00 | 8.00 |"));
+  CHECK(contains(tables, "| 1K | 10.00 | 40.00 | 80.00 | 40.00 | 9.00 |"));
+  CHECK(contains(tables, "| size | strata tcp | gloo ring | gloo bcube | mpi tcp |\n"));
+  // The ratios are unchanged by it: 8/6 and 9/10 against Open MPI.
+  CHECK(contains(tables, "1.33× |"));
+  CHECK(contains(tables, "0.90× |"));
+  // One algorithm alone gets no best column.
+  Comparison single;
+  single.add({Series{"gloo ring", false, true, {{4, 90.0, 0}}, "gloo"}});
+  CHECK_FALSE(contains(single.tables(Collective::all_reduce, 2, 1), "gloo best"));
+}
+
 }  // namespace

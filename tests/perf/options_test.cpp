@@ -4,10 +4,15 @@
 // The header lives with the benchmark, not under include/, so it is included by a relative path.
 #include "../../benchmarks/perf/options.hpp"
 
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -49,41 +54,13 @@ TEST_CASE("defaults and nccl-tests' flags") {
   CHECK(defaults.algorithm == Algorithm::automatic);
   CHECK(defaults.bind == Binding::core);
 
-  const Options o = parse({"reduce_scatter",
-                           "-b",
-                           "1K",
-                           "-e",
-                           "64M",
-                           "-f",
-                           "4",
-                           "-w",
-                           "1",
-                           "-n",
-                           "3",
-                           "-d",
-                           "bfloat16",
-                           "-o",
-                           "avg",
-                           "-r",
-                           "2",
-                           "-c",
-                           "0",
-                           "--transport",
-                           "tcp",
-                           "--ranks",
-                           "4",
-                           "--algo",
-                           "rd",
-                           "--congestion",
-                           "cubic",
-                           "--bind",
-                           "none",
-                           "--csv",
-                           "-",
-                           "--json",
-                           "out.json",
-                           "--progress"});
-  CHECK(o.collective == Collective::reduce_scatter);
+  const Options o = parse({"all_reduce", "-b",           "1K",       "-e",        "64M",  "-f",
+                           "4",          "-w",           "1",        "-n",        "3",    "-d",
+                           "bfloat16",   "-o",           "avg",      "-r",        "2",    "-c",
+                           "0",          "--transport",  "tcp",      "--ranks",   "4",    "--algo",
+                           "rd",         "--congestion", "cubic",    "--bind",    "none", "--csv",
+                           "-",          "--json",       "out.json", "--progress"});
+  CHECK(o.collective == Collective::all_reduce);
   CHECK(o.min_bytes == 1024);
   CHECK(o.max_bytes == std::size_t{64} << 20);
   CHECK(o.step_factor == 4);
@@ -165,6 +142,16 @@ TEST_CASE("bad command lines name what is wrong") {
   CHECK(error_of({"all_reduce", "--algo", "ring"}).find("is a tcp algorithm") != std::string::npos);
   CHECK(error_of({"all_reduce", "--transport", "tcp", "--algo", "reduce_to_one"})
             .find("is a local algorithm") != std::string::npos);
+  for (const char* collective : {"all_gather", "reduce_scatter", "broadcast", "reduce"}) {
+    CAPTURE(collective);
+    CHECK(error_of({collective, "--transport", "tcp", "--algo", "ring"})
+              .find("--algo ring chooses an all-reduce algorithm; " + std::string(collective)) !=
+          std::string::npos);
+    CHECK(error_of({collective, "--algo", "reduce_to_one"}).find("leave --algo out") !=
+          std::string::npos);
+    CHECK(error_of({collective, "--algo", "auto"}).empty());
+  }
+  CHECK(error_of({"all_reduce", "--transport", "tcp", "--algo", "rd"}).empty());
   CHECK(error_of({"all_reduce", "--congestion", "bbr"}).find("--transport tcp") !=
         std::string::npos);
   CHECK(error_of({"all_reduce", "--bind", "socket"}).find("unknown binding 'socket'") !=
@@ -202,6 +189,52 @@ TEST_CASE("a bound thread runs on its CPU and says so") {
   });
   thread.join();
   CHECK(bound == fmt::format("CPU {}", cpus.back()));
+}
+
+TEST_CASE("a bound thread measures on the CPUs it is given, then is bound again") {
+  const auto cpus = allowed_cpus();
+  if (cpus.size() < 2) return;  // nothing to widen to
+  const std::string own = fmt::format("CPU {}", cpus.back());
+  bool bound = false;
+  std::string inside, after, after_throw, unchanged;
+  int child_cpus = -1;  // how many CPUs what the measurement forks may use
+  bool threw = false;
+  std::thread thread([&] {
+    bound = bind_calling_thread(cpus.back());
+    inside = on_cpus(cpus, [&] {
+      int pipe_fds[2];
+      if (::pipe(pipe_fds) != 0) return std::string("no pipe");
+      const pid_t pid = ::fork();
+      if (pid == 0) {  // async-signal-safe calls only
+        cpu_set_t mask;
+        CPU_ZERO(&mask);
+        const int count = ::sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
+        [[maybe_unused]] auto written = ::write(pipe_fds[1], &count, sizeof count);
+        ::_exit(0);
+      }
+      ::close(pipe_fds[1]);
+      if (::read(pipe_fds[0], &child_cpus, sizeof child_cpus) != sizeof child_cpus) child_cpus = -2;
+      ::close(pipe_fds[0]);
+      ::waitpid(pid, nullptr, 0);
+      return describe_affinity();
+    });
+    after = describe_affinity();
+    try {
+      on_cpus(cpus, []() -> int { throw std::runtime_error("the measurement failed"); });
+    } catch (const std::runtime_error&) {
+      threw = true;
+    }
+    after_throw = describe_affinity();
+    unchanged = on_cpus({}, [] { return describe_affinity(); });
+  });
+  thread.join();
+  REQUIRE(bound);
+  CHECK(inside == describe_cpus(cpus));
+  CHECK(child_cpus == static_cast<int>(cpus.size()));
+  CHECK(after == own);
+  CHECK(threw);
+  CHECK(after_throw == own);
+  CHECK(unchanged == own);
 }
 
 }  // namespace
