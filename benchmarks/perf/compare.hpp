@@ -508,6 +508,17 @@ inline std::vector<Contender> contenders(const Options& options, int ranks,
   return list;
 }
 
+/// The order of the contenders in launch `launch` (0-based): the list rotated by one more each
+/// launch, so that each runs first in turn, right after the ceilings' seconds of full-speed
+/// TCP (with --ceiling), and after each neighbour: what the previous program leaves behind on a
+/// shared machine then falls on every contender alike.
+inline std::vector<std::size_t> launch_order(std::size_t contenders, int launch) {
+  std::vector<std::size_t> order(contenders);
+  for (std::size_t i = 0; i < contenders; ++i)
+    order[i] = (i + static_cast<std::size_t>(launch)) % contenders;
+  return order;
+}
+
 /// Runs the comparison; prints the tables (and the ceilings with --ceiling) on stdout, or on
 /// stderr when the CSV goes to stdout.
 /// Returns strata-perf's exit status: 0, 1 on wrong values, 3 when a contender failed.
@@ -550,8 +561,9 @@ inline int run_comparison(const Options& options, int ranks) {
       const Ceilings now = measure_ceilings();
       ceilings = ceilings ? best_of(*ceilings, now) : now;
     }
-    for (const Contender& contender : list) {
-      const auto csv = scratch / fmt::format("launch{}-{}.csv", launch, &contender - list.data());
+    for (const std::size_t index : launch_order(list.size(), launch)) {
+      const Contender& contender = list[index];
+      const auto csv = scratch / fmt::format("launch{}-{}.csv", launch, index);
       auto argv = contender.argv;
       argv.push_back("--csv");
       argv.push_back(csv.string());

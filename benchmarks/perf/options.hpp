@@ -150,8 +150,8 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
                            peers (Gloo's ring, ring_chunked, halving_doubling and bcube over
                            TCP; OpenMPI forced onto TCP and with its defaults) on the same
                            sweep, and print one table with strata's ratios (--csv: its rows)
-      --launches K         --compare: run every contender K times, interleaved; medians
-                           (default 1)
+      --launches K         --compare: run every contender K times, interleaved, each
+                           launch starting with the next contender; medians (default 1)
       --run-timeout S      --compare: deadline of each contender's run (default 1800 s)
   -h, --help               this text
 

@@ -81,4 +81,12 @@ TEST_CASE("a program with several algorithms gets a column with its best at each
   CHECK_FALSE(contains(single.tables(Collective::all_reduce, 2, 1), "gloo best"));
 }
 
+TEST_CASE("each launch starts with the next contender, so that each runs first in turn") {
+  CHECK(launch_order(5, 0) == std::vector<std::size_t>{0, 1, 2, 3, 4});
+  CHECK(launch_order(5, 1) == std::vector<std::size_t>{1, 2, 3, 4, 0});
+  CHECK(launch_order(5, 7) == std::vector<std::size_t>{2, 3, 4, 0, 1});
+  CHECK(launch_order(1, 3) == std::vector<std::size_t>{0});
+  CHECK(launch_order(0, 2).empty());
+}
+
 }  // namespace
