@@ -144,8 +144,9 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
       --json FILE|-        also write the run and its rows as JSON
       --progress           progress line on stderr even when it is not a terminal
       --ceiling            first measure this machine's limits (full-duplex loopback TCP,
-                           TCP round trip sleeping and polling, one core's memcpy and add)
-                           and print them in the header, with the ratio at the largest size
+                           TCP round trip sleeping and polling, one core's memcpy and add),
+                           on the CPUs the run was given, and print them in the header; a
+                           2-rank tcp all_reduce's footer gives its largest size's share
       --compare            all_reduce only: run strata over tcp and local, then the installed
                            peers (Gloo's ring, ring_chunked, halving_doubling and bcube over
                            TCP; OpenMPI forced onto TCP and with its defaults) on the same

@@ -196,6 +196,7 @@ TEST_CASE("a bound thread measures on the CPUs it is given, then is bound again"
   if (cpus.size() < 2) return;  // nothing to widen to
   const std::string own = fmt::format("CPU {}", cpus.back());
   bool bound = false;
+  bool forked = false;
   std::string inside, after, after_throw, unchanged;
   int child_cpus = -1;  // how many CPUs what the measurement forks may use
   bool threw = false;
@@ -205,7 +206,13 @@ TEST_CASE("a bound thread measures on the CPUs it is given, then is bound again"
       int pipe_fds[2];
       if (::pipe(pipe_fds) != 0) return std::string("no pipe");
       const pid_t pid = ::fork();
-      if (pid == 0) {  // async-signal-safe calls only
+      forked = pid >= 0;
+      if (pid < 0) {
+        ::close(pipe_fds[0]);
+        ::close(pipe_fds[1]);
+        return std::string("no fork");
+      }
+      if (pid == 0) {  // no allocation, no locks: this process has other threads
         cpu_set_t mask;
         CPU_ZERO(&mask);
         const int count = ::sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : 0;
@@ -229,6 +236,7 @@ TEST_CASE("a bound thread measures on the CPUs it is given, then is bound again"
   });
   thread.join();
   REQUIRE(bound);
+  REQUIRE(forked);
   CHECK(inside == describe_cpus(cpus));
   CHECK(child_cpus == static_cast<int>(cpus.size()));
   CHECK(after == own);

@@ -71,10 +71,11 @@ struct TcpOptions {
   /// Data connections between each pair of ranks; segments are spread over them.
   int connections_per_peer = 1;
   TcpAllReduce all_reduce = TcpAllReduce::automatic;
-  /// `automatic` runs recursive doubling while the bytes it sends per rank, S·⌈log2 n⌉ for S
-  /// bytes on n ranks, are at most this; the ring above. Recursive doubling takes fewer hops
-  /// but sends more as n grows. On loopback the two cross at about 512 KiB with 2 ranks,
-  /// 256 KiB with 4 and 128–170 KiB with 8 (benchmarks/RESULTS.md).
+  /// `automatic` runs recursive doubling while the bytes its busiest rank sends, S·⌈log2 n⌉
+  /// for S bytes on n ranks, are at most this; the ring above. Recursive doubling takes fewer
+  /// hops but sends more as n grows. On loopback it stays ahead up to 1–2 MiB with 2 ranks,
+  /// 512 KiB–1 MiB with 3, 256–512 KiB with 4 and about 128 KiB with 8 (benchmarks/
+  /// RESULTS.md): the rule meets 4 and 8 ranks and switches early, on the safe side, at 2–3.
   std::size_t small_message_bytes = 512 * 1024;
   /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
   int socket_buffer_bytes = 0;
@@ -382,8 +383,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
       case TcpAllReduce::automatic:
         break;
     }
-    // ⌈log2 size⌉ rounds (at least one); bytes · rounds ≤ small_message_bytes without
-    // overflowing.
+    // The busiest rank sends the vector ⌈log2 size⌉ times (log2 p exchanges, and the result
+    // back to its folded partner when size is no power of two); bytes · sends ≤
+    // small_message_bytes, without overflowing.
     const int rounds =
         std::max(1, static_cast<int>(std::bit_width(static_cast<unsigned>(size) - 1)));
     return call.count * size_of(call.type) <=
