@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bind.hpp"
 #include "options.hpp"
@@ -83,6 +84,17 @@ inline int parse_int(std::string_view name, std::string_view text) {
   if (ec != std::errc() || end != text.data() + text.size() || value < 0)
     throw CommandLineError(fmt::format("{}='{}' is not a non-negative integer", name, text));
   return value;
+}
+
+// "a,b,c" -> {"a", "b", "c"}; "" -> {}.
+inline std::vector<std::string_view> comma_separated(std::string_view text) {
+  std::vector<std::string_view> fields;
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    fields.push_back(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  return fields;
 }
 
 [[noreturn]] inline void fail_errno(std::string_view what) {
@@ -139,21 +151,11 @@ inline std::optional<WorkerEnvironment> worker_environment() {
   WorkerEnvironment worker;
   worker.rank = d::parse_int(kWorkerRankVariable, *rank);
   worker.listen_fd = d::parse_int(kWorkerListenFdVariable, *fd);
-  std::string_view rest = *addresses;
-  while (!rest.empty()) {
-    const auto comma = rest.find(',');
-    worker.addresses.push_back(
-        cluster::parse_address(rest.substr(0, comma), kWorkerAddressesVariable));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-  }
-  if (const auto cpus = d::variable(kWorkerCpusVariable)) {
-    rest = *cpus;
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
-      worker.group_cpus.push_back(d::parse_int(kWorkerCpusVariable, rest.substr(0, comma)));
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-  }
+  for (const auto address : d::comma_separated(*addresses))
+    worker.addresses.push_back(cluster::parse_address(address, kWorkerAddressesVariable));
+  if (const auto cpus = d::variable(kWorkerCpusVariable))
+    for (const auto cpu : d::comma_separated(*cpus))
+      worker.group_cpus.push_back(d::parse_int(kWorkerCpusVariable, cpu));
   if (worker.rank >= static_cast<int>(worker.addresses.size()))
     throw CommandLineError(fmt::format("{}={} is not a rank of the {} addresses in {}",
                                        kWorkerRankVariable, worker.rank, worker.addresses.size(),
@@ -189,9 +191,6 @@ inline int supervise_local_group(int ranks, char** argv, Binding binding) {
     addresses += fmt::format("{}127.0.0.1:{}", addresses.empty() ? "" : ",", port);
 
   const std::vector<int> cpus = allowed_cpus();
-  std::string cpu_list;
-  for (const int cpu : cpus)
-    cpu_list += fmt::format("{}{}", cpu_list.empty() ? "" : ",", cpu);
   // Each child's environment, built before fork: ours minus stale worker variables, plus its own.
   std::vector<std::string> inherited;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -204,7 +203,7 @@ inline int supervise_local_group(int ranks, char** argv, Binding binding) {
     env.push_back(fmt::format("{}={}", kWorkerRankVariable, r));
     env.push_back(fmt::format("{}={}", kWorkerListenFdVariable, fds[static_cast<std::size_t>(r)]));
     env.push_back(fmt::format("{}={}", kWorkerAddressesVariable, addresses));
-    env.push_back(fmt::format("{}={}", kWorkerCpusVariable, cpu_list));
+    env.push_back(fmt::format("{}={}", kWorkerCpusVariable, fmt::join(cpus, ",")));
     environments.push_back(std::move(env));
   }
 
