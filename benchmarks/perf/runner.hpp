@@ -13,9 +13,10 @@
 //      (an all-reduce max: nccl-tests' `-a 3`; its default, `-a 1`, averages over the ranks,
 //      which for a collective that ends together on every rank differs little), and
 //      algbw/busbw follow nccl-tests' formulas;
-//   3. with the check on: refills the inputs for a new seed, poisons the outputs, makes one
-//      call, and counts the elements that differ from the reference (check.hpp); the counts are
-//      summed over the ranks (an all-reduce sum).
+//   3. with the check on: refills the inputs for a new seed, poisons the outputs and a guard
+//      after them, makes one call, and counts the elements that differ from the reference
+//      (check.hpp) and the guard elements it overwrote; the counts are summed over the ranks
+//      (an all-reduce sum).
 // Every call goes through the communicator, so every wait has its deadline
 // (CommunicatorOptions::timeout).
 #pragma once
@@ -87,7 +88,7 @@ class MeasuredRows {
       recv = std::max({recv, point.sizes.recv_count, point.sizes.send_count});
     }
     send_.resize(send);
-    recv_.resize(recv);
+    recv_.resize(recv + kGuard);
   }
 
   Row operator()(const SweepPoint& point) {
@@ -152,8 +153,11 @@ class MeasuredRows {
     const int rank = comm_.rank();
     const auto& s = point.sizes;
     const std::size_t c = s.param_count;
+    // Poison what the call may write and a guard after it, not the whole buffer: sized for
+    // the sweep's largest point, that memset cost small points a 256 MiB cache flush each.
     if (poison)
-      std::memset(static_cast<void*>(recv_.data()), kPoisonByte, recv_.size() * sizeof(T));
+      std::memset(static_cast<void*>(recv_.data()), kPoisonByte,
+                  (output_elements(point) + kGuard) * sizeof(T));
     if (!in_place) {
       for (std::size_t i = 0; i < s.send_count; ++i)
         send_[i] = check.input(rank, i);
@@ -199,7 +203,13 @@ class MeasuredRows {
     }
   }
 
-  // Elements of this rank's output that differ from the reference.
+  // Elements of the output buffer a call may write: in place, the larger of its two views.
+  static std::size_t output_elements(const SweepPoint& point) noexcept {
+    return std::max(point.sizes.send_count, point.sizes.recv_count);
+  }
+
+  // Elements of this rank's output that differ from the reference, and of the guard after it
+  // that the call overwrote.
   std::int64_t count_wrong(const SweepPoint& point, bool in_place, const DataCheck<T>& check) {
     const int rank = comm_.rank();
     const int n = comm_.size();
@@ -207,6 +217,8 @@ class MeasuredRows {
     const T* out = recv_.data();
     std::int64_t wrong = 0;
     auto tally = [&](bool ok) { wrong += ok ? 0 : 1; };
+    for (std::size_t i = 0; i < kGuard; ++i)
+      tally(DataCheck<T>::untouched(out[output_elements(point) + i]));
     switch (options_.collective) {
       case Collective::all_reduce:
         for (std::size_t i = 0; i < c; ++i)
@@ -246,6 +258,9 @@ class MeasuredRows {
     }
     return wrong;
   }
+
+  // Poisoned elements after each point's output: a write past it counts as wrong.
+  static constexpr std::size_t kGuard = 64;
 
   Comm& comm_;
   const Options& options_;

@@ -12,6 +12,7 @@
 //           goes out as soon as segment k of the previous round is combined.
 // Cost      ⌈log2 n⌉ (+2 when n is not a power of two) message latencies; S·log2(p) bytes
 //           sent per rank: the choice when latency dominates (small S).
+//           Out of place, the input is read where it lies: the first combine writes the output.
 // Requires  agreed calls; scratch of S bytes per receive round.
 // Determinism  bit-identical on every rank: both partners combine (lower virtual rank's
 //           vector, higher's) in that order, so they compute the same tree.
@@ -35,9 +36,12 @@ struct AllReduceRecursiveDoubling {
     const int r = link.rank();
     const std::size_t element = size_of(call.type);
     const std::size_t bytes = call.count * element;
+    const auto* in = static_cast<const std::byte*>(call.send);
     auto* out = static_cast<std::byte*>(call.recv);
-    detail::copy_if_distinct(out, static_cast<const std::byte*>(call.send), bytes);
-    if (n == 1) return;
+    if (n == 1) {
+      detail::copy_if_distinct(out, in, bytes);
+      return;
+    }
 
     int p = 1;
     while (p * 2 <= n)
@@ -52,6 +56,9 @@ struct AllReduceRecursiveDoubling {
       detail::Range part;
       bool received_first;  // the received vector belongs to the lower virtual rank
       bool last;            // the last combine of this rank: finish a mean here
+      // This rank's side: its input for the first combine, which writes `out` (so out of
+      // place nothing copies the input first), then `out`.
+      const std::byte* mine;
     };
     std::vector<Combine> combines;
     // Receive round i of this rank has its own scratch region: rounds from different peers
@@ -72,7 +79,7 @@ struct AllReduceRecursiveDoubling {
       // Phase 1 and 3 of an even rank: hand the vector over, get the result back.
       for (std::size_t k = 0; k < m; ++k) {
         const detail::Range part = detail::part_of(all, m, k);
-        sends.push_back({r + 1, out + part.begin * element, part.size() * element, -1});
+        sends.push_back({r + 1, in + part.begin * element, part.size() * element, -1});
       }
       for (std::size_t k = 0; k < m; ++k) {
         const detail::Range part = detail::part_of(all, m, k);
@@ -84,17 +91,19 @@ struct AllReduceRecursiveDoubling {
     }
     const int virtual_rank = folds_in ? r / 2 : r - extra;
     auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+    // This rank's vector: its input until the first combine, `out` after it.
+    const std::byte* mine = in;
     auto receive_round = [&](int from, bool received_first, bool last,
                              const std::vector<std::ptrdiff_t>& after_send) {
       std::byte* region = scratch + static_cast<std::size_t>(round++) * bytes;
-      std::vector<transport::RecvStep> round_recvs;
       for (std::size_t k = 0; k < m; ++k) {
         const detail::Range part = detail::part_of(all, m, k);
-        round_recvs.push_back(
-            {from, region + part.begin * element, part.size() * element, after_send[k]});
-        combines.push_back({part, received_first, last});
+        // The combine overwrites `out`: it waits for a send of this round that reads `out`.
+        recvs.push_back({from, region + part.begin * element, part.size() * element,
+                         mine == out ? after_send[k] : -1});
+        combines.push_back({part, received_first, last, mine});
       }
-      recvs.insert(recvs.end(), round_recvs.begin(), round_recvs.end());
+      mine = out;
     };
     const std::vector<std::ptrdiff_t> no_send(m, -1);
     if (folds_in) receive_round(r - 1, /*received_first=*/true, rounds == 0, no_send);
@@ -107,9 +116,8 @@ struct AllReduceRecursiveDoubling {
         const detail::Range part = detail::part_of(all, m, k);
         my_sends[k] = static_cast<std::ptrdiff_t>(sends.size());
         sends.push_back(
-            {partner, out + part.begin * element, part.size() * element, previous_recv(k)});
+            {partner, mine + part.begin * element, part.size() * element, previous_recv(k)});
       }
-      // The combine overwrites `out`, which this round's send reads: it waits for the send.
       receive_round(partner, partner_virtual < virtual_rank, mask * 2 >= p, my_sends);
     }
     if (folds_in)
@@ -121,11 +129,12 @@ struct AllReduceRecursiveDoubling {
     link.transfer(sends, recvs, [&](std::size_t j) {
       const Combine& c = combines[j];
       std::byte* target = out + c.part.begin * element;
+      const std::byte* own = c.mine + c.part.begin * element;
       const std::byte* received = recvs[j].data;
       if (c.received_first)
-        detail::combine(call.type, target, received, target, c.part.size(), call.op);
+        detail::combine(call.type, target, received, own, c.part.size(), call.op);
       else
-        detail::combine(call.type, target, target, received, c.part.size(), call.op);
+        detail::combine(call.type, target, own, received, c.part.size(), call.op);
       if (c.last) detail::finish_mean(call.type, target, c.part.size(), call.op, n);
     });
   }
