@@ -6,11 +6,12 @@
 // The header lives with the benchmark, not under include/, so it is included by a relative path.
 #include "../../benchmarks/perf/runner.hpp"
 
+#include "../../benchmarks/perf/peers/peer_rank.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -27,7 +28,7 @@ using strata::perf::sweep_points;
 enum class Fault { none, wrong_first, leave_output, write_past_end };
 
 // One rank: the all-reduce of one input is the input (sum), unless `fault` says otherwise.
-class OneRank {
+class OneRank : public strata::perf::peers::AllReduceOnly {
  public:
   Fault fault = Fault::none;
 
@@ -44,21 +45,11 @@ class OneRank {
     if (fault != Fault::leave_output) std::copy(send.begin(), send.end(), recv.begin());
     damage(recv);
   }
-  template <class... Args>
-  void broadcast(Args&&...) {
-    throw std::logic_error("not measured here");
-  }
-  template <class... Args>
-  void reduce(Args&&...) {
-    throw std::logic_error("not measured here");
-  }
-  template <class... Args>
-  void all_gather(Args&&...) {
-    throw std::logic_error("not measured here");
-  }
-  template <class... Args>
-  void reduce_scatter(Args&&...) {
-    throw std::logic_error("not measured here");
+  // MeasuredRows names every collective; the other collectives are the peers' refusal.
+  using AllReduceOnly::all_gather;
+  template <class T>
+  void all_gather(std::span<const T>, std::span<T>) {
+    strata::perf::peers::unsupported_collective("all_gather");
   }
 
  private:
