@@ -153,8 +153,9 @@ class MeasuredRows {
     const int rank = comm_.rank();
     const auto& s = point.sizes;
     const std::size_t c = s.param_count;
-    // Poison what the call may write and a guard after it, not the whole buffer: sized for
-    // the sweep's largest point, that memset cost small points a 256 MiB cache flush each.
+    // Poison what the call may write and a guard after it, not the whole buffer, which is
+    // sized for the sweep's largest point: writing 256 MiB before each check slowed the
+    // timing of the points after it (2 ranks, 64 KiB: 36.5 against 26.9 µs).
     if (poison)
       std::memset(static_cast<void*>(recv_.data()), kPoisonByte,
                   (output_elements(point) + kGuard) * sizeof(T));
