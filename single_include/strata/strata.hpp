@@ -1526,10 +1526,11 @@ struct AllReduceRecursiveDoubling {
         const detail::Range part = detail::part_of(all, m, k);
         sends.push_back({r + 1, in + part.begin * element, part.size() * element, -1});
       }
+      // The result overwrites `out`: in place, that is what send k reads.
       for (std::size_t k = 0; k < m; ++k) {
         const detail::Range part = detail::part_of(all, m, k);
         recvs.push_back({r + 1, out + part.begin * element, part.size() * element,
-                         static_cast<std::ptrdiff_t>(k)});
+                         out == in ? static_cast<std::ptrdiff_t>(k) : -1});
       }
       link.transfer(sends, recvs, [](std::size_t) {});
       return;
