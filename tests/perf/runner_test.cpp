@@ -84,16 +84,17 @@ std::vector<Row> sweep_with(Fault fault) {
 }
 
 TEST_CASE("the data check counts each wrong, unwritten or overrun element once, at every point") {
+  constexpr std::int64_t kWholeOutput = -1;  // as many wrong as the point has elements
   struct Expected {
     Fault fault;
     const char* name;
-    bool whole_output_wrong_out_of_place;  // else: one wrong element per placement
-    std::int64_t in_place_wrong;           // -1: the count of the point
+    std::int64_t out_of_place_wrong;
+    std::int64_t in_place_wrong;
   };
-  for (const Expected& e : {Expected{Fault::none, "none", false, 0},
-                            Expected{Fault::wrong_first, "wrong first element", false, 1},
-                            Expected{Fault::leave_output, "output left alone", true, 0},
-                            Expected{Fault::write_past_end, "write past the end", false, 1}}) {
+  for (const Expected& e : {Expected{Fault::none, "none", 0, 0},
+                            Expected{Fault::wrong_first, "wrong first element", 1, 1},
+                            Expected{Fault::leave_output, "output left alone", kWholeOutput, 0},
+                            Expected{Fault::write_past_end, "write past the end", 1, 1}}) {
     CAPTURE(e.name);
     const auto rows = sweep_with(e.fault);
     REQUIRE(rows.size() == 6);  // 4, 16, 64, 256, 1K, 4K
@@ -101,10 +102,9 @@ TEST_CASE("the data check counts each wrong, unwritten or overrun element once, 
       CAPTURE(row.bytes);
       REQUIRE(row.out_of_place.wrong.has_value());
       REQUIRE(row.in_place.wrong.has_value());
-      const std::int64_t out_of_place = e.fault == Fault::none ? 0
-                                        : e.whole_output_wrong_out_of_place
+      const std::int64_t out_of_place = e.out_of_place_wrong == kWholeOutput
                                             ? static_cast<std::int64_t>(row.count)
-                                            : 1;
+                                            : e.out_of_place_wrong;
       CHECK(*row.out_of_place.wrong == out_of_place);
       CHECK(*row.in_place.wrong == e.in_place_wrong);
       CHECK(row.out_of_place.ranks_wrong == (out_of_place > 0 ? 1 : 0));
