@@ -6235,6 +6235,20 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 // receive of the plan progresses at once, reductions run as soon as their data is in, and
 // the kernel keeps receiving into its buffers meanwhile, so transfer and reduction overlap.
 //
+// Large calls lend their messages instead of copying them: the pages go into a pipe with
+// vmsplice(2) and from there into the socket with splice(2), so the kernel copies each byte
+// once (into the receiver's memory), not twice. That pays when the data streams from memory
+// (TcpOptions::lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the
+// receiver reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message; a sender lends a peer at most kLendWindowBytes ahead of what it has read, which
+//     also keeps the receiver's socket queue short (a queue that overflows its receive buffer
+//     gets pruned and retransmitted), and returns only once every peer has read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent).
+//
 // While it waits, the link watches every peer's control connection: an abort message, a
 // closed connection (a killed process) or the deadline ends the call on every rank within
 // milliseconds, with the error type of the rank that failed first.
@@ -6249,14 +6263,18 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -6277,7 +6295,7 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 //   4       1     collective (communicator::Collective)
 //   5       1     element type (DataType)
 //   6       1     reduce op (ReduceOp)
-//   7       1     reserved, 0
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
 //   8       4     root (int32)
 //   12      4     payload bytes (uint32)
 //   16      8     sequence number of the collective on the sending rank
@@ -6287,8 +6305,8 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 // type, op, root, count, sequence); the receiver compares it with its own call before it
 // touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
 // that mean different things. The check costs one 32-byte compare per message, always on.
-// Control frames (abort, timeout notice, alive, goodbye) travel on a connection of their own
-// and carry a short text payload.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
 
 #include <array>
 #include <cstddef>
@@ -6302,7 +6320,7 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 namespace strata::transport::tcp {
 
 inline constexpr std::uint16_t kFrameMagic = 0x5346;
-inline constexpr std::uint8_t kFrameVersion = 1;
+inline constexpr std::uint8_t kFrameVersion = 2;
 inline constexpr std::size_t kFrameHeaderBytes = 32;
 /// Control frames carry at most this much text; longer messages are cut.
 inline constexpr std::uint32_t kMaxControlPayload = 4096;
@@ -6313,7 +6331,19 @@ enum class FrameType : std::uint8_t {
   timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
   alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
   goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read every lent payload of collective `sequence`
 };
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers with a release frame once it has read all of the sender's messages of
+  /// the collective.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
 
 /// Why a group failed, carried by abort frames so that every rank raises the same error type.
 enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
@@ -6327,6 +6357,7 @@ struct FrameHeader {
   std::uint32_t payload_bytes = 0;
   std::uint64_t sequence = 0;
   std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
 
   friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
 };
@@ -6342,7 +6373,7 @@ enum class FrameError {
   bad_collective,
   bad_element_type,
   bad_op,
-  bad_reserved,
+  bad_flags,
   payload_too_large,
 };
 
@@ -6360,8 +6391,8 @@ inline std::string_view to_string(FrameError error) noexcept {
       return "unknown element type";
     case FrameError::bad_op:
       return "unknown reduce op";
-    case FrameError::bad_reserved:
-      return "reserved bytes are not zero";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
     case FrameError::payload_too_large:
       return "payload length above the limit";
   }
@@ -6391,7 +6422,7 @@ constexpr FrameBytes encode(const FrameHeader& header) noexcept {
   out[4] = static_cast<std::byte>(header.kind);
   out[5] = static_cast<std::byte>(header.element_type);
   out[6] = static_cast<std::byte>(header.op);
-  out[7] = std::byte{0};
+  out[7] = static_cast<std::byte>(header.flags);
   detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
   detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
   detail::store_le<std::uint64_t>(&out[16], header.sequence);
@@ -6433,22 +6464,25 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
   if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
   if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
   const auto type = static_cast<std::uint8_t>(in[3]);
-  if (type < 1 || type > 5) return FrameError::bad_type;
+  if (type < 1 || type > 6) return FrameError::bad_type;
   const auto kind = static_cast<std::uint8_t>(in[4]);
   if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
   const auto element = static_cast<std::uint8_t>(in[5]);
   if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
   const auto op = static_cast<std::uint8_t>(in[6]);
   if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
-  if (in[7] != std::byte{0}) return FrameError::bad_reserved;
   const auto payload = detail::load_le<std::uint32_t>(&in[12]);
   const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
   const std::uint32_t limit = frame_type == FrameType::data ? max_payload : kMaxControlPayload;
   if (payload > limit) return FrameError::payload_too_large;
   out.type = frame_type;
   out.kind = static_cast<Collective>(kind);
   out.element_type = static_cast<DataType>(element);
   out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
   out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
   out.payload_bytes = payload;
   out.sequence = detail::load_le<std::uint64_t>(&in[16]);
@@ -7452,9 +7486,10 @@ namespace strata::transport::tcp {
 /// what each peer said on its control connection, the wake-up for abort().
 class Group {
  public:
-  Group(std::unique_ptr<Mesh> mesh, std::uint32_t max_payload)
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t max_payload, std::size_t lend_from_bytes)
       : mesh_(std::move(mesh)),
         max_payload_(max_payload),
+        lend_from_bytes_(lend_from_bytes),
         peers_(static_cast<std::size_t>(mesh_->size())) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0)
@@ -7466,12 +7501,19 @@ class Group {
   ~Group() {
     if (!failed()) say_goodbye();
     ::close(wake_fd_);
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
   }
 
   int rank() const noexcept { return mesh_->rank(); }
   int size() const noexcept { return mesh_->size(); }
   int data_connections() const noexcept { return mesh_->data_connections(); }
   std::uint32_t max_payload() const noexcept { return max_payload_; }
+  /// Calls that send at least this many bytes lend their large messages (TcpOptions).
+  std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
   std::uint64_t next_sequence() noexcept {
     return sequence_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -7542,12 +7584,61 @@ class Group {
     bool closed = false;
     bool departed = false;  // said goodbye: finished its collectives on purpose
     bool heard = false;     // answered during the current timeout
+    // How many bytes of the payloads this rank lent it the peer has read, in collective
+    // `released_sequence`.
+    std::uint64_t released_sequence = 0;
+    std::uint64_t released_bytes = 0;
   };
 
+  // Carries lent payloads from this rank's memory into one data connection.
+  struct Pipe {
+    int read = -1;
+    int write = -1;
+    std::size_t capacity = 0;
+  };
+
+  // The pipe of data connection `index` (1..K) to `peer`, made on first use; nullptr when the
+  // system has none to give (descriptor or pipe-memory limits): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size() * data_connections()));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections() + index - 1)];
+    if (pipe.read < 0 && !pipe_refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        pipe_refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        pipe_refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
   void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload, std::uint64_t sequence,
+                    std::uint64_t count) noexcept {
     FrameHeader header;
     header.type = type;
-    header.sequence = sequence_.load(std::memory_order_relaxed);
+    header.sequence = sequence;
+    header.count = count;
     header.payload_bytes = static_cast<std::uint32_t>(payload.size());
     const FrameBytes bytes = encode(header);
     iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
@@ -7578,16 +7669,53 @@ class Group {
 
   std::unique_ptr<Mesh> mesh_;
   std::uint32_t max_payload_;
+  std::size_t lend_from_bytes_;
   std::vector<ControlState> peers_;
   // Atomic: abort() sends control frames from other threads while a call advances it.
   std::atomic<std::uint64_t> sequence_{0};
   std::vector<std::byte> scratch_;
+  std::vector<Pipe> pipes_;  // per (peer, data connection)
+  bool pipe_refused_ = false;
   int wake_fd_ = -1;
   std::mutex control_mutex_;
   mutable std::mutex failure_mutex_;
   std::atomic<bool> failed_{false};
   FailureClass failure_class_ = FailureClass::peer_failure;
   std::string failure_text_;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
 };
 
 /// One collective call of one rank: what algorithms see (rank, size, the call) and the
@@ -7597,6 +7725,11 @@ class Link {
   /// How long a rank polls its sockets without blocking once nothing moves, before it sleeps
   /// in poll(2): longer than a loopback round trip, short next to a scheduler tick.
   static constexpr std::chrono::microseconds kBusyPoll{200};
+  /// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller
+  /// ones cost less to copy than to pin page by page.
+  static constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+  /// How much of its memory a rank lends one peer before that peer has read it.
+  static constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
 
   Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)
       : group_(group), call_(call), sequence_(group.next_sequence()), deadline_(deadline) {}
@@ -7628,12 +7761,16 @@ class Link {
  private:
   struct Channel {
     int peer = 0;
+    int connection = 0;  // 1..K: which data connection to the peer
     int fd = -1;
     std::vector<std::size_t> sends;  // indices into the plan, in order
     std::vector<std::size_t> recvs;
     std::size_t next_send = 0;
     std::size_t next_recv = 0;
-    std::size_t sent = 0;  // bytes of the head send written, header included
+    std::size_t sent = 0;    // bytes of the head send written, header included
+    std::size_t lent = 0;    // payload bytes of the head send put into the pipe
+    bool recv_lent = false;  // the head receive's payload is lent by the peer
+    Group::Pipe* pipe = nullptr;
     FrameBytes send_header{};
     std::size_t header_got = 0;
     std::size_t payload_got = 0;
@@ -7654,6 +7791,80 @@ class Link {
   }
 
   std::string_view operation() const noexcept { return to_string(call_.kind); }
+
+  static bool would_block() noexcept {
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  }
+
+  // Writes as much of `step` (header and payload, one sendmsg) as the socket takes; true once
+  // all of it is written.
+  bool send_copied(Channel& channel, const SendStep& step) {
+    iovec parts[2];
+    int count = 0;
+    if (channel.sent < kFrameHeaderBytes)
+      parts[count++] = {channel.send_header.data() + channel.sent,
+                        kFrameHeaderBytes - channel.sent};
+    const std::size_t payload_sent =
+        channel.sent > kFrameHeaderBytes ? channel.sent - kFrameHeaderBytes : 0;
+    if (payload_sent < step.bytes)
+      parts[count++] = {const_cast<std::byte*>(step.data) + payload_sent,
+                        step.bytes - payload_sent};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = static_cast<std::size_t>(count);
+    const auto n = ::sendmsg(channel.fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (would_block()) return false;
+      peer_closed(channel.peer);
+    }
+    channel.sent += static_cast<std::size_t>(n);
+    return channel.sent == kFrameHeaderBytes + step.bytes;
+  }
+
+  // Like send_copied, but the payload's pages go to the socket through the channel's pipe
+  // instead of being copied into it.
+  bool send_lent(Channel& channel, const SendStep& step) {
+    if (channel.sent < kFrameHeaderBytes) {
+      const auto n =
+          ::send(channel.fd, channel.send_header.data() + channel.sent,
+                 kFrameHeaderBytes - channel.sent, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
+      if (n < 0) {
+        if (would_block()) return false;
+        peer_closed(channel.peer);
+      }
+      channel.sent += static_cast<std::size_t>(n);
+      if (channel.sent < kFrameHeaderBytes) return false;
+    }
+    const Group::Pipe& pipe = *channel.pipe;
+    for (;;) {
+      const std::size_t written = channel.sent - kFrameHeaderBytes;
+      if (written == step.bytes) return true;
+      // The pipe counts pages, not bytes: vmsplice takes less than asked when the payload
+      // is not page-aligned, and nothing when the pipe is full.
+      const std::size_t in_pipe = channel.lent - written;
+      if (channel.lent < step.bytes && in_pipe < pipe.capacity) {
+        iovec part{const_cast<std::byte*>(step.data) + channel.lent,
+                   std::min(step.bytes - channel.lent, pipe.capacity - in_pipe)};
+        const auto n = ::vmsplice(pipe.write, &part, 1, SPLICE_F_NONBLOCK);
+        if (n > 0) channel.lent += static_cast<std::size_t>(n);
+        if (n < 0 && !would_block())
+          throw UsageError(rank(), operation(),
+                           fmt::format("vmsplice of {} bytes of the send buffer failed: {}",
+                                       part.iov_len, std::strerror(errno)),
+                           "pass buffers that stay valid for the whole call, or turn lending "
+                           "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
+      }
+      const unsigned more = channel.lent < step.bytes ? SPLICE_F_MORE : 0;
+      const auto n = ::splice(pipe.read, nullptr, channel.fd, nullptr, channel.lent - written,
+                              SPLICE_F_NONBLOCK | SPLICE_F_MOVE | more);
+      if (n < 0) {
+        if (would_block()) return false;
+        peer_closed(channel.peer);
+      }
+      if (n == 0) return false;
+      channel.sent += static_cast<std::size_t>(n);
+    }
+  }
 
   [[noreturn]] void peer_closed(int peer) {
     // The peer may have said why on its control connection just before closing: give it a
@@ -7747,6 +7958,13 @@ class Link {
         case FrameType::goodbye:
           state.departed = true;
           break;
+        case FrameType::release:
+          if (header.sequence != state.released_sequence) {
+            state.released_sequence = header.sequence;
+            state.released_bytes = 0;
+          }
+          state.released_bytes = std::max(state.released_bytes, header.count);
+          break;
         case FrameType::data:
           state.closed = true;
           throw PeerFailureError(rank(), operation(),
@@ -7788,8 +8006,9 @@ class Link {
     return describe(call);
   }
 
-  // Checks a received header against this rank's call and the expected message size.
-  void check_header(int peer, const Channel& channel, std::size_t expected_bytes) {
+  // Checks a received header against this rank's call and the expected message size; returns
+  // its flags.
+  std::uint8_t check_header(int peer, const Channel& channel, std::size_t expected_bytes) {
     FrameHeader got;
     if (auto ec = decode(channel.recv_header, got, group_.max_payload()))
       throw PeerFailureError(rank(), operation(),
@@ -7814,6 +8033,7 @@ class Link {
           fmt::format("rank {} sent a {}-byte message where this rank expected {} bytes", peer,
                       got.payload_bytes, want.payload_bytes),
           "run the same strata version on every rank");
+    return got.flags;
   }
 
   // Reads the control connections that have something to say, waiting at most `timeout_ms`.
@@ -7845,17 +8065,25 @@ class Link {
     const auto grace = std::clamp<std::chrono::milliseconds>(
         deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
     const auto until = Clock::now() + grace;
-    for (;;) {
+    auto unheard = [&] {
+      for (int peer = 0; peer < size(); ++peer) {
+        const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+        if (peer != rank() && !state.closed && !state.heard) return true;
+      }
+      return false;
+    };
+    while (unheard()) {
+      // Every peer's control connection, not only the unheard ones': a peer whose deadline
+      // expired just after this rank's asks too, and must get its answer.
       std::vector<pollfd> fds;
       std::vector<int> owners;
       for (int peer = 0; peer < size(); ++peer) {
-        const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
-        if (peer == rank() || state.closed || state.heard) continue;
+        if (peer == rank() || group_.peers_[static_cast<std::size_t>(peer)].closed) continue;
         fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
         owners.push_back(peer);
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      if (fds.empty() || left.count() <= 0) break;
+      if (left.count() <= 0) break;
       if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
       for (std::size_t i = 0; i < fds.size(); ++i)
         if (fds[i].revents != 0) read_control(owners[i], /*inside_call=*/true);
@@ -7914,10 +8142,56 @@ void Link::transfer(std::span<const transport::SendStep> sends,
       for (int k = 0; k < data_connections; ++k) {
         auto& channel = channels[static_cast<std::size_t>(peer * data_connections + k)];
         channel.peer = peer;
-        channel.fd = peer == rank() ? -1 : group_.mesh_->fd(peer, 1 + k);
+        channel.connection = 1 + k;
+        channel.fd = peer == rank() ? -1 : group_.mesh_->fd(peer, channel.connection);
       }
   }
   std::erase_if(channels, [](const Channel& c) { return c.sends.empty() && c.recvs.empty(); });
+
+  // In a call that sends lend_from_bytes() or more, large sends are lent unless a receive
+  // waits for them: such a receive overwrites what the send read, which the peer may not have
+  // read yet.
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= group_.lend_from_bytes())
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  bool lends = false;
+  for (auto& channel : channels) {
+    if (channel.fd < 0 || std::none_of(channel.sends.begin(), channel.sends.end(),
+                                       [&](std::size_t i) { return lend[i] != 0; }))
+      continue;
+    channel.pipe = group_.pipe_for(channel.peer, channel.connection);
+    for (const std::size_t i : channel.sends)
+      if (channel.pipe == nullptr) lend[i] = 0;
+    lends = lends || channel.pipe != nullptr;
+  }
+  std::optional<SigpipeBlocked> sigpipe_blocked;
+  if (lends) sigpipe_blocked.emplace();
+  // Per peer: payload bytes lent to it, and read from it out of its memory.
+  std::vector<std::uint64_t> lent_to(static_cast<std::size_t>(size()), 0);
+  std::vector<std::uint64_t> read_lent(static_cast<std::size_t>(size()), 0);
+  auto unreleased = [&](int peer) {
+    const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+    const std::uint64_t released = state.released_sequence == sequence_ ? state.released_bytes : 0;
+    return lent_to[static_cast<std::size_t>(peer)] - released;
+  };
+  auto awaiting_release = [&] {
+    for (int peer = 0; peer < size(); ++peer)
+      if (unreleased(peer) > 0) return true;
+    return false;
+  };
+  // A lent send starts only while the peer has read all but kLendWindowBytes of what it was
+  // lent: the receiver's socket then never holds more than that of this rank's pages.
+  auto window_full = [&](const Channel& channel, std::size_t i) {
+    if (lend[i] == 0 || channel.sent > 0) return false;
+    const std::uint64_t outstanding = unreleased(channel.peer);
+    return outstanding > 0 && outstanding + sends[i].bytes > kLendWindowBytes;
+  };
 
   std::vector<char> send_done(sends.size(), 0);
   std::vector<char> recv_in(recvs.size(), 0);
@@ -7948,37 +8222,30 @@ void Link::transfer(std::span<const transport::SendStep> sends,
   std::vector<int> fd_peer;  // -1: the wake fd; peer for control fds; -2 - index for channels
   auto busy_until = Clock::now() + kBusyPoll;
   try {
-    while (sends_left > 0 || recvs_left > 0) {
+    while (sends_left > 0 || recvs_left > 0 || awaiting_release()) {
       if (group_.failed()) group_.raise_failure(operation());
       bool progressed = false;
       for (auto& channel : channels) {
-        // Sends: header and payload in one sendmsg, as much as the socket takes.
+        // Sends: as much as the socket takes.
         while (channel.next_send < channel.sends.size()) {
           const std::size_t i = channel.sends[channel.next_send];
           if (!send_ready(i)) break;
-          const SendStep& step = sends[i];
-          if (channel.sent == 0) channel.send_header = encode(expected_header(step.bytes));
-          iovec parts[2];
-          int count = 0;
-          if (channel.sent < kFrameHeaderBytes)
-            parts[count++] = {channel.send_header.data() + channel.sent,
-                              kFrameHeaderBytes - channel.sent};
-          const std::size_t payload_sent =
-              channel.sent > kFrameHeaderBytes ? channel.sent - kFrameHeaderBytes : 0;
-          if (payload_sent < step.bytes)
-            parts[count++] = {const_cast<std::byte*>(step.data) + payload_sent,
-                              step.bytes - payload_sent};
-          msghdr message{};
-          message.msg_iov = parts;
-          message.msg_iovlen = static_cast<std::size_t>(count);
-          const auto n = ::sendmsg(channel.fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-            peer_closed(channel.peer);
+          if (window_full(channel, i)) {
+            read_control(channel.peer, /*inside_call=*/true);  // a release may be waiting
+            if (window_full(channel, i)) break;
           }
-          channel.sent += static_cast<std::size_t>(n);
-          if (channel.sent < kFrameHeaderBytes + step.bytes) break;
+          const SendStep& step = sends[i];
+          if (channel.sent == 0) {
+            FrameHeader header = expected_header(step.bytes);
+            if (lend[i] != 0) {
+              header.flags = static_cast<std::uint8_t>(FrameFlag::lent);
+              lent_to[static_cast<std::size_t>(channel.peer)] += step.bytes;
+            }
+            channel.send_header = encode(header);
+          }
+          if (!(lend[i] != 0 ? send_lent(channel, step) : send_copied(channel, step))) break;
           channel.sent = 0;
+          channel.lent = 0;
           ++channel.next_send;
           send_done[i] = 1;
           --sends_left;
@@ -8010,7 +8277,8 @@ void Link::transfer(std::span<const transport::SendStep> sends,
             channel.header_got += header_part;
             channel.payload_got = got - header_part;
             if (channel.header_got < kFrameHeaderBytes) break;
-            check_header(channel.peer, channel, step.bytes);
+            channel.recv_lent = (check_header(channel.peer, channel, step.bytes) &
+                                 static_cast<std::uint8_t>(FrameFlag::lent)) != 0;
           }
           if (channel.payload_got < step.bytes) {
             const auto n = ::recv(channel.fd, step.data + channel.payload_got,
@@ -8026,6 +8294,11 @@ void Link::transfer(std::span<const transport::SendStep> sends,
           channel.header_got = 0;
           channel.payload_got = 0;
           ++channel.next_recv;
+          if (channel.recv_lent) {
+            auto& read = read_lent[static_cast<std::size_t>(channel.peer)];
+            read += step.bytes;
+            group_.send_control(channel.peer, FrameType::release, {}, sequence_, read);
+          }
           recv_in[j] = 1;
           try_process(j);
           progressed = true;
@@ -8040,7 +8313,7 @@ void Link::transfer(std::span<const transport::SendStep> sends,
         });
         progressed = progressed || deferred.size() != before;
       }
-      if (progressed || (sends_left == 0 && recvs_left == 0)) {
+      if (progressed || (sends_left == 0 && recvs_left == 0 && !awaiting_release())) {
         busy_until = Clock::now() + kBusyPoll;
         continue;
       }
@@ -8061,7 +8334,8 @@ void Link::transfer(std::span<const transport::SendStep> sends,
         short events = 0;
         if (channel.next_recv < channel.recvs.size()) events |= POLLIN;
         if (channel.next_send < channel.sends.size() &&
-            send_ready(channel.sends[channel.next_send]))
+            send_ready(channel.sends[channel.next_send]) &&
+            !window_full(channel, channel.sends[channel.next_send]))
           events |= POLLOUT;
         if (events == 0) continue;
         fds.push_back({channel.fd, events, 0});
@@ -8091,6 +8365,8 @@ void Link::transfer(std::span<const transport::SendStep> sends,
         for (const auto& channel : channels)
           if (channel.next_recv < channel.recvs.size() || channel.next_send < channel.sends.size())
             waiting_for.push_back(channel.peer);
+        for (int peer = 0; peer < size(); ++peer)
+          if (unreleased(peer) > 0) waiting_for.push_back(peer);
         std::sort(waiting_for.begin(), waiting_for.end());
         waiting_for.erase(std::unique(waiting_for.begin(), waiting_for.end()), waiting_for.end());
         timed_out(waiting_for);
@@ -8143,6 +8419,13 @@ struct TcpOptions {
   /// 512 KiB–1 MiB with 3, 256–512 KiB with 4 and about 128 KiB with 8 (benchmarks/
   /// RESULTS.md): the rule meets 4 and 8 ranks and switches early, on the safe side, at 2–3.
   std::size_t small_message_bytes = 512 * 1024;
+  /// A call that sends at least this many bytes lends its buffers' pages to the kernel
+  /// instead of copying them into socket buffers (messages of 64 KiB and more; see
+  /// transport/tcp/link.hpp): one copy per byte fewer, which pays once the data streams from
+  /// memory, while copying out of cache costs less than pinning pages and waiting for the
+  /// receiver to release them. The default is a server's L3 cache; 0 lends every large
+  /// message; SIZE_MAX never lends.
+  std::size_t lend_from_bytes = std::size_t{32} << 20;
   /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
   int socket_buffer_bytes = 0;
   /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.
@@ -8248,7 +8531,7 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     config.listen_fd = membership.listen_fd;
     auto mesh = transport::tcp::form_mesh(config, Deadline::after(options.timeout));
     state_->group = std::make_unique<transport::tcp::Group>(
-        std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes));
+        std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes), tcp.lend_from_bytes);
   }
 
   /// A group of `size` ranks in this process, on loopback ports chosen by the kernel; element

@@ -2,7 +2,8 @@
 // (tests/support/tcp_worker.cpp) on loopback, each with its own TF_CONFIG.
 //   - SIGKILL of one worker in the middle of all-reduces: every survivor raises
 //     PeerFailureError naming it well within the deadline; 20 rounds with different world
-//     sizes, victims and timing, zero hangs;
+//     sizes, victims and timing, half of them lending every message (splice(2) into a
+//     connection the victim reset must not kill the survivor with SIGPIPE), zero hangs;
 //   - SIGSTOP of one worker: the others raise TimeoutError naming it;
 //   - a count mismatch: MismatchError in every process; different cluster tokens: refused.
 //   - conformance of every collective (the sweep of tcp_test.cpp: ops, element types, roots,
@@ -60,7 +61,11 @@ TEST_CASE(
     CAPTURE(n);
     CAPTURE(victim);
     // 256 Ki floats: an all-reduce takes long enough that the kill lands inside one.
-    Workers workers(loopback_cluster(n), {"loop", "1000000", "262144"}, {{"STRATA_TIMEOUT", "2s"}});
+    const bool lend = round % 2 == 1;
+    CAPTURE(lend);
+    std::vector<std::string> scenario{"loop", "1000000", "262144"};
+    if (lend) scenario.emplace_back("lend");
+    Workers workers(loopback_cluster(n), scenario, {{"STRATA_TIMEOUT", "2s"}});
     REQUIRE(workers.wait_for_output("ready", 10s));
     std::this_thread::sleep_for(delay);
     auto& dead = workers.processes[static_cast<std::size_t>(victim)];

@@ -1,20 +1,23 @@
 // Tests for strata/communicator/tcp.hpp: group formation on loopback and the conformance of
 // every collective against the independent reference of collective_reference.hpp, for world
 // sizes 1 to 8 (each rank a thread with its own TCP connections); which algorithm `automatic`
-// runs; the socket options the tunables ask for.
+// runs; the socket options the tunables ask for; a rank that lent its buffer returns only once
+// its peer has read it.
 //
 // Sweep: every element type × world sizes 1..8 × in and out of place × every ReduceOp (for
 // reducing collectives) × roots, at counts {0, 1, 7, 1023}, with every all-reduce algorithm
 // (automatic, ring, recursive doubling), and again with 64-byte messages over two connections
 // per peer, so that buffers are cut into many segments (the other collectives at sizes 5..8
 // with the 64-byte tuning only); sizes 5..7 fold ranks in and out of recursive doubling. At 2^20+3
-// and 16 Mi elements every (collective, op, type) once, world sizes rotating over 1..4. 16-bit
+// and 16 Mi elements every (collective, op, type) once, world sizes rotating over 1..4, and
+// again with every message of 64 KiB or more lent (vmsplice/splice) rather than copied. 16-bit
 // floats are checked with one rounding per ring step (Rounding::every_step). Failures, mismatches
 // and rendezvous errors are in tcp_failure_test.cpp; runs across processes in tcp_process_test.cpp.
 #include <strata/communicator/tcp.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -79,6 +82,14 @@ const Tuning kSegmented = tuned("tcp<64 B x2>", TcpAllReduce::automatic, 64, 2);
 const Tuning kSegmentedRing = tuned("tcp<ring, 64 B x2>", TcpAllReduce::ring, 64, 2);
 const Tuning kSegmentedRecursiveDoubling =
     tuned("tcp<rd, 64 B x2>", TcpAllReduce::recursive_doubling, 64, 2);
+
+// `tuning` with every message of 64 KiB or more lent, whatever the size of the call.
+Tuning lending(Tuning tuning) {
+  const std::string& name = tuning.name;
+  tuning.name = name.back() == '>' ? name.substr(0, name.size() - 1) + ", lent>" : name + "<lent>";
+  tuning.tcp.lend_from_bytes = 0;
+  return tuning;
+}
 
 testing::ConformanceRunner<TcpCommunicator> runner_for(const Tuning& tuning) {
   return testing::ConformanceRunner<TcpCommunicator>(
@@ -280,6 +291,68 @@ TEST_CASE("collectives match the reference at 2^20+3 and 16 Mi elements") {
         runner,
         sizes_between(1, 4, testing::large_count_cases(kind, testing::sweep_from_environment()))));
   }
+}
+
+TEST_CASE("lent messages: collectives match the reference at 2^20+3 and 16 Mi elements") {
+  // In place, the ring's all-gather writes where its reduce-scatter lent from: the peer must
+  // have read it by then. Recursive doubling copies the sends a receive waits for.
+  for (const Tuning& tuning : {lending(kDefault), lending(kRecursiveDoubling)}) {
+    CAPTURE(tuning.name);
+    auto runner = runner_for(tuning);
+    const bool every_kind = tuning.tcp.all_reduce == TcpAllReduce::automatic;
+    for (Collective kind : {Collective::all_reduce, Collective::broadcast, Collective::reduce,
+                            Collective::all_gather, Collective::reduce_scatter}) {
+      if (!every_kind && kind != Collective::all_reduce) continue;
+      CAPTURE(kind);
+      report(testing::run_cases(
+          runner,
+          sizes_between(1, 4,
+                        testing::large_count_cases(kind, testing::sweep_from_environment(), 1))));
+    }
+  }
+}
+
+TEST_CASE("a rank that lent its buffer returns only once the peer has read it") {
+  // Rank 1 starts its broadcast late; rank 0 overwrites its buffer the moment its broadcast
+  // returns. Had rank 0 returned before rank 1 read the pages it lent (all but the last
+  // kLendWindowBytes can be in rank 1's socket by then), rank 1 would receive the overwrite.
+  TcpOptions tcp;
+  tcp.lend_from_bytes = 0;
+  auto group = TcpCommunicator::create(2, {}, tcp);
+  constexpr std::size_t kCount = std::size_t{2} << 20;  // 8 MiB of floats: 8 lent messages
+  auto pattern = [](std::size_t i) { return static_cast<float>(i % 1000) + 0.5F; };
+  std::vector<float> sent(kCount);
+  for (std::size_t i = 0; i < kCount; ++i)
+    sent[i] = pattern(i);
+  std::vector<float> received(kCount, -1.0F);
+  {
+    std::jthread late([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      group[1].broadcast(std::span(received), 0);
+    });
+    group[0].broadcast(std::span(sent), 0);
+    std::fill(sent.begin(), sent.end(), -7.0F);
+  }
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < kCount; ++i)
+    wrong += received[i] != pattern(i) ? 1 : 0;
+  CHECK(wrong == 0);
+  // And again, the other way round, on the same connections (a release of an earlier call
+  // must not count for a later one).
+  for (std::size_t i = 0; i < kCount; ++i)
+    received[i] = pattern(i + 1);
+  {
+    std::jthread late([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      group[0].broadcast(std::span(sent), 1);
+    });
+    group[1].broadcast(std::span(received), 1);
+    std::fill(received.begin(), received.end(), -7.0F);
+  }
+  wrong = 0;
+  for (std::size_t i = 0; i < kCount; ++i)
+    wrong += sent[i] != pattern(i + 1) ? 1 : 0;
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("barrier returns on every rank of groups of 1 to 5") {

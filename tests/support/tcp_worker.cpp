@@ -6,6 +6,8 @@
 //   loop ITERATIONS COUNT   all_reduce(sum) of COUNT floats ITERATIONS times, each result
 //                           checked against the value every rank can compute; prints
 //                           "ready" after the first iteration, "ok" at the end.
+//   loop ITERATIONS COUNT lend   the same, lending every message of 64 KiB or more
+//                           (TcpOptions::lend_from_bytes = 0).
 //   mismatch                all_reduce whose count depends on the rank (rank 1 differs).
 //   join                    forms the group, runs a barrier.
 //   train K EPOCHS          trains examples/logistic_regression.hpp with
@@ -349,9 +351,10 @@ void run_phase(TcpCommunicator& comm, std::string_view phase, std::span<const Co
 int main(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + 1, argv + argc);
   if (args.empty()) {
-    fmt::print(stderr,
-               "usage: strata_test_tcp_worker loop N COUNT | mismatch | join | train K EPOCHS | "
-               "conformance [LARGE]\n");
+    fmt::print(
+        stderr,
+        "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | train K EPOCHS | "
+        "conformance [LARGE]\n");
     return 2;
   }
   auto began = Clock::now();
@@ -422,7 +425,10 @@ int main(int argc, char** argv) {
                  seconds);
       return 0;
     }
-    strata::communicator::TcpCommunicator comm(strata::communicator::membership_of(resolved));
+    strata::communicator::TcpOptions tcp;
+    const bool lend = args[0] == "loop" && args.size() == 4 && args[3] == "lend";
+    if (lend) tcp.lend_from_bytes = 0;  // every message of 64 KiB or more
+    strata::communicator::TcpCommunicator comm(strata::communicator::membership_of(resolved), tcp);
     const int rank = comm.rank();
     const int size = comm.size();
     if (args[0] == "join") {
@@ -438,7 +444,7 @@ int main(int argc, char** argv) {
       fmt::print("ok\n");
       return 0;
     }
-    if (args[0] == "loop" && args.size() == 3) {
+    if (args[0] == "loop" && (args.size() == 3 || lend)) {
       const long iterations = std::stol(std::string(args[1]));
       const auto count = static_cast<std::size_t>(std::stol(std::string(args[2])));
       std::vector<float> data(count);

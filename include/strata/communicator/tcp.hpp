@@ -77,6 +77,13 @@ struct TcpOptions {
   /// 512 KiB–1 MiB with 3, 256–512 KiB with 4 and about 128 KiB with 8 (benchmarks/
   /// RESULTS.md): the rule meets 4 and 8 ranks and switches early, on the safe side, at 2–3.
   std::size_t small_message_bytes = 512 * 1024;
+  /// A call that sends at least this many bytes lends its buffers' pages to the kernel
+  /// instead of copying them into socket buffers (messages of 64 KiB and more; see
+  /// transport/tcp/link.hpp): one copy per byte fewer, which pays once the data streams from
+  /// memory, while copying out of cache costs less than pinning pages and waiting for the
+  /// receiver to release them. The default is a server's L3 cache; 0 lends every large
+  /// message; SIZE_MAX never lends.
+  std::size_t lend_from_bytes = std::size_t{32} << 20;
   /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
   int socket_buffer_bytes = 0;
   /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.
@@ -182,7 +189,7 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     config.listen_fd = membership.listen_fd;
     auto mesh = transport::tcp::form_mesh(config, Deadline::after(options.timeout));
     state_->group = std::make_unique<transport::tcp::Group>(
-        std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes));
+        std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes), tcp.lend_from_bytes);
   }
 
   /// A group of `size` ranks in this process, on loopback ports chosen by the kernel; element

@@ -7,7 +7,7 @@
 // against an independent reading of the layouts documented in frame.hpp and handshake.hpp. It
 // calls std::abort() — a crash to libFuzzer, a failed test to ctest — when:
 //   - decode(header) accepts bytes with a defect (bad magic, version, type, collective, element
-//     type, op, reserved byte, or a payload above the limit: max_payload for data frames,
+//     type, op, flags byte, or a payload above the limit: max_payload for data frames,
 //     kMaxControlPayload for the others), or rejects bytes without one, or names a reason the
 //     bytes do not have, or writes its output on failure;
 //   - an accepted header decodes to other field values than the layout says, or does not
@@ -67,7 +67,8 @@ inline constexpr transport::tcp::FrameHeader kFrameSentinel{transport::tcp::Fram
                                                             -12345,
                                                             0xDEADu,
                                                             0x5E5E5E5E5E5E5E5EULL,
-                                                            0xC0C0C0C0C0C0C0C0ULL};
+                                                            0xC0C0C0C0C0C0C0C0ULL,
+                                                            0xA5};
 
 inline void check_frame_header(std::span<const std::byte, transport::tcp::kFrameHeaderBytes> in,
                                std::uint32_t max_payload) {
@@ -81,17 +82,19 @@ inline void check_frame_header(std::span<const std::byte, transport::tcp::kFrame
   // The defects of these bytes, by FrameError value (the table at the top of frame.hpp).
   const auto type = static_cast<unsigned>(in[3]);
   const auto payload = static_cast<std::uint32_t>(wire_field(in, 12, 4));
-  const bool type_ok = type >= 1 && type <= 5;
+  const bool type_ok = type >= 1 && type <= 6;
   const std::uint32_t limit = type == 1 ? max_payload : transport::tcp::kMaxControlPayload;
   std::array<bool, 9> defect{};
   auto flag = [&](FrameError error) -> bool& { return defect[static_cast<std::size_t>(error)]; };
   flag(FrameError::bad_magic) = in[0] != std::byte{0x46} || in[1] != std::byte{0x53};
-  flag(FrameError::bad_version) = in[2] != std::byte{1};
+  flag(FrameError::bad_version) = in[2] != std::byte{2};
   flag(FrameError::bad_type) = !type_ok;
   flag(FrameError::bad_collective) = static_cast<unsigned>(in[4]) > 5;
   flag(FrameError::bad_element_type) = static_cast<unsigned>(in[5]) > 7;
   flag(FrameError::bad_op) = static_cast<unsigned>(in[6]) > 4;
-  flag(FrameError::bad_reserved) = in[7] != std::byte{0};
+  // Data frames may set bit 0 (lent); control frames no bit.
+  const auto flags = static_cast<unsigned>(in[7]);
+  flag(FrameError::bad_flags) = type == 1 ? (flags & ~1u) != 0 : flags != 0;
   flag(FrameError::payload_too_large) = type_ok && payload > limit;
   bool valid = true;
   for (const bool d : defect)
@@ -104,7 +107,7 @@ inline void check_frame_header(std::span<const std::byte, transport::tcp::kFrame
     require(out.type == static_cast<FrameType>(type) &&
                 out.kind == static_cast<communicator::Collective>(in[4]) &&
                 out.element_type == static_cast<DataType>(in[5]) &&
-                out.op == static_cast<ReduceOp>(in[6]),
+                out.op == static_cast<ReduceOp>(in[6]) && out.flags == flags,
             "the enum fields decode to other values than the layout says");
     require(out.root == static_cast<std::int32_t>(static_cast<std::uint32_t>(wire_field(in, 8, 4))),
             "the root decodes to another value than the layout says");

@@ -134,19 +134,22 @@ constexpr std::uint32_t kLimit = 1 << 20;
 int expected_outcome(const FrameBytes& valid, std::size_t offset, unsigned value) {
   const auto original = static_cast<unsigned>(valid[offset]);
   if (offset <= 1) return value == original ? 0 : static_cast<int>(FrameError::bad_magic);
-  if (offset == 2) return value == 1 ? 0 : static_cast<int>(FrameError::bad_version);
+  if (offset == 2) return value == 2 ? 0 : static_cast<int>(FrameError::bad_version);
   const auto payload =
       static_cast<std::uint32_t>(valid[12]) | static_cast<std::uint32_t>(valid[13]) << 8 |
       static_cast<std::uint32_t>(valid[14]) << 16 | static_cast<std::uint32_t>(valid[15]) << 24;
   if (offset == 3) {
-    if (value < 1 || value > 5) return static_cast<int>(FrameError::bad_type);
+    if (value < 1 || value > 6) return static_cast<int>(FrameError::bad_type);
     const std::uint32_t limit = value == 1 ? kLimit : kMaxControlPayload;
     return payload <= limit ? 0 : static_cast<int>(FrameError::payload_too_large);
   }
   if (offset == 4) return value <= 5 ? 0 : static_cast<int>(FrameError::bad_collective);
   if (offset == 5) return value <= 7 ? 0 : static_cast<int>(FrameError::bad_element_type);
   if (offset == 6) return value <= 4 ? 0 : static_cast<int>(FrameError::bad_op);
-  if (offset == 7) return value == 0 ? 0 : static_cast<int>(FrameError::bad_reserved);
+  if (offset == 7) {
+    const unsigned allowed = valid[3] == std::byte{1} ? 1u : 0u;  // data frames: lent
+    return (value & ~allowed) == 0 ? 0 : static_cast<int>(FrameError::bad_flags);
+  }
   if (offset >= 12 && offset < 16) {
     const unsigned shift = 8 * static_cast<unsigned>(offset - 12);
     const std::uint32_t changed = (payload & ~(std::uint32_t{0xFF} << shift)) | value << shift;
@@ -218,11 +221,12 @@ TEST_CASE("random headers behind a (mostly) valid magic and version reach every 
     bytes[1] = std::byte{0x53};
     if (random.chance(4)) std::swap(bytes[0], bytes[1]);
     if (random.chance(4)) bytes[random.below(2)] ^= static_cast<std::byte>(1u << random.below(8));
-    if (random.chance(95)) bytes[2] = std::byte{1};
+    if (random.chance(95)) bytes[2] = std::byte{2};
     // Small values for the enum bytes, so that all of them are in range now and then.
     for (std::size_t at = 3; at <= 6; ++at)
       if (random.chance(90)) bytes[at] = static_cast<std::byte>(random.below(at == 3 ? 7 : 9));
-    if (random.chance(90)) bytes[7] = std::byte{0};
+    if (random.chance(90))  // no flags, or lent on a data frame
+      bytes[7] = bytes[3] == std::byte{1} && random.chance(50) ? std::byte{1} : std::byte{0};
     if (random.chance(70)) {  // a payload length near the limits
       const std::uint32_t base = random.chance(50) ? kMaxControlPayload : kLimit;
       const std::uint32_t payload = base - 2 + static_cast<std::uint32_t>(random.below(5));

@@ -31,6 +31,7 @@ using strata::transport::tcp::encode;
 using strata::transport::tcp::FailureClass;
 using strata::transport::tcp::FrameBytes;
 using strata::transport::tcp::FrameError;
+using strata::transport::tcp::FrameFlag;
 using strata::transport::tcp::FrameHeader;
 using strata::transport::tcp::FrameType;
 using strata::transport::tcp::kFrameHeaderBytes;
@@ -40,8 +41,8 @@ using strata::transport::tcp::kMaxControlPayload;
 
 constexpr std::uint32_t kNoLimit = std::numeric_limits<std::uint32_t>::max();
 
-constexpr std::array kFrameTypes = {FrameType::data, FrameType::abort, FrameType::timeout_notice,
-                                    FrameType::alive, FrameType::goodbye};
+constexpr std::array kFrameTypes = {FrameType::data,  FrameType::abort,   FrameType::timeout_notice,
+                                    FrameType::alive, FrameType::goodbye, FrameType::release};
 constexpr std::array kCollectives = {Collective::all_reduce,     Collective::broadcast,
                                      Collective::reduce,         Collective::all_gather,
                                      Collective::reduce_scatter, Collective::barrier};
@@ -53,18 +54,21 @@ constexpr std::array kOps = {ReduceOp::sum, ReduceOp::product, ReduceOp::min, Re
 constexpr std::array kFrameErrors = {FrameError::bad_magic,        FrameError::bad_version,
                                      FrameError::bad_type,         FrameError::bad_collective,
                                      FrameError::bad_element_type, FrameError::bad_op,
-                                     FrameError::bad_reserved,     FrameError::payload_too_large};
+                                     FrameError::bad_flags,        FrameError::payload_too_large};
 
 static_assert(kFrameHeaderBytes == 32);
 static_assert(std::is_same_v<FrameBytes, std::array<std::byte, 32>>);
 static_assert(kFrameMagic == 0x5346);
-static_assert(kFrameVersion == 1);
+static_assert(kFrameVersion == 2);
 static_assert(kMaxControlPayload == 4096);
 static_assert(std::is_error_code_enum_v<FrameError>);
 // The enum values are on the wire: they must not move.
 static_assert(static_cast<int>(FrameType::data) == 1 && static_cast<int>(FrameType::abort) == 2 &&
               static_cast<int>(FrameType::timeout_notice) == 3 &&
-              static_cast<int>(FrameType::alive) == 4 && static_cast<int>(FrameType::goodbye) == 5);
+              static_cast<int>(FrameType::alive) == 4 &&
+              static_cast<int>(FrameType::goodbye) == 5 &&
+              static_cast<int>(FrameType::release) == 6);
+static_assert(static_cast<int>(FrameFlag::lent) == 1);
 static_assert(static_cast<int>(FailureClass::peer_failure) == 1 &&
               static_cast<int>(FailureClass::mismatch) == 2 &&
               static_cast<int>(FailureClass::timeout) == 3);
@@ -73,9 +77,15 @@ static_assert(static_cast<int>(DataType::float64) == 7);
 static_assert(static_cast<int>(ReduceOp::mean) == 4);
 
 // A header whose fields all differ from what the tests decode, to see that `out` stays as is.
-constexpr FrameHeader kSentinel{
-    FrameType::goodbye,    Collective::reduce,   DataType::float16, ReduceOp::min, -12345, 0xDEADu,
-    0x5E5E5E5E5E5E5E5EULL, 0xC0C0C0C0C0C0C0C0ULL};
+constexpr FrameHeader kSentinel{FrameType::goodbye,
+                                Collective::reduce,
+                                DataType::float16,
+                                ReduceOp::min,
+                                -12345,
+                                0xDEADu,
+                                0x5E5E5E5E5E5E5E5EULL,
+                                0xC0C0C0C0C0C0C0C0ULL,
+                                0xA5};
 
 constexpr std::byte b(unsigned value) {
   return static_cast<std::byte>(value);
@@ -92,12 +102,12 @@ constexpr FrameHeader kLayoutHeader{FrameType::data,
                                     0x8877665544332211ULL};
 constexpr FrameBytes kLayoutBytes = {
     b(0x46), b(0x53),                    // 0: magic 0x5346, low byte first
-    b(0x01),                             // 2: version
+    b(0x02),                             // 2: version
     b(0x01),                             // 3: type data
     b(0x03),                             // 4: collective all_gather
     b(0x05),                             // 5: element type bfloat16
     b(0x03),                             // 6: op max
-    b(0x00),                             // 7: reserved
+    b(0x00),                             // 7: flags
     b(0x0D), b(0x0C), b(0x0B), b(0x0A),  // 8: root
     b(0x44), b(0x33), b(0x22), b(0x11),  // 12: payload bytes
     b(0x08), b(0x07), b(0x06), b(0x05),  // 16: sequence
@@ -178,7 +188,7 @@ TEST_CASE("the byte layout matches the table in frame.hpp") {
     header.type = FrameType::abort;
     header.payload_bytes = 17;
     header.sequence = 9;
-    const FrameBytes expected = {b(0x46), b(0x53), b(1), b(2), b(5),  b(1), b(0), b(0),
+    const FrameBytes expected = {b(0x46), b(0x53), b(2), b(2), b(5),  b(1), b(0), b(0),
                                  b(0),    b(0),    b(0), b(0), b(17), b(0), b(0), b(0),
                                  b(9),    b(0),    b(0), b(0), b(0),  b(0), b(0), b(0),
                                  b(0),    b(0),    b(0), b(0), b(0),  b(0), b(0), b(0)};
@@ -186,7 +196,7 @@ TEST_CASE("the byte layout matches the table in frame.hpp") {
   }
   SUBCASE("a default header") {
     // FrameHeader{} is a data frame of a barrier over uint8 with op sum: every field but the
-    // magic, the version and the type is zero except the element type (uint8 = 1) and the
+    // magic, the version (2) and the type is zero except the element type (uint8 = 1) and the
     // collective (barrier = 5).
     const FrameBytes bytes = encode(FrameHeader{});
     for (std::size_t i = 0; i < kFrameHeaderBytes; ++i) {
@@ -194,7 +204,8 @@ TEST_CASE("the byte layout matches the table in frame.hpp") {
       unsigned expected = 0;
       if (i == 0) expected = 0x46;
       if (i == 1) expected = 0x53;
-      if (i == 2 || i == 3 || i == 5) expected = 1;
+      if (i == 2) expected = 2;
+      if (i == 3 || i == 5) expected = 1;
       if (i == 4) expected = 5;
       CHECK(static_cast<unsigned>(bytes[i]) == expected);
     }
@@ -220,7 +231,7 @@ TEST_CASE("every frame type, collective, element type and op survives encode and
       }
     }
   }
-  CHECK(checked == 5 * 6 * 8 * 5);
+  CHECK(checked == 6 * 6 * 8 * 5);
 }
 
 TEST_CASE("extreme root, count, sequence and payload values survive encode and decode") {
@@ -267,8 +278,8 @@ TEST_CASE("extreme root, count, sequence and payload values survive encode and d
     }
   }
   SUBCASE("control frames: payloads up to kMaxControlPayload, whatever max_payload is") {
-    for (const FrameType type :
-         {FrameType::abort, FrameType::timeout_notice, FrameType::alive, FrameType::goodbye}) {
+    for (const FrameType type : {FrameType::abort, FrameType::timeout_notice, FrameType::alive,
+                                 FrameType::goodbye, FrameType::release}) {
       for (const std::uint32_t payload : {0u, 1u, kMaxControlPayload - 1, kMaxControlPayload}) {
         FrameHeader header;
         header.type = type;
@@ -298,11 +309,11 @@ TEST_CASE("every FrameError, with the output left untouched") {
     check_rejected(FrameBytes{}, kNoLimit, FrameError::bad_magic);
   }
   SUBCASE("bad version") {
-    for (const unsigned version : {0u, 2u, 0x81u, 0xFFu})
+    for (const unsigned version : {0u, 1u, 3u, 0x81u, 0xFFu})
       check_rejected(with_byte(valid, 2, version), kNoLimit, FrameError::bad_version);
   }
-  SUBCASE("bad type: 0, 6 and above") {
-    for (const unsigned type : {0u, 6u, 7u, 0x80u, 0xFFu})
+  SUBCASE("bad type: 0, 7 and above") {
+    for (const unsigned type : {0u, 7u, 8u, 0x80u, 0xFFu})
       check_rejected(with_byte(valid, 3, type), kNoLimit, FrameError::bad_type);
   }
   SUBCASE("collective out of range") {
@@ -317,9 +328,17 @@ TEST_CASE("every FrameError, with the output left untouched") {
     for (const unsigned op : {5u, 6u, 0xFFu})
       check_rejected(with_byte(valid, 6, op), kNoLimit, FrameError::bad_op);
   }
-  SUBCASE("nonzero reserved byte") {
-    for (const unsigned reserved : {1u, 0x80u, 0xFFu})
-      check_rejected(with_byte(valid, 7, reserved), kNoLimit, FrameError::bad_reserved);
+  SUBCASE("flags: unknown bits on data frames, any bit on control frames") {
+    for (const unsigned flags : {2u, 3u, 0x80u, 0xFFu})
+      check_rejected(with_byte(valid, 7, flags), kNoLimit, FrameError::bad_flags);
+    FrameHeader out = kSentinel;
+    REQUIRE(!decode_into(with_byte(valid, 7, 1), out, kNoLimit));
+    CHECK(out.flags == static_cast<std::uint8_t>(FrameFlag::lent));
+    const FrameBytes release = with_payload(with_byte(valid, 3, 6), 0);
+    REQUIRE(!decode_into(release, out, kNoLimit));
+    CHECK(out.flags == 0);
+    for (const unsigned flags : {1u, 2u, 0xFFu})
+      check_rejected(with_byte(release, 7, flags), kNoLimit, FrameError::bad_flags);
   }
   SUBCASE("data frame payload above max_payload") {
     check_rejected(valid, 0x11223343, FrameError::payload_too_large);
@@ -331,8 +350,8 @@ TEST_CASE("every FrameError, with the output left untouched") {
     check_rejected(with_payload(valid, 4097), 4096, FrameError::payload_too_large);
   }
   SUBCASE("control frame payload above kMaxControlPayload, however large max_payload is") {
-    for (const FrameType type :
-         {FrameType::abort, FrameType::timeout_notice, FrameType::alive, FrameType::goodbye}) {
+    for (const FrameType type : {FrameType::abort, FrameType::timeout_notice, FrameType::alive,
+                                 FrameType::goodbye, FrameType::release}) {
       CAPTURE(static_cast<int>(type));
       const FrameBytes control = with_byte(valid, 3, static_cast<unsigned>(type));
       for (const std::uint32_t limit : {0u, kMaxControlPayload, 1u << 20, kNoLimit}) {
@@ -374,7 +393,8 @@ TEST_CASE("FrameError converts to std::error_code in the strata.frame category")
   CHECK(make_error_code(FrameError::bad_magic).message() == "not a strata frame (bad magic)");
   CHECK(make_error_code(FrameError::payload_too_large).message() ==
         "payload length above the limit");
-  CHECK(make_error_code(FrameError::bad_reserved).message() == "reserved bytes are not zero");
+  CHECK(make_error_code(FrameError::bad_flags).message() ==
+        "unknown flags, or flags on a control frame");
   // A value outside the enum still has a message.
   CHECK(category.message(99) == "invalid frame");
   // Different categories do not compare equal even with the same value.

@@ -9,7 +9,7 @@
 //   4       1     collective (communicator::Collective)
 //   5       1     element type (DataType)
 //   6       1     reduce op (ReduceOp)
-//   7       1     reserved, 0
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
 //   8       4     root (int32)
 //   12      4     payload bytes (uint32)
 //   16      8     sequence number of the collective on the sending rank
@@ -19,8 +19,8 @@
 // type, op, root, count, sequence); the receiver compares it with its own call before it
 // touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
 // that mean different things. The check costs one 32-byte compare per message, always on.
-// Control frames (abort, timeout notice, alive, goodbye) travel on a connection of their own
-// and carry a short text payload.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
 #pragma once
 
 #include <array>
@@ -38,7 +38,7 @@
 namespace strata::transport::tcp {
 
 inline constexpr std::uint16_t kFrameMagic = 0x5346;
-inline constexpr std::uint8_t kFrameVersion = 1;
+inline constexpr std::uint8_t kFrameVersion = 2;
 inline constexpr std::size_t kFrameHeaderBytes = 32;
 /// Control frames carry at most this much text; longer messages are cut.
 inline constexpr std::uint32_t kMaxControlPayload = 4096;
@@ -49,7 +49,19 @@ enum class FrameType : std::uint8_t {
   timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
   alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
   goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read every lent payload of collective `sequence`
 };
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers with a release frame once it has read all of the sender's messages of
+  /// the collective.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
 
 /// Why a group failed, carried by abort frames so that every rank raises the same error type.
 enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
@@ -63,6 +75,7 @@ struct FrameHeader {
   std::uint32_t payload_bytes = 0;
   std::uint64_t sequence = 0;
   std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
 
   friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
 };
@@ -78,7 +91,7 @@ enum class FrameError {
   bad_collective,
   bad_element_type,
   bad_op,
-  bad_reserved,
+  bad_flags,
   payload_too_large,
 };
 
@@ -96,8 +109,8 @@ inline std::string_view to_string(FrameError error) noexcept {
       return "unknown element type";
     case FrameError::bad_op:
       return "unknown reduce op";
-    case FrameError::bad_reserved:
-      return "reserved bytes are not zero";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
     case FrameError::payload_too_large:
       return "payload length above the limit";
   }
@@ -127,7 +140,7 @@ constexpr FrameBytes encode(const FrameHeader& header) noexcept {
   out[4] = static_cast<std::byte>(header.kind);
   out[5] = static_cast<std::byte>(header.element_type);
   out[6] = static_cast<std::byte>(header.op);
-  out[7] = std::byte{0};
+  out[7] = static_cast<std::byte>(header.flags);
   detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
   detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
   detail::store_le<std::uint64_t>(&out[16], header.sequence);
@@ -169,22 +182,25 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
   if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
   if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
   const auto type = static_cast<std::uint8_t>(in[3]);
-  if (type < 1 || type > 5) return FrameError::bad_type;
+  if (type < 1 || type > 6) return FrameError::bad_type;
   const auto kind = static_cast<std::uint8_t>(in[4]);
   if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
   const auto element = static_cast<std::uint8_t>(in[5]);
   if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
   const auto op = static_cast<std::uint8_t>(in[6]);
   if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
-  if (in[7] != std::byte{0}) return FrameError::bad_reserved;
   const auto payload = detail::load_le<std::uint32_t>(&in[12]);
   const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
   const std::uint32_t limit = frame_type == FrameType::data ? max_payload : kMaxControlPayload;
   if (payload > limit) return FrameError::payload_too_large;
   out.type = frame_type;
   out.kind = static_cast<Collective>(kind);
   out.element_type = static_cast<DataType>(element);
   out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
   out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
   out.payload_bytes = payload;
   out.sequence = detail::load_le<std::uint64_t>(&in[16]);
