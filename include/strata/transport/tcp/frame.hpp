@@ -49,7 +49,8 @@ enum class FrameType : std::uint8_t {
   timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
   alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
   goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
-  release = 6,         ///< the sender has read every lent payload of collective `sequence`
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
 };
 
 /// Bits of a data frame's flags byte.
@@ -57,8 +58,7 @@ enum class FrameFlag : std::uint8_t {
   /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
   /// splice(2) on the sending side): the sender must not return from the collective, and so
   /// let its caller overwrite that memory, before the receiver has read the payload. The
-  /// receiver answers with a release frame once it has read all of the sender's messages of
-  /// the collective.
+  /// receiver answers each such message, once read, with a release frame.
   lent = 0x01,
 };
 inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);

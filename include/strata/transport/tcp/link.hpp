@@ -669,8 +669,19 @@ class Link {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
       if (left.count() <= 0) break;
       if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
-      for (std::size_t i = 0; i < fds.size(); ++i)
-        if (fds[i].revents != 0) read_control(owners[i], /*inside_call=*/true);
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        if (!group_.peers_[static_cast<std::size_t>(owners[i])].heard) {
+          read_control(owners[i], /*inside_call=*/true);
+          continue;
+        }
+        // A peer that has answered is read only to answer it: that it then timed out too,
+        // and said so or closed, is not this rank's report.
+        try {
+          read_control(owners[i], /*inside_call=*/true);
+        } catch (const Error&) {
+        }
+      }
     }
     std::vector<int> silent;
     for (int peer = 0; peer < size(); ++peer) {
@@ -762,7 +773,8 @@ void Link::transfer(std::span<const transport::SendStep> sends,
   auto unreleased = [&](int peer) {
     const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
     const std::uint64_t released = state.released_sequence == sequence_ ? state.released_bytes : 0;
-    return lent_to[static_cast<std::size_t>(peer)] - released;
+    const std::uint64_t lent = lent_to[static_cast<std::size_t>(peer)];
+    return lent > released ? lent - released : 0;  // a peer claiming more is not believed
   };
   auto awaiting_release = [&] {
     for (int peer = 0; peer < size(); ++peer)
@@ -828,6 +840,9 @@ void Link::transfer(std::span<const transport::SendStep> sends,
             channel.send_header = encode(header);
           }
           if (!(lend[i] != 0 ? send_lent(channel, step) : send_copied(channel, step))) break;
+          // The peer's releases, read as its lent messages go out: left unread until the end
+          // of a long call they could fill the control connection, and one would be lost.
+          if (lend[i] != 0) read_control(channel.peer, /*inside_call=*/true);
           channel.sent = 0;
           channel.lent = 0;
           ++channel.next_send;
