@@ -21,6 +21,8 @@
 #include <strata/core/data_type.hpp>
 #include <strata/core/reduce_op.hpp>
 
+#include "fuzz/frame.hpp"
+
 namespace {
 
 using strata::DataType;
@@ -76,16 +78,9 @@ static_assert(static_cast<int>(Collective::barrier) == 5);
 static_assert(static_cast<int>(DataType::float64) == 7);
 static_assert(static_cast<int>(ReduceOp::mean) == 4);
 
-// A header whose fields all differ from what the tests decode, to see that `out` stays as is.
-constexpr FrameHeader kSentinel{FrameType::goodbye,
-                                Collective::reduce,
-                                DataType::float16,
-                                ReduceOp::min,
-                                -12345,
-                                0xDEADu,
-                                0x5E5E5E5E5E5E5E5EULL,
-                                0xC0C0C0C0C0C0C0C0ULL,
-                                0xA5};
+// A header whose fields all differ from what the tests decode, to see that `out` stays as is
+// (the fuzz target's).
+constexpr FrameHeader kSentinel = strata::testing::fuzz_detail::kFrameSentinel;
 
 constexpr std::byte b(unsigned value) {
   return static_cast<std::byte>(value);
