@@ -39,7 +39,7 @@ static_assert(kHelloBytes == 80);
 static_assert(kNonceBytes == 32);
 static_assert(kMacBytes == 32);
 static_assert(kHelloMagic == 0x48525453);
-static_assert(kProtocolVersion == 2);
+static_assert(kProtocolVersion == 3);
 static_assert(Hello::kHasToken == 1);
 // The status travels as one byte: its values must not move.
 static_assert(static_cast<int>(HandshakeStatus::accepted) == 0);

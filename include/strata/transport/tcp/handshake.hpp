@@ -45,7 +45,9 @@
 namespace strata::transport::tcp {
 
 inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
-inline constexpr std::uint16_t kProtocolVersion = 2;
+// 3 since frames carry lending (frame.hpp version 2): a rank of before is refused at the
+// handshake, not at its first collective.
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kHelloBytes = 80;

@@ -20,7 +20,9 @@
 //   - within a call, the plan keeps lent memory unchanged until it is read: a receive
 //     overwrites memory a send read only after that send (`after_send`: such sends are copied)
 //     or after the peer sent something that it could only send after reading it (the ring's
-//     all-gather brings a chunk back once the peer has reduced what this rank lent).
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, that its lender did not fail.
 //
 // While it waits, the link watches every peer's control connection: an abort message, a
 // closed connection (a killed process) or the deadline ends the call on every rank within
@@ -168,9 +170,9 @@ class Group {
     bool closed = false;
     bool departed = false;  // said goodbye: finished its collectives on purpose
     bool heard = false;     // answered during the current timeout
-    // How many bytes of the payloads this rank lent it the peer has read, in collective
-    // `released_sequence`.
-    std::uint64_t released_sequence = 0;
+    // In the current call: payload bytes this rank lent the peer, and how many of them the
+    // peer has said it read.
+    std::uint64_t lent_bytes = 0;
     std::uint64_t released_bytes = 0;
   };
 
@@ -351,6 +353,7 @@ class Link {
     std::vector<std::size_t> recvs;
     std::size_t next_send = 0;
     std::size_t next_recv = 0;
+    bool started = false;    // the head send's header is built (and, if lent, counted)
     std::size_t sent = 0;    // bytes of the head send written, header included
     std::size_t lent = 0;    // payload bytes of the head send put into the pipe
     bool recv_lent = false;  // the head receive's payload is lent by the peer
@@ -419,28 +422,18 @@ class Link {
       channel.sent += static_cast<std::size_t>(n);
       if (channel.sent < kFrameHeaderBytes) return false;
     }
-    const Group::Pipe& pipe = *channel.pipe;
     for (;;) {
       const std::size_t written = channel.sent - kFrameHeaderBytes;
       if (written == step.bytes) return true;
-      // The pipe counts pages, not bytes: vmsplice takes less than asked when the payload
-      // is not page-aligned, and nothing when the pipe is full.
-      const std::size_t in_pipe = channel.lent - written;
-      if (channel.lent < step.bytes && in_pipe < pipe.capacity) {
-        iovec part{const_cast<std::byte*>(step.data) + channel.lent,
-                   std::min(step.bytes - channel.lent, pipe.capacity - in_pipe)};
-        const auto n = ::vmsplice(pipe.write, &part, 1, SPLICE_F_NONBLOCK);
-        if (n > 0) channel.lent += static_cast<std::size_t>(n);
-        if (n < 0 && !would_block())
-          throw UsageError(rank(), operation(),
-                           fmt::format("vmsplice of {} bytes of the send buffer failed: {}",
-                                       part.iov_len, std::strerror(errno)),
-                           "pass buffers that stay valid for the whole call, or turn lending "
-                           "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
-      }
+      if (!fill_pipe(channel, step))
+        throw UsageError(rank(), operation(),
+                         fmt::format("vmsplice of the send buffer failed at byte {} of {}: {}",
+                                     channel.lent, step.bytes, std::strerror(errno)),
+                         "pass buffers that stay valid for the whole call, or turn lending "
+                         "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
       const unsigned more = channel.lent < step.bytes ? SPLICE_F_MORE : 0;
-      const auto n = ::splice(pipe.read, nullptr, channel.fd, nullptr, channel.lent - written,
-                              SPLICE_F_NONBLOCK | SPLICE_F_MOVE | more);
+      const auto n = ::splice(channel.pipe->read, nullptr, channel.fd, nullptr,
+                              channel.lent - written, SPLICE_F_NONBLOCK | SPLICE_F_MOVE | more);
       if (n < 0) {
         if (would_block()) return false;
         peer_closed(channel.peer);
@@ -448,6 +441,22 @@ class Link {
       if (n == 0) return false;
       channel.sent += static_cast<std::size_t>(n);
     }
+  }
+
+  // Lends the pipe as much of the payload as it takes; false when vmsplice(2) refused the
+  // pages (errno says why), not merely found the pipe full.
+  bool fill_pipe(Channel& channel, const SendStep& step) {
+    const Group::Pipe& pipe = *channel.pipe;
+    // The pipe counts pages, not bytes: vmsplice takes less than asked when the payload is not
+    // page-aligned, and nothing when the pipe is full.
+    const std::size_t in_pipe =
+        channel.lent - (channel.sent - std::min(channel.sent, kFrameHeaderBytes));
+    if (channel.lent == step.bytes || in_pipe >= pipe.capacity) return true;
+    iovec part{const_cast<std::byte*>(step.data) + channel.lent,
+               std::min(step.bytes - channel.lent, pipe.capacity - in_pipe)};
+    const auto n = ::vmsplice(pipe.write, &part, 1, SPLICE_F_NONBLOCK);
+    if (n > 0) channel.lent += static_cast<std::size_t>(n);
+    return n >= 0 || would_block();
   }
 
   [[noreturn]] void peer_closed(int peer) {
@@ -543,11 +552,21 @@ class Link {
           state.departed = true;
           break;
         case FrameType::release:
-          if (header.sequence != state.released_sequence) {
-            state.released_sequence = header.sequence;
-            state.released_bytes = 0;
+          // Releases count up within the call that lent: believing any other would hand back
+          // memory the peer may still read, or wait for a release that never comes.
+          if (header.sequence != sequence_ || header.count > state.lent_bytes ||
+              header.count < state.released_bytes) {
+            state.closed = true;
+            throw PeerFailureError(
+                rank(), operation(),
+                fmt::format("rank {} said it had read {} bytes this rank lent it in collective "
+                            "#{}, but in collective #{} this rank lent it {} bytes, of which it "
+                            "had read {}",
+                            peer, header.count, header.sequence, sequence_, state.lent_bytes,
+                            state.released_bytes),
+                "run the same strata version on every rank");
           }
-          state.released_bytes = std::max(state.released_bytes, header.count);
+          state.released_bytes = header.count;
           break;
         case FrameType::data:
           state.closed = true;
@@ -639,16 +658,58 @@ class Link {
     }
   }
 
+  // Payload bytes this rank lent `peer` in this call that the peer has not read yet.
+  std::uint64_t unreleased(int peer) const noexcept {
+    const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+    return state.lent_bytes - state.released_bytes;  // read_control keeps released <= lent
+  }
+
+  // After a failure, before the caller gets its buffer back: waits, for a grace period at
+  // most, until each peer has read what this rank lent it or has failed too (its abort or its
+  // closed connection: it reads no more). A peer still reading then gets the pages as they
+  // were; one that reads after the grace sees this rank's abort first (see transfer).
+  void await_releases_after_failure() noexcept {
+    const auto until = Clock::now() + failure_grace();
+    try {
+      for (;;) {
+        std::vector<pollfd> fds;
+        std::vector<int> owners;
+        for (int peer = 0; peer < size(); ++peer) {
+          if (peer == rank() || unreleased(peer) == 0 ||
+              group_.peers_[static_cast<std::size_t>(peer)].closed)
+            continue;
+          fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+          owners.push_back(peer);
+        }
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+        if (fds.empty() || left <= 0) return;
+        if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) return;
+        for (std::size_t i = 0; i < fds.size(); ++i) {
+          if (fds[i].revents == 0) continue;
+          try {
+            read_control(owners[i], /*inside_call=*/true);
+          } catch (const Error&) {  // the peer failed too: it marked itself closed
+          }
+        }
+      }
+    } catch (...) {  // out of memory for the poll set: give up waiting, the failure stands
+    }
+  }
+
+  // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
+  std::chrono::milliseconds failure_grace() const noexcept {
+    return std::clamp<std::chrono::milliseconds>(
+        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
+  }
+
   [[noreturn]] void timed_out(const std::vector<int>& waiting_for) {
     // Ask every peer whether it is alive; those inside a call answer at once. The silent ones
     // are the stalled ranks, which is what the message must name.
     for (auto& state : group_.peers_)
       state.heard = false;
     group_.broadcast_control(FrameType::timeout_notice, {});
-    // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
-    const auto grace = std::clamp<std::chrono::milliseconds>(
-        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
-    const auto until = Clock::now() + grace;
+    const auto until = Clock::now() + failure_grace();
     auto unheard = [&] {
       for (int peer = 0; peer < size(); ++peer) {
         const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
@@ -697,6 +758,11 @@ class Link {
     if (!waiting_for.empty())
       fmt::format_to(std::back_inserter(what), "; this rank was waiting for {} {}",
                      waiting_for.size() == 1 ? "rank" : "ranks", fmt::join(waiting_for, ", "));
+    for (int peer = 0; peer < size(); ++peer)
+      if (unreleased(peer) > 0)
+        fmt::format_to(std::back_inserter(what),
+                       "; rank {} had not read {} of the bytes this rank lent it", peer,
+                       unreleased(peer));
     throw TimeoutError(rank(), operation(), what);
   }
 
@@ -761,21 +827,22 @@ void Link::transfer(std::span<const transport::SendStep> sends,
                                        [&](std::size_t i) { return lend[i] != 0; }))
       continue;
     channel.pipe = group_.pipe_for(channel.peer, channel.connection);
-    for (const std::size_t i : channel.sends)
-      if (channel.pipe == nullptr) lend[i] = 0;
-    lends = lends || channel.pipe != nullptr;
+    if (channel.pipe != nullptr) {
+      lends = true;
+      continue;
+    }
+    for (const std::size_t i : channel.sends)  // no pipe to be had: this connection copies
+      lend[i] = 0;
   }
   std::optional<SigpipeBlocked> sigpipe_blocked;
   if (lends) sigpipe_blocked.emplace();
-  // Per peer: payload bytes lent to it, and read from it out of its memory.
-  std::vector<std::uint64_t> lent_to(static_cast<std::size_t>(size()), 0);
+  // Per peer: payload bytes read from it out of its memory. What this rank lent each peer, and
+  // what the peer read of it, the control connections' state counts (read_control checks it).
   std::vector<std::uint64_t> read_lent(static_cast<std::size_t>(size()), 0);
-  auto unreleased = [&](int peer) {
-    const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
-    const std::uint64_t released = state.released_sequence == sequence_ ? state.released_bytes : 0;
-    const std::uint64_t lent = lent_to[static_cast<std::size_t>(peer)];
-    return lent > released ? lent - released : 0;  // a peer claiming more is not believed
-  };
+  for (auto& state : group_.peers_) {
+    state.lent_bytes = 0;
+    state.released_bytes = 0;
+  }
   auto awaiting_release = [&] {
     for (int peer = 0; peer < size(); ++peer)
       if (unreleased(peer) > 0) return true;
@@ -784,7 +851,7 @@ void Link::transfer(std::span<const transport::SendStep> sends,
   // A lent send starts only while the peer has read all but kLendWindowBytes of what it was
   // lent: the receiver's socket then never holds more than that of this rank's pages.
   auto window_full = [&](const Channel& channel, std::size_t i) {
-    if (lend[i] == 0 || channel.sent > 0) return false;
+    if (lend[i] == 0 || channel.started) return false;
     const std::uint64_t outstanding = unreleased(channel.peer);
     return outstanding > 0 && outstanding + sends[i].bytes > kLendWindowBytes;
   };
@@ -831,18 +898,23 @@ void Link::transfer(std::span<const transport::SendStep> sends,
             if (window_full(channel, i)) break;
           }
           const SendStep& step = sends[i];
-          if (channel.sent == 0) {
+          if (!channel.started) {
+            // Pages vmsplice(2) cannot pin (device or I/O mappings) are copied instead: the
+            // first part goes into the pipe before the header says "lent".
+            if (lend[i] != 0 && !fill_pipe(channel, step)) lend[i] = 0;
             FrameHeader header = expected_header(step.bytes);
             if (lend[i] != 0) {
               header.flags = static_cast<std::uint8_t>(FrameFlag::lent);
-              lent_to[static_cast<std::size_t>(channel.peer)] += step.bytes;
+              group_.peers_[static_cast<std::size_t>(channel.peer)].lent_bytes += step.bytes;
             }
             channel.send_header = encode(header);
+            channel.started = true;
           }
           if (!(lend[i] != 0 ? send_lent(channel, step) : send_copied(channel, step))) break;
           // The peer's releases, read as its lent messages go out: left unread until the end
           // of a long call they could fill the control connection, and one would be lost.
           if (lend[i] != 0) read_control(channel.peer, /*inside_call=*/true);
+          channel.started = false;
           channel.sent = 0;
           channel.lent = 0;
           ++channel.next_send;
@@ -973,8 +1045,14 @@ void Link::transfer(std::span<const transport::SendStep> sends,
       for (std::size_t k = 0; k < fds.size(); ++k)
         if (fd_peer[k] >= 0 && fds[k].revents != 0) read_control(fd_peer[k], /*inside_call=*/true);
     }
+    // A lender that failed returns without waiting for every release (at most a grace
+    // period), and its caller may then overwrite pages this rank read last. It says so before
+    // it returns: what this rank read may be wrong if that word is here now.
+    for (int peer = 0; peer < size(); ++peer)
+      if (read_lent[static_cast<std::size_t>(peer)] > 0) read_control(peer, /*inside_call=*/true);
   } catch (...) {
     group_.fail(std::current_exception());
+    if (awaiting_release()) await_releases_after_failure();
     throw;
   }
 }
