@@ -464,6 +464,11 @@ inline std::vector<Contender> contenders(const Options& options, int ranks,
     tcp_tail.push_back("--congestion");
     tcp_tail.push_back(*options.congestion);
   }
+  if (options.lend_from) {
+    tcp_tail.push_back("--lend-from");
+    tcp_tail.push_back(*options.lend_from == SIZE_MAX ? std::string("off")
+                                                      : std::to_string(*options.lend_from));
+  }
   std::vector<Contender> list = {
       {"strata over TCP", with({self}, tcp_tail), "strata tcp", false, true, true},
       {"strata in process", with({self}, {"--transport", "local"}), "strata local", false, true,

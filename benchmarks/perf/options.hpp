@@ -87,6 +87,8 @@ struct Options {
   Algorithm algorithm = Algorithm::automatic;
   /// tcp: TcpOptions::congestion_control; unset: strata's choice (reno within one host).
   std::optional<std::string> congestion{};
+  /// tcp: TcpOptions::lend_from_bytes; unset: strata's default (never lend).
+  std::optional<std::size_t> lend_from{};
   /// Where the ranks strata-perf starts itself run (bind.hpp): mpirun's default placement.
   Binding bind = Binding::core;
   /// A path, or "-" for stdout (the table then goes to stderr).
@@ -137,6 +139,9 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
                            512 KiB / ceil(log2 N), ring above), ring, rd|recursive_doubling
       --congestion NAME    tcp: TCP congestion control of strata's connections, e.g. bbr or
                            cubic (default: reno within one host, the kernel's between hosts)
+      --lend-from SIZE|off tcp: calls that send SIZE bytes or more lend their messages of 64K
+                           and up instead of copying them (TcpOptions::lend_from_bytes; 0:
+                           every call; default off)
       --bind core|none     core (default): as mpirun does, each rank strata-perf starts runs
                            on a CPU of its own when there are no more ranks than CPUs; none:
                            wherever the scheduler puts it. The header shows each rank's CPUs
@@ -322,6 +327,9 @@ inline Options parse_options(std::span<const std::string_view> args) {
       options.algorithm = *algorithm;
     } else if (is("", "--congestion")) {
       options.congestion = std::string(value());
+    } else if (is("", "--lend-from")) {
+      const std::string_view text = value();
+      options.lend_from = text == "off" ? SIZE_MAX : d::size(name, text);
     } else if (is("", "--bind")) {
       const std::string_view text = value();
       if (text == "core")
@@ -379,6 +387,8 @@ inline Options parse_options(std::span<const std::string_view> args) {
                         to_string(options.algorithm)));
   if (options.congestion && options.transport == Transport::local && !options.compare)
     d::fail("--congestion sets strata's TCP connections: use it with --transport tcp");
+  if (options.lend_from && options.transport == Transport::local && !options.compare)
+    d::fail("--lend-from sets strata's TCP connections: use it with --transport tcp");
   if (options.compare) {
     if (options.collective != Collective::all_reduce)
       d::fail("--compare measures all_reduce only: the peers' other collectives are not wired");

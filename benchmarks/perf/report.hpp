@@ -263,12 +263,14 @@ class JsonSink final : public RowSink {
         {"check", o.check},
         {"bind", to_string(o.bind)},
         {"congestion", nullptr},
+        {"lend_from_bytes", nullptr},
         {"devices", nlohmann::json::array()},
         {"rows", nlohmann::json::array()},
     };
     if (communicator::reduces(o.collective)) document_["redop"] = nccl_op_name(o.op);
     if (communicator::has_root(o.collective)) document_["root"] = o.root;
     if (o.congestion) document_["congestion"] = *o.congestion;
+    if (o.lend_from && *o.lend_from != SIZE_MAX) document_["lend_from_bytes"] = *o.lend_from;
     info_ = info;
     for (std::size_t r = 0; r < info.rank_info.size(); ++r) {
       const RankInfo& rank = info.rank_info[r];

@@ -123,6 +123,7 @@ communicator::TcpOptions tcp_options(const Options& options) {
       break;
   }
   tcp.congestion_control = options.congestion;
+  if (options.lend_from) tcp.lend_from_bytes = *options.lend_from;
   return tcp;
 }
 

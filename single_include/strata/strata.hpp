@@ -6261,7 +6261,6 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -6269,6 +6268,7 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -7844,11 +7844,12 @@ class Link {
       const std::size_t written = channel.sent - kFrameHeaderBytes;
       if (written == step.bytes) return true;
       if (!fill_pipe(channel, step))
-        throw UsageError(rank(), operation(),
-                         fmt::format("vmsplice of the send buffer failed at byte {} of {}: {}",
-                                     channel.lent, step.bytes, std::strerror(errno)),
-                         "pass buffers that stay valid for the whole call, or turn lending "
-                         "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
+        throw UsageError(
+            rank(), operation(),
+            fmt::format("vmsplice of the send buffer failed at byte {} of {}: {}", channel.lent,
+                        step.bytes, std::generic_category().message(errno)),
+            "pass buffers that stay valid for the whole call, or turn lending "
+            "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
       const unsigned more = channel.lent < step.bytes ? SPLICE_F_MORE : 0;
       const auto n = ::splice(channel.pipe->read, nullptr, channel.fd, nullptr,
                               channel.lent - written, SPLICE_F_NONBLOCK | SPLICE_F_MOVE | more);
@@ -8516,11 +8517,12 @@ struct TcpOptions {
   std::size_t small_message_bytes = 512 * 1024;
   /// A call that sends at least this many bytes lends its buffers' pages to the kernel
   /// instead of copying them into socket buffers (messages of 64 KiB and more; see
-  /// transport/tcp/link.hpp): one copy per byte fewer, which pays once the data streams from
-  /// memory, while copying out of cache costs less than pinning pages and waiting for the
-  /// receiver to release them. The default is a server's L3 cache; 0 lends every large
-  /// message; SIZE_MAX never lends.
-  std::size_t lend_from_bytes = std::size_t{32} << 20;
+  /// transport/tcp/link.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
+  /// and a release from the receiver per message. Whether that pays depends on the machine
+  /// (benchmarks/RESULTS.md: from 32 MiB, in place, 15-26% faster on one 2-vCPU VM and 15-25%
+  /// slower on another), so strata copies unless told: measure with `strata-perf --lend-from`.
+  /// 0 lends every large message; SIZE_MAX (the default) none.
+  std::size_t lend_from_bytes = SIZE_MAX;
   /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
   int socket_buffer_bytes = 0;
   /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.

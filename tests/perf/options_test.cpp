@@ -43,6 +43,7 @@ TEST_CASE("defaults and nccl-tests' flags") {
   CHECK(defaults.collective == Collective::all_reduce);
   CHECK(defaults.min_bytes == 8);
   CHECK(defaults.max_bytes == std::size_t{256} << 20);
+  CHECK_FALSE(defaults.lend_from);
   CHECK(defaults.step_factor == 2);
   CHECK(defaults.warmup_iters == 5);
   CHECK(defaults.iters == 20);
@@ -54,12 +55,13 @@ TEST_CASE("defaults and nccl-tests' flags") {
   CHECK(defaults.algorithm == Algorithm::automatic);
   CHECK(defaults.bind == Binding::core);
 
-  const Options o = parse({"all_reduce", "-b",           "1K",       "-e",        "64M",  "-f",
-                           "4",          "-w",           "1",        "-n",        "3",    "-d",
-                           "bfloat16",   "-o",           "avg",      "-r",        "2",    "-c",
-                           "0",          "--transport",  "tcp",      "--ranks",   "4",    "--algo",
-                           "rd",         "--congestion", "cubic",    "--bind",    "none", "--csv",
-                           "-",          "--json",       "out.json", "--progress"});
+  const Options o =
+      parse({"all_reduce", "-b",           "1K",       "-e",         "64M",         "-f",
+             "4",          "-w",           "1",        "-n",         "3",           "-d",
+             "bfloat16",   "-o",           "avg",      "-r",         "2",           "-c",
+             "0",          "--transport",  "tcp",      "--ranks",    "4",           "--algo",
+             "rd",         "--congestion", "cubic",    "--bind",     "none",        "--csv",
+             "-",          "--json",       "out.json", "--progress", "--lend-from", "32M"});
   CHECK(o.collective == Collective::all_reduce);
   CHECK(o.min_bytes == 1024);
   CHECK(o.max_bytes == std::size_t{64} << 20);
@@ -74,6 +76,7 @@ TEST_CASE("defaults and nccl-tests' flags") {
   CHECK(o.ranks == 4);
   CHECK(o.algorithm == Algorithm::recursive_doubling);
   CHECK(o.congestion == "cubic");
+  CHECK(o.lend_from == std::size_t{32} << 20);
   CHECK(o.bind == Binding::none);
   CHECK(o.csv == "-");
   CHECK(o.json == "out.json");
@@ -154,6 +157,11 @@ TEST_CASE("bad command lines name what is wrong") {
   CHECK(error_of({"all_reduce", "--transport", "tcp", "--algo", "rd"}).empty());
   CHECK(error_of({"all_reduce", "--congestion", "bbr"}).find("--transport tcp") !=
         std::string::npos);
+  CHECK(error_of({"all_reduce", "--lend-from", "0"}).find("--transport tcp") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--transport", "tcp", "--lend-from", "lots"})
+            .find("--lend-from wants a size") != std::string::npos);
+  CHECK(parse({"all_reduce", "--transport", "tcp", "--lend-from", "off"}).lend_from == SIZE_MAX);
+  CHECK(parse({"all_reduce", "--transport", "tcp", "--lend-from", "0"}).lend_from == 0U);
   CHECK(error_of({"all_reduce", "--bind", "socket"}).find("unknown binding 'socket'") !=
         std::string::npos);
   CHECK(error_of({"all_reduce", "--csv", "-", "--json", "-"}).find("both") != std::string::npos);

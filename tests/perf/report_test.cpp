@@ -43,6 +43,7 @@ RunInfo run_info(Transport transport, int ranks, bool check, bool with_ceilings)
   info.options.check = check;
   info.options.bind = Binding::none;
   info.options.congestion = "cubic";
+  info.options.lend_from = std::size_t{32} << 20;
   info.ranks = ranks;
   info.algorithm = "ring";
   for (int r = 0; r < ranks; ++r)
@@ -115,6 +116,7 @@ TEST_CASE("the JSON document has the settings, the rows, the summary and the cei
   CHECK(j["ranks"] == 2);
   CHECK(j["bind"] == "none");
   CHECK(j["congestion"] == "cubic");
+  CHECK(j["lend_from_bytes"] == std::size_t{32} << 20);
   CHECK(j["ceiling"]["cpus"] == "CPUs 0-1");
   REQUIRE(j["devices"].size() == 2);
   CHECK(j["devices"][1]["pid"] == 101);

@@ -79,11 +79,12 @@ struct TcpOptions {
   std::size_t small_message_bytes = 512 * 1024;
   /// A call that sends at least this many bytes lends its buffers' pages to the kernel
   /// instead of copying them into socket buffers (messages of 64 KiB and more; see
-  /// transport/tcp/link.hpp): one copy per byte fewer, which pays once the data streams from
-  /// memory, while copying out of cache costs less than pinning pages and waiting for the
-  /// receiver to release them. The default is a server's L3 cache; 0 lends every large
-  /// message; SIZE_MAX never lends.
-  std::size_t lend_from_bytes = std::size_t{32} << 20;
+  /// transport/tcp/link.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
+  /// and a release from the receiver per message. Whether that pays depends on the machine
+  /// (benchmarks/RESULTS.md: from 32 MiB, in place, 15-26% faster on one 2-vCPU VM and 15-25%
+  /// slower on another), so strata copies unless told: measure with `strata-perf --lend-from`.
+  /// 0 lends every large message; SIZE_MAX (the default) none.
+  std::size_t lend_from_bytes = SIZE_MAX;
   /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
   int socket_buffer_bytes = 0;
   /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.

@@ -35,7 +35,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -43,6 +42,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -426,11 +426,12 @@ class Link {
       const std::size_t written = channel.sent - kFrameHeaderBytes;
       if (written == step.bytes) return true;
       if (!fill_pipe(channel, step))
-        throw UsageError(rank(), operation(),
-                         fmt::format("vmsplice of the send buffer failed at byte {} of {}: {}",
-                                     channel.lent, step.bytes, std::strerror(errno)),
-                         "pass buffers that stay valid for the whole call, or turn lending "
-                         "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
+        throw UsageError(
+            rank(), operation(),
+            fmt::format("vmsplice of the send buffer failed at byte {} of {}: {}", channel.lent,
+                        step.bytes, std::generic_category().message(errno)),
+            "pass buffers that stay valid for the whole call, or turn lending "
+            "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
       const unsigned more = channel.lent < step.bytes ? SPLICE_F_MORE : 0;
       const auto n = ::splice(channel.pipe->read, nullptr, channel.fd, nullptr,
                               channel.lent - written, SPLICE_F_NONBLOCK | SPLICE_F_MOVE | more);
