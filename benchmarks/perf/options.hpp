@@ -329,7 +329,10 @@ inline Options parse_options(std::span<const std::string_view> args) {
       options.congestion = std::string(value());
     } else if (is("", "--lend-from")) {
       const std::string_view text = value();
-      options.lend_from = text == "off" ? SIZE_MAX : d::size(name, text);
+      const auto bytes = text == "off" ? std::optional<std::size_t>(SIZE_MAX) : parse_size(text);
+      if (!bytes)
+        d::fail(fmt::format("{} wants a size such as 0, 64K or 32M, or off, got '{}'", name, text));
+      options.lend_from = *bytes;
     } else if (is("", "--bind")) {
       const std::string_view text = value();
       if (text == "core")

@@ -16,8 +16,10 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -86,6 +88,8 @@ CollectiveCall broadcast_of(std::size_t bytes) {
 }
 
 // The hand-written peer's side of a connection: blocking reads and writes of whole frames.
+// They run on the peer's thread, so they throw (caught there, checked on the test's thread)
+// rather than use doctest's REQUIRE.
 void make_blocking(int fd) {
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
 }
@@ -93,7 +97,7 @@ void make_blocking(int fd) {
 void read_exactly(int fd, std::byte* data, std::size_t bytes) {
   while (bytes > 0) {
     const auto n = ::recv(fd, data, bytes, 0);
-    REQUIRE(n > 0);
+    if (n <= 0) throw std::runtime_error("the hand-made peer's connection closed");
     data += n;
     bytes -= static_cast<std::size_t>(n);
   }
@@ -102,7 +106,7 @@ void read_exactly(int fd, std::byte* data, std::size_t bytes) {
 void write_all(int fd, const std::byte* data, std::size_t bytes) {
   while (bytes > 0) {
     const auto n = ::send(fd, data, bytes, MSG_NOSIGNAL);
-    REQUIRE(n > 0);
+    if (n <= 0) throw std::runtime_error("the hand-made peer could not send");
     data += n;
     bytes -= static_cast<std::size_t>(n);
   }
@@ -113,7 +117,8 @@ wire::FrameHeader read_message(int fd, std::vector<std::byte>& payload) {
   wire::FrameBytes bytes{};
   read_exactly(fd, bytes.data(), bytes.size());
   wire::FrameHeader header;
-  REQUIRE_FALSE(wire::decode(bytes, header, std::uint32_t{1} << 30));
+  if (wire::decode(bytes, header, std::uint32_t{1} << 30))
+    throw std::runtime_error("the hand-made peer got an invalid header");
   payload.resize(header.payload_bytes);
   read_exactly(fd, payload.data(), payload.size());
   return header;
@@ -134,6 +139,7 @@ void send_release(int fd, std::uint64_t sequence, std::uint64_t count) {
 }
 
 std::string message_of(const std::exception_ptr& error) {
+  if (!error) return "no error";
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
@@ -143,23 +149,35 @@ std::string message_of(const std::exception_ptr& error) {
 
 void nothing_received(std::size_t) {}
 
+constexpr auto kLentFlag = static_cast<std::uint8_t>(wire::FrameFlag::lent);
+
+struct Lending {
+  std::exception_ptr error;       // rank 0's
+  Clock::time_point returned_at;  // when rank 0's transfer returned or threw
+  std::uint8_t flags = 0;         // of the message the peer received
+  std::exception_ptr peer_error;  // the hand-made peer's
+};
+
 // Rank 0 runs a real Link that lends one kLent-byte broadcast message to rank 1, a peer by
-// hand that reads it and answers with `answer(control fd, the message's header)`. Returns
-// rank 0's error, if any.
+// hand that reads it and answers with `answer(control fd, the message's header)`.
 template <class Answer>
-std::exception_ptr lend_to_handmade_peer(Answer answer) {
+Lending lend_to_handmade_peer(Answer answer) {
   auto meshes = two_meshes();
   const int control = meshes[1]->fd(0, 0);
   const int data = meshes[1]->fd(0, 1);
   make_blocking(control);
   make_blocking(data);
+  Lending result;
   std::thread peer([&] {
-    std::vector<std::byte> payload;
-    const wire::FrameHeader header = read_message(data, payload);
-    CHECK(header.flags == static_cast<std::uint8_t>(wire::FrameFlag::lent));
-    answer(control, header);
+    try {
+      std::vector<std::byte> payload;
+      const wire::FrameHeader header = read_message(data, payload);
+      result.flags = header.flags;
+      answer(control, header);
+    } catch (...) {
+      result.peer_error = std::current_exception();
+    }
   });
-  std::exception_ptr error;
   {
     wire::Group group(std::move(meshes[0]), 1U << 20, /*lend_from_bytes=*/0);
     const std::vector<std::byte> sent(kLent, std::byte{7});
@@ -169,11 +187,14 @@ std::exception_ptr lend_to_handmade_peer(Answer answer) {
     try {
       link.transfer(sends, std::span<const strata::transport::RecvStep>{}, nothing_received);
     } catch (...) {
-      error = std::current_exception();
+      result.error = std::current_exception();
     }
+    result.returned_at = Clock::now();
     peer.join();
   }
-  return error;
+  REQUIRE_MESSAGE(!result.peer_error, message_of(result.peer_error));
+  REQUIRE(result.flags == kLentFlag);  // this system lets the link lend
+  return result;
 }
 
 }  // namespace
@@ -221,20 +242,19 @@ TEST_CASE("lent messages through socket buffers smaller than a message: each cou
 
 TEST_CASE("an honest release lets the sender return, and not before it arrives") {
   std::atomic<Clock::time_point> released_at{};
-  const auto error = lend_to_handmade_peer([&](int control, const wire::FrameHeader& header) {
+  const auto lending = lend_to_handmade_peer([&](int control, const wire::FrameHeader& header) {
     std::this_thread::sleep_for(100ms);
     released_at = Clock::now();
     send_release(control, header.sequence, kLent);
   });
-  const auto returned_at = Clock::now();
-  CHECK_MESSAGE(!error, message_of(error));
-  CHECK(returned_at >= released_at.load());
+  CHECK_MESSAGE(!lending.error, message_of(lending.error));
+  CHECK(lending.returned_at >= released_at.load());
 }
 
 TEST_CASE("a release of more bytes than were lent is a peer failure naming the peer") {
   const auto error = lend_to_handmade_peer([](int control, const wire::FrameHeader& header) {
-    send_release(control, header.sequence, 2 * kLent);
-  });
+                       send_release(control, header.sequence, 2 * kLent);
+                     }).error;
   REQUIRE(error);
   CHECK_THROWS_AS(std::rethrow_exception(error), strata::PeerFailureError);
   CHECK_MESSAGE(message_of(error).find("rank 1 said it had read 131072 bytes") != std::string::npos,
@@ -243,8 +263,8 @@ TEST_CASE("a release of more bytes than were lent is a peer failure naming the p
 
 TEST_CASE("a release for another collective is a peer failure naming the peer") {
   const auto error = lend_to_handmade_peer([](int control, const wire::FrameHeader& header) {
-    send_release(control, header.sequence + 1, kLent);
-  });
+                       send_release(control, header.sequence + 1, kLent);
+                     }).error;
   REQUIRE(error);
   CHECK_THROWS_AS(std::rethrow_exception(error), strata::PeerFailureError);
   CHECK_MESSAGE(
@@ -262,18 +282,25 @@ TEST_CASE("a sender that fails waits for its peer to read what it lent") {
   make_blocking(control);
   make_blocking(data);
   std::atomic<Clock::time_point> released_at{};
+  std::uint8_t flags = 0;
+  std::exception_ptr peer_error;
   std::thread peer([&] {
-    std::vector<std::byte> payload;
-    const wire::FrameHeader lent = read_message(data, payload);
-    wire::FrameHeader other = lent;
-    other.kind = Collective::all_gather;
-    other.flags = 0;
-    other.payload_bytes = 8;
-    const std::array<std::byte, 8> eight{};
-    send_frame(data, other, eight);
-    std::this_thread::sleep_for(150ms);
-    released_at = Clock::now();
-    send_release(control, lent.sequence, kLent);
+    try {
+      std::vector<std::byte> payload;
+      const wire::FrameHeader lent = read_message(data, payload);
+      flags = lent.flags;
+      wire::FrameHeader other = lent;
+      other.kind = Collective::all_gather;
+      other.flags = 0;
+      other.payload_bytes = 8;
+      const std::array<std::byte, 8> eight{};
+      send_frame(data, other, eight);
+      std::this_thread::sleep_for(150ms);
+      released_at = Clock::now();
+      send_release(control, lent.sequence, kLent);
+    } catch (...) {
+      peer_error = std::current_exception();
+    }
   });
   std::exception_ptr error;
   Clock::time_point returned_at;
@@ -293,14 +320,18 @@ TEST_CASE("a sender that fails waits for its peer to read what it lent") {
     returned_at = Clock::now();
     peer.join();
   }
+  REQUIRE_MESSAGE(!peer_error, message_of(peer_error));
+  REQUIRE(flags == kLentFlag);
   REQUIRE(error);
   CHECK_THROWS_AS(std::rethrow_exception(error), strata::MismatchError);
   CHECK(returned_at >= released_at.load());
 }
 
-TEST_CASE("a receiver that read lent pages reports its lender's abort instead of returning") {
-  // Rank 0 (by hand) lends rank 1 a message and fails right after: rank 0's caller may then
-  // have overwritten the pages before rank 1 read them.
+// Rank 0, by hand, lends rank 1 one message of collective #0 and then does `then` with its
+// control connection; rank 1 runs a real Link receiving it. Returns rank 1's error, if any,
+// and whether its group failed.
+template <class Then>
+std::pair<std::exception_ptr, bool> receive_from_handmade_lender(Then then) {
   auto meshes = two_meshes();
   const int control = meshes[0]->fd(1, 0);
   const int data = meshes[0]->fd(1, 1);
@@ -313,15 +344,10 @@ TEST_CASE("a receiver that read lent pages reports its lender's abort instead of
   lent.element_type = call.type;
   lent.count = call.count;
   lent.payload_bytes = static_cast<std::uint32_t>(kLent);
-  lent.flags = static_cast<std::uint8_t>(wire::FrameFlag::lent);
+  lent.flags = kLentFlag;
   const std::vector<std::byte> payload(kLent, std::byte{3});
-  std::thread lender([&] { send_frame(data, lent, payload); });
-  lender.join();
-  wire::FrameHeader abort;
-  abort.type = wire::FrameType::abort;
-  const std::string why = "\x01rank 0 gave up";
-  abort.payload_bytes = static_cast<std::uint32_t>(why.size());
-  send_frame(control, abort, std::as_bytes(std::span(why)));
+  send_frame(data, lent, payload);  // the receiving socket's buffer takes it whole
+  then(control);
 
   wire::Group group(std::move(meshes[1]), 1U << 20, /*lend_from_bytes=*/0);
   std::vector<std::byte> received(kLent);
@@ -333,9 +359,46 @@ TEST_CASE("a receiver that read lent pages reports its lender's abort instead of
   } catch (...) {
     error = std::current_exception();
   }
+  if (!error) CHECK(received == payload);
+  return {error, group.failed()};
+}
+
+// An abort frame as a rank that had begun `calls` collectives sends it.
+void send_abort(int control, std::uint64_t calls) {
+  wire::FrameHeader abort;
+  abort.type = wire::FrameType::abort;
+  abort.sequence = calls;
+  const std::string why = "\x01rank 0 gave up";
+  abort.payload_bytes = static_cast<std::uint32_t>(why.size());
+  send_frame(control, abort, std::as_bytes(std::span(why)));
+}
+
+TEST_CASE("a receiver that read lent pages reports its lender's abort instead of returning") {
+  // Rank 0 lends rank 1 a message and fails in that call (it had begun 1 collective): its
+  // caller may then have overwritten the pages before rank 1 read them.
+  const auto [error, failed] =
+      receive_from_handmade_lender([](int control) { send_abort(control, 1); });
   REQUIRE(error);
+  CHECK(failed);
   CHECK_THROWS_AS(std::rethrow_exception(error), strata::PeerFailureError);
   CHECK_MESSAGE(
       message_of(error).find("rank 0 failed the group: rank 0 gave up") != std::string::npos,
       message_of(error));
+}
+
+TEST_CASE("a lender's failure in a later call, or its close, is the next call's news") {
+  SUBCASE("an abort sent in its next collective") {
+    // The lender returned from collective #0 (all released) and failed in #1: rank 1's data
+    // is right; its group fails, and its next call reports it.
+    const auto [error, failed] =
+        receive_from_handmade_lender([](int control) { send_abort(control, 2); });
+    CHECK_MESSAGE(!error, message_of(error));
+    CHECK(failed);
+  }
+  SUBCASE("a close without goodbye") {
+    const auto [error, failed] =
+        receive_from_handmade_lender([](int control) { ::shutdown(control, SHUT_WR); });
+    CHECK_MESSAGE(!error, message_of(error));
+    CHECK_FALSE(failed);
+  }
 }

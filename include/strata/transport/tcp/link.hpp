@@ -22,7 +22,9 @@
 //     or after the peer sent something that it could only send after reading it (the ring's
 //     all-gather brings a chunk back once the peer has reduced what this rank lent);
 //   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
-//     a receiver that read lent pages checks, before it returns, that its lender did not fail.
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
 //
 // While it waits, the link watches every peer's control connection: an abort message, a
 // closed connection (a killed process) or the deadline ends the call on every rank within
@@ -173,6 +175,7 @@ class Group {
     // In the current call: payload bytes this rank lent the peer, and how many of them the
     // peer has said it read.
     std::uint64_t lent_bytes = 0;
+    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
     std::uint64_t released_bytes = 0;
   };
 
@@ -402,6 +405,7 @@ class Link {
     const auto n = ::sendmsg(channel.fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (would_block()) return false;
+      if (errno == EFAULT) bad_buffer("send");
       peer_closed(channel.peer);
     }
     channel.sent += static_cast<std::size_t>(n);
@@ -458,6 +462,13 @@ class Link {
     const auto n = ::vmsplice(pipe.write, &part, 1, SPLICE_F_NONBLOCK);
     if (n > 0) channel.lent += static_cast<std::size_t>(n);
     return n >= 0 || would_block();
+  }
+
+  [[noreturn]] void bad_buffer(std::string_view which) {
+    throw UsageError(
+        rank(), operation(),
+        fmt::format("the {} buffer is not memory this process may use (EFAULT)", which),
+        "pass buffers that stay valid for the whole call");
   }
 
   [[noreturn]] void peer_closed(int peer) {
@@ -532,7 +543,9 @@ class Link {
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
         state.closed = true;
-        if (!state.departed) peer_closed_control(peer);
+        // A lender that closed after this call's last release did so after it was done: the
+        // next call, which needs it, reports it.
+        if (!state.departed && !checking_lender_) peer_closed_control(peer);
         return;
       }
       const std::span<const std::byte> payload(state.buffer.data() + kFrameHeaderBytes,
@@ -541,6 +554,16 @@ class Link {
       switch (header.type) {
         case FrameType::abort:
           state.closed = true;
+          // Control frames carry how many calls their sender had begun: a lender that failed
+          // in a later call than this one is that call's news.
+          if (checking_lender_ && header.sequence > sequence_ + 1) {
+            try {
+              raise_abort(peer, payload);
+            } catch (const Error&) {
+              group_.fail(std::current_exception());
+            }
+            return;
+          }
           raise_abort(peer, payload);
         case FrameType::timeout_notice:
           state.heard = true;
@@ -676,8 +699,9 @@ class Link {
         std::vector<pollfd> fds;
         std::vector<int> owners;
         for (int peer = 0; peer < size(); ++peer) {
-          if (peer == rank() || unreleased(peer) == 0 ||
-              group_.peers_[static_cast<std::size_t>(peer)].closed)
+          const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+          // Only a message sent whole can be read, and released.
+          if (peer == rank() || state.closed || state.released_bytes >= state.lent_sent_bytes)
             continue;
           fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
           owners.push_back(peer);
@@ -771,6 +795,8 @@ class Link {
   communicator::CollectiveCall call_;
   std::uint64_t sequence_;
   Deadline deadline_;
+  // Set while a finished call reads its lenders' control connections (see transfer).
+  bool checking_lender_ = false;
 };
 
 template <class OnReceived>
@@ -842,6 +868,7 @@ void Link::transfer(std::span<const transport::SendStep> sends,
   std::vector<std::uint64_t> read_lent(static_cast<std::size_t>(size()), 0);
   for (auto& state : group_.peers_) {
     state.lent_bytes = 0;
+    state.lent_sent_bytes = 0;
     state.released_bytes = 0;
   }
   auto awaiting_release = [&] {
@@ -912,6 +939,8 @@ void Link::transfer(std::span<const transport::SendStep> sends,
             channel.started = true;
           }
           if (!(lend[i] != 0 ? send_lent(channel, step) : send_copied(channel, step))) break;
+          if (lend[i] != 0)
+            group_.peers_[static_cast<std::size_t>(channel.peer)].lent_sent_bytes += step.bytes;
           // The peer's releases, read as its lent messages go out: left unread until the end
           // of a long call they could fill the control connection, and one would be lost.
           if (lend[i] != 0) read_control(channel.peer, /*inside_call=*/true);
@@ -942,6 +971,7 @@ void Link::transfer(std::span<const transport::SendStep> sends,
             if (n == 0) peer_closed(channel.peer);
             if (n < 0) {
               if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+              if (errno == EFAULT) bad_buffer("receive");
               peer_closed(channel.peer);
             }
             const auto got = static_cast<std::size_t>(n);
@@ -958,6 +988,7 @@ void Link::transfer(std::span<const transport::SendStep> sends,
             if (n == 0) peer_closed(channel.peer);
             if (n < 0) {
               if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+              if (errno == EFAULT) bad_buffer("receive");
               peer_closed(channel.peer);
             }
             channel.payload_got += static_cast<std::size_t>(n);
@@ -1049,9 +1080,11 @@ void Link::transfer(std::span<const transport::SendStep> sends,
     // A lender that failed returns without waiting for every release (at most a grace
     // period), and its caller may then overwrite pages this rank read last. It says so before
     // it returns: what this rank read may be wrong if that word is here now.
+    checking_lender_ = true;
     for (int peer = 0; peer < size(); ++peer)
       if (read_lent[static_cast<std::size_t>(peer)] > 0) read_control(peer, /*inside_call=*/true);
   } catch (...) {
+    checking_lender_ = false;
     group_.fail(std::current_exception());
     if (awaiting_release()) await_releases_after_failure();
     throw;
