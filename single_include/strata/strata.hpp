@@ -8542,11 +8542,13 @@ struct TcpOptions {
   /// Data connections between each pair of ranks; segments are spread over them.
   int connections_per_peer = 1;
   TcpAllReduce all_reduce = TcpAllReduce::automatic;
-  /// `automatic` runs recursive doubling while the bytes its busiest rank sends, S·⌈log2 n⌉
-  /// for S bytes on n ranks, are at most this; the ring above. Recursive doubling takes fewer
-  /// hops but sends more as n grows. On loopback it stays ahead up to 1–2 MiB with 2 ranks,
-  /// 512 KiB–1 MiB with 3, 256–512 KiB with 4 and about 128 KiB with 8 (benchmarks/
-  /// RESULTS.md): the rule meets 4 and 8 ranks and switches early, on the safe side, at 2–3.
+  /// `automatic` runs recursive doubling while S·⌈log2 n⌉·(n−1), for S bytes on n ranks, is
+  /// at most this; the ring above. Recursive doubling takes fewer hops but its busiest rank
+  /// sends S·⌈log2 n⌉ bytes, the ring's 2·S·(n−1)/n, and the group as a whole sends and adds
+  /// n·S·⌈log2 n⌉: where ranks share cores that total is what costs, so the crossover falls
+  /// faster than the bytes per rank. Measured on loopback (benchmarks/RESULTS.md), it lies at
+  /// 512 KiB–1 MiB with 2 ranks, about 128 KiB with 3 and 64–128 KiB with 4 (2-vCPU Intel
+  /// VM); the rule switches at 512, 128 and 85 KiB.
   std::size_t small_message_bytes = 512 * 1024;
   /// A call that sends at least this many bytes lends its buffers' pages to the kernel
   /// instead of copying them into socket buffers (messages of 64 KiB and more; see
@@ -8862,13 +8864,10 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
       case TcpAllReduce::automatic:
         break;
     }
-    // The busiest rank sends the vector ⌈log2 size⌉ times (log2 p exchanges, and the result
-    // back to its folded partner when size is no power of two); bytes · sends ≤
-    // small_message_bytes, without overflowing.
-    const int rounds =
-        std::max(1, static_cast<int>(std::bit_width(static_cast<unsigned>(size) - 1)));
-    return call.count * size_of(call.type) <=
-           tcp.small_message_bytes / static_cast<std::size_t>(rounds);
+    // S·⌈log2 size⌉·(size−1) ≤ small_message_bytes, without overflowing.
+    const auto rounds = std::max<std::size_t>(1, std::bit_width(static_cast<unsigned>(size) - 1));
+    const auto factor = rounds * static_cast<std::size_t>(std::max(1, size - 1));
+    return call.count * size_of(call.type) <= tcp.small_message_bytes / factor;
   }
 
   std::unique_ptr<State> state_;

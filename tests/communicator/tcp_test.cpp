@@ -397,8 +397,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "automatic all_reduce runs recursive doubling while it sends at most small_message_bytes per "
-    "rank (S times its ceil(log2 n) rounds), the ring above") {
+    "automatic all_reduce runs recursive doubling while S times ceil(log2 n) times (n - 1) is "
+    "at most small_message_bytes, the ring above") {
   // Which algorithm ran shows in the bits: the ring and recursive doubling add the ranks'
   // floats in different orders, so automatic's result must equal, bit for bit, that of the
   // algorithm it should have picked. Each count is checked to tell the two apart first.
@@ -412,15 +412,16 @@ TEST_CASE(
     std::vector<Side> floats;
     std::vector<Side> doubles;
   };
-  // The threshold is in bytes, not elements: double crosses it at half float's count. 3 and 4
-  // ranks take 2 rounds, 5 take 3: 512 KiB / 3 = 174762 bytes, 43690 floats or 21845 doubles.
-  // 260 / 2 = 130 is no multiple of either element size.
+  // The threshold is in bytes, not elements: double crosses it at half float's count. 3 ranks
+  // weigh S by 2 rounds times 2, 4 ranks by 2 times 3, 5 ranks by 3 times 4: 512 KiB / 12 =
+  // 43690 bytes, 10922 floats or 5461 doubles. 1000 / 4 = 250, 1500 / 6 = 250 and
+  // 3000 / 12 = 250 bytes are no multiple of either element size.
   const std::vector<Case> cases = {
-      {3, std::nullopt, {{65536, true}, {65537, false}}, {{32768, true}, {32769, false}}},
-      {5, std::nullopt, {{43690, true}, {43691, false}}, {{21845, true}, {21846, false}}},
-      {3, 256, {{32, true}, {33, false}, {1000, false}}, {{16, true}, {17, false}}},
-      {4, 260, {{32, true}, {33, false}}, {{16, true}, {17, false}}},
-      {5, 260, {{21, true}, {22, false}}, {{10, true}, {11, false}}},
+      {3, std::nullopt, {{32768, true}, {32769, false}}, {{16384, true}, {16385, false}}},
+      {5, std::nullopt, {{10922, true}, {10923, false}}, {{5461, true}, {5462, false}}},
+      {3, 1000, {{62, true}, {63, false}, {1000, false}}, {{31, true}, {32, false}}},
+      {4, 1500, {{62, true}, {63, false}}, {{31, true}, {32, false}}},
+      {5, 3000, {{62, true}, {63, false}}, {{31, true}, {32, false}}},
   };
   CHECK(TcpOptions{}.small_message_bytes == 512 * 1024);  // the default cases' counts assume it
   for (const Case& test : cases) {
