@@ -46,6 +46,7 @@ enum class Algorithm : std::uint8_t {
   reduce_to_one,       ///< local: rank 0 reduces everything (TF's ReductionToOneDevice)
   ring,                ///< tcp: pipelined ring
   recursive_doubling,  ///< tcp: log2(n) rounds
+  halving_doubling,    ///< tcp: recursive halving, then doubling (Rabenseifner)
 };
 
 constexpr std::string_view to_string(Transport transport) noexcept {
@@ -64,6 +65,8 @@ constexpr std::string_view to_string(Algorithm algorithm) noexcept {
       return "ring";
     case Algorithm::recursive_doubling:
       return "recursive_doubling";
+    case Algorithm::halving_doubling:
+      return "halving_doubling";
   }
   return "invalid";
 }
@@ -136,7 +139,8 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
       --ranks N            number of ranks (default 2; under a launcher, its world size)
       --algo A             all-reduce algorithm. local: auto (scatter_gather),
                            scatter_gather, reduce_to_one. tcp: auto (recursive doubling up to
-                           512 KiB / (ceil(log2 N) (N-1)), ring above), ring, rd|recursive_doubling
+                           512 KiB / (ceil(log2 N) (N-1)), ring above), ring, rd|recursive_doubling,
+                           hd|halving_doubling
       --congestion NAME    tcp: TCP congestion control of strata's connections, e.g. bbr or
                            cubic (default: reno within one host, the kernel's between hosts)
       --lend-from SIZE|off tcp: calls that send SIZE bytes or more lend their messages of 64K
@@ -205,6 +209,7 @@ inline std::optional<Algorithm> algorithm_from(std::string_view name) {
   if (name == "reduce_to_one") return Algorithm::reduce_to_one;
   if (name == "ring") return Algorithm::ring;
   if (name == "rd" || name == "recursive_doubling") return Algorithm::recursive_doubling;
+  if (name == "hd" || name == "halving_doubling") return Algorithm::halving_doubling;
   return std::nullopt;
 }
 
@@ -378,16 +383,18 @@ inline Options parse_options(std::span<const std::string_view> args) {
                     to_string(options.algorithm), to_string(options.collective)));
   const bool local_algorithm = options.algorithm == Algorithm::scatter_gather ||
                                options.algorithm == Algorithm::reduce_to_one;
-  const bool tcp_algorithm =
-      options.algorithm == Algorithm::ring || options.algorithm == Algorithm::recursive_doubling;
+  const bool tcp_algorithm = options.algorithm == Algorithm::ring ||
+                             options.algorithm == Algorithm::recursive_doubling ||
+                             options.algorithm == Algorithm::halving_doubling;
   if (options.transport == Transport::local && tcp_algorithm && !options.compare)
     d::fail(
         fmt::format("--algo {} is a tcp algorithm: with --transport local use auto, "
                     "scatter_gather or reduce_to_one",
                     to_string(options.algorithm)));
   if (options.transport == Transport::tcp && local_algorithm)
-    d::fail(fmt::format("--algo {} is a local algorithm: with --transport tcp use auto, ring or rd",
-                        to_string(options.algorithm)));
+    d::fail(
+        fmt::format("--algo {} is a local algorithm: with --transport tcp use auto, ring, rd or hd",
+                    to_string(options.algorithm)));
   if (options.congestion && options.transport == Transport::local && !options.compare)
     d::fail("--congestion sets strata's TCP connections: use it with --transport tcp");
   if (options.lend_from && options.transport == Transport::local && !options.compare)

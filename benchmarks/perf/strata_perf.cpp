@@ -118,6 +118,9 @@ communicator::TcpOptions tcp_options(const Options& options) {
     case Algorithm::recursive_doubling:
       tcp.all_reduce = communicator::TcpAllReduce::recursive_doubling;
       break;
+    case Algorithm::halving_doubling:
+      tcp.all_reduce = communicator::TcpAllReduce::halving_doubling;
+      break;
     default:
       tcp.all_reduce = communicator::TcpAllReduce::automatic;
       break;

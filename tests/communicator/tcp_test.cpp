@@ -76,12 +76,16 @@ const Tuning kDefault = tuned("tcp", TcpAllReduce::automatic, std::size_t{1} << 
 const Tuning kRing = tuned("tcp<ring>", TcpAllReduce::ring, std::size_t{1} << 20, 1);
 const Tuning kRecursiveDoubling =
     tuned("tcp<rd>", TcpAllReduce::recursive_doubling, std::size_t{1} << 20, 1);
+const Tuning kHalvingDoubling =
+    tuned("tcp<hd>", TcpAllReduce::halving_doubling, std::size_t{1} << 20, 1);
 // 64-byte messages over two connections per peer: a 1023-element float vector becomes dozens
 // of segments, exercising pipelining, receive slots and the order of channels.
 const Tuning kSegmented = tuned("tcp<64 B x2>", TcpAllReduce::automatic, 64, 2);
 const Tuning kSegmentedRing = tuned("tcp<ring, 64 B x2>", TcpAllReduce::ring, 64, 2);
 const Tuning kSegmentedRecursiveDoubling =
     tuned("tcp<rd, 64 B x2>", TcpAllReduce::recursive_doubling, 64, 2);
+const Tuning kSegmentedHalvingDoubling =
+    tuned("tcp<hd, 64 B x2>", TcpAllReduce::halving_doubling, 64, 2);
 
 // `tuning` with every message of 64 KiB or more lent, whatever the size of the call.
 Tuning lending(Tuning tuning) {
@@ -262,8 +266,9 @@ TEST_CASE("a loopback group forms and every rank knows its rank and size") {
 }
 
 TEST_CASE("all_reduce matches the reference at small counts, world sizes 1-4") {
-  for (const Tuning* tuning : {&kDefault, &kRing, &kRecursiveDoubling, &kSegmented, &kSegmentedRing,
-                               &kSegmentedRecursiveDoubling}) {
+  for (const Tuning* tuning :
+       {&kDefault, &kRing, &kRecursiveDoubling, &kHalvingDoubling, &kSegmented, &kSegmentedRing,
+        &kSegmentedRecursiveDoubling, &kSegmentedHalvingDoubling}) {
     CAPTURE(tuning->name);
     sweep_small(*tuning, Collective::all_reduce, 1, 4);
   }
@@ -293,10 +298,20 @@ TEST_CASE("collectives match the reference at 2^20+3 and 16 Mi elements") {
   }
 }
 
+TEST_CASE("halving-doubling all_reduce matches the reference at 2^20+3 and 16 Mi elements") {
+  // 16 Mi floats on 4 ranks: blocks of 4 Mi elements, each cut into 16 pieces of 1 MiB.
+  auto runner = runner_for(kHalvingDoubling);
+  report(testing::run_cases(
+      runner, sizes_between(1, 4,
+                            testing::large_count_cases(Collective::all_reduce,
+                                                       testing::sweep_from_environment()))));
+}
+
 TEST_CASE("lent messages: collectives match the reference at 2^20+3 and 16 Mi elements") {
   // In place, the ring's all-gather writes where its reduce-scatter lent from: the peer must
-  // have read it by then. Recursive doubling copies the sends a receive waits for.
-  for (const Tuning& tuning : {lending(kDefault), lending(kRecursiveDoubling)}) {
+  // have read it by then. Recursive and halving-doubling copy the sends a receive waits for.
+  for (const Tuning& tuning :
+       {lending(kDefault), lending(kRecursiveDoubling), lending(kHalvingDoubling)}) {
     CAPTURE(tuning.name);
     auto runner = runner_for(tuning);
     const bool every_kind = tuning.tcp.all_reduce == TcpAllReduce::automatic;
@@ -377,8 +392,9 @@ TEST_CASE("barrier returns on every rank of groups of 1 to 5") {
 
 TEST_CASE("all_reduce matches the reference at small counts, world sizes 5-8") {
   // Non-powers of two fold 1 to 3 ranks into recursive doubling and back out; 8 folds none.
-  for (const Tuning* tuning : {&kDefault, &kRing, &kRecursiveDoubling, &kSegmented, &kSegmentedRing,
-                               &kSegmentedRecursiveDoubling}) {
+  for (const Tuning* tuning :
+       {&kDefault, &kRing, &kRecursiveDoubling, &kHalvingDoubling, &kSegmented, &kSegmentedRing,
+        &kSegmentedRecursiveDoubling, &kSegmentedHalvingDoubling}) {
     CAPTURE(tuning->name);
     sweep_small(*tuning, Collective::all_reduce, 5, 8);
   }

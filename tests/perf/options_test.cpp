@@ -54,6 +54,10 @@ TEST_CASE("defaults and nccl-tests' flags") {
   CHECK_FALSE(defaults.ranks);
   CHECK(defaults.algorithm == Algorithm::automatic);
   CHECK(defaults.bind == Binding::core);
+  CHECK(parse({"all_reduce", "--transport", "tcp", "--algo", "hd"}).algorithm ==
+        Algorithm::halving_doubling);
+  CHECK(parse({"all_reduce", "--transport", "tcp", "--algo", "halving_doubling"}).algorithm ==
+        Algorithm::halving_doubling);
 
   const Options o =
       parse({"all_reduce", "-b",           "1K",       "-e",         "64M",         "-f",
@@ -143,6 +147,7 @@ TEST_CASE("bad command lines name what is wrong") {
         std::string::npos);
   CHECK(error_of({"all_reduce", "--algo", "tree"}).find("unknown algorithm") != std::string::npos);
   CHECK(error_of({"all_reduce", "--algo", "ring"}).find("is a tcp algorithm") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--algo", "hd"}).find("is a tcp algorithm") != std::string::npos);
   CHECK(error_of({"all_reduce", "--transport", "tcp", "--algo", "reduce_to_one"})
             .find("is a local algorithm") != std::string::npos);
   for (const char* collective : {"all_gather", "reduce_scatter", "broadcast", "reduce"}) {

@@ -23,6 +23,7 @@
 #include <asio/ip/tcp.hpp>
 
 #include <strata/algorithms/all_gather_ring.hpp>
+#include <strata/algorithms/all_reduce_halving_doubling.hpp>
 #include <strata/algorithms/all_reduce_recursive_doubling.hpp>
 #include <strata/algorithms/all_reduce_ring.hpp>
 #include <strata/algorithms/barrier_dissemination.hpp>
@@ -49,6 +50,7 @@ enum class TcpAllReduce : std::uint8_t {
   automatic,           ///< recursive doubling while small (see small_message_bytes), ring above
   ring,                ///< pipelined ring: bandwidth-optimal
   recursive_doubling,  ///< ⌈log2 n⌉ rounds: latency-optimal
+  halving_doubling,    ///< recursive halving, then doubling: the ring's bytes in 2·log2 n hops
 };
 
 constexpr std::string_view to_string(TcpAllReduce choice) noexcept {
@@ -59,6 +61,8 @@ constexpr std::string_view to_string(TcpAllReduce choice) noexcept {
       return "ring";
     case TcpAllReduce::recursive_doubling:
       return "recursive_doubling";
+    case TcpAllReduce::halving_doubling:
+      return "halving_doubling";
   }
   return "invalid";
 }
@@ -290,8 +294,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     if (tcp.cluster_token && tcp.cluster_token->empty())
       bad("cluster_token is empty: anyone could compute its MACs",
           "set a secret shared by every rank, or leave it unset for no authentication");
-    if (tcp.all_reduce > TcpAllReduce::recursive_doubling)
-      bad("all_reduce is not a TcpAllReduce value", "use automatic, ring or recursive_doubling");
+    if (tcp.all_reduce > TcpAllReduce::halving_doubling)
+      bad("all_reduce is not a TcpAllReduce value",
+          "use automatic, ring, recursive_doubling or halving_doubling");
   }
 
   static std::optional<std::string> token_from_environment() {
@@ -356,10 +361,18 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     try {
       switch (call.kind) {
         case Collective::all_reduce:
-          if (use_recursive_doubling(state.tcp, call, group.size()))
-            algorithms::AllReduceRecursiveDoubling::run(link);
-          else
-            algorithms::AllReduceRing::run(link);
+          switch (all_reduce_algorithm(state.tcp, call, group.size())) {
+            case TcpAllReduce::recursive_doubling:
+              algorithms::AllReduceRecursiveDoubling::run(link);
+              break;
+            case TcpAllReduce::halving_doubling:
+              algorithms::AllReduceHalvingDoubling::run(link);
+              break;
+            case TcpAllReduce::automatic:  // all_reduce_algorithm decided
+            case TcpAllReduce::ring:
+              algorithms::AllReduceRing::run(link);
+              break;
+          }
           break;
         case Collective::broadcast:
           algorithms::BroadcastRing::run(link);
@@ -383,20 +396,15 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
     }
   }
 
-  static bool use_recursive_doubling(const TcpOptions& tcp, const CollectiveCall& call,
-                                     int size) noexcept {
-    switch (tcp.all_reduce) {
-      case TcpAllReduce::ring:
-        return false;
-      case TcpAllReduce::recursive_doubling:
-        return true;
-      case TcpAllReduce::automatic:
-        break;
-    }
+  static TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,
+                                           int size) noexcept {
+    if (tcp.all_reduce != TcpAllReduce::automatic) return tcp.all_reduce;
     // S·⌈log2 size⌉·(size−1) ≤ small_message_bytes, without overflowing.
     const auto rounds = std::max<std::size_t>(1, std::bit_width(static_cast<unsigned>(size) - 1));
     const auto factor = rounds * static_cast<std::size_t>(std::max(1, size - 1));
-    return call.count * size_of(call.type) <= tcp.small_message_bytes / factor;
+    return call.count * size_of(call.type) <= tcp.small_message_bytes / factor
+               ? TcpAllReduce::recursive_doubling
+               : TcpAllReduce::ring;
   }
 
   std::unique_ptr<State> state_;

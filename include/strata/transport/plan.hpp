@@ -22,12 +22,15 @@ struct SendStep {
 };
 
 /// One message this rank receives: `bytes` from `peer` into `data`. Its handler runs once the
-/// data is in and send `after_send` of the same plan has completed (-1: at once).
+/// data is in, send `after_send` of the same plan has completed and the handler of the earlier
+/// receive `after_recv` has run (-1: at once); the latter orders handlers that combine into the
+/// same memory receives from different peers.
 struct RecvStep {
   int peer = 0;
   std::byte* data = nullptr;
   std::size_t bytes = 0;
   std::ptrdiff_t after_send = -1;
+  std::ptrdiff_t after_recv = -1;
 };
 
 }  // namespace strata::transport

@@ -339,7 +339,7 @@ class Link {
   }
 
   /// Runs the plan: every send and receive, `on_received(j)` once receive j is complete (and
-  /// its `after_send` is done). Returns when every step has completed.
+  /// its `after_send` and `after_recv` are done). Returns when every step has completed.
   /// @throws MismatchError when a peer's message describes another call; PeerFailureError when
   /// a peer closed its connections or failed; TimeoutError at the deadline, naming the ranks
   /// that did not answer. The group is failed before any of them propagates.
@@ -900,9 +900,13 @@ void Link::transfer(std::span<const transport::SendStep> sends,
     recv_processed[j] = 1;
     --recvs_left;
   };
+  auto handler_ready = [&](std::size_t j) {
+    const RecvStep& step = recvs[j];
+    return (step.after_send < 0 || send_done[static_cast<std::size_t>(step.after_send)] != 0) &&
+           (step.after_recv < 0 || recv_processed[static_cast<std::size_t>(step.after_recv)] != 0);
+  };
   auto try_process = [&](std::size_t j) {
-    const auto after = recvs[j].after_send;
-    if (after >= 0 && send_done[static_cast<std::size_t>(after)] == 0) {
+    if (!handler_ready(j)) {
       deferred.push_back(j);
       return;
     }
@@ -1010,7 +1014,7 @@ void Link::transfer(std::span<const transport::SendStep> sends,
       if (!deferred.empty()) {
         const auto before = deferred.size();
         std::erase_if(deferred, [&](std::size_t j) {
-          if (send_done[static_cast<std::size_t>(recvs[j].after_send)] == 0) return false;
+          if (!handler_ready(j)) return false;
           process(j);
           return true;
         });
