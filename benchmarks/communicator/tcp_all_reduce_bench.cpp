@@ -42,5 +42,8 @@ BENCHMARK_CAPTURE(BM_TcpAllReduce, ring, TcpAllReduce::ring)->Apply([](auto* b) 
 // Latency-optimised: small messages only (it sends the whole buffer log2(n) times).
 BENCHMARK_CAPTURE(BM_TcpAllReduce, recursive_doubling, TcpAllReduce::recursive_doubling)
     ->Apply([](auto* b) { sizes_and_ranks(b, std::int64_t{1} << 20); });
+// The ring's bytes in 2 log2(n) hops: medium messages.
+BENCHMARK_CAPTURE(BM_TcpAllReduce, halving_doubling, TcpAllReduce::halving_doubling)
+    ->Apply([](auto* b) { sizes_and_ranks(b, std::int64_t{16} << 20); });
 
 }  // namespace

@@ -128,7 +128,7 @@ struct AllReduceHalvingDoubling {
 
     if (folds_in) {
       for (std::size_t x = 0; x < pieces; ++x)
-        receive_combining(r - 1, x, region, all, /*received_first=*/true, /*last=*/false);
+        receive_combining(r - 1, x, region, all, /*received_first=*/true, /*final_round=*/false);
       region += call.count * element;
     }
     std::size_t first = 0;
