@@ -1193,6 +1193,7 @@ inline void reduce_n(DataType type, void* out, const void* const* inputs, std::s
 #include <cstddef>
 #include <cstring>
 #include <span>
+#include <vector>
 
 // ---- begin strata/communicator/collective.hpp ----
 // strata/communicator/collective.hpp — the description of one collective call.
@@ -1400,6 +1401,35 @@ inline void finish_mean(DataType type, std::byte* data, std::size_t count, Reduc
   });
 }
 
+/// Combines two ranks' partials of `count` elements into `out`, the lower rank's first, so
+/// that both partners of an exchange compute the same bits; `last`: the final combine, where a
+/// mean is finished.
+inline void combine_partials(DataType type, std::byte* out, const std::byte* own,
+                             const std::byte* received, bool received_first, std::size_t count,
+                             ReduceOp op, bool last, int group_size) {
+  if (received_first)
+    combine(type, out, received, own, count, op);
+  else
+    combine(type, out, own, received, count, op);
+  if (last) finish_mean(type, out, count, op, group_size);
+}
+
+/// The part of a rank folded out of a power-of-two exchange (recursive doubling and halving):
+/// send every part of `in` to `partner`, receive the result into `out`. In place the result
+/// overwrites what send k read, so receive k waits for it.
+template <MessageLink Link>
+void fold_away(Link& link, int partner, const std::byte* in, std::byte* out,
+               std::span<const Range> parts, std::size_t element) {
+  std::vector<transport::SendStep> sends;
+  std::vector<transport::RecvStep> recvs;
+  for (const Range& part : parts)
+    sends.push_back({partner, in + part.begin * element, part.size() * element, -1});
+  for (std::size_t k = 0; k < parts.size(); ++k)
+    recvs.push_back({partner, out + parts[k].begin * element, parts[k].size() * element,
+                     out == in ? static_cast<std::ptrdiff_t>(k) : -1});
+  link.transfer(sends, recvs, [](std::size_t) {});
+}
+
 inline void copy_if_distinct(std::byte* to, const std::byte* from, std::size_t bytes) noexcept {
   if (to != from && bytes > 0) std::memmove(to, from, bytes);
 }
@@ -1523,19 +1553,11 @@ struct AllReduceRecursiveDoubling {
       return recvs.size() < m ? -1 : static_cast<std::ptrdiff_t>(recvs.size() - m + k);
     };
 
-    if (folded_away) {
-      // Phase 1 and 3 of an even rank: hand the vector over, get the result back.
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        sends.push_back({r + 1, in + part.begin * element, part.size() * element, -1});
-      }
-      // The result overwrites `out`: in place, that is what send k reads.
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        recvs.push_back({r + 1, out + part.begin * element, part.size() * element,
-                         out == in ? static_cast<std::ptrdiff_t>(k) : -1});
-      }
-      link.transfer(sends, recvs, [](std::size_t) {});
+    if (folded_away) {  // phases 1 and 3 of an even rank: hand the vector over, get the result
+      std::vector<detail::Range> parts(m);
+      for (std::size_t k = 0; k < m; ++k)
+        parts[k] = detail::part_of(all, m, k);
+      detail::fold_away(link, r + 1, in, out, parts, element);
       return;
     }
     const int virtual_rank = folds_in ? r / 2 : r - extra;
@@ -1577,14 +1599,9 @@ struct AllReduceRecursiveDoubling {
       }
     link.transfer(sends, recvs, [&](std::size_t j) {
       const Combine& c = combines[j];
-      std::byte* target = out + c.part.begin * element;
-      const std::byte* own = c.mine + c.part.begin * element;
-      const std::byte* received = recvs[j].data;
-      if (c.received_first)
-        detail::combine(call.type, target, received, own, c.part.size(), call.op);
-      else
-        detail::combine(call.type, target, own, received, c.part.size(), call.op);
-      if (c.last) detail::finish_mean(call.type, target, c.part.size(), call.op, n);
+      detail::combine_partials(call.type, out + c.part.begin * element,
+                               c.mine + c.part.begin * element, recvs[j].data, c.received_first,
+                               c.part.size(), call.op, c.last, n);
     });
   }
 };
@@ -6297,28 +6314,21 @@ struct AllReduceHalvingDoubling {
       return detail::Range{block(first).begin, block(last - 1).end};
     };
 
+    const bool folded_away = r < 2 * extra && r % 2 == 0;
+    const bool folds_in = r < 2 * extra && r % 2 == 1;
+    if (folded_away) {  // phases 1 and 4 of an even rank: hand the vector over, get the result
+      std::vector<detail::Range> parts(pieces);
+      for (std::size_t x = 0; x < pieces; ++x)
+        parts[x] = piece(x);
+      detail::fold_away(link, r + 1, in, out, parts, element);
+      return;
+    }
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     auto send_piece = [&](int peer, const std::byte* base, std::size_t x, std::ptrdiff_t after) {
       const detail::Range part = piece(x);
       sends.push_back({peer, base + part.begin * element, part.size() * element, after});
     };
-
-    const bool folded_away = r < 2 * extra && r % 2 == 0;
-    const bool folds_in = r < 2 * extra && r % 2 == 1;
-    if (folded_away) {
-      // Phases 1 and 4 of an even rank: hand the vector over, get the result back. In place
-      // the result overwrites what send x reads: it waits for it.
-      for (std::size_t x = 0; x < pieces; ++x)
-        send_piece(r + 1, in, x, -1);
-      for (std::size_t x = 0; x < pieces; ++x) {
-        const detail::Range part = piece(x);
-        recvs.push_back({r + 1, out + part.begin * element, part.size() * element,
-                         out == in ? static_cast<std::ptrdiff_t>(x) : -1});
-      }
-      link.transfer(sends, recvs, [](std::size_t) {});
-      return;
-    }
     const int virtual_rank = folds_in ? r / 2 : r - extra;
     auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
 
@@ -6409,14 +6419,9 @@ struct AllReduceHalvingDoubling {
     link.transfer(sends, recvs, [&](std::size_t j) {
       const Combine& c = combines[j];
       if (c.own == nullptr) return;
-      std::byte* target = out + c.part.begin * element;
-      const std::byte* own = c.own + c.part.begin * element;
-      const std::byte* received = recvs[j].data;
-      if (c.received_first)
-        detail::combine(call.type, target, received, own, c.part.size(), call.op);
-      else
-        detail::combine(call.type, target, own, received, c.part.size(), call.op);
-      if (c.last) detail::finish_mean(call.type, target, c.part.size(), call.op, n);
+      detail::combine_partials(call.type, out + c.part.begin * element,
+                               c.own + c.part.begin * element, recvs[j].data, c.received_first,
+                               c.part.size(), call.op, c.last, n);
     });
   }
 };

@@ -69,28 +69,21 @@ struct AllReduceHalvingDoubling {
       return detail::Range{block(first).begin, block(last - 1).end};
     };
 
+    const bool folded_away = r < 2 * extra && r % 2 == 0;
+    const bool folds_in = r < 2 * extra && r % 2 == 1;
+    if (folded_away) {  // phases 1 and 4 of an even rank: hand the vector over, get the result
+      std::vector<detail::Range> parts(pieces);
+      for (std::size_t x = 0; x < pieces; ++x)
+        parts[x] = piece(x);
+      detail::fold_away(link, r + 1, in, out, parts, element);
+      return;
+    }
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     auto send_piece = [&](int peer, const std::byte* base, std::size_t x, std::ptrdiff_t after) {
       const detail::Range part = piece(x);
       sends.push_back({peer, base + part.begin * element, part.size() * element, after});
     };
-
-    const bool folded_away = r < 2 * extra && r % 2 == 0;
-    const bool folds_in = r < 2 * extra && r % 2 == 1;
-    if (folded_away) {
-      // Phases 1 and 4 of an even rank: hand the vector over, get the result back. In place
-      // the result overwrites what send x reads: it waits for it.
-      for (std::size_t x = 0; x < pieces; ++x)
-        send_piece(r + 1, in, x, -1);
-      for (std::size_t x = 0; x < pieces; ++x) {
-        const detail::Range part = piece(x);
-        recvs.push_back({r + 1, out + part.begin * element, part.size() * element,
-                         out == in ? static_cast<std::ptrdiff_t>(x) : -1});
-      }
-      link.transfer(sends, recvs, [](std::size_t) {});
-      return;
-    }
     const int virtual_rank = folds_in ? r / 2 : r - extra;
     auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
 
@@ -181,14 +174,9 @@ struct AllReduceHalvingDoubling {
     link.transfer(sends, recvs, [&](std::size_t j) {
       const Combine& c = combines[j];
       if (c.own == nullptr) return;
-      std::byte* target = out + c.part.begin * element;
-      const std::byte* own = c.own + c.part.begin * element;
-      const std::byte* received = recvs[j].data;
-      if (c.received_first)
-        detail::combine(call.type, target, received, own, c.part.size(), call.op);
-      else
-        detail::combine(call.type, target, own, received, c.part.size(), call.op);
-      if (c.last) detail::finish_mean(call.type, target, c.part.size(), call.op, n);
+      detail::combine_partials(call.type, out + c.part.begin * element,
+                               c.own + c.part.begin * element, recvs[j].data, c.received_first,
+                               c.part.size(), call.op, c.last, n);
     });
   }
 };

@@ -75,19 +75,11 @@ struct AllReduceRecursiveDoubling {
       return recvs.size() < m ? -1 : static_cast<std::ptrdiff_t>(recvs.size() - m + k);
     };
 
-    if (folded_away) {
-      // Phase 1 and 3 of an even rank: hand the vector over, get the result back.
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        sends.push_back({r + 1, in + part.begin * element, part.size() * element, -1});
-      }
-      // The result overwrites `out`: in place, that is what send k reads.
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        recvs.push_back({r + 1, out + part.begin * element, part.size() * element,
-                         out == in ? static_cast<std::ptrdiff_t>(k) : -1});
-      }
-      link.transfer(sends, recvs, [](std::size_t) {});
+    if (folded_away) {  // phases 1 and 3 of an even rank: hand the vector over, get the result
+      std::vector<detail::Range> parts(m);
+      for (std::size_t k = 0; k < m; ++k)
+        parts[k] = detail::part_of(all, m, k);
+      detail::fold_away(link, r + 1, in, out, parts, element);
       return;
     }
     const int virtual_rank = folds_in ? r / 2 : r - extra;
@@ -129,14 +121,9 @@ struct AllReduceRecursiveDoubling {
       }
     link.transfer(sends, recvs, [&](std::size_t j) {
       const Combine& c = combines[j];
-      std::byte* target = out + c.part.begin * element;
-      const std::byte* own = c.mine + c.part.begin * element;
-      const std::byte* received = recvs[j].data;
-      if (c.received_first)
-        detail::combine(call.type, target, received, own, c.part.size(), call.op);
-      else
-        detail::combine(call.type, target, own, received, c.part.size(), call.op);
-      if (c.last) detail::finish_mean(call.type, target, c.part.size(), call.op, n);
+      detail::combine_partials(call.type, out + c.part.begin * element,
+                               c.mine + c.part.begin * element, recvs[j].data, c.received_first,
+                               c.part.size(), call.op, c.last, n);
     });
   }
 };

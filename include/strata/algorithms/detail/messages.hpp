@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include <strata/communicator/collective.hpp>
 #include <strata/core/data_type.hpp>
@@ -79,6 +80,35 @@ inline void finish_mean(DataType type, std::byte* data, std::size_t count, Reduc
     divide<T>(std::span<T>(reinterpret_cast<T*>(data), count),
               static_cast<std::size_t>(group_size));
   });
+}
+
+/// Combines two ranks' partials of `count` elements into `out`, the lower rank's first, so
+/// that both partners of an exchange compute the same bits; `last`: the final combine, where a
+/// mean is finished.
+inline void combine_partials(DataType type, std::byte* out, const std::byte* own,
+                             const std::byte* received, bool received_first, std::size_t count,
+                             ReduceOp op, bool last, int group_size) {
+  if (received_first)
+    combine(type, out, received, own, count, op);
+  else
+    combine(type, out, own, received, count, op);
+  if (last) finish_mean(type, out, count, op, group_size);
+}
+
+/// The part of a rank folded out of a power-of-two exchange (recursive doubling and halving):
+/// send every part of `in` to `partner`, receive the result into `out`. In place the result
+/// overwrites what send k read, so receive k waits for it.
+template <MessageLink Link>
+void fold_away(Link& link, int partner, const std::byte* in, std::byte* out,
+               std::span<const Range> parts, std::size_t element) {
+  std::vector<transport::SendStep> sends;
+  std::vector<transport::RecvStep> recvs;
+  for (const Range& part : parts)
+    sends.push_back({partner, in + part.begin * element, part.size() * element, -1});
+  for (std::size_t k = 0; k < parts.size(); ++k)
+    recvs.push_back({partner, out + parts[k].begin * element, parts[k].size() * element,
+                     out == in ? static_cast<std::ptrdiff_t>(k) : -1});
+  link.transfer(sends, recvs, [](std::size_t) {});
 }
 
 inline void copy_if_distinct(std::byte* to, const std::byte* from, std::size_t bytes) noexcept {
