@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "collective_reference.hpp"
+#include "exceptions.hpp"
 
 namespace {
 
@@ -34,6 +35,8 @@ using strata::communicator::CallOptions;
 using strata::communicator::CommunicatorOptions;
 using strata::communicator::LocalCommunicator;
 using strata::communicator::Work;
+using strata::testing::holds;
+using strata::testing::message_of;
 using Local = LocalCommunicator<>;
 using Team = strata::testing::RankTeam<Local>;
 using Clock = std::chrono::steady_clock;
@@ -42,29 +45,6 @@ namespace testing = strata::testing;
 constexpr auto kDeadline = 200ms;
 constexpr auto kSlack = 1500ms;
 constexpr auto kLongDeadline = 20s;  // for calls that must fail long before it
-
-template <class E>
-bool holds(const std::exception_ptr& failure) {
-  if (!failure) return false;
-  try {
-    std::rethrow_exception(failure);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-std::string what_of(const std::exception_ptr& failure) {
-  if (!failure) return "(no exception)";
-  try {
-    std::rethrow_exception(failure);
-  } catch (const std::exception& error) {
-    return error.what();
-  } catch (...) {
-    return "(not a std::exception)";
-  }
-}
 
 bool contains(const std::string& text, std::string_view part) {
   return text.find(part) != std::string::npos;
@@ -86,7 +66,7 @@ void check_group_refuses_calls(Team& team) {
   for (int r = 0; r < team.size(); ++r) {
     CAPTURE(r);
     CHECK_MESSAGE(holds<strata::Error>(failures[static_cast<std::size_t>(r)]),
-                  what_of(failures[static_cast<std::size_t>(r)]));
+                  message_of(failures[static_cast<std::size_t>(r)]));
     CHECK(elapsed[static_cast<std::size_t>(r)] < kSlack);
   }
 }
@@ -200,7 +180,7 @@ TEST_CASE(
     for (int r = 0; r < 3; ++r) {
       CAPTURE(r);
       const auto& failure = failures[static_cast<std::size_t>(r)];
-      const std::string message = what_of(failure);
+      const std::string message = message_of(failure);
       CAPTURE(message);
       CHECK(holds<strata::MismatchError>(failure));
       // One view is rank 0's, the other the first rank that differs from rank 0.
@@ -248,7 +228,7 @@ TEST_CASE(
         continue;
       }
       CHECK(holds<strata::TimeoutError>(failure));
-      CHECK_MESSAGE(contains(what_of(failure), scenario.named), what_of(failure));
+      CHECK_MESSAGE(contains(message_of(failure), scenario.named), message_of(failure));
       CHECK_MESSAGE(elapsed[static_cast<std::size_t>(r)] >= kDeadline, "timed out early");
       CHECK(elapsed[static_cast<std::size_t>(r)] < kDeadline + kSlack);
     }
@@ -275,7 +255,7 @@ TEST_CASE("a per-call timeout overrides the communicator's, shorter or longer") 
     for (int r : {0, 2}) {
       CAPTURE(r);
       CHECK(holds<strata::TimeoutError>(failures[static_cast<std::size_t>(r)]));
-      CHECK(contains(what_of(failures[static_cast<std::size_t>(r)]), "rank 1 (of 3)"));
+      CHECK(contains(message_of(failures[static_cast<std::size_t>(r)]), "rank 1 (of 3)"));
       CHECK(elapsed[static_cast<std::size_t>(r)] >= kDeadline);
       CHECK(elapsed[static_cast<std::size_t>(r)] < kDeadline + kSlack);
     }
@@ -343,8 +323,8 @@ TEST_CASE(
     CAPTURE(r);
     const auto& failure = failures[static_cast<std::size_t>(r)];
     CHECK(holds<strata::PeerFailureError>(failure));
-    CHECK_MESSAGE(contains(what_of(failure), "rank 2 aborted: replica 2 ran out of memory"),
-                  what_of(failure));
+    CHECK_MESSAGE(contains(message_of(failure), "rank 2 aborted: replica 2 ran out of memory"),
+                  message_of(failure));
     CHECK(elapsed[static_cast<std::size_t>(r)] < kSlack);  // woken, not timed out
   }
   check_group_refuses_calls(team);
@@ -359,7 +339,7 @@ TEST_CASE("after abort() every later call on every rank throws PeerFailureError"
   });
   for (const auto& failure : failures) {
     CHECK(holds<strata::PeerFailureError>(failure));
-    CHECK(contains(what_of(failure), "rank 0 aborted: stopping"));
+    CHECK(contains(message_of(failure), "rank 0 aborted: stopping"));
   }
 }
 
@@ -528,12 +508,12 @@ TEST_CASE(
     });
     CHECK(Clock::now() - start < kSlack);  // nobody waited for the deadline
     CHECK(holds<strata::UsageError>(failures[1]));
-    CHECK_MESSAGE(contains(what_of(failures[1]), usage.says), what_of(failures[1]));
+    CHECK_MESSAGE(contains(message_of(failures[1]), usage.says), message_of(failures[1]));
     for (int r : {0, 2}) {
       CAPTURE(r);
       CHECK(holds<strata::PeerFailureError>(failures[static_cast<std::size_t>(r)]));
-      CHECK_MESSAGE(contains(what_of(failures[static_cast<std::size_t>(r)]), usage.says),
-                    what_of(failures[static_cast<std::size_t>(r)]));
+      CHECK_MESSAGE(contains(message_of(failures[static_cast<std::size_t>(r)]), usage.says),
+                    message_of(failures[static_cast<std::size_t>(r)]));
     }
     check_group_refuses_calls(team);
   }
@@ -563,9 +543,9 @@ TEST_CASE_TEMPLATE(
       throw;
     }
   });
-  CHECK_MESSAGE(holds<strata::UsageError>(failures[0]), what_of(failures[0]));
-  CHECK_MESSAGE(contains(what_of(failures[0]), "rank 0"), what_of(failures[0]));
-  CHECK_MESSAGE(holds<strata::PeerFailureError>(failures[1]), what_of(failures[1]));
+  CHECK_MESSAGE(holds<strata::UsageError>(failures[0]), message_of(failures[0]));
+  CHECK_MESSAGE(contains(message_of(failures[0]), "rank 0"), message_of(failures[0]));
+  CHECK_MESSAGE(holds<strata::PeerFailureError>(failures[1]), message_of(failures[1]));
   CHECK(elapsed[0] < kSlack);
   CHECK(elapsed[1] < kSlack);
 }

@@ -40,6 +40,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/write.hpp>
 
+#include "exceptions.hpp"
 #include "loopback_ports.hpp"
 
 namespace {
@@ -50,6 +51,8 @@ using strata::communicator::CommunicatorOptions;
 using strata::communicator::TcpCommunicator;
 using strata::communicator::TcpMembership;
 using strata::communicator::TcpOptions;
+using strata::testing::holds;
+using strata::testing::message_of;
 using Address = strata::cluster::Address;
 
 // Runs body(rank) on one thread per rank and returns each rank's exception (nullptr if none).
@@ -67,27 +70,6 @@ std::vector<std::exception_ptr> run_ranks(int size, const std::function<void(int
       });
   }
   return errors;
-}
-
-std::string message_of(const std::exception_ptr& error) {
-  if (!error) return "no error";
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
-
-template <class E>
-bool is(const std::exception_ptr& error) {
-  if (!error) return false;
-  try {
-    std::rethrow_exception(error);
-  } catch (const E&) {
-    return true;
-  } catch (...) {
-    return false;
-  }
 }
 
 using Ports = strata::testing::LoopbackPorts;
@@ -361,7 +343,7 @@ TEST_CASE("ranks that disagree on count, type, op, root or kind all raise Mismat
     for (int r = 0; r < 3; ++r) {
       CAPTURE(r);
       const auto& error = errors[static_cast<std::size_t>(r)];
-      CHECK_MESSAGE(is<strata::MismatchError>(error), message_of(error));
+      CHECK_MESSAGE(holds<strata::MismatchError>(error), message_of(error));
       const std::string message = message_of(error);
       if (message.find("but rank") != std::string::npos ||
           message.find("while this rank is in") != std::string::npos)
@@ -371,7 +353,7 @@ TEST_CASE("ranks that disagree on count, type, op, root or kind all raise Mismat
     // The group is failed: later calls refuse at once, on every rank.
     auto later = run_ranks(3, [&](int r) { group[static_cast<std::size_t>(r)].barrier(); });
     for (const auto& error : later) {
-      CHECK(is<strata::MismatchError>(error));
+      CHECK(holds<strata::MismatchError>(error));
       CHECK(message_of(error).find("failed earlier") != std::string::npos);
     }
   }
@@ -394,7 +376,7 @@ TEST_CASE("a rank that never calls makes the others time out naming it") {
     CAPTURE(r);
     const auto& error = errors[static_cast<std::size_t>(r)];
     REQUIRE(error);
-    CHECK_MESSAGE(is<strata::TimeoutError>(error), message_of(error));
+    CHECK_MESSAGE(holds<strata::TimeoutError>(error), message_of(error));
     CHECK_MESSAGE(message_of(error).find("2 did not answer") != std::string::npos,
                   message_of(error));
   }
@@ -419,7 +401,7 @@ TEST_CASE("abort() from another thread releases every rank with the reason") {
     CAPTURE(r);
     const auto& error = errors[static_cast<std::size_t>(r)];
     REQUIRE(error);
-    CHECK_MESSAGE(is<strata::PeerFailureError>(error), message_of(error));
+    CHECK_MESSAGE(holds<strata::PeerFailureError>(error), message_of(error));
     CHECK(message_of(error).find("the watchdog gave up") != std::string::npos);
   }
 }
@@ -434,8 +416,8 @@ TEST_CASE("a usage error on one rank fails the group for the others at once") {
                                                   strata::ReduceOp::sum);
   });
   CHECK(std::chrono::steady_clock::now() - start < 5s);
-  CHECK_MESSAGE(is<strata::UsageError>(errors[1]), message_of(errors[1]));
-  CHECK_MESSAGE(is<strata::PeerFailureError>(errors[0]), message_of(errors[0]));
+  CHECK_MESSAGE(holds<strata::UsageError>(errors[1]), message_of(errors[1]));
+  CHECK_MESSAGE(holds<strata::PeerFailureError>(errors[0]), message_of(errors[0]));
   CHECK(message_of(errors[0]).find("recv has 9 elements") != std::string::npos);
 }
 
@@ -449,7 +431,7 @@ TEST_CASE("rendezvous lists the ranks that did not join") {
   for (int r = 0; r < 2; ++r) {
     CAPTURE(r);
     REQUIRE(errors[static_cast<std::size_t>(r)]);
-    CHECK(is<strata::TimeoutError>(errors[static_cast<std::size_t>(r)]));
+    CHECK(holds<strata::TimeoutError>(errors[static_cast<std::size_t>(r)]));
     CHECK(message_of(errors[static_cast<std::size_t>(r)]).find("ranks 2, 3 did not join") !=
           std::string::npos);
   }
@@ -494,7 +476,7 @@ TEST_CASE(
       TcpCommunicator comm(ports.membership(r), tcp, deadline(1500ms));
     });
     REQUIRE(errors[1]);
-    CHECK(is<strata::ConfigurationError>(errors[1]));
+    CHECK(holds<strata::ConfigurationError>(errors[1]));
     CHECK(message_of(errors[1]).find("tokens (STRATA_CLUSTER_TOKEN) differ") != std::string::npos);
     REQUIRE(errors[0]);
     CHECK(message_of(errors[0]).find("tokens (STRATA_CLUSTER_TOKEN) differ") != std::string::npos);
@@ -507,7 +489,7 @@ TEST_CASE(
       TcpCommunicator comm(ports.membership(r), tcp, deadline(1500ms));
     });
     REQUIRE(errors[1]);
-    CHECK(is<strata::ConfigurationError>(errors[1]));
+    CHECK(holds<strata::ConfigurationError>(errors[1]));
     CHECK(message_of(errors[1]).find("requires a cluster token") != std::string::npos);
   }
 }
@@ -520,7 +502,7 @@ TEST_CASE("ranks with different TCP tunables or cluster specs are refused with t
     TcpCommunicator comm(ports.membership(r), tcp, deadline(1500ms));
   });
   REQUIRE(errors[1]);
-  CHECK(is<strata::ConfigurationError>(errors[1]));
+  CHECK(holds<strata::ConfigurationError>(errors[1]));
   CHECK(message_of(errors[1]).find("different TCP tunables") != std::string::npos);
 }
 
@@ -532,7 +514,7 @@ TEST_CASE("ranks given different cluster specs are refused with the reason") {
     TcpCommunicator comm(std::move(membership), {}, deadline(1500ms));
   });
   REQUIRE(errors[1]);
-  CHECK_MESSAGE(is<strata::ConfigurationError>(errors[1]), message_of(errors[1]));
+  CHECK_MESSAGE(holds<strata::ConfigurationError>(errors[1]), message_of(errors[1]));
   CHECK(message_of(errors[1]).find("different cluster specs") != std::string::npos);
   REQUIRE(errors[0]);  // rank 0 never hears from a rank of its own cluster
 }
@@ -546,7 +528,7 @@ TEST_CASE("ranks that disagree on the world size are refused with the reason") {
     TcpCommunicator comm(std::move(membership), {}, deadline(1500ms));
   });
   REQUIRE(errors[1]);
-  CHECK_MESSAGE(is<strata::ConfigurationError>(errors[1]), message_of(errors[1]));
+  CHECK_MESSAGE(holds<strata::ConfigurationError>(errors[1]), message_of(errors[1]));
   CHECK_MESSAGE(message_of(errors[1]).find("disagree on the world size") != std::string::npos,
                 message_of(errors[1]));
   ::close(ports.fds[2]);
@@ -596,10 +578,10 @@ TEST_CASE("a restarted rank's second incarnation is refused while the first is c
         break;
     }
   });
-  CHECK_MESSAGE(is<strata::TimeoutError>(errors[1]), message_of(errors[1]));  // A
-  REQUIRE(errors[2]);                                                         // B
+  CHECK_MESSAGE(holds<strata::TimeoutError>(errors[1]), message_of(errors[1]));  // A
+  REQUIRE(errors[2]);                                                            // B
   // B keeps retrying (A may be about to die) until its deadline, then says who refused it.
-  CHECK_MESSAGE(is<strata::TimeoutError>(errors[2]), message_of(errors[2]));
+  CHECK_MESSAGE(holds<strata::TimeoutError>(errors[2]), message_of(errors[2]));
   CHECK(message_of(errors[2]).find("another incarnation of this rank is already connected") !=
         std::string::npos);
   for (int who : {0, 3, 4}) {

@@ -33,12 +33,15 @@
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
 
+#include "exceptions.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
 using strata::Deadline;
 using strata::communicator::Collective;
 using strata::communicator::CollectiveCall;
+using strata::testing::message_of;
 namespace wire = strata::transport::tcp;
 using Clock = std::chrono::steady_clock;
 
@@ -136,15 +139,6 @@ void send_release(int fd, std::uint64_t sequence, std::uint64_t count) {
   header.sequence = sequence;
   header.count = count;
   send_frame(fd, header);
-}
-
-std::string message_of(const std::exception_ptr& error) {
-  if (!error) return "no error";
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
 }
 
 void nothing_received(std::size_t) {}
