@@ -139,8 +139,8 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
       --ranks N            number of ranks (default 2; under a launcher, its world size)
       --algo A             all-reduce algorithm. local: auto (scatter_gather),
                            scatter_gather, reduce_to_one. tcp: auto (recursive doubling up to
-                           512 KiB / (ceil(log2 N) (N-1)), ring above), ring, rd|recursive_doubling,
-                           hd|halving_doubling
+                           512 KiB / (ceil(log2 N) (N-1)), ring above), ring,
+                           rd|recursive_doubling, hd|halving_doubling
       --congestion NAME    tcp: TCP congestion control of strata's connections, e.g. bbr or
                            cubic (default: reno within one host, the kernel's between hosts)
       --lend-from SIZE|off tcp: calls that send SIZE bytes or more lend their messages of 64K
