@@ -1175,7 +1175,8 @@ inline void reduce_n(DataType type, void* out, const void* const* inputs, std::s
 // Computes  block q of every rank's output = rank q's input (blocks of `count` elements).
 // Phases    n-1 steps: in step t rank r sends block r-t to rank r+1 and receives block r-t-1
 //           from rank r-1 straight into its output; each block travels as segments, and a
-//           segment is forwarded as soon as it has arrived.
+//           segment is forwarded as soon as it has arrived (in wavefront order,
+//           detail::Wavefront).
 // Cost      (n-1)·S bytes sent and received per rank for blocks of S bytes (bandwidth-
 //           optimal); n-1 hops of latency.
 // Requires  agreed calls (count).
@@ -1379,6 +1380,55 @@ inline std::size_t segments_for(std::size_t elements, std::size_t element_bytes,
   return std::max<std::size_t>(1, (elements + per_message - 1) / per_message);
 }
 
+/// The order of a pipelined ring's messages: `steps` steps of `segments` segments each, where
+/// segment k of step t forwards what segment k of step t-1 brought. Step by step, a segment
+/// would be forwarded a whole step after it arrived, long out of cache for large buffers; here
+/// segment k of step t comes right after segment k + kLag of step t-1 (a wavefront), so it
+/// leaves while what produced it is still in cache. Every rank orders its sends and its
+/// receives alike, so the messages between two ranks match, and a message only waits for
+/// messages earlier in the order: no rank can wait on another in a cycle.
+class Wavefront {
+ public:
+  /// Segments of slack between arriving and forwarding: enough that a rank seldom waits for
+  /// its predecessor, few enough (a few MiB at the default segment size) to stay in cache.
+  static constexpr std::size_t kLag = 4;
+
+  Wavefront(std::size_t steps, std::size_t segments)
+      : segments_(segments),
+        step_(steps * segments),
+        segment_(steps * segments),
+        position_(steps * segments) {
+    std::size_t next = 0;
+    for (std::size_t front = 0; next < step_.size(); ++front)
+      for (std::size_t t = 0; t < steps && t * kLag <= front; ++t) {
+        const std::size_t k = front - t * kLag;
+        if (k >= segments) continue;
+        step_[next] = t;
+        segment_[next] = k;
+        position_[t * segments + k] = next++;
+      }
+  }
+
+  std::size_t size() const noexcept { return step_.size(); }
+  /// Step and segment of the message at plan index i.
+  std::size_t step(std::size_t i) const noexcept { return step_[i]; }
+  std::size_t segment(std::size_t i) const noexcept { return segment_[i]; }
+  /// Plan index of segment k of step t.
+  std::size_t position(std::size_t t, std::size_t k) const noexcept {
+    return position_[t * segments_ + k];
+  }
+  /// What the message at plan index i waits for: the receive it forwards (-1 in step 0).
+  std::ptrdiff_t forwards(std::size_t i) const noexcept {
+    return step_[i] == 0 ? -1 : static_cast<std::ptrdiff_t>(position(step_[i] - 1, segment_[i]));
+  }
+
+ private:
+  std::size_t segments_;
+  std::vector<std::size_t> step_;
+  std::vector<std::size_t> segment_;
+  std::vector<std::size_t> position_;
+};
+
 inline int mod(int value, int n) noexcept {
   return ((value % n) + n) % n;
 }
@@ -1460,17 +1510,18 @@ struct AllGatherRing {
     const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
     const int next = detail::mod(r + 1, n);
     const int prev = detail::mod(r - 1, n);
+    const detail::Wavefront order(static_cast<std::size_t>(n - 1), m);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
-    for (int t = 0; t < n - 1; ++t)
-      for (std::size_t k = 0; k < m; ++k) {
-        const std::size_t i = static_cast<std::size_t>(t) * m + k;
-        const detail::Range send_part = detail::part_of(block(r - t), m, k);
-        const detail::Range recv_part = detail::part_of(block(r - t - 1), m, k);
-        sends.push_back({next, out + send_part.begin * element, send_part.size() * element,
-                         t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)});
-        recvs.push_back({prev, out + recv_part.begin * element, recv_part.size() * element, -1});
-      }
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const int t = static_cast<int>(order.step(i));
+      const std::size_t k = order.segment(i);
+      const detail::Range send_part = detail::part_of(block(r - t), m, k);
+      const detail::Range recv_part = detail::part_of(block(r - t - 1), m, k);
+      sends.push_back(
+          {next, out + send_part.begin * element, send_part.size() * element, order.forwards(i)});
+      recvs.push_back({prev, out + recv_part.begin * element, recv_part.size() * element, -1});
+    }
     link.transfer(sends, recvs, [](std::size_t) {});
   }
 };
@@ -1619,7 +1670,8 @@ struct AllReduceRecursiveDoubling {
 //              into its output.
 //           Each chunk travels as m segments of at most max_message_bytes, and segment k of a
 //           step is forwarded as soon as segment k of the previous step has arrived and been
-//           reduced: sending, receiving and reducing all overlap.
+//           reduced: sending, receiving and reducing all overlap. Messages go in wavefront
+//           order (detail::Wavefront), so forwarded segments leave while still in cache.
 // Cost      2(n-1)·m messages each way per rank; 2·(n-1)/n·S bytes sent and received per rank
 //           (bandwidth-optimal); latency 2(n-1) hops: use recursive doubling for small S.
 // Requires  agreed calls; n ≥ 1; scratch of channels_per_peer() segments.
@@ -1703,37 +1755,35 @@ struct AllReduceRing {
     const int next = detail::mod(r + 1, n);
     const int prev = detail::mod(r - 1, n);
     const std::size_t steps = 2 * static_cast<std::size_t>(n - 1);
+    const std::size_t scatter_steps = static_cast<std::size_t>(n - 1);
+    const detail::Wavefront order(steps, m);
     std::vector<transport::SendStep> sends(steps * m);
     std::vector<transport::RecvStep> recvs(steps * m);
     std::vector<detail::Range> recv_range(steps * m);
-    for (std::size_t t = 0; t < steps; ++t) {
-      const bool scatter = t < static_cast<std::size_t>(n - 1);
-      const int s = static_cast<int>(scatter ? t : t - static_cast<std::size_t>(n - 1));
-      const detail::Range send_chunk = chunk(scatter ? r - s : r + 1 - s);
-      const detail::Range recv_chunk = chunk(scatter ? r - s - 1 : r - s);
-      for (std::size_t k = 0; k < m; ++k) {
-        const std::size_t i = t * m + k;
-        const detail::Range send_part = detail::part_of(send_chunk, m, k);
-        const detail::Range recv_part = detail::part_of(recv_chunk, m, k);
-        // Step 0 sends raw input; later steps forward what the previous step produced.
-        const std::byte* source = t == 0 ? in : out;
-        sends[i] = {next, source + send_part.begin * element, send_part.size() * element,
-                    t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)};
-        std::byte* target =
-            scatter ? scratch + (i % slots) * slot_bytes : out + recv_part.begin * element;
-        recvs[i] = {prev, target, recv_part.size() * element, -1};
-        recv_range[i] = recv_part;
-      }
+    for (std::size_t i = 0; i < steps * m; ++i) {
+      const std::size_t t = order.step(i);
+      const std::size_t k = order.segment(i);
+      const bool scatter = t < scatter_steps;
+      const int s = static_cast<int>(scatter ? t : t - scatter_steps);
+      const detail::Range send_part = detail::part_of(chunk(scatter ? r - s : r + 1 - s), m, k);
+      const detail::Range recv_part = detail::part_of(chunk(scatter ? r - s - 1 : r - s), m, k);
+      // Step 0 sends raw input; later steps forward what the previous step produced.
+      const std::byte* source = t == 0 ? in : out;
+      sends[i] = {next, source + send_part.begin * element, send_part.size() * element,
+                  order.forwards(i)};
+      std::byte* target =
+          scatter ? scratch + (i % slots) * slot_bytes : out + recv_part.begin * element;
+      recvs[i] = {prev, target, recv_part.size() * element, -1};
+      recv_range[i] = recv_part;
     }
-    const std::size_t scatter_messages = static_cast<std::size_t>(n - 1) * m;
-    const std::size_t last_scatter_step = scatter_messages - m;
     link.transfer(sends, recvs, [&](std::size_t j) {
-      if (j >= scatter_messages) return;  // all-gather: the data is already in place
+      const std::size_t t = order.step(j);
+      if (t >= scatter_steps) return;  // all-gather: the data is already in place
       const detail::Range part = recv_range[j];
       std::byte* target = out + part.begin * element;
       detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
                       call.op);
-      if (j >= last_scatter_step) detail::finish_mean(call.type, target, part.size(), call.op, n);
+      if (t + 1 == scatter_steps) detail::finish_mean(call.type, target, part.size(), call.op, n);
     });
   }
 };
@@ -1950,25 +2000,25 @@ struct ReduceScatterRing {
     std::byte* partial = scratch + slots * slot_bytes;  // indexed like the input
     const int next = detail::mod(r + 1, n);
     const int prev = detail::mod(r - 1, n);
+    const detail::Wavefront order(static_cast<std::size_t>(n - 1), m);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     std::vector<detail::Range> recv_parts;
-    for (int t = 0; t < n - 1; ++t)
-      for (std::size_t k = 0; k < m; ++k) {
-        const std::size_t i = static_cast<std::size_t>(t) * m + k;
-        const detail::Range send_part = detail::part_of(block(r - t - 1), m, k);
-        const detail::Range recv_part = detail::part_of(block(r - t - 2), m, k);
-        sends.push_back({next, (t == 0 ? in : partial) + send_part.begin * element,
-                         send_part.size() * element,
-                         t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)});
-        recvs.push_back({prev, scratch + (i % slots) * slot_bytes, recv_part.size() * element, -1});
-        recv_parts.push_back(recv_part);
-      }
-    const std::size_t last_step = static_cast<std::size_t>(n - 2) * m;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const int t = static_cast<int>(order.step(i));
+      const std::size_t k = order.segment(i);
+      const detail::Range send_part = detail::part_of(block(r - t - 1), m, k);
+      const detail::Range recv_part = detail::part_of(block(r - t - 2), m, k);
+      sends.push_back({next, (t == 0 ? in : partial) + send_part.begin * element,
+                       send_part.size() * element, order.forwards(i)});
+      recvs.push_back({prev, scratch + (i % slots) * slot_bytes, recv_part.size() * element, -1});
+      recv_parts.push_back(recv_part);
+    }
+    const auto last_step = static_cast<std::size_t>(n - 2);
     const std::size_t own_begin = block(r).begin;
     link.transfer(sends, recvs, [&](std::size_t j) {
       const detail::Range part = recv_parts[j];
-      const bool last = j >= last_step;
+      const bool last = order.step(j) == last_step;
       std::byte* target =
           last ? out + (part.begin - own_begin) * element : partial + part.begin * element;
       detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),

@@ -3,7 +3,8 @@
 // Computes  block q of every rank's output = rank q's input (blocks of `count` elements).
 // Phases    n-1 steps: in step t rank r sends block r-t to rank r+1 and receives block r-t-1
 //           from rank r-1 straight into its output; each block travels as segments, and a
-//           segment is forwarded as soon as it has arrived.
+//           segment is forwarded as soon as it has arrived (in wavefront order,
+//           detail::Wavefront).
 // Cost      (n-1)·S bytes sent and received per rank for blocks of S bytes (bandwidth-
 //           optimal); n-1 hops of latency.
 // Requires  agreed calls (count).
@@ -38,17 +39,18 @@ struct AllGatherRing {
     const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
     const int next = detail::mod(r + 1, n);
     const int prev = detail::mod(r - 1, n);
+    const detail::Wavefront order(static_cast<std::size_t>(n - 1), m);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
-    for (int t = 0; t < n - 1; ++t)
-      for (std::size_t k = 0; k < m; ++k) {
-        const std::size_t i = static_cast<std::size_t>(t) * m + k;
-        const detail::Range send_part = detail::part_of(block(r - t), m, k);
-        const detail::Range recv_part = detail::part_of(block(r - t - 1), m, k);
-        sends.push_back({next, out + send_part.begin * element, send_part.size() * element,
-                         t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)});
-        recvs.push_back({prev, out + recv_part.begin * element, recv_part.size() * element, -1});
-      }
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const int t = static_cast<int>(order.step(i));
+      const std::size_t k = order.segment(i);
+      const detail::Range send_part = detail::part_of(block(r - t), m, k);
+      const detail::Range recv_part = detail::part_of(block(r - t - 1), m, k);
+      sends.push_back(
+          {next, out + send_part.begin * element, send_part.size() * element, order.forwards(i)});
+      recvs.push_back({prev, out + recv_part.begin * element, recv_part.size() * element, -1});
+    }
     link.transfer(sends, recvs, [](std::size_t) {});
   }
 };

@@ -8,7 +8,8 @@
 //              into its output.
 //           Each chunk travels as m segments of at most max_message_bytes, and segment k of a
 //           step is forwarded as soon as segment k of the previous step has arrived and been
-//           reduced: sending, receiving and reducing all overlap.
+//           reduced: sending, receiving and reducing all overlap. Messages go in wavefront
+//           order (detail::Wavefront), so forwarded segments leave while still in cache.
 // Cost      2(n-1)·m messages each way per rank; 2·(n-1)/n·S bytes sent and received per rank
 //           (bandwidth-optimal); latency 2(n-1) hops: use recursive doubling for small S.
 // Requires  agreed calls; n ≥ 1; scratch of channels_per_peer() segments.
@@ -55,37 +56,35 @@ struct AllReduceRing {
     const int next = detail::mod(r + 1, n);
     const int prev = detail::mod(r - 1, n);
     const std::size_t steps = 2 * static_cast<std::size_t>(n - 1);
+    const std::size_t scatter_steps = static_cast<std::size_t>(n - 1);
+    const detail::Wavefront order(steps, m);
     std::vector<transport::SendStep> sends(steps * m);
     std::vector<transport::RecvStep> recvs(steps * m);
     std::vector<detail::Range> recv_range(steps * m);
-    for (std::size_t t = 0; t < steps; ++t) {
-      const bool scatter = t < static_cast<std::size_t>(n - 1);
-      const int s = static_cast<int>(scatter ? t : t - static_cast<std::size_t>(n - 1));
-      const detail::Range send_chunk = chunk(scatter ? r - s : r + 1 - s);
-      const detail::Range recv_chunk = chunk(scatter ? r - s - 1 : r - s);
-      for (std::size_t k = 0; k < m; ++k) {
-        const std::size_t i = t * m + k;
-        const detail::Range send_part = detail::part_of(send_chunk, m, k);
-        const detail::Range recv_part = detail::part_of(recv_chunk, m, k);
-        // Step 0 sends raw input; later steps forward what the previous step produced.
-        const std::byte* source = t == 0 ? in : out;
-        sends[i] = {next, source + send_part.begin * element, send_part.size() * element,
-                    t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)};
-        std::byte* target =
-            scatter ? scratch + (i % slots) * slot_bytes : out + recv_part.begin * element;
-        recvs[i] = {prev, target, recv_part.size() * element, -1};
-        recv_range[i] = recv_part;
-      }
+    for (std::size_t i = 0; i < steps * m; ++i) {
+      const std::size_t t = order.step(i);
+      const std::size_t k = order.segment(i);
+      const bool scatter = t < scatter_steps;
+      const int s = static_cast<int>(scatter ? t : t - scatter_steps);
+      const detail::Range send_part = detail::part_of(chunk(scatter ? r - s : r + 1 - s), m, k);
+      const detail::Range recv_part = detail::part_of(chunk(scatter ? r - s - 1 : r - s), m, k);
+      // Step 0 sends raw input; later steps forward what the previous step produced.
+      const std::byte* source = t == 0 ? in : out;
+      sends[i] = {next, source + send_part.begin * element, send_part.size() * element,
+                  order.forwards(i)};
+      std::byte* target =
+          scatter ? scratch + (i % slots) * slot_bytes : out + recv_part.begin * element;
+      recvs[i] = {prev, target, recv_part.size() * element, -1};
+      recv_range[i] = recv_part;
     }
-    const std::size_t scatter_messages = static_cast<std::size_t>(n - 1) * m;
-    const std::size_t last_scatter_step = scatter_messages - m;
     link.transfer(sends, recvs, [&](std::size_t j) {
-      if (j >= scatter_messages) return;  // all-gather: the data is already in place
+      const std::size_t t = order.step(j);
+      if (t >= scatter_steps) return;  // all-gather: the data is already in place
       const detail::Range part = recv_range[j];
       std::byte* target = out + part.begin * element;
       detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
                       call.op);
-      if (j >= last_scatter_step) detail::finish_mean(call.type, target, part.size(), call.op, n);
+      if (t + 1 == scatter_steps) detail::finish_mean(call.type, target, part.size(), call.op, n);
     });
   }
 };

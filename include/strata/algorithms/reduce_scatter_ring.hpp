@@ -46,25 +46,25 @@ struct ReduceScatterRing {
     std::byte* partial = scratch + slots * slot_bytes;  // indexed like the input
     const int next = detail::mod(r + 1, n);
     const int prev = detail::mod(r - 1, n);
+    const detail::Wavefront order(static_cast<std::size_t>(n - 1), m);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     std::vector<detail::Range> recv_parts;
-    for (int t = 0; t < n - 1; ++t)
-      for (std::size_t k = 0; k < m; ++k) {
-        const std::size_t i = static_cast<std::size_t>(t) * m + k;
-        const detail::Range send_part = detail::part_of(block(r - t - 1), m, k);
-        const detail::Range recv_part = detail::part_of(block(r - t - 2), m, k);
-        sends.push_back({next, (t == 0 ? in : partial) + send_part.begin * element,
-                         send_part.size() * element,
-                         t == 0 ? -1 : static_cast<std::ptrdiff_t>(i - m)});
-        recvs.push_back({prev, scratch + (i % slots) * slot_bytes, recv_part.size() * element, -1});
-        recv_parts.push_back(recv_part);
-      }
-    const std::size_t last_step = static_cast<std::size_t>(n - 2) * m;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const int t = static_cast<int>(order.step(i));
+      const std::size_t k = order.segment(i);
+      const detail::Range send_part = detail::part_of(block(r - t - 1), m, k);
+      const detail::Range recv_part = detail::part_of(block(r - t - 2), m, k);
+      sends.push_back({next, (t == 0 ? in : partial) + send_part.begin * element,
+                       send_part.size() * element, order.forwards(i)});
+      recvs.push_back({prev, scratch + (i % slots) * slot_bytes, recv_part.size() * element, -1});
+      recv_parts.push_back(recv_part);
+    }
+    const auto last_step = static_cast<std::size_t>(n - 2);
     const std::size_t own_begin = block(r).begin;
     link.transfer(sends, recvs, [&](std::size_t j) {
       const detail::Range part = recv_parts[j];
-      const bool last = j >= last_step;
+      const bool last = order.step(j) == last_step;
       std::byte* target =
           last ? out + (part.begin - own_begin) * element : partial + part.begin * element;
       detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),

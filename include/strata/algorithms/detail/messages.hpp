@@ -60,6 +60,55 @@ inline std::size_t segments_for(std::size_t elements, std::size_t element_bytes,
   return std::max<std::size_t>(1, (elements + per_message - 1) / per_message);
 }
 
+/// The order of a pipelined ring's messages: `steps` steps of `segments` segments each, where
+/// segment k of step t forwards what segment k of step t-1 brought. Step by step, a segment
+/// would be forwarded a whole step after it arrived, long out of cache for large buffers; here
+/// segment k of step t comes right after segment k + kLag of step t-1 (a wavefront), so it
+/// leaves while what produced it is still in cache. Every rank orders its sends and its
+/// receives alike, so the messages between two ranks match, and a message only waits for
+/// messages earlier in the order: no rank can wait on another in a cycle.
+class Wavefront {
+ public:
+  /// Segments of slack between arriving and forwarding: enough that a rank seldom waits for
+  /// its predecessor, few enough (a few MiB at the default segment size) to stay in cache.
+  static constexpr std::size_t kLag = 4;
+
+  Wavefront(std::size_t steps, std::size_t segments)
+      : segments_(segments),
+        step_(steps * segments),
+        segment_(steps * segments),
+        position_(steps * segments) {
+    std::size_t next = 0;
+    for (std::size_t front = 0; next < step_.size(); ++front)
+      for (std::size_t t = 0; t < steps && t * kLag <= front; ++t) {
+        const std::size_t k = front - t * kLag;
+        if (k >= segments) continue;
+        step_[next] = t;
+        segment_[next] = k;
+        position_[t * segments + k] = next++;
+      }
+  }
+
+  std::size_t size() const noexcept { return step_.size(); }
+  /// Step and segment of the message at plan index i.
+  std::size_t step(std::size_t i) const noexcept { return step_[i]; }
+  std::size_t segment(std::size_t i) const noexcept { return segment_[i]; }
+  /// Plan index of segment k of step t.
+  std::size_t position(std::size_t t, std::size_t k) const noexcept {
+    return position_[t * segments_ + k];
+  }
+  /// What the message at plan index i waits for: the receive it forwards (-1 in step 0).
+  std::ptrdiff_t forwards(std::size_t i) const noexcept {
+    return step_[i] == 0 ? -1 : static_cast<std::ptrdiff_t>(position(step_[i] - 1, segment_[i]));
+  }
+
+ private:
+  std::size_t segments_;
+  std::vector<std::size_t> step_;
+  std::vector<std::size_t> segment_;
+  std::vector<std::size_t> position_;
+};
+
 inline int mod(int value, int n) noexcept {
   return ((value % n) + n) % n;
 }
