@@ -1,14 +1,19 @@
-// benchmarks/perf/bind.hpp — which CPU each rank runs on (--bind), as mpirun decides it.
+// benchmarks/perf/bind.hpp — which CPU each rank runs on (--bind).
 //
-// mpirun binds each rank to a core of its own when there are no more ranks than cores, and
-// leaves them unbound otherwise; the Open MPI contender of --compare runs that way. strata-perf
-// gives every rank it starts itself (threads with --transport local, processes with tcp, the
-// Gloo peer's processes) the same placement by default, so that the contenders are placed
-// alike. It matters here: a thread woken by another is usually placed on its waker's core
-// (95% of condition-variable wake-ups on this KVM guest), and two ranks that share a core stay
-// together for 20-40 ms before the scheduler spreads them, which is longer than a whole
-// small-message sweep. Ranks that a launcher started (TF_CONFIG, torchrun, ...) are the
-// launcher's to place.
+// By default every rank strata-perf starts itself (threads with --transport local, processes
+// with tcp, the Gloo peer's processes) is bound to a CPU, and the Open MPI contender of
+// --compare gets the same CPUs through a rankfile, so that the contenders are placed alike:
+// rank r on a CPU of its own when there are enough, and otherwise consecutive ranks sharing a
+// CPU, ⌈ranks/CPUs⌉ to each, as `mpirun --map-by ppr:K:core` would place them (Open MPI 4.1's
+// ppr mapping misplaces ranks once a core is overloaded, hence the rankfile). It matters here:
+// a thread woken by another is usually placed on its waker's core (95% of condition-variable
+// wake-ups on this KVM guest), and two ranks that share a core stay together for 20-40 ms
+// before the scheduler spreads them, longer than a whole small-message sweep. Unbound, 4 ranks
+// on 2 cores land in a different arrangement each launch: a small all-reduce took 14-16 µs in
+// some launches and 23-26 µs in others. Consecutive ranks together, not round robin, because
+// ring neighbours then pass half their messages within a core, where they are still in cache
+// (4 ranks, 1 MiB ring all-reduce: 0.50-0.71 ms against 0.74-0.79 round robin). Ranks that a
+// launcher started (TF_CONFIG, torchrun, ...) are the launcher's to place.
 #pragma once
 
 #include <optional>
@@ -23,7 +28,7 @@
 namespace strata::perf {
 
 enum class Binding {
-  core,  ///< rank r on the r-th CPU this process may use, when every rank can have one
+  core,  ///< rank r on the ⌊r / ⌈ranks/N⌉⌋-th of the N CPUs this process may use
   none,  ///< wherever the scheduler puts them
 };
 
@@ -43,13 +48,13 @@ inline std::vector<int> allowed_cpus() {
 }
 
 /// The CPU rank `rank` of `ranks` is bound to, from `cpus` (allowed_cpus() of the process
-/// that starts the ranks); nothing with Binding::none or when there are more ranks than CPUs.
+/// that starts the ranks): consecutive ranks share a CPU when there are more ranks than CPUs;
+/// nothing with Binding::none.
 inline std::optional<int> cpu_of_rank(Binding binding, int rank, int ranks,
                                       const std::vector<int>& cpus) {
-  if (binding == Binding::none || ranks > static_cast<int>(cpus.size()) || rank < 0 ||
-      rank >= ranks)
-    return std::nullopt;
-  return cpus[static_cast<std::size_t>(rank)];
+  if (binding == Binding::none || cpus.empty() || rank < 0 || rank >= ranks) return std::nullopt;
+  const std::size_t per_cpu = (static_cast<std::size_t>(ranks) + cpus.size() - 1) / cpus.size();
+  return cpus[static_cast<std::size_t>(rank) / per_cpu];
 }
 
 /// Confines the calling thread to `cpu`; threads it starts later inherit that. Safe between

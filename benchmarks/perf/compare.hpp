@@ -444,9 +444,31 @@ inline std::string find_mpiexec() {
   return {};
 }
 
+/// mpirun's options that place rank r where cpu_of_rank puts strata's: a rankfile (written
+/// into `scratch`) of the CPUs' OS numbers. Open MPI yields while it waits only when it knows
+/// a core is overloaded, which a rankfile hides: it is told, as it tells itself under
+/// --oversubscribe, or ranks spinning on one core starve each other (milliseconds per call).
+inline std::vector<std::string> mpirun_placement(Binding binding, int ranks,
+                                                 const std::filesystem::path& scratch) {
+  const auto cpus = allowed_cpus();
+  if (!cpu_of_rank(binding, 0, ranks, cpus)) return {"--bind-to", "none"};
+  const auto path = scratch / "mpi.rankfile";
+  std::ofstream file(path);
+  for (int r = 0; r < ranks; ++r)
+    file << fmt::format("rank {}=localhost slot={}\n", r, *cpu_of_rank(binding, r, ranks, cpus));
+  if (!file.flush()) throw std::runtime_error(fmt::format("cannot write {}", path.string()));
+  std::vector<std::string> placement = {"--rankfile", path.string(), "--mca",
+                                        "rmaps_rank_file_physical", "1"};
+  if (static_cast<std::size_t>(ranks) > cpus.size())
+    placement.insert(placement.end(), {"--mca", "mpi_yield_when_idle", "1"});
+  return placement;
+}
+
 /// The contenders available on this machine; `skipped` gets one line per peer that is not.
+/// `scratch`: a directory that outlives their runs.
 inline std::vector<Contender> contenders(const Options& options, int ranks,
-                                         std::vector<std::string>& skipped) {
+                                         std::vector<std::string>& skipped,
+                                         const std::filesystem::path& scratch) {
   const auto dir = own_directory();
   const auto shared = shared_arguments(options, ranks);
   auto with = [&](std::vector<std::string> head, std::vector<std::string> tail) {
@@ -489,10 +511,10 @@ inline std::vector<Contender> contenders(const Options& options, int ranks,
   const auto mpi = dir / "strata-perf-mpi";
   const std::string mpiexec = find_mpiexec();
   if (std::filesystem::exists(mpi) && !mpiexec.empty()) {
-    // mpirun places its ranks itself: the same placement as --bind gives the others.
-    const bool bound = cpu_of_rank(options.bind, 0, ranks, allowed_cpus()).has_value();
-    std::vector<std::string> launcher = {mpiexec,           "-n",        std::to_string(ranks),
-                                         "--oversubscribe", "--bind-to", bound ? "core" : "none"};
+    // The same placement as --bind gives the others.
+    std::vector<std::string> launcher = {mpiexec, "-n", std::to_string(ranks), "--oversubscribe"};
+    const auto placement = mpirun_placement(options.bind, ranks, scratch);
+    launcher.insert(launcher.end(), placement.begin(), placement.end());
     if (::geteuid() == 0) launcher.emplace_back("--allow-run-as-root");
     auto tcp = launcher;
     for (const char* arg :
@@ -529,9 +551,6 @@ inline std::vector<std::size_t> launch_order(std::size_t contenders, int launch)
 /// Returns strata-perf's exit status: 0, 1 on wrong values, 3 when a contender failed.
 inline int run_comparison(const Options& options, int ranks) {
   namespace d = detail::compare;
-  std::vector<std::string> skipped;
-  const auto list = contenders(options, ranks, skipped);
-
   char pattern[] = "/tmp/strata-perf-compare-XXXXXX";
   if (::mkdtemp(pattern) == nullptr)
     throw std::runtime_error(fmt::format("mkdtemp: {}", std::strerror(errno)));
@@ -543,6 +562,9 @@ inline int run_comparison(const Options& options, int ranks) {
       std::filesystem::remove_all(dir, ec);
     }
   } cleanup{scratch};
+
+  std::vector<std::string> skipped;
+  const auto list = contenders(options, ranks, skipped, scratch);
 
   // With --csv - the CSV is stdout, and the tables go to stderr (as without --compare).
   std::FILE* const text = options.csv == "-" ? stderr : stdout;

@@ -146,9 +146,10 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
       --lend-from SIZE|off tcp: calls that send SIZE bytes or more lend their messages of 64K
                            and up instead of copying them (TcpOptions::lend_from_bytes; 0:
                            every call; default off)
-      --bind core|none     core (default): as mpirun does, each rank strata-perf starts runs
-                           on a CPU of its own when there are no more ranks than CPUs; none:
-                           wherever the scheduler puts it. The header shows each rank's CPUs
+      --bind core|none     core (default): each rank strata-perf starts runs on a CPU of
+                           its own, or with more ranks than CPUs, consecutive ranks share one
+                           (as mpirun --map-by ppr:K:core); none: wherever the scheduler puts
+                           it. The header shows each rank's CPUs
       --csv FILE|-         also write the rows as CSV ('-': stdout, the table goes to stderr)
       --json FILE|-        also write the run and its rows as JSON
       --progress           progress line on stderr even when it is not a terminal

@@ -179,12 +179,22 @@ TEST_CASE("bad command lines name what is wrong") {
 }
 
 // bind.hpp: which CPU each rank gets, as mpirun's default binding gives it.
-TEST_CASE("--bind core gives each rank a CPU of its own only when there are enough") {
+TEST_CASE("--bind core gives each rank a CPU of its own, or consecutive ranks one to share") {
   const std::vector<int> cpus = {2, 3, 5};
   CHECK(cpu_of_rank(Binding::core, 0, 3, cpus) == 2);
   CHECK(cpu_of_rank(Binding::core, 2, 3, cpus) == 5);
   CHECK(cpu_of_rank(Binding::core, 1, 2, cpus) == 3);
-  CHECK_FALSE(cpu_of_rank(Binding::core, 0, 4, cpus));  // more ranks than CPUs: unbound
+  // More ranks than CPUs: ⌈ranks/CPUs⌉ consecutive ranks to a CPU, in order.
+  const std::vector<int> two = {0, 1};
+  std::vector<int> four;
+  for (int r = 0; r < 4; ++r)
+    four.push_back(*cpu_of_rank(Binding::core, r, 4, two));
+  CHECK(four == std::vector<int>{0, 0, 1, 1});
+  std::vector<int> seven;
+  for (int r = 0; r < 7; ++r)
+    seven.push_back(*cpu_of_rank(Binding::core, r, 7, cpus));
+  CHECK(seven == std::vector<int>{2, 2, 2, 3, 3, 3, 5});
+  CHECK_FALSE(cpu_of_rank(Binding::core, 0, 2, {}));  // nothing known: unbound
   CHECK_FALSE(cpu_of_rank(Binding::none, 0, 2, cpus));
   CHECK_FALSE(cpu_of_rank(Binding::core, 3, 3, cpus));
 }
