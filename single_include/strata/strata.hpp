@@ -7998,8 +7998,11 @@ class SigpipeBlocked {
 class Link {
  public:
   /// How long a rank polls its sockets without blocking once nothing moves, before it sleeps
-  /// in poll(2): longer than a loopback round trip, short next to a scheduler tick.
-  static constexpr std::chrono::microseconds kBusyPoll{200};
+  /// in poll(2): longer than a loopback round trip and than one step of a ring whose ranks
+  /// share cores, short next to a scheduler tick. Waking from poll(2) costs 80-280 µs; with
+  /// 4 ranks on 2 cores a 1-2 MiB ring's waits often pass 200 µs, and a 200 µs budget made a
+  /// 2 MiB all-reduce 1.16x slower than this one (benchmarks/RESULTS.md, thirteenth run).
+  static constexpr std::chrono::microseconds kBusyPoll{1000};
   /// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller
   /// ones cost less to copy than to pin page by page.
   static constexpr std::size_t kLendBytes = std::size_t{64} << 10;

@@ -315,7 +315,7 @@ class Link {
   /// in poll(2): longer than a loopback round trip and than one step of a ring whose ranks
   /// share cores, short next to a scheduler tick. Waking from poll(2) costs 80-280 µs; with
   /// 4 ranks on 2 cores a 1-2 MiB ring's waits often pass 200 µs, and a 200 µs budget made a
-  /// 2 MiB all-reduce 1.15x slower than this one (benchmarks/RESULTS.md, thirteenth run).
+  /// 2 MiB all-reduce 1.16x slower than this one (benchmarks/RESULTS.md, thirteenth run).
   static constexpr std::chrono::microseconds kBusyPoll{1000};
   /// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller
   /// ones cost less to copy than to pin page by page.
