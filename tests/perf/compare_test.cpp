@@ -4,8 +4,12 @@
 // The header lives with the benchmark, not under include/, so it is included by a relative path.
 #include "../../benchmarks/perf/compare.hpp"
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#include <stdlib.h>
 
 #include <doctest/doctest.h>
 
@@ -87,6 +91,34 @@ TEST_CASE("each launch starts with the next contender, so that each runs first i
   CHECK(launch_order(5, 7) == std::vector<std::size_t>{2, 3, 4, 0, 1});
   CHECK(launch_order(1, 3) == std::vector<std::size_t>{0});
   CHECK(launch_order(0, 2).empty());
+}
+
+TEST_CASE("mpirun gets each rank on the CPU the other contenders' rank gets, in a rankfile") {
+  char pattern[] = "/tmp/strata-compare-test-XXXXXX";
+  REQUIRE(::mkdtemp(pattern) != nullptr);
+  const std::filesystem::path scratch(pattern);
+  const auto cpus = allowed_cpus();
+  REQUIRE_FALSE(cpus.empty());
+  // More ranks than CPUs, so that some share one.
+  const int ranks = static_cast<int>(cpus.size()) + 2;
+  const auto placement = mpirun_placement(Binding::core, ranks, scratch);
+  const auto path = scratch / "mpi.rankfile";
+  CHECK(placement == std::vector<std::string>{"--rankfile", path.string(), "--mca",
+                                              "rmaps_rank_file_physical", "1", "--mca",
+                                              "mpi_yield_when_idle", "1"});
+  std::ifstream file(path);
+  std::string line;
+  for (int r = 0; r < ranks; ++r) {
+    REQUIRE(std::getline(file, line));
+    CHECK(line ==
+          fmt::format("rank {}=localhost slot={}", r, *cpu_of_rank(Binding::core, r, ranks, cpus)));
+  }
+  CHECK_FALSE(std::getline(file, line));
+  // One rank per CPU: Open MPI sees no overload and needs no telling.
+  CHECK(mpirun_placement(Binding::core, 1, scratch).size() == 5);
+  CHECK(mpirun_placement(Binding::none, ranks, scratch) ==
+        std::vector<std::string>{"--bind-to", "none"});
+  std::filesystem::remove_all(scratch);
 }
 
 }  // namespace
