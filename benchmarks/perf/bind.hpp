@@ -12,8 +12,8 @@
 // on 2 cores land in a different arrangement each launch: a small all-reduce took 14-16 µs in
 // some launches and 23-26 µs in others. Consecutive ranks together, not round robin, because
 // ring neighbours then pass half their messages within a core, where they are still in cache
-// (4 ranks, 1 MiB ring all-reduce: 0.50-0.71 ms against 0.74-0.79 round robin). Ranks that a
-// launcher started (TF_CONFIG, torchrun, ...) are the launcher's to place.
+// (4 ranks, 1 MiB ring all-reduce: a median of 541 µs against 797 round robin; RESULTS.md).
+// Ranks that a launcher started (TF_CONFIG, torchrun, ...) are the launcher's to place.
 #pragma once
 
 #include <optional>

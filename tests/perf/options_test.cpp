@@ -178,7 +178,7 @@ TEST_CASE("bad command lines name what is wrong") {
                        CommandLineError);
 }
 
-// bind.hpp: which CPU each rank gets, as mpirun's default binding gives it.
+// bind.hpp: which CPU each rank gets (mpirun gets the same in a rankfile).
 TEST_CASE("--bind core gives each rank a CPU of its own, or consecutive ranks one to share") {
   const std::vector<int> cpus = {2, 3, 5};
   CHECK(cpu_of_rank(Binding::core, 0, 3, cpus) == 2);
