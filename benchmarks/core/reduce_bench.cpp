@@ -2,16 +2,19 @@
 // element type at 4 KiB (L1), 256 KiB (L2), 4 MiB (L3 on most machines) and 64 MiB (memory)
 // per input.
 //
-//   reduce_n/<type>/<bytes>    out = a + b, out-of-place (two inputs into a third array)
-//   accumulate/<type>/<bytes>  inout += in
-//   memcpy/<bytes>             dst = src, the ceiling for moving the same bytes
+//   reduce_n/<type>/<isa>/<bytes>    out = a + b, out-of-place (two inputs into a third array)
+//   accumulate/<type>/<isa>/<bytes>  inout += in
+//   memcpy/<bytes>                   dst = src, the ceiling for moving the same bytes
+// <isa> is each instruction set the kernels are built for that this CPU runs (baseline, avx2,
+// avx512 on x86-64); reduce_n and accumulate use the widest.
 //
 // The counter bytes_per_second counts the bytes read plus the bytes written per iteration, in
 // decimal units (1 GB/s = 1e9 B/s): 3 x bytes for reduce_n (two reads, one write) and for
 // accumulate (two reads, one write), 2 x bytes for memcpy (one read, one write). Cache-line
 // fills caused by writes (write-allocate) are not counted, alike for all three.
 //
-// Run at -O3 -DNDEBUG (the CMake Release build); the kernels need no -march flag to vectorize.
+// Run at -O3 -DNDEBUG (the CMake Release build); the kernels need no -march flag to vectorize
+// for each set.
 #include <strata/core/reduce.hpp>
 
 #include <cstddef>
@@ -50,7 +53,7 @@ void set_throughput(benchmark::State& state, double bytes_moved_per_iteration) {
 }
 
 template <class T>
-void reduce_n_sum(benchmark::State& state) {
+void reduce_n_sum(benchmark::State& state, strata::detail::Isa isa) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const std::size_t count = bytes / sizeof(T);
   const std::vector<T> a = pattern<T>(count, 1);
@@ -58,7 +61,7 @@ void reduce_n_sum(benchmark::State& state) {
   std::vector<T> out(count);
   const T* const inputs[] = {a.data(), b.data()};
   for (auto _ : state) {
-    strata::reduce_n<T>(out, inputs, strata::ReduceOp::sum);
+    strata::detail::reduce_n_on<T>(isa, out, inputs, strata::ReduceOp::sum);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -66,13 +69,13 @@ void reduce_n_sum(benchmark::State& state) {
 }
 
 template <class T>
-void accumulate_sum(benchmark::State& state) {
+void accumulate_sum(benchmark::State& state, strata::detail::Isa isa) {
   const auto bytes = static_cast<std::size_t>(state.range(0));
   const std::size_t count = bytes / sizeof(T);
   std::vector<T> inout = pattern<T>(count, 1);
   const std::vector<T> in = pattern<T>(count, 2);
   for (auto _ : state) {
-    strata::accumulate<T>(inout, in, strata::ReduceOp::sum);
+    strata::detail::accumulate_on<T>(isa, inout, in, strata::ReduceOp::sum);
     benchmark::DoNotOptimize(inout.data());
     benchmark::ClobberMemory();
   }
@@ -94,13 +97,17 @@ void copy_bytes(benchmark::State& state) {
 template <class T>
 void register_type() {
   const std::string type(strata::to_string(strata::data_type_of<T>));
-  auto* reduce =
-      benchmark::RegisterBenchmark(fmt::format("reduce_n/{}", type).c_str(), reduce_n_sum<T>);
-  auto* accumulate =
-      benchmark::RegisterBenchmark(fmt::format("accumulate/{}", type).c_str(), accumulate_sum<T>);
-  for (const std::int64_t bytes : kBytesPerInput) {
-    reduce->Arg(bytes);
-    accumulate->Arg(bytes);
+  for (const strata::detail::Isa isa : strata::detail::kAllIsas) {
+    if (isa > strata::detail::best_isa()) continue;
+    const auto isa_name = strata::detail::name_of(isa);
+    auto* reduce = benchmark::RegisterBenchmark(
+        fmt::format("reduce_n/{}/{}", type, isa_name).c_str(), reduce_n_sum<T>, isa);
+    auto* accumulate = benchmark::RegisterBenchmark(
+        fmt::format("accumulate/{}/{}", type, isa_name).c_str(), accumulate_sum<T>, isa);
+    for (const std::int64_t bytes : kBytesPerInput) {
+      reduce->Arg(bytes);
+      accumulate->Arg(bytes);
+    }
   }
 }
 

@@ -227,6 +227,25 @@ std::string first_bit_difference(std::span<const T> a, std::span<const T> b) {
   return {};
 }
 
+// As first_bit_difference, but any NaN matches any NaN: when two NaNs meet, IEEE 754 leaves
+// open which one's payload the result carries, and code of different vector widths differs.
+template <class T>
+std::string first_difference_but_nan_payload(std::span<const T> a, std::span<const T> b) {
+  auto is_nan = [](T value) {
+    if constexpr (std::is_integral_v<T>) {
+      return false;
+    } else {
+      return std::isnan(to_long_double(value));
+    }
+  };
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (bits_of(a[i]) != bits_of(b[i]) && !(is_nan(a[i]) && is_nan(b[i]))) {
+      return fmt::format("element {}: {:#x} vs {:#x}", i, bits_of(a[i]), bits_of(b[i]));
+    }
+  }
+  return {};
+}
+
 enum class Placement { out_of_place, in_place_first, in_place_last };
 
 std::string to_string(Placement placement) {
@@ -391,6 +410,99 @@ TEST_CASE_TEMPLATE_DEFINE("divide finishes a mean; reduce_n's mean equals sum th
   }
 }
 TEST_CASE_TEMPLATE_APPLY(divide_sweep, AllElementTypes);
+
+// The instruction sets this CPU runs the kernels with, baseline first.
+std::vector<strata::detail::Isa> isas_here() {
+  std::vector<strata::detail::Isa> isas;
+  for (const auto isa : strata::detail::kAllIsas)
+    if (isa <= strata::detail::best_isa()) isas.push_back(isa);
+  return isas;
+}
+
+// Floating-point inputs with infinities, NaNs, signed zeros, subnormals and extremes mixed in;
+// 16-bit types get every bit pattern in turn, so that each conversion case meets each set.
+template <class T>
+void mix_in_special_values(std::vector<T>& values, std::mt19937_64& rng) {
+  if constexpr (kHalf<T>) {
+    const auto offset = static_cast<std::uint32_t>(rng());
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = T::from_bits(static_cast<std::uint16_t>(offset + i * 40503u));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    using L = std::numeric_limits<T>;
+    const T special[] = {L::infinity(),   -L::infinity(),   L::quiet_NaN(), T(-0.0),  T(0.0),
+                         L::denorm_min(), -L::denorm_min(), L::min(),       L::max(), L::lowest()};
+    std::uniform_int_distribution<std::size_t> pick(0, std::size(special) - 1);
+    for (std::size_t i = 0; i < values.size(); i += 1 + rng() % 13)
+      values[i] = special[pick(rng)];
+  }
+}
+
+TEST_CASE_TEMPLATE_DEFINE(
+    "every instruction set the CPU has gives the baseline's bits (NaN payloads aside)", T,
+    isa_sweep) {
+  using strata::detail::Isa;
+  const std::vector<Isa> isas = isas_here();
+  MESSAGE("widest instruction set here: " << strata::detail::name_of(isas.back()));
+  std::mt19937_64 rng(11);
+  std::vector<std::size_t> sizes(std::begin(kSizes), std::end(kSizes));
+  if constexpr (kHalf<T>) sizes.push_back(std::size_t{1} << 16);  // every bit pattern
+  for (const std::size_t count : sizes) {
+    for (const ReduceOp op : strata::kAllReduceOps) {
+      CAPTURE(count);
+      CAPTURE(op);
+      std::vector<std::vector<T>> storage;
+      for (int j = 0; j < 5; ++j) {
+        storage.push_back(random_input<T>(count, op, rng));
+        mix_in_special_values(storage.back(), rng);
+      }
+      for (const std::size_t n : {std::size_t{2}, std::size_t{3}, std::size_t{5}}) {
+        // The output in place, or elsewhere at several offsets from a cache line: the kernels
+        // align their blocks to it (the inputs are then placed differently).
+        for (const std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{5}}) {
+          const bool in_place = shift == 0;
+          CAPTURE(n);
+          CAPTURE(shift);
+          std::vector<T> baseline;
+          for (const Isa isa : isas) {
+            CAPTURE(strata::detail::name_of(isa));
+            std::vector<T> holder = in_place ? storage[0] : std::vector<T>(count + shift);
+            const std::span<T> out = std::span<T>(holder).subspan(in_place ? 0 : shift, count);
+            std::vector<const T*> inputs;
+            for (std::size_t j = 0; j < n; ++j)
+              inputs.push_back(storage[j].data());
+            if (in_place) inputs[0] = out.data();
+            strata::detail::reduce_n_on<T>(isa, out, inputs, op);
+            if (isa == Isa::baseline) {
+              baseline.assign(out.begin(), out.end());
+            } else {
+              CHECK(first_difference_but_nan_payload<T>(out, baseline) == "");
+            }
+          }
+        }
+      }
+      std::vector<T> accumulated, self, divided;
+      for (const Isa isa : isas) {
+        CAPTURE(strata::detail::name_of(isa));
+        std::vector<T> holder(count + 3), twice = storage[1], quotient = storage[2];
+        const std::span<T> inout = std::span<T>(holder).subspan(3);  // off the cache line
+        std::copy(storage[0].begin(), storage[0].end(), inout.begin());
+        strata::detail::accumulate_on<T>(isa, inout, storage[1], op);
+        strata::detail::accumulate_on<T>(isa, twice, twice, op);
+        strata::detail::divide_on<T>(isa, quotient, 3);
+        if (isa == Isa::baseline) {
+          accumulated.assign(inout.begin(), inout.end());
+          self = twice;
+          divided = quotient;
+        } else {
+          CHECK(first_difference_but_nan_payload<T>(inout, accumulated) == "");
+          CHECK(first_difference_but_nan_payload<T>(twice, self) == "");
+          CHECK(first_difference_but_nan_payload<T>(quotient, divided) == "");
+        }
+      }
+    }
+  }
+}
+TEST_CASE_TEMPLATE_APPLY(isa_sweep, AllElementTypes);
 
 TEST_CASE("integer sum and product wrap around in two's complement") {
   auto reduce2 = [](auto a, auto b, ReduceOp op) {

@@ -10,15 +10,19 @@
 // Determinism: inputs are combined strictly in the order given, inputs[0] first, one element
 //              at a time: no reassociation, so the bits do not depend on the count, alignment,
 //              block size or instruction set. Every rank reducing the same inputs in the same
-//              order gets the same bits.
+//              order gets the same bits. The one exception is IEEE 754's: where two NaNs meet,
+//              which payload the NaN result carries may differ between instruction sets.
 // Cost:        one read of each input and one write of the output, processed in blocks of
 //              1024 elements whose accumulator stays in L1; the inner loops are branch-free
-//              and vectorize at -O2 and -O3 without -march flags. Integers, float and double
-//              run at memory speed for large counts (two-input sum: about memcpy's bytes/s;
-//              benchmarks/core/reduce_bench.cpp). float16 and bfloat16 are bound by their
-//              conversions, done in integer SSE2 code: a few GB/s for float16.
+//              and vectorize at -O2 and -O3 without -march flags. On x86-64 (GCC, Clang) they
+//              are also compiled for AVX2 and AVX-512 and the widest set the CPU has runs, with
+//              the same bits. Integers, float and double run at memory speed for large counts
+//              (two-input sum: about memcpy's bytes/s; benchmarks/core/reduce_bench.cpp).
+//              float16 and bfloat16 are bound by their conversions, done in integer vector
+//              code: a few GB/s for float16.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <concepts>
 #include <cstddef>
@@ -226,12 +230,22 @@ struct NarrowMean {
   T operator()(ReduceAcc<T> value) const noexcept { return narrow<T>(value / divisor); }
 };
 
-/// Calls `body(base, n)` for consecutive blocks covering [0, count). Full blocks pass `n` as a
-/// compile-time constant, so their loops have a known trip count and vectorize even under
-/// g++ -O2's cheap cost model; the last, partial block passes a run-time `n`.
-template <class Body>
-inline void for_each_block(std::size_t count, Body&& body) {
+/// Calls `body(base, n)` for consecutive blocks covering [0, count) of the array at `written`.
+/// Full blocks pass `n` as a compile-time constant, so their loops have a known trip count and
+/// vectorize even under g++ -O2's cheap cost model; the first and last, partial blocks pass a
+/// run-time `n`. The first ends where `written` reaches a cache line, so that the full blocks'
+/// stores, and the loads of inputs placed alike (as allocators place them), do not straddle two
+/// lines: 32- and 64-byte vectors lose up to half their speed in L2 when they do.
+template <class T, class Body>
+[[gnu::always_inline]] inline void for_each_block(const T* written, std::size_t count,
+                                                  Body&& body) {
+  constexpr std::size_t kLine = 64;
+  const std::size_t offset = reinterpret_cast<std::uintptr_t>(written) % kLine;
   std::size_t base = 0;
+  if (offset != 0 && offset % sizeof(T) == 0) {
+    base = std::min(count, (kLine - offset) / sizeof(T));
+    body(std::size_t{0}, base);
+  }
   for (; count - base >= kReduceBlock; base += kReduceBlock) {
     body(base, std::integral_constant<std::size_t, kReduceBlock>{});
   }
@@ -243,49 +257,52 @@ inline void for_each_block(std::size_t count, Body&& body) {
 // loop of its own). Pointers that are only read may alias each other.
 
 template <class T, class F, class N>
-inline void combine_two(ReduceAcc<T>* __restrict acc, const T* __restrict a, const T* __restrict b,
-                        N n, F f) noexcept {
+[[gnu::always_inline]] inline void combine_two(ReduceAcc<T>* __restrict acc, const T* __restrict a,
+                                               const T* __restrict b, N n, F f) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     acc[i] = f(widen<T>(a[i]), widen<T>(b[i]));
 }
 
 template <class T, class F, class N>
-inline void combine_next(ReduceAcc<T>* __restrict acc, const T* __restrict in, N n, F f) noexcept {
+[[gnu::always_inline]] inline void combine_next(ReduceAcc<T>* __restrict acc,
+                                                const T* __restrict in, N n, F f) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     acc[i] = f(acc[i], widen<T>(in[i]));
 }
 
 template <class T, class Fin, class N>
-inline void store(T* __restrict out, const ReduceAcc<T>* __restrict acc, N n, Fin fin) noexcept {
+[[gnu::always_inline]] inline void store(T* __restrict out, const ReduceAcc<T>* __restrict acc, N n,
+                                         Fin fin) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     out[i] = fin(acc[i]);
 }
 
 template <class T, class F, class Fin, class N>
-inline void finish(T* __restrict out, const ReduceAcc<T>* __restrict acc, const T* __restrict last,
-                   N n, F f, Fin fin) noexcept {
+[[gnu::always_inline]] inline void finish(T* __restrict out, const ReduceAcc<T>* __restrict acc,
+                                          const T* __restrict last, N n, F f, Fin fin) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     out[i] = fin(f(acc[i], widen<T>(last[i])));
 }
 
 template <class T, class F, class Fin, class N>
-inline void finish_in_place(T* __restrict out, const ReduceAcc<T>* __restrict acc, N n, F f,
-                            Fin fin) noexcept {
+[[gnu::always_inline]] inline void finish_in_place(T* __restrict out,
+                                                   const ReduceAcc<T>* __restrict acc, N n, F f,
+                                                   Fin fin) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     out[i] = fin(f(acc[i], widen<T>(out[i])));
 }
 
 template <class T, class F, class Fin, class N>
-inline void fused_two(T* __restrict out, const T* __restrict a, const T* __restrict b, N n, F f,
-                      Fin fin) noexcept {
+[[gnu::always_inline]] inline void fused_two(T* __restrict out, const T* __restrict a,
+                                             const T* __restrict b, N n, F f, Fin fin) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     out[i] = fin(f(widen<T>(a[i]), widen<T>(b[i])));
 }
 
 // Two inputs, one of which is `out`: operands stay in input order.
 template <bool kOutIsFirst, class T, class F, class Fin, class N>
-inline void fused_two_in_place(T* __restrict out, const T* __restrict other, N n, F f,
-                               Fin fin) noexcept {
+[[gnu::always_inline]] inline void fused_two_in_place(T* __restrict out, const T* __restrict other,
+                                                      N n, F f, Fin fin) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     const ReduceAcc<T> mine = widen<T>(out[i]);
     const ReduceAcc<T> theirs = widen<T>(other[i]);
@@ -294,13 +311,14 @@ inline void fused_two_in_place(T* __restrict out, const T* __restrict other, N n
 }
 
 template <class T, class F, class N>
-inline void accumulate_disjoint(T* __restrict inout, const T* __restrict in, N n, F f) noexcept {
+[[gnu::always_inline]] inline void accumulate_disjoint(T* __restrict inout, const T* __restrict in,
+                                                       N n, F f) noexcept {
   for (std::size_t i = 0; i < n; ++i)
     inout[i] = narrow<T>(f(widen<T>(inout[i]), widen<T>(in[i])));
 }
 
 template <class T, class F, class N>
-inline void accumulate_self(T* __restrict inout, N n, F f) noexcept {
+[[gnu::always_inline]] inline void accumulate_self(T* __restrict inout, N n, F f) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     const ReduceAcc<T> value = widen<T>(inout[i]);
     inout[i] = narrow<T>(f(value, value));
@@ -309,7 +327,7 @@ inline void accumulate_self(T* __restrict inout, N n, F f) noexcept {
 
 /// `x / divisor` with truncation toward zero, for any divisor >= 1 (it may exceed T's range).
 template <std::integral T, class N>
-inline void divide_integers(T* data, N n, std::size_t divisor) noexcept {
+[[gnu::always_inline]] inline void divide_integers(T* data, N n, std::size_t divisor) noexcept {
   constexpr auto kMax = static_cast<std::size_t>(std::numeric_limits<T>::max());
   if (divisor <= kMax) {
     const auto d = static_cast<T>(divisor);
@@ -325,7 +343,7 @@ inline void divide_integers(T* data, N n, std::size_t divisor) noexcept {
 }
 
 template <class T, class N>
-inline void divide_block(T* data, N n, std::size_t divisor) noexcept {
+[[gnu::always_inline]] inline void divide_block(T* data, N n, std::size_t divisor) noexcept {
   if constexpr (std::is_integral_v<T>) {
     divide_integers(data, n, divisor);
   } else {
@@ -337,43 +355,115 @@ inline void divide_block(T* data, N n, std::size_t divisor) noexcept {
 
 /// The block loop of `reduce_n` for k >= 2 inputs; `integer_mean` divides each finished block.
 template <class T, class F, class Fin>
-void reduce_blocks(T* out, const T* const* inputs, std::size_t k, std::size_t count, F f, Fin fin,
-                   bool integer_mean) {
+[[gnu::always_inline]] inline void reduce_blocks(T* out, const T* const* inputs, std::size_t k,
+                                                 std::size_t count, F f, Fin fin,
+                                                 bool integer_mean) {
   alignas(64) ReduceAcc<T> acc[kReduceBlock];
-  for_each_block(count, [&](std::size_t base, auto n) {
-    T* o = out + base;
-    const T* first = inputs[0] + base;
-    const T* second = inputs[1] + base;
-    if (k == 2) {
-      // One pass in every placement but the degenerate out == inputs[0] == inputs[1].
-      if (o != first && o != second) {
-        fused_two<T>(o, first, second, n, f, fin);
-      } else if (first == second) {
-        combine_two<T>(acc, first, second, n, f);
-        store<T>(o, acc, n, fin);
-      } else if (o == first) {
-        fused_two_in_place<true>(o, second, n, f, fin);
-      } else {
-        fused_two_in_place<false>(o, first, n, f, fin);
-      }
-    } else {
-      combine_two<T>(acc, first, second, n, f);
-      for (std::size_t j = 2; j + 1 < k; ++j)
-        combine_next<T>(acc, inputs[j] + base, n, f);
-      const T* last = inputs[k - 1] + base;
-      if (o == last) {
-        finish_in_place<T>(o, acc, n, f, fin);
-      } else {
-        finish<T>(o, acc, last, n, f, fin);
-      }
-    }
-    if (integer_mean) divide_block(o, n, k);  // while the block is still in L1
-  });
+  for_each_block(
+      out, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
+        T* o = out + base;
+        const T* first = inputs[0] + base;
+        const T* second = inputs[1] + base;
+        if (k == 2) {
+          // One pass in every placement but the degenerate out == inputs[0] == inputs[1].
+          if (o != first && o != second) {
+            fused_two<T>(o, first, second, n, f, fin);
+          } else if (first == second) {
+            combine_two<T>(acc, first, second, n, f);
+            store<T>(o, acc, n, fin);
+          } else if (o == first) {
+            fused_two_in_place<true>(o, second, n, f, fin);
+          } else {
+            fused_two_in_place<false>(o, first, n, f, fin);
+          }
+        } else {
+          combine_two<T>(acc, first, second, n, f);
+          for (std::size_t j = 2; j + 1 < k; ++j)
+            combine_next<T>(acc, inputs[j] + base, n, f);
+          const T* last = inputs[k - 1] + base;
+          if (o == last) {
+            finish_in_place<T>(o, acc, n, f, fin);
+          } else {
+            finish<T>(o, acc, last, n, f, fin);
+          }
+        }
+        if (integer_mean) divide_block(o, n, k);  // while the block is still in L1
+      });
+}
+
+/// The instruction sets the kernels are built for, narrowest first.
+enum class Isa { baseline, avx2, avx512 };
+
+inline constexpr Isa kAllIsas[] = {Isa::baseline, Isa::avx2, Isa::avx512};
+
+inline constexpr std::string_view name_of(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
+    case Isa::baseline:
+      break;
+  }
+  return "baseline";
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define STRATA_REDUCE_DISPATCH 1
+#else
+#define STRATA_REDUCE_DISPATCH 0
+#endif
+
+/// The widest instruction set this CPU (and its OS) runs; baseline off x86-64.
+inline Isa best_isa() noexcept {
+#if STRATA_REDUCE_DISPATCH
+  static const Isa best = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      return Isa::avx512;
+    return __builtin_cpu_supports("avx2") ? Isa::avx2 : Isa::baseline;
+  }();
+  return best;
+#else
+  return Isa::baseline;
+#endif
+}
+
+#if STRATA_REDUCE_DISPATCH
+// `flatten` (and, for compilers whose flatten is not recursive, `always_inline` on the block
+// loops and the lambdas that reach them) inlines everything the kernel calls, so its loops are
+// compiled, and vectorized, for the wrapper's instruction set whatever -march the program is built
+// with. The set changes how wide the loops run, not what they compute: no FMA is enabled and each
+// element is combined alone, so every set gives the same bits, except which NaN's payload a NaN
+// result carries when two meet (tests/core/reduce_test.cpp checks).
+template <class Kernel>
+[[gnu::target("avx2"), gnu::flatten]] inline void run_avx2(const Kernel& kernel) {
+  kernel();
+}
+
+template <class Kernel>
+[[gnu::target("avx2,avx512f,avx512bw,avx512vl"), gnu::flatten]] inline void run_avx512(
+    const Kernel& kernel) {
+  kernel();
+}
+#endif
+
+/// Runs `kernel` compiled for `isa`, which the CPU must support (isa <= best_isa()).
+template <class Kernel>
+inline void run_on(Isa isa, const Kernel& kernel) {
+#if STRATA_REDUCE_DISPATCH
+  if (isa == Isa::avx512) return run_avx512(kernel);
+  if (isa == Isa::avx2) return run_avx2(kernel);
+#else
+  (void)isa;
+#endif
+  kernel();
 }
 
 /// Applies `f` to `op`'s operator object (mean -> sum, see the callers).
 template <class F>
-inline decltype(auto) with_reduce_fn(ReduceOp op, F&& f) {
+[[gnu::always_inline]] inline decltype(auto) with_reduce_fn(ReduceOp op, F&& f) {
   switch (op) {
     case ReduceOp::product:
       return f(ProductFn{});
@@ -407,17 +497,14 @@ inline bool overlaps_unequal(const void* a, const void* b, std::size_t bytes) no
   return x != y && x < y + bytes && y < x + bytes;
 }
 
-}  // namespace strata::detail
-
-namespace strata {
-
+/// reduce_n with its kernels compiled for `isa` (tests run each set the CPU has).
 template <Element T>
-void reduce_n(std::span<T> out, std::span<const T* const> inputs, ReduceOp op) {
+void reduce_n_on(Isa isa, std::span<T> out, std::span<const T* const> inputs, ReduceOp op) {
   if (inputs.empty()) {
     throw UsageError(-1, "reduce_n", "called with no inputs",
                      "pass at least one input (reducing a single input copies it)");
   }
-  detail::check_op(op, "reduce_n");
+  check_op(op, "reduce_n");
   const std::size_t count = out.size();
   if (count == 0) return;
   for (std::size_t j = 0; j < inputs.size(); ++j) {
@@ -425,7 +512,7 @@ void reduce_n(std::span<T> out, std::span<const T* const> inputs, ReduceOp op) {
       throw UsageError(-1, "reduce_n", fmt::format("input {} is null", j),
                        "every input must point at out.size() elements");
     }
-    if (detail::overlaps_unequal(out.data(), inputs[j], out.size_bytes())) {
+    if (overlaps_unequal(out.data(), inputs[j], out.size_bytes())) {
       throw UsageError(-1, "reduce_n",
                        fmt::format("input {} overlaps the output without being equal to it", j),
                        "reduce exactly in place (out == input) or into separate memory");
@@ -439,52 +526,90 @@ void reduce_n(std::span<T> out, std::span<const T* const> inputs, ReduceOp op) {
   }
   T* const o = out.data();
   const T* const* const in = inputs.data();
-  if (op == ReduceOp::mean) {
-    if constexpr (std::is_integral_v<T>) {
-      detail::reduce_blocks(o, in, k, count, detail::SumFn{}, detail::Narrow<T>{}, true);
-    } else {
-      const detail::NarrowMean<T> fin{static_cast<detail::ReduceAcc<T>>(k)};
-      detail::reduce_blocks(o, in, k, count, detail::SumFn{}, fin, false);
-    }
-    return;
-  }
-  detail::with_reduce_fn(
-      op, [&](auto f) { detail::reduce_blocks(o, in, k, count, f, detail::Narrow<T>{}, false); });
+  run_on(
+      isa, [&]() __attribute__((always_inline)) {
+        if (op == ReduceOp::mean) {
+          if constexpr (std::is_integral_v<T>) {
+            reduce_blocks(o, in, k, count, SumFn{}, Narrow<T>{}, true);
+          } else {
+            const NarrowMean<T> fin{static_cast<ReduceAcc<T>>(k)};
+            reduce_blocks(o, in, k, count, SumFn{}, fin, false);
+          }
+          return;
+        }
+        with_reduce_fn(
+            op, [&](auto f) __attribute__((always_inline)) {
+              reduce_blocks(o, in, k, count, f, Narrow<T>{}, false);
+            });
+      });
 }
 
+/// accumulate with its kernels compiled for `isa`.
 template <Element T>
-void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op) {
+void accumulate_on(Isa isa, std::span<T> inout, std::span<const T> in, ReduceOp op) {
   if (inout.size() != in.size()) {
     throw UsageError(-1, "accumulate",
                      fmt::format("inout has {} elements but in has {}", inout.size(), in.size()),
                      "pass spans of the same length");
   }
-  detail::check_op(op, "accumulate");
-  if (detail::overlaps_unequal(inout.data(), in.data(), inout.size_bytes())) {
+  check_op(op, "accumulate");
+  if (overlaps_unequal(inout.data(), in.data(), inout.size_bytes())) {
     throw UsageError(-1, "accumulate", "inout and in overlap", "accumulate from a separate buffer");
   }
   T* const p = inout.data();
   const T* const q = in.data();
-  detail::with_reduce_fn(op, [&](auto f) {
-    detail::for_each_block(inout.size(), [&](std::size_t base, auto n) {
-      if (p == q) {
-        detail::accumulate_self<T>(p + base, n, f);
-      } else {
-        detail::accumulate_disjoint<T>(p + base, q + base, n, f);
-      }
-    });
-  });
+  const std::size_t count = inout.size();
+  run_on(
+      isa, [&]() __attribute__((always_inline)) {
+        with_reduce_fn(
+            op, [&](auto f) __attribute__((always_inline)) {
+              for_each_block(
+                  p, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
+                    if (p == q) {
+                      accumulate_self<T>(p + base, n, f);
+                    } else {
+                      accumulate_disjoint<T>(p + base, q + base, n, f);
+                    }
+                  });
+            });
+      });
 }
 
+/// divide with its kernels compiled for `isa`.
 template <Element T>
-void divide(std::span<T> data, std::size_t divisor) {
+void divide_on(Isa isa, std::span<T> data, std::size_t divisor) {
   if (divisor == 0) {
     throw UsageError(-1, "divide", "the divisor is 0",
                      "divide by the number of contributions, which is at least 1");
   }
   T* const p = data.data();
-  detail::for_each_block(
-      data.size(), [&](std::size_t base, auto n) { detail::divide_block(p + base, n, divisor); });
+  const std::size_t count = data.size();
+  run_on(
+      isa, [&]() __attribute__((always_inline)) {
+        for_each_block(
+            p, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
+              divide_block(p + base, n, divisor);
+            });
+      });
+}
+
+}  // namespace strata::detail
+
+namespace strata {
+
+template <Element T>
+void reduce_n(std::span<T> out, std::span<const T* const> inputs, ReduceOp op) {
+  detail::reduce_n_on<T>(detail::best_isa(), out, inputs, op);
+}
+
+template <Element T>
+void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op) {
+  detail::accumulate_on<T>(detail::best_isa(), inout, in, op);
+}
+
+template <Element T>
+void divide(std::span<T> data, std::size_t divisor) {
+  detail::divide_on<T>(detail::best_isa(), data, divisor);
 }
 
 inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
