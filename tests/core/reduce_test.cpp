@@ -217,33 +217,34 @@ std::string check_against_reference(std::span<const T> got, const std::vector<co
   return {};
 }
 
-template <class T>
-std::string first_bit_difference(std::span<const T> a, std::span<const T> b) {
+// Empty when `same` holds for every pair of elements; otherwise describes the first that differ.
+template <class T, class Same>
+std::string first_difference(std::span<const T> a, std::span<const T> b, Same same) {
   for (std::size_t i = 0; i < a.size(); ++i) {
-    if (bits_of(a[i]) != bits_of(b[i])) {
+    if (!same(a[i], b[i])) {
       return fmt::format("element {}: {:#x} vs {:#x}", i, bits_of(a[i]), bits_of(b[i]));
     }
   }
   return {};
 }
 
+template <class T>
+std::string first_bit_difference(std::span<const T> a, std::span<const T> b) {
+  return first_difference<T>(a, b, [](T x, T y) { return bits_of(x) == bits_of(y); });
+}
+
 // As first_bit_difference, but any NaN matches any NaN: when two NaNs meet, IEEE 754 leaves
 // open which one's payload the result carries, and code of different vector widths differs.
 template <class T>
 std::string first_difference_but_nan_payload(std::span<const T> a, std::span<const T> b) {
-  auto is_nan = [](T value) {
+  return first_difference<T>(a, b, [](T x, T y) {
     if constexpr (std::is_integral_v<T>) {
-      return false;
+      return x == y;
     } else {
-      return std::isnan(to_long_double(value));
+      return bits_of(x) == bits_of(y) ||
+             (std::isnan(to_long_double(x)) && std::isnan(to_long_double(y)));
     }
-  };
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (bits_of(a[i]) != bits_of(b[i]) && !(is_nan(a[i]) && is_nan(b[i]))) {
-      return fmt::format("element {}: {:#x} vs {:#x}", i, bits_of(a[i]), bits_of(b[i]));
-    }
-  }
-  return {};
+  });
 }
 
 enum class Placement { out_of_place, in_place_first, in_place_last };
