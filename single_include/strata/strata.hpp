@@ -5341,13 +5341,20 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
 #include <thread>
 
 // ---- begin strata/detail/usable_cpus.hpp ----
-// strata/detail/usable_cpus.hpp — how many CPUs this process may run on.
+// strata/detail/usable_cpus.hpp — how many CPUs this process, and this host's processes, may
+// run on.
 
 #include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #if defined(__linux__)
 #include <sched.h>
+#include <unistd.h>
 #endif
 
 namespace strata::detail {
@@ -5363,6 +5370,116 @@ inline int usable_cpus() noexcept {
   if (::sched_getaffinity(0, sizeof mask, &mask) == 0) return std::max(1, CPU_COUNT(&mask));
 #endif
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+/// The number of CPUs in a Linux CPU list ("0-3,8,10-11", as cpuset files and
+/// /sys/devices/system/cpu/online write them; a trailing newline is allowed); nullopt when
+/// it is empty or malformed.
+inline std::optional<int> count_cpu_list(std::string_view list) noexcept {
+  while (!list.empty() && (list.back() == '\n' || list.back() == ' '))
+    list.remove_suffix(1);
+  if (list.empty()) return std::nullopt;
+  auto number = [&](unsigned& value) {
+    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), value);
+    if (error != std::errc{}) return false;
+    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
+    return true;
+  };
+  long count = 0;
+  for (;;) {
+    unsigned first = 0;
+    unsigned last = 0;
+    if (!number(first)) return std::nullopt;
+    last = first;
+    if (!list.empty() && list.front() == '-') {
+      list.remove_prefix(1);
+      if (!number(last) || last < first) return std::nullopt;
+    }
+    count += static_cast<long>(last - first) + 1;
+    if (count > 1'000'000) return std::nullopt;
+    if (list.empty()) return static_cast<int>(count);
+    if (list.front() != ',') return std::nullopt;
+    list.remove_prefix(1);
+  }
+}
+
+namespace cgroup {
+
+inline std::optional<std::string> read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return std::nullopt;
+  return line;
+}
+
+// This process's cgroup path in the v2 hierarchy ("0::/path"), or in the v1 hierarchy that
+// has `controller` ("3:cpuset:/path").
+inline std::optional<std::string> path_of(std::string_view controller) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto first = line.find(':');
+    const auto second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string_view controllers =
+        std::string_view(line).substr(first + 1, second - first - 1);
+    const bool match = controller.empty() ? line.compare(0, first, "0") == 0 && controllers.empty()
+                                          : controllers.find(controller) != std::string_view::npos;
+    if (match) return line.substr(second + 1);
+  }
+  return std::nullopt;
+}
+
+// The CPUs a cgroup v2 "cpu.max" quota pays for ("max 100000": none), rounded up.
+inline std::optional<int> quota_cpus(std::string_view max) noexcept {
+  const auto space = max.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  long quota = 0;
+  long period = 0;
+  const std::string_view q = max.substr(0, space);
+  std::string_view p = max.substr(space + 1);
+  while (!p.empty() && p.back() == '\n')
+    p.remove_suffix(1);
+  if (std::from_chars(q.data(), q.data() + q.size(), quota).ec != std::errc{} ||
+      std::from_chars(p.data(), p.data() + p.size(), period).ec != std::errc{} || quota <= 0 ||
+      period <= 0)
+    return std::nullopt;
+  return static_cast<int>(std::max(1L, (quota + period - 1) / period));
+}
+
+}  // namespace cgroup
+
+/// The CPUs this host gives the processes of this process's container: the CPUs of its cgroup's
+/// cpuset, fewer when a CPU quota (cgroup v2 cpu.max) pays for fewer, else the online CPUs.
+/// Unlike usable_cpus(), a process's own affinity does not narrow it: ranks pinned one to a
+/// CPU still share the host's CPUs, and this says how many there are. Read once, at least 1.
+inline int host_cpus() {
+  static const int cpus = [] {
+    int count = 0;
+#if defined(__linux__)
+    count = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+    std::optional<int> cpuset;
+    std::optional<int> quota;
+    if (const auto path = cgroup::path_of("")) {  // v2: one hierarchy
+      const std::string dir = "/sys/fs/cgroup" + (*path == "/" ? std::string() : *path);
+      if (const auto list = cgroup::read_line(dir + "/cpuset.cpus.effective"))
+        cpuset = count_cpu_list(*list);
+      if (const auto max = cgroup::read_line(dir + "/cpu.max")) quota = cgroup::quota_cpus(*max);
+    }
+    if (!cpuset)
+      if (const auto path = cgroup::path_of("cpuset")) {  // v1: the cpuset hierarchy
+        const std::string dir = "/sys/fs/cgroup/cpuset" + (*path == "/" ? std::string() : *path);
+        if (const auto list = cgroup::read_line(dir + "/cpuset.effective_cpus"))
+          cpuset = count_cpu_list(*list);
+      }
+    if (cpuset) count = std::min(count, *cpuset);
+    if (quota) count = std::min(count, *quota);
+#else
+    count = static_cast<int>(std::thread::hardware_concurrency());
+#endif
+    return std::max(1, count);
+  }();
+  return cpus;
 }
 
 }  // namespace strata::detail
@@ -7170,6 +7287,9 @@ class Mesh {
                peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
         .native_handle();
   }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
   /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
   void shutdown_all() noexcept {
     for (auto& peer : peers_)
@@ -7189,6 +7309,7 @@ class Mesh {
   asio::io_context io_;  // declared first: the sockets below are destroyed before it
   int rank_;
   int data_connections_;
+  int ranks_on_this_host_ = 1;
   std::vector<std::vector<asio::ip::tcp::socket>> peers_;
 };
 
@@ -7243,6 +7364,7 @@ class MeshBuilder {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == config_.rank) continue;
       auto& sockets = mesh_->peers_[static_cast<std::size_t>(peer)];
+      if (same_host(*slots_[slot(peer, 0)])) ++mesh_->ranks_on_this_host_;
       for (int index = 0; index < per_peer_; ++index) {
         auto& socket = *slots_[slot(peer, index)];
         socket.non_blocking(true);
@@ -7889,6 +8011,7 @@ class Group {
       : mesh_(std::move(mesh)),
         max_payload_(max_payload),
         lend_from_bytes_(lend_from_bytes),
+        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
         peers_(static_cast<std::size_t>(mesh_->size())) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0)
@@ -7913,6 +8036,8 @@ class Group {
   std::uint32_t max_payload() const noexcept { return max_payload_; }
   /// Calls that send at least this many bytes lend their large messages (TcpOptions).
   std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
+  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
+  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
   std::uint64_t next_sequence() noexcept {
     return sequence_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -8070,6 +8195,7 @@ class Group {
   std::unique_ptr<Mesh> mesh_;
   std::uint32_t max_payload_;
   std::size_t lend_from_bytes_;
+  bool ranks_share_cpus_;
   std::vector<ControlState> peers_;
   // Atomic: abort() sends control frames from other threads while a call advances it.
   std::atomic<std::uint64_t> sequence_{0};
@@ -8133,6 +8259,14 @@ class Link {
   static constexpr std::size_t kLendBytes = std::size_t{64} << 10;
   /// How much of its memory a rank lends one peer before that peer has read it.
   static constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+  /// Where ranks share CPUs, a rank hands its CPU over (sched_yield) after each message of
+  /// this size or more that it sends. Without that, it goes on with its own next messages while
+  /// the receiver, runnable on the same CPU with work that the other CPUs wait for, does not
+  /// run: with 4 ranks on 2 CPUs the ring fell, for hundreds of calls at a time, into a
+  /// schedule where both ranks of one CPU waited for the other CPU's and the CPUs took turns
+  /// instead of working at once (1 MiB: a median of 850 µs against 650, benchmarks/RESULTS.md,
+  /// fifteenth run). Smaller messages are latency-bound: a system call each is a real share.
+  static constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
 
   Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)
       : group_(group), call_(call), sequence_(group.next_sequence()), deadline_(deadline) {}
@@ -8769,6 +8903,7 @@ void Link::transfer(std::span<const transport::SendStep> sends,
           send_done[i] = 1;
           --sends_left;
           progressed = true;
+          if (step.bytes >= kYieldAfterSendBytes && group_.ranks_share_cpus()) ::sched_yield();
         }
         // Receives: the header first, checked against this rank's call, then the payload
         // straight into its destination.

@@ -64,6 +64,7 @@
 #include <strata/communicator/collective.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
+#include <strata/detail/usable_cpus.hpp>
 #include <strata/transport/plan.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/rendezvous.hpp>
@@ -78,6 +79,7 @@ class Group {
       : mesh_(std::move(mesh)),
         max_payload_(max_payload),
         lend_from_bytes_(lend_from_bytes),
+        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
         peers_(static_cast<std::size_t>(mesh_->size())) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0)
@@ -102,6 +104,8 @@ class Group {
   std::uint32_t max_payload() const noexcept { return max_payload_; }
   /// Calls that send at least this many bytes lend their large messages (TcpOptions).
   std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
+  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
+  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
   std::uint64_t next_sequence() noexcept {
     return sequence_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -259,6 +263,7 @@ class Group {
   std::unique_ptr<Mesh> mesh_;
   std::uint32_t max_payload_;
   std::size_t lend_from_bytes_;
+  bool ranks_share_cpus_;
   std::vector<ControlState> peers_;
   // Atomic: abort() sends control frames from other threads while a call advances it.
   std::atomic<std::uint64_t> sequence_{0};
@@ -322,6 +327,14 @@ class Link {
   static constexpr std::size_t kLendBytes = std::size_t{64} << 10;
   /// How much of its memory a rank lends one peer before that peer has read it.
   static constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+  /// Where ranks share CPUs, a rank hands its CPU over (sched_yield) after each message of
+  /// this size or more that it sends. Without that, it goes on with its own next messages while
+  /// the receiver, runnable on the same CPU with work that the other CPUs wait for, does not
+  /// run: with 4 ranks on 2 CPUs the ring fell, for hundreds of calls at a time, into a
+  /// schedule where both ranks of one CPU waited for the other CPU's and the CPUs took turns
+  /// instead of working at once (1 MiB: a median of 850 µs against 650, benchmarks/RESULTS.md,
+  /// fifteenth run). Smaller messages are latency-bound: a system call each is a real share.
+  static constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
 
   Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)
       : group_(group), call_(call), sequence_(group.next_sequence()), deadline_(deadline) {}
@@ -958,6 +971,7 @@ void Link::transfer(std::span<const transport::SendStep> sends,
           send_done[i] = 1;
           --sends_left;
           progressed = true;
+          if (step.bytes >= kYieldAfterSendBytes && group_.ranks_share_cpus()) ::sched_yield();
         }
         // Receives: the header first, checked against this rank's call, then the payload
         // straight into its destination.

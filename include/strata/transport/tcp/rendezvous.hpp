@@ -90,6 +90,9 @@ class Mesh {
                peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
         .native_handle();
   }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
   /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
   void shutdown_all() noexcept {
     for (auto& peer : peers_)
@@ -109,6 +112,7 @@ class Mesh {
   asio::io_context io_;  // declared first: the sockets below are destroyed before it
   int rank_;
   int data_connections_;
+  int ranks_on_this_host_ = 1;
   std::vector<std::vector<asio::ip::tcp::socket>> peers_;
 };
 
@@ -163,6 +167,7 @@ class MeshBuilder {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == config_.rank) continue;
       auto& sockets = mesh_->peers_[static_cast<std::size_t>(peer)];
+      if (same_host(*slots_[slot(peer, 0)])) ++mesh_->ranks_on_this_host_;
       for (int index = 0; index < per_peer_; ++index) {
         auto& socket = *slots_[slot(peer, index)];
         socket.non_blocking(true);
