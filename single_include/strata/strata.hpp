@@ -5347,6 +5347,7 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -5412,22 +5413,33 @@ inline std::optional<std::string> read_line(const std::string& path) {
   return line;
 }
 
-// This process's cgroup path in the v2 hierarchy ("0::/path"), or in the v1 hierarchy that
-// has `controller` ("3:cpuset:/path").
-inline std::optional<std::string> path_of(std::string_view controller) {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
+// A cgroup path from /proc/self/cgroup's `contents`: in the v2 hierarchy ("0::/path") for an
+// empty `controller`, else in the v1 hierarchy that has it ("3:cpu,cpuacct:/path").
+inline std::optional<std::string> path_in(std::string_view contents, std::string_view controller) {
+  while (!contents.empty()) {
+    const auto newline = contents.find('\n');
+    const std::string_view line = contents.substr(0, newline);
+    contents =
+        newline == std::string_view::npos ? std::string_view() : contents.substr(newline + 1);
     const auto first = line.find(':');
-    const auto second = first == std::string::npos ? first : line.find(':', first + 1);
-    if (second == std::string::npos) continue;
-    const std::string_view controllers =
-        std::string_view(line).substr(first + 1, second - first - 1);
-    const bool match = controller.empty() ? line.compare(0, first, "0") == 0 && controllers.empty()
-                                          : controllers.find(controller) != std::string_view::npos;
-    if (match) return line.substr(second + 1);
+    const auto second = first == std::string_view::npos ? first : line.find(':', first + 1);
+    if (second == std::string_view::npos) continue;
+    const std::string_view controllers = line.substr(first + 1, second - first - 1);
+    bool match = controller.empty() && line.substr(0, first) == "0" && controllers.empty();
+    for (std::string_view rest = controllers; !controller.empty() && !rest.empty();) {
+      const auto comma = rest.find(',');
+      match = match || rest.substr(0, comma) == controller;
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    if (match) return std::string(line.substr(second + 1));
   }
   return std::nullopt;
+}
+
+inline std::optional<std::string> path_of(std::string_view controller) {
+  std::ifstream in("/proc/self/cgroup");
+  const std::string contents{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return path_in(contents, controller);
 }
 
 // The CPUs a cgroup v2 "cpu.max" quota pays for ("max 100000": none), rounded up.
@@ -5452,33 +5464,36 @@ inline std::optional<int> quota_cpus(std::string_view max) noexcept {
 /// The CPUs this host gives the processes of this process's container: the CPUs of its cgroup's
 /// cpuset, fewer when a CPU quota (cgroup v2 cpu.max) pays for fewer, else the online CPUs.
 /// Unlike usable_cpus(), a process's own affinity does not narrow it: ranks pinned one to a
-/// CPU still share the host's CPUs, and this says how many there are. Read once, at least 1.
-inline int host_cpus() {
-  static const int cpus = [] {
-    int count = 0;
+/// CPU still share the host's CPUs, and this says how many there are. At least 1.
+inline int count_host_cpus() {
+  int count = 0;
 #if defined(__linux__)
-    count = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-    std::optional<int> cpuset;
-    std::optional<int> quota;
-    if (const auto path = cgroup::path_of("")) {  // v2: one hierarchy
-      const std::string dir = "/sys/fs/cgroup" + (*path == "/" ? std::string() : *path);
-      if (const auto list = cgroup::read_line(dir + "/cpuset.cpus.effective"))
+  count = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  std::optional<int> cpuset;
+  std::optional<int> quota;
+  if (const auto path = cgroup::path_of("")) {  // v2: one hierarchy
+    const std::string dir = "/sys/fs/cgroup" + (*path == "/" ? std::string() : *path);
+    if (const auto list = cgroup::read_line(dir + "/cpuset.cpus.effective"))
+      cpuset = count_cpu_list(*list);
+    if (const auto max = cgroup::read_line(dir + "/cpu.max")) quota = cgroup::quota_cpus(*max);
+  }
+  if (!cpuset)
+    if (const auto path = cgroup::path_of("cpuset")) {  // v1: the cpuset hierarchy
+      const std::string dir = "/sys/fs/cgroup/cpuset" + (*path == "/" ? std::string() : *path);
+      if (const auto list = cgroup::read_line(dir + "/cpuset.effective_cpus"))
         cpuset = count_cpu_list(*list);
-      if (const auto max = cgroup::read_line(dir + "/cpu.max")) quota = cgroup::quota_cpus(*max);
     }
-    if (!cpuset)
-      if (const auto path = cgroup::path_of("cpuset")) {  // v1: the cpuset hierarchy
-        const std::string dir = "/sys/fs/cgroup/cpuset" + (*path == "/" ? std::string() : *path);
-        if (const auto list = cgroup::read_line(dir + "/cpuset.effective_cpus"))
-          cpuset = count_cpu_list(*list);
-      }
-    if (cpuset) count = std::min(count, *cpuset);
-    if (quota) count = std::min(count, *quota);
+  if (cpuset) count = std::min(count, *cpuset);
+  if (quota) count = std::min(count, *quota);
 #else
-    count = static_cast<int>(std::thread::hardware_concurrency());
+  count = static_cast<int>(std::thread::hardware_concurrency());
 #endif
-    return std::max(1, count);
-  }();
+  return std::max(1, count);
+}
+
+/// count_host_cpus(), read once per process.
+inline int host_cpus() {
+  static const int cpus = count_host_cpus();
   return cpus;
 }
 
@@ -8264,8 +8279,9 @@ class Link {
   /// the receiver, runnable on the same CPU with work that the other CPUs wait for, does not
   /// run: with 4 ranks on 2 CPUs the ring fell, for hundreds of calls at a time, into a
   /// schedule where both ranks of one CPU waited for the other CPU's and the CPUs took turns
-  /// instead of working at once (1 MiB: a median of 850 µs against 650, benchmarks/RESULTS.md,
-  /// fifteenth run). Smaller messages are latency-bound: a system call each is a real share.
+  /// instead of working at once (1 MiB, per call: p90 1033-1198 µs before, 770-821 after;
+  /// benchmarks/RESULTS.md, fifteenth run). Smaller messages are latency-bound: a system call
+  /// each is a real share.
   static constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
 
   Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)

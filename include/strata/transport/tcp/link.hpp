@@ -332,8 +332,9 @@ class Link {
   /// the receiver, runnable on the same CPU with work that the other CPUs wait for, does not
   /// run: with 4 ranks on 2 CPUs the ring fell, for hundreds of calls at a time, into a
   /// schedule where both ranks of one CPU waited for the other CPU's and the CPUs took turns
-  /// instead of working at once (1 MiB: a median of 850 µs against 650, benchmarks/RESULTS.md,
-  /// fifteenth run). Smaller messages are latency-bound: a system call each is a real share.
+  /// instead of working at once (1 MiB, per call: p90 1033-1198 µs before, 770-821 after;
+  /// benchmarks/RESULTS.md, fifteenth run). Smaller messages are latency-bound: a system call
+  /// each is a real share.
   static constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
 
   Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)
