@@ -5389,9 +5389,8 @@ inline std::optional<int> count_cpu_list(std::string_view list) noexcept {
   long count = 0;
   for (;;) {
     unsigned first = 0;
-    unsigned last = 0;
     if (!number(first)) return std::nullopt;
-    last = first;
+    unsigned last = first;
     if (!list.empty() && list.front() == '-') {
       list.remove_prefix(1);
       if (!number(last) || last < first) return std::nullopt;
