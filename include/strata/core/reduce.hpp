@@ -18,8 +18,9 @@
 //              are also compiled for AVX2 and AVX-512 and the widest set the CPU has runs, with
 //              the same bits. Integers, float and double run at memory speed for large counts
 //              (two-input sum: about memcpy's bytes/s; benchmarks/core/reduce_bench.cpp).
-//              float16 and bfloat16 are bound by their conversions, done in integer vector
-//              code: a few GB/s for float16.
+//              float16 converts in blocks with F16C's instructions where the CPU has AVX2
+//              (the same bits as the portable conversions); bfloat16 converts in integer
+//              vector code.
 #pragma once
 
 #include <algorithm>
@@ -35,6 +36,11 @@
 #include <vector>
 
 #include <fmt/format.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 #include <strata/core/bfloat16.hpp>
 #include <strata/core/data_type.hpp>
@@ -101,21 +107,23 @@ using ReduceAcc = std::conditional_t<is_half_precision_v<T>, float, T>;
 
 // The conversions below give exactly the bits of float16's and bfloat16's own conversions
 // (tests compare them exhaustively), but without branches, so that block loops vectorize.
-// They choose between candidates with masks, not `?:`: g++ turns a select into a branch and
+// They are always inlined: a call per element would cost more than the conversion. They
+// choose between candidates with masks, not `?:`: g++ turns a select into a branch and
 // sinks a candidate's floating-point arithmetic into it, and (under the default
 // -ftrapping-math) must not execute that arithmetic speculatively, so it gives up on the loop.
 
 /// All ones when `condition` holds, else zero.
-inline std::uint32_t mask_if(bool condition) noexcept {
+[[gnu::always_inline]] inline std::uint32_t mask_if(bool condition) noexcept {
   return 0u - static_cast<std::uint32_t>(condition);
 }
 
 /// `mask ? a : b`, bit by bit.
-inline std::uint32_t blend(std::uint32_t mask, std::uint32_t a, std::uint32_t b) noexcept {
+[[gnu::always_inline]] inline std::uint32_t blend(std::uint32_t mask, std::uint32_t a,
+                                                  std::uint32_t b) noexcept {
   return (a & mask) | (b & ~mask);
 }
 
-inline float half_bits_to_float(std::uint16_t h) noexcept {
+[[gnu::always_inline]] inline float half_bits_to_float(std::uint16_t h) noexcept {
   const std::uint32_t sign = (static_cast<std::uint32_t>(h) & 0x8000u) << 16;
   const std::uint32_t shifted = (static_cast<std::uint32_t>(h) & 0x7fffu) << 13;
   const std::uint32_t exponent = shifted & 0x0f800000u;
@@ -127,7 +135,7 @@ inline float half_bits_to_float(std::uint16_t h) noexcept {
   return std::bit_cast<float>(bits | sign);
 }
 
-inline std::uint16_t float_to_half_bits(float value) noexcept {
+[[gnu::always_inline]] inline std::uint16_t float_to_half_bits(float value) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t magnitude = x & 0x7fffffffu;
@@ -146,7 +154,7 @@ inline std::uint16_t float_to_half_bits(float value) noexcept {
   return static_cast<std::uint16_t>(sign | bits);
 }
 
-inline std::uint16_t float_to_bfloat16_bits(float value) noexcept {
+[[gnu::always_inline]] inline std::uint16_t float_to_bfloat16_bits(float value) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(value);
   const std::uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
   const std::uint32_t quiet_nan = (x >> 16) | 0x0040u;  // rounding could carry a NaN into inf
@@ -155,7 +163,7 @@ inline std::uint16_t float_to_bfloat16_bits(float value) noexcept {
 }
 
 template <class T>
-inline ReduceAcc<T> widen(T value) noexcept {
+[[gnu::always_inline]] inline ReduceAcc<T> widen(T value) noexcept {
   if constexpr (std::same_as<T, float16>) {
     return half_bits_to_float(value.bits());
   } else if constexpr (std::same_as<T, bfloat16>) {
@@ -166,7 +174,7 @@ inline ReduceAcc<T> widen(T value) noexcept {
 }
 
 template <class T>
-inline T narrow(ReduceAcc<T> value) noexcept {
+[[gnu::always_inline]] inline T narrow(ReduceAcc<T> value) noexcept {
   if constexpr (std::same_as<T, float16>) {
     return float16::from_bits(float_to_half_bits(value));
   } else if constexpr (std::same_as<T, bfloat16>) {
@@ -353,11 +361,166 @@ template <class T, class N>
   }
 }
 
-/// The block loop of `reduce_n` for k >= 2 inputs; `integer_mean` divides each finished block.
+/// The instruction sets the kernels are built for, narrowest first.
+enum class Isa { baseline, avx2, avx512 };
+
+inline constexpr Isa kAllIsas[] = {Isa::baseline, Isa::avx2, Isa::avx512};
+
+inline constexpr std::string_view name_of(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
+    case Isa::baseline:
+      break;
+  }
+  return "baseline";
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define STRATA_REDUCE_DISPATCH 1
+#else
+#define STRATA_REDUCE_DISPATCH 0
+#endif
+
+template <Isa kIsa>
+using IsaTag = std::integral_constant<Isa, kIsa>;
+
+/// float16 converts in blocks with F16C where the kernels run AVX2 or wider (those sets require
+/// it): bit for bit the portable conversions (round to nearest even, NaNs quieted with their
+/// top payload bits), except that a signalling NaN widens to the quiet one; every operation
+/// quiets it anyway, and which payload a NaN result carries is not promised.
+template <Isa kIsa, class T>
+inline constexpr bool kHalvesInBlocks = (kIsa != Isa::baseline) && std::is_same_v<T, float16>;
+
+#if STRATA_REDUCE_DISPATCH
+// Out of line: an intrinsic needs its target in every function it is inlined into, and a call
+// per block costs nothing next to converting 1024 elements. The 512-bit conversions are the
+// masked forms with a zero source: g++ 12 warns (-Wmaybe-uninitialized) about the unmasked
+// forms' undefined one.
+[[gnu::target("avx2,f16c"), gnu::noinline]] inline void widen_halves_avx2(
+    float* __restrict out, const float16* __restrict in, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  if (i < n) {  // the last 1-7 through a zero-padded vector, so that every element converts alike
+    float16 padded[8] = {};
+    float wide[8];
+    std::memcpy(padded, in + i, (n - i) * sizeof(float16));
+    _mm256_storeu_ps(wide, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i*>(padded))));
+    std::memcpy(out + i, wide, (n - i) * sizeof(float));
+  }
+}
+
+[[gnu::target("avx2,f16c"), gnu::noinline]] inline void narrow_halves_avx2(
+    float16* __restrict out, const float* __restrict in, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  if (i < n) {
+    float padded[8] = {};
+    float16 narrow[8];
+    std::memcpy(padded, in + i, (n - i) * sizeof(float));
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(padded), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(narrow), h);
+    std::memcpy(out + i, narrow, (n - i) * sizeof(float16));
+  }
+}
+
+[[gnu::target("avx2,f16c,avx512f"), gnu::noinline]] inline void widen_halves_avx512(
+    float* __restrict out, const float16* __restrict in, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps(0xffff, h));
+  }
+  widen_halves_avx2(out + i, in + i, n - i);
+}
+
+[[gnu::target("avx2,f16c,avx512f"), gnu::noinline]] inline void narrow_halves_avx512(
+    float16* __restrict out, const float* __restrict in, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h =
+        _mm512_maskz_cvtps_ph(0xffff, _mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
+  }
+  narrow_halves_avx2(out + i, in + i, n - i);
+}
+#endif
+
+/// `out[i] = float(in[i])` for n float16, with F16C's instructions at `kIsa`'s width (the
+/// portable conversion at baseline).
+template <Isa kIsa>
+inline void widen_halves(float* __restrict out, const float16* __restrict in, std::size_t n) {
+#if STRATA_REDUCE_DISPATCH
+  if constexpr (kIsa == Isa::avx512) {
+    return widen_halves_avx512(out, in, n);
+  } else if constexpr (kIsa == Isa::avx2) {
+    return widen_halves_avx2(out, in, n);
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = half_bits_to_float(in[i].bits());
+}
+
+/// `out[i] = float16(in[i])` for n floats, rounding to nearest even.
+template <Isa kIsa>
+inline void narrow_halves(float16* __restrict out, const float* __restrict in, std::size_t n) {
+#if STRATA_REDUCE_DISPATCH
+  if constexpr (kIsa == Isa::avx512) {
+    return narrow_halves_avx512(out, in, n);
+  } else if constexpr (kIsa == Isa::avx2) {
+    return narrow_halves_avx2(out, in, n);
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = float16::from_bits(float_to_half_bits(in[i]));
+}
+
+/// What `Fin` does before its rounding to T, on a float.
+template <class T>
+inline float before_rounding(Narrow<T>, float value) noexcept {
+  return value;
+}
+
+template <class T>
+inline float before_rounding(NarrowMean<T> mean, float value) noexcept {
+  return value / mean.divisor;
+}
+
+/// reduce_blocks for float16 converting in blocks: each input's block is widened once, the
+/// operator runs on floats in the same order as the portable loops, and the result is narrowed
+/// once. Any input may be `out` (it is read before `out` is written).
+template <Isa kIsa, class F, class Fin>
+inline void reduce_half_blocks(float16* out, const float16* const* inputs, std::size_t k,
+                               std::size_t count, F f, Fin fin) {
+  alignas(64) float acc[kReduceBlock];
+  alignas(64) float next[kReduceBlock];
+  for_each_block(
+      out, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
+        widen_halves<kIsa>(acc, inputs[0] + base, n);
+        for (std::size_t j = 1; j < k; ++j) {
+          widen_halves<kIsa>(next, inputs[j] + base, n);
+          combine_next<float>(acc, next, n, f);
+        }
+        for (std::size_t i = 0; i < n; ++i)
+          acc[i] = before_rounding(fin, acc[i]);
+        narrow_halves<kIsa>(out + base, acc, n);
+      });
+}
+
+/// The block loop of `reduce_n` for k >= 2 inputs, element by element; `integer_mean` divides
+/// each finished block.
 template <class T, class F, class Fin>
-[[gnu::always_inline]] inline void reduce_blocks(T* out, const T* const* inputs, std::size_t k,
-                                                 std::size_t count, F f, Fin fin,
-                                                 bool integer_mean) {
+[[gnu::always_inline]] inline void reduce_elementwise(T* out, const T* const* inputs, std::size_t k,
+                                                      std::size_t count, F f, Fin fin,
+                                                      bool integer_mean) {
   alignas(64) ReduceAcc<T> acc[kReduceBlock];
   for_each_block(
       out, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
@@ -391,38 +554,31 @@ template <class T, class F, class Fin>
       });
 }
 
-/// The instruction sets the kernels are built for, narrowest first.
-enum class Isa { baseline, avx2, avx512 };
-
-inline constexpr Isa kAllIsas[] = {Isa::baseline, Isa::avx2, Isa::avx512};
-
-inline constexpr std::string_view name_of(Isa isa) noexcept {
-  switch (isa) {
-    case Isa::avx2:
-      return "avx2";
-    case Isa::avx512:
-      return "avx512";
-    case Isa::baseline:
-      break;
+/// The block loop of `reduce_n` for k >= 2 inputs, compiled for `kIsa`.
+template <Isa kIsa, class T, class F, class Fin>
+[[gnu::always_inline]] inline void reduce_blocks(T* out, const T* const* inputs, std::size_t k,
+                                                 std::size_t count, F f, Fin fin,
+                                                 bool integer_mean) {
+  if constexpr (kHalvesInBlocks<kIsa, T>) {
+    reduce_half_blocks<kIsa>(out, inputs, k, count, f, fin);
+  } else {
+    reduce_elementwise(out, inputs, k, count, f, fin, integer_mean);
   }
-  return "baseline";
 }
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define STRATA_REDUCE_DISPATCH 1
-#else
-#define STRATA_REDUCE_DISPATCH 0
-#endif
 
 /// The widest instruction set this CPU (and its OS) runs; baseline off x86-64.
 inline Isa best_isa() noexcept {
 #if STRATA_REDUCE_DISPATCH
   static const Isa best = [] {
     __builtin_cpu_init();
+    // Every CPU with AVX2 has F16C, but a hypervisor may hide it; the kernels need both.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    if (!f16c || !__builtin_cpu_supports("avx2")) return Isa::baseline;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl"))
       return Isa::avx512;
-    return __builtin_cpu_supports("avx2") ? Isa::avx2 : Isa::baseline;
+    return Isa::avx2;
   }();
   return best;
 #else
@@ -438,18 +594,19 @@ inline Isa best_isa() noexcept {
 // element is combined alone, so every set gives the same bits, except which NaN's payload a NaN
 // result carries when two meet (tests/core/reduce_test.cpp checks).
 template <class Kernel>
-[[gnu::target("avx2"), gnu::flatten]] inline void run_avx2(const Kernel& kernel) {
-  kernel();
+[[gnu::target("avx2,f16c"), gnu::flatten]] inline void run_avx2(const Kernel& kernel) {
+  kernel(IsaTag<Isa::avx2>{});
 }
 
 template <class Kernel>
-[[gnu::target("avx2,avx512f,avx512bw,avx512vl"), gnu::flatten]] inline void run_avx512(
+[[gnu::target("avx2,f16c,avx512f,avx512bw,avx512vl"), gnu::flatten]] inline void run_avx512(
     const Kernel& kernel) {
-  kernel();
+  kernel(IsaTag<Isa::avx512>{});
 }
 #endif
 
-/// Runs `kernel` compiled for `isa`, which the CPU must support (isa <= best_isa()).
+/// Runs `kernel(IsaTag<isa>{})` compiled for `isa`, which the CPU must support
+/// (isa <= best_isa()).
 template <class Kernel>
 inline void run_on(Isa isa, const Kernel& kernel) {
 #if STRATA_REDUCE_DISPATCH
@@ -458,7 +615,7 @@ inline void run_on(Isa isa, const Kernel& kernel) {
 #else
   (void)isa;
 #endif
-  kernel();
+  kernel(IsaTag<Isa::baseline>{});
 }
 
 /// Applies `f` to `op`'s operator object (mean -> sum, see the callers).
@@ -527,19 +684,20 @@ void reduce_n_on(Isa isa, std::span<T> out, std::span<const T* const> inputs, Re
   T* const o = out.data();
   const T* const* const in = inputs.data();
   run_on(
-      isa, [&]() __attribute__((always_inline)) {
+      isa, [&](auto set) __attribute__((always_inline)) {
+        constexpr Isa kSet = decltype(set)::value;
         if (op == ReduceOp::mean) {
           if constexpr (std::is_integral_v<T>) {
-            reduce_blocks(o, in, k, count, SumFn{}, Narrow<T>{}, true);
+            reduce_blocks<kSet>(o, in, k, count, SumFn{}, Narrow<T>{}, true);
           } else {
             const NarrowMean<T> fin{static_cast<ReduceAcc<T>>(k)};
-            reduce_blocks(o, in, k, count, SumFn{}, fin, false);
+            reduce_blocks<kSet>(o, in, k, count, SumFn{}, fin, false);
           }
           return;
         }
         with_reduce_fn(
             op, [&](auto f) __attribute__((always_inline)) {
-              reduce_blocks(o, in, k, count, f, Narrow<T>{}, false);
+              reduce_blocks<kSet>(o, in, k, count, f, Narrow<T>{}, false);
             });
       });
 }
@@ -560,17 +718,24 @@ void accumulate_on(Isa isa, std::span<T> inout, std::span<const T> in, ReduceOp 
   const T* const q = in.data();
   const std::size_t count = inout.size();
   run_on(
-      isa, [&]() __attribute__((always_inline)) {
+      isa, [&](auto set) __attribute__((always_inline)) {
+        constexpr Isa kSet = decltype(set)::value;
         with_reduce_fn(
             op, [&](auto f) __attribute__((always_inline)) {
-              for_each_block(
-                  p, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
-                    if (p == q) {
-                      accumulate_self<T>(p + base, n, f);
-                    } else {
-                      accumulate_disjoint<T>(p + base, q + base, n, f);
-                    }
-                  });
+              if constexpr (kHalvesInBlocks<kSet, T>) {
+                // The two-input reduce_n into inout: one rounding, as below.
+                const T* const inputs[] = {p, q};
+                reduce_half_blocks<kSet>(p, inputs, 2, count, f, Narrow<T>{});
+              } else {
+                for_each_block(
+                    p, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
+                      if (p == q) {
+                        accumulate_self<T>(p + base, n, f);
+                      } else {
+                        accumulate_disjoint<T>(p + base, q + base, n, f);
+                      }
+                    });
+              }
             });
       });
 }
@@ -585,11 +750,18 @@ void divide_on(Isa isa, std::span<T> data, std::size_t divisor) {
   T* const p = data.data();
   const std::size_t count = data.size();
   run_on(
-      isa, [&]() __attribute__((always_inline)) {
-        for_each_block(
-            p, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
-              divide_block(p + base, n, divisor);
-            });
+      isa, [&](auto set) __attribute__((always_inline)) {
+        constexpr Isa kSet = decltype(set)::value;
+        if constexpr (kHalvesInBlocks<kSet, T>) {
+          const T* const inputs[] = {p};
+          const NarrowMean<T> quotient{static_cast<float>(divisor)};
+          reduce_half_blocks<kSet>(p, inputs, 1, count, SumFn{}, quotient);
+        } else {
+          for_each_block(
+              p, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
+                divide_block(p + base, n, divisor);
+              });
+        }
       });
 }
 
