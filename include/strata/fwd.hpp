@@ -9,6 +9,8 @@
 
 namespace strata {
 enum class ReduceOp : std::uint8_t;
+enum class Collective : std::uint8_t;
+struct CollectiveCall;
 class Error;
 class TimeoutError;
 class PeerFailureError;
@@ -26,7 +28,6 @@ class ReplicaContext;
 namespace strata::communicator {
 struct CommunicatorOptions;
 struct CallOptions;
-struct CollectiveCall;
 class Work;
 template <class AllReduceAlgorithm>
 class LocalCommunicator;
@@ -44,6 +45,7 @@ struct AllReduceReduceToOne;
 struct AllReduceScatterGather;
 struct AllReduceRing;
 struct AllReduceRecursiveDoubling;
+struct AllReduceHalvingDoubling;
 struct BroadcastDirect;
 struct BroadcastRing;
 struct ReduceDirect;

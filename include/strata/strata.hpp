@@ -9,6 +9,7 @@
 #include <strata/fwd.hpp>
 
 #include <strata/core/bfloat16.hpp>
+#include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
@@ -16,12 +17,20 @@
 #include <strata/core/reduce.hpp>
 #include <strata/core/reduce_op.hpp>
 
+#include <strata/algorithms/all_gather_direct.hpp>
 #include <strata/algorithms/all_gather_ring.hpp>
+#include <strata/algorithms/all_reduce_halving_doubling.hpp>
 #include <strata/algorithms/all_reduce_recursive_doubling.hpp>
+#include <strata/algorithms/all_reduce_reduce_to_one.hpp>
 #include <strata/algorithms/all_reduce_ring.hpp>
+#include <strata/algorithms/all_reduce_scatter_gather.hpp>
 #include <strata/algorithms/barrier_dissemination.hpp>
+#include <strata/algorithms/broadcast_direct.hpp>
 #include <strata/algorithms/broadcast_ring.hpp>
+#include <strata/algorithms/link.hpp>
+#include <strata/algorithms/reduce_direct.hpp>
 #include <strata/algorithms/reduce_ring.hpp>
+#include <strata/algorithms/reduce_scatter_direct.hpp>
 #include <strata/algorithms/reduce_scatter_ring.hpp>
 
 #include <strata/cluster/cluster_spec.hpp>
@@ -34,6 +43,7 @@
 
 #include <strata/communicator/collective.hpp>
 #include <strata/communicator/communicator.hpp>
+#include <strata/communicator/hierarchical.hpp>
 #include <strata/communicator/local.hpp>
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/self.hpp>
@@ -59,9 +69,12 @@
 
 #include <strata/strategies.hpp>
 #include <strata/strategy.hpp>
+
 #include <strata/sync/sync.hpp>
 #include <strata/sync/synchronous.hpp>
 
+#include <strata/transport/local/group.hpp>
+#include <strata/transport/local/link.hpp>
 #include <strata/transport/plan.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/handshake.hpp>

@@ -13,22 +13,21 @@
 
 #include <cstring>
 
-#include <strata/transport/local/link.hpp>
+#include <strata/algorithms/link.hpp>
 
 namespace strata::algorithms {
 
 struct AllGatherDirect {
   static constexpr std::string_view kName = "direct";
 
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
     const std::size_t block = mine.count * size_of(mine.type);
     if (block == 0) return;
     // Phase 1: copy every rank's contribution into its block.
     for (int q = 0; q < link.size(); ++q) {
       auto* destination = static_cast<std::byte*>(mine.recv) + static_cast<std::size_t>(q) * block;
-      const void* source = link.call(q).send;
+      const void* source = link.peer_call(q).send;
       if (destination != source) std::memcpy(destination, source, block);
     }
   }

@@ -23,33 +23,30 @@ struct AllGatherRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    auto* out = static_cast<std::byte*>(call.recv);
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
     auto block = [&](int q) {
-      const auto begin = static_cast<std::size_t>(detail::mod(q, n)) * call.count;
+      const auto begin = static_cast<std::size_t>(detail::mod(q, self.size)) * call.count;
       return detail::Range{begin, begin + call.count};
     };
-    detail::copy_if_distinct(out + block(r).begin * element,
-                             static_cast<const std::byte*>(call.send), call.count * element);
-    if (n == 1) return;
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
-    const detail::Wavefront order(static_cast<std::size_t>(n - 1), m);
+    detail::copy_if_distinct(self.out + block(self.rank).begin * self.element,
+                             static_cast<const std::byte*>(call.send), call.count * self.element);
+    if (self.size == 1) return;
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
+    const detail::Wavefront order(static_cast<std::size_t>(self.size - 1), m);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const int t = static_cast<int>(order.step(i));
       const std::size_t k = order.segment(i);
-      const detail::Range send_part = detail::part_of(block(r - t), m, k);
-      const detail::Range recv_part = detail::part_of(block(r - t - 1), m, k);
-      sends.push_back(
-          {next, out + send_part.begin * element, send_part.size() * element, order.forwards(i)});
-      recvs.push_back({prev, out + recv_part.begin * element, recv_part.size() * element, -1});
+      const detail::Range send_part = detail::part_of(block(self.rank - t), m, k);
+      const detail::Range recv_part = detail::part_of(block(self.rank - t - 1), m, k);
+      sends.push_back({next, self.out + send_part.begin * self.element,
+                       send_part.size() * self.element, order.forwards(i)});
+      recvs.push_back(
+          {prev, self.out + recv_part.begin * self.element, recv_part.size() * self.element, -1});
     }
     link.transfer(sends, recvs, [](std::size_t) {});
   }

@@ -3,7 +3,7 @@
 //
 // Computes  every rank's output = op over all ranks' inputs.
 // Phases    Let p be the largest power of two ≤ n and e = n - p. The vector is cut into p
-//           blocks, each into pieces of at most max_message_bytes.
+//           blocks, each into pieces of at most chunk_bytes.
 //           1. fold: for r < 2e, even rank r sends its vector to r+1, which combines them;
 //              even ranks then wait. The p remaining ranks get virtual ranks 0..p-1.
 //           2. reduce-scatter, log2(p) rounds: in round k (distance d = p/2^(k+1)) each rank
@@ -35,30 +35,22 @@ struct AllReduceHalvingDoubling {
   static constexpr std::string_view kName = "halving_doubling";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, call.count * element);
-      return;
-    }
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    if (self.alone(call.count * self.element)) return;
 
     int p = 1;
     int rounds = 0;
-    while (p * 2 <= n) {
+    while (p * 2 <= self.size) {
       p *= 2;
       ++rounds;
     }
-    const int extra = n - p;
+    const int extra = self.size - p;
     const auto blocks = static_cast<std::size_t>(p);
     const detail::Range all{0, call.count};
     auto block = [&](std::size_t b) { return detail::part_of(all, blocks, b); };
     const std::size_t pieces_per_block =
-        detail::segments_for((call.count + blocks - 1) / blocks, element, link.max_message_bytes());
+        detail::segments_for((call.count + blocks - 1) / blocks, self.element, link.chunk_bytes());
     // Piece x is part x % pieces_per_block of block x / pieces_per_block.
     const std::size_t pieces = blocks * pieces_per_block;
     auto piece = [&](std::size_t x) {
@@ -69,22 +61,22 @@ struct AllReduceHalvingDoubling {
       return detail::Range{block(first).begin, block(last - 1).end};
     };
 
-    const bool folded_away = r < 2 * extra && r % 2 == 0;
-    const bool folds_in = r < 2 * extra && r % 2 == 1;
+    const bool folded_away = self.rank < 2 * extra && self.rank % 2 == 0;
+    const bool folds_in = self.rank < 2 * extra && self.rank % 2 == 1;
     if (folded_away) {  // phases 1 and 4 of an even rank: hand the vector over, get the result
       std::vector<detail::Range> parts(pieces);
       for (std::size_t x = 0; x < pieces; ++x)
         parts[x] = piece(x);
-      detail::fold_away(link, r + 1, in, out, parts, element);
+      detail::fold_away(link, self.rank + 1, self.in, self.out, parts, self.element);
       return;
     }
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     auto send_piece = [&](int peer, const std::byte* base, std::size_t x, std::ptrdiff_t after) {
       const detail::Range part = piece(x);
-      sends.push_back({peer, base + part.begin * element, part.size() * element, after});
+      sends.push_back({peer, base + part.begin * self.element, part.size() * self.element, after});
     };
-    const int virtual_rank = folds_in ? r / 2 : r - extra;
+    const int virtual_rank = folds_in ? self.rank / 2 : self.rank - extra;
     auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
 
     // What the handler of receive j does: combine the received piece with this rank's partial
@@ -101,28 +93,31 @@ struct AllReduceHalvingDoubling {
     // `out` (a later receive into `out` waits for that send).
     std::vector<std::ptrdiff_t> latest(pieces, -1);
     std::vector<std::ptrdiff_t> read_from_out(pieces, -1);
-    auto partial = [&](std::size_t x) -> const std::byte* { return latest[x] < 0 ? in : out; };
+    auto partial = [&](std::size_t x) -> const std::byte* {
+      return latest[x] < 0 ? self.in : self.out;
+    };
 
     // Scratch: the folded vector, then each reduce-scatter round's half, one after another
     // (a round's pieces may arrive before the previous round's are combined).
-    std::size_t scratch_bytes = folds_in ? call.count * element : 0;
+    std::size_t scratch_bytes = folds_in ? call.count * self.element : 0;
     for (std::size_t kept = blocks / 2; kept >= 1; kept /= 2)  // any `kept` blocks: ≤ 1 more
-      scratch_bytes += (span_of(0, kept).size() + 1) * element;
+      scratch_bytes += (span_of(0, kept).size() + 1) * self.element;
     std::byte* region = link.scratch(scratch_bytes);
 
     auto receive_combining = [&](int peer, std::size_t x, std::byte* base, detail::Range around,
                                  bool received_first, bool final_round) {
       const detail::Range part = piece(x);
-      recvs.push_back({peer, base + (part.begin - around.begin) * element, part.size() * element,
-                       -1, latest[x]});
+      recvs.push_back({peer, base + (part.begin - around.begin) * self.element,
+                       part.size() * self.element, -1, latest[x]});
       combines.push_back({part, partial(x), received_first, final_round});
       latest[x] = static_cast<std::ptrdiff_t>(recvs.size() - 1);
     };
 
     if (folds_in) {
       for (std::size_t x = 0; x < pieces; ++x)
-        receive_combining(r - 1, x, region, all, /*received_first=*/true, /*final_round=*/false);
-      region += call.count * element;
+        receive_combining(self.rank - 1, x, region, all, /*received_first=*/true,
+                          /*final_round=*/false);
+      region += call.count * self.element;
     }
     std::size_t first = 0;
     std::size_t last = blocks;
@@ -136,7 +131,7 @@ struct AllReduceHalvingDoubling {
       const std::size_t keep_first = upper ? middle : first;
       for (std::size_t x = give_first * pieces_per_block;
            x < (give_first + distance) * pieces_per_block; ++x) {
-        if (latest[x] >= 0 || in == out)
+        if (latest[x] >= 0 || self.in == self.out)
           read_from_out[x] = static_cast<std::ptrdiff_t>(sends.size());
         send_piece(partner, partial(x), x, latest[x]);
       }
@@ -145,7 +140,7 @@ struct AllReduceHalvingDoubling {
            x < (keep_first + distance) * pieces_per_block; ++x)
         receive_combining(partner, x, region, kept, partner_virtual < virtual_rank,
                           k + 1 == rounds);
-      region += kept.size() * element;
+      region += kept.size() * self.element;
       first = keep_first;
       last = keep_first + distance;
     }
@@ -155,12 +150,12 @@ struct AllReduceHalvingDoubling {
       const bool upper = (static_cast<std::size_t>(virtual_rank) & distance) != 0;
       const std::size_t partner_first = upper ? first - distance : last;
       for (std::size_t x = first * pieces_per_block; x < last * pieces_per_block; ++x)
-        send_piece(partner, out, x, latest[x]);
+        send_piece(partner, self.out, x, latest[x]);
       for (std::size_t x = partner_first * pieces_per_block;
            x < (partner_first + distance) * pieces_per_block; ++x) {
         const detail::Range part = piece(x);
-        recvs.push_back(
-            {partner, out + part.begin * element, part.size() * element, read_from_out[x], -1});
+        recvs.push_back({partner, self.out + part.begin * self.element, part.size() * self.element,
+                         read_from_out[x], -1});
         combines.push_back({part});
         latest[x] = static_cast<std::ptrdiff_t>(recvs.size() - 1);
       }
@@ -169,14 +164,14 @@ struct AllReduceHalvingDoubling {
     }
     if (folds_in)
       for (std::size_t x = 0; x < pieces; ++x)
-        send_piece(r - 1, out, x, latest[x]);
+        send_piece(self.rank - 1, self.out, x, latest[x]);
 
     link.transfer(sends, recvs, [&](std::size_t j) {
       const Combine& c = combines[j];
       if (c.own == nullptr) return;
-      detail::combine_partials(call.type, out + c.part.begin * element,
-                               c.own + c.part.begin * element, recvs[j].data, c.received_first,
-                               c.part.size(), call.op, c.last, n);
+      detail::combine_partials(call.type, self.out + c.part.begin * self.element,
+                               c.own + c.part.begin * self.element, recvs[j].data, c.received_first,
+                               c.part.size(), call.op, c.last, self.size);
     });
   }
 };

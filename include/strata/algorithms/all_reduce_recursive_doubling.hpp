@@ -8,7 +8,7 @@
 //           2. log2(p) rounds: in round k each remaining rank exchanges its whole vector with
 //              the rank whose virtual rank differs in bit k, and both combine the two.
 //           3. unfold: odd ranks r < 2e send the result to r-1.
-//           Vectors larger than max_message_bytes travel as segments; segment k of a round
+//           Vectors larger than chunk_bytes travel as segments; segment k of a round
 //           goes out as soon as segment k of the previous round is combined.
 // Cost      ⌈log2 n⌉ (+2 when n is not a power of two) message latencies; S·log2(p) bytes
 //           sent per rank: the choice when latency dominates (small S).
@@ -30,25 +30,17 @@ struct AllReduceRecursiveDoubling {
   static constexpr std::string_view kName = "recursive_doubling";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const std::size_t bytes = call.count * element;
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, bytes);
-      return;
-    }
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    const std::size_t bytes = call.count * self.element;
+    if (self.alone(bytes)) return;
 
     int p = 1;
-    while (p * 2 <= n)
+    while (p * 2 <= self.size)
       p *= 2;
-    const int extra = n - p;
+    const int extra = self.size - p;
     const detail::Range all{0, call.count};
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
 
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
@@ -66,8 +58,8 @@ struct AllReduceRecursiveDoubling {
     int rounds = 0;
     for (int mask = 1; mask < p; mask <<= 1)
       ++rounds;
-    const bool folded_away = r < 2 * extra && r % 2 == 0;
-    const bool folds_in = r < 2 * extra && r % 2 == 1;
+    const bool folded_away = self.rank < 2 * extra && self.rank % 2 == 0;
+    const bool folds_in = self.rank < 2 * extra && self.rank % 2 == 1;
     const int receive_rounds = folded_away ? 0 : rounds + (folds_in ? 1 : 0);
     std::byte* scratch = link.scratch(static_cast<std::size_t>(receive_rounds) * bytes);
     int round = 0;
@@ -79,27 +71,27 @@ struct AllReduceRecursiveDoubling {
       std::vector<detail::Range> parts(m);
       for (std::size_t k = 0; k < m; ++k)
         parts[k] = detail::part_of(all, m, k);
-      detail::fold_away(link, r + 1, in, out, parts, element);
+      detail::fold_away(link, self.rank + 1, self.in, self.out, parts, self.element);
       return;
     }
-    const int virtual_rank = folds_in ? r / 2 : r - extra;
+    const int virtual_rank = folds_in ? self.rank / 2 : self.rank - extra;
     auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
     // This rank's vector: its input until the first combine, `out` after it.
-    const std::byte* mine = in;
+    const std::byte* mine = self.in;
     auto receive_round = [&](int from, bool received_first, bool last,
                              const std::vector<std::ptrdiff_t>& after_send) {
       std::byte* region = scratch + static_cast<std::size_t>(round++) * bytes;
       for (std::size_t k = 0; k < m; ++k) {
         const detail::Range part = detail::part_of(all, m, k);
         // The combine overwrites `out`: it waits for a send of this round that reads `out`.
-        recvs.push_back({from, region + part.begin * element, part.size() * element,
-                         mine == out ? after_send[k] : -1});
+        recvs.push_back({from, region + part.begin * self.element, part.size() * self.element,
+                         mine == self.out ? after_send[k] : -1});
         combines.push_back({part, received_first, last, mine});
       }
-      mine = out;
+      mine = self.out;
     };
     const std::vector<std::ptrdiff_t> no_send(m, -1);
-    if (folds_in) receive_round(r - 1, /*received_first=*/true, rounds == 0, no_send);
+    if (folds_in) receive_round(self.rank - 1, /*received_first=*/true, rounds == 0, no_send);
     int k_round = 0;
     for (int mask = 1; mask < p; mask <<= 1, ++k_round) {
       const int partner_virtual = virtual_rank ^ mask;
@@ -108,22 +100,22 @@ struct AllReduceRecursiveDoubling {
       for (std::size_t k = 0; k < m; ++k) {
         const detail::Range part = detail::part_of(all, m, k);
         my_sends[k] = static_cast<std::ptrdiff_t>(sends.size());
-        sends.push_back(
-            {partner, mine + part.begin * element, part.size() * element, previous_recv(k)});
+        sends.push_back({partner, mine + part.begin * self.element, part.size() * self.element,
+                         previous_recv(k)});
       }
       receive_round(partner, partner_virtual < virtual_rank, mask * 2 >= p, my_sends);
     }
     if (folds_in)
       for (std::size_t k = 0; k < m; ++k) {
         const detail::Range part = detail::part_of(all, m, k);
-        sends.push_back(
-            {r - 1, out + part.begin * element, part.size() * element, previous_recv(k)});
+        sends.push_back({self.rank - 1, self.out + part.begin * self.element,
+                         part.size() * self.element, previous_recv(k)});
       }
     link.transfer(sends, recvs, [&](std::size_t j) {
       const Combine& c = combines[j];
-      detail::combine_partials(call.type, out + c.part.begin * element,
-                               c.mine + c.part.begin * element, recvs[j].data, c.received_first,
-                               c.part.size(), call.op, c.last, n);
+      detail::combine_partials(call.type, self.out + c.part.begin * self.element,
+                               c.mine + c.part.begin * self.element, recvs[j].data,
+                               c.received_first, c.part.size(), call.op, c.last, self.size);
     });
   }
 };

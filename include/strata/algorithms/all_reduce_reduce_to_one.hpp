@@ -15,8 +15,8 @@
 #include <span>
 
 #include <strata/algorithms/detail/partition.hpp>
+#include <strata/algorithms/link.hpp>
 #include <strata/core/reduce.hpp>
-#include <strata/transport/local/link.hpp>
 
 namespace strata::algorithms {
 
@@ -24,9 +24,8 @@ namespace strata::algorithms {
 struct AllReduceReduceToOne {
   static constexpr std::string_view kName = "reduce_to_one";
 
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
     visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
       const std::size_t count = mine.count;
       // Phase 1: rank 0 reduces every input into its output.
@@ -37,7 +36,7 @@ struct AllReduceReduceToOne {
       link.sync();
       // Phase 2: the others copy the result.
       if (link.rank() != 0 && count > 0)
-        std::memcpy(mine.recv, link.call(0).recv, count * sizeof(T));
+        std::memcpy(mine.recv, link.peer_call(0).recv, count * sizeof(T));
     });
   }
 };

@@ -6,7 +6,7 @@
 //              with its own input. After n-1 steps rank r holds chunk r+1 reduced over all.
 //           2. all-gather: in step t rank r sends chunk r+1-t and receives chunk r-t straight
 //              into its output.
-//           Each chunk travels as m segments of at most max_message_bytes, and segment k of a
+//           Each chunk travels as m segments of at most chunk_bytes, and segment k of a
 //           step is forwarded as soon as segment k of the previous step has arrived and been
 //           reduced: sending, receiving and reducing all overlap. Messages go in wavefront
 //           order (detail::Wavefront), so forwarded segments leave while still in cache.
@@ -30,33 +30,25 @@ struct AllReduceRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, call.count * element);
-      return;
-    }
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    if (self.alone(call.count * self.element)) return;
     auto chunk = [&](int c) {
-      const auto s = detail::slice_of(call.count, element, n, detail::mod(c, n));
+      const auto s = detail::slice_of(call.count, self.element, self.size, detail::mod(c, self.size));
       return detail::Range{s.begin, s.end};
     };
     std::size_t largest = 0;
-    for (int c = 0; c < n; ++c)
+    for (int c = 0; c < self.size; ++c)
       largest = std::max(largest, chunk(c).size());
-    const std::size_t m = detail::segments_for(largest, element, link.max_message_bytes());
-    const std::size_t slot_bytes = (largest + m - 1) / m * element;
+    const std::size_t m = detail::segments_for(largest, self.element, link.chunk_bytes());
+    const std::size_t slot_bytes = (largest + m - 1) / m * self.element;
     const auto slots = static_cast<std::size_t>(link.channels_per_peer());
     std::byte* scratch = link.scratch(slots * slot_bytes);
 
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
-    const std::size_t steps = 2 * static_cast<std::size_t>(n - 1);
-    const std::size_t scatter_steps = static_cast<std::size_t>(n - 1);
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
+    const std::size_t steps = 2 * static_cast<std::size_t>(self.size - 1);
+    const std::size_t scatter_steps = static_cast<std::size_t>(self.size - 1);
     const detail::Wavefront order(steps, m);
     std::vector<transport::SendStep> sends(steps * m);
     std::vector<transport::RecvStep> recvs(steps * m);
@@ -66,25 +58,28 @@ struct AllReduceRing {
       const std::size_t k = order.segment(i);
       const bool scatter = t < scatter_steps;
       const int s = static_cast<int>(scatter ? t : t - scatter_steps);
-      const detail::Range send_part = detail::part_of(chunk(scatter ? r - s : r + 1 - s), m, k);
-      const detail::Range recv_part = detail::part_of(chunk(scatter ? r - s - 1 : r - s), m, k);
+      const detail::Range send_part =
+          detail::part_of(chunk(scatter ? self.rank - s : self.rank + 1 - s), m, k);
+      const detail::Range recv_part =
+          detail::part_of(chunk(scatter ? self.rank - s - 1 : self.rank - s), m, k);
       // Step 0 sends raw input; later steps forward what the previous step produced.
-      const std::byte* source = t == 0 ? in : out;
-      sends[i] = {next, source + send_part.begin * element, send_part.size() * element,
+      const std::byte* source = t == 0 ? self.in : self.out;
+      sends[i] = {next, source + send_part.begin * self.element, send_part.size() * self.element,
                   order.forwards(i)};
       std::byte* target =
-          scatter ? scratch + (i % slots) * slot_bytes : out + recv_part.begin * element;
-      recvs[i] = {prev, target, recv_part.size() * element, -1};
+          scatter ? scratch + (i % slots) * slot_bytes : self.out + recv_part.begin * self.element;
+      recvs[i] = {prev, target, recv_part.size() * self.element, -1};
       recv_range[i] = recv_part;
     }
     link.transfer(sends, recvs, [&](std::size_t j) {
       const std::size_t t = order.step(j);
       if (t >= scatter_steps) return;  // all-gather: the data is already in place
       const detail::Range part = recv_range[j];
-      std::byte* target = out + part.begin * element;
-      detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
-                      call.op);
-      if (t + 1 == scatter_steps) detail::finish_mean(call.type, target, part.size(), call.op, n);
+      std::byte* target = self.out + part.begin * self.element;
+      detail::combine(call.type, target, recvs[j].data, self.in + part.begin * self.element,
+                      part.size(), call.op);
+      if (t + 1 == scatter_steps)
+        detail::finish_mean(call.type, target, part.size(), call.op, self.size);
     });
   }
 };

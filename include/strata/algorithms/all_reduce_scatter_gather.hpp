@@ -23,8 +23,8 @@
 #include <vector>
 
 #include <strata/algorithms/detail/partition.hpp>
+#include <strata/algorithms/link.hpp>
 #include <strata/core/reduce.hpp>
-#include <strata/transport/local/link.hpp>
 
 namespace strata::algorithms {
 
@@ -34,9 +34,8 @@ struct AllReduceScatterGather {
   /// Reduced and copied at a time: small enough to stay in L2 between the two.
   static constexpr std::size_t kPieceBytes = std::size_t{64} << 10;
 
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
     visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
       const int n = link.size();
       const int r = link.rank();
@@ -45,7 +44,7 @@ struct AllReduceScatterGather {
       std::vector<const T*> inputs = detail::inputs_of<T>(link, 0);
       std::vector<T*> outputs(static_cast<std::size_t>(n));
       for (int q = 0; q < n; ++q)
-        outputs[static_cast<std::size_t>(q)] = static_cast<T*>(link.call(q).recv);
+        outputs[static_cast<std::size_t>(q)] = static_cast<T*>(link.peer_call(q).recv);
       T* const result = outputs[static_cast<std::size_t>(r)];
       std::vector<const T*> piece_inputs(inputs.size());
       constexpr std::size_t kPiece = kPieceBytes / sizeof(T);

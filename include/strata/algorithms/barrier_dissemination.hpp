@@ -21,7 +21,7 @@ struct BarrierDissemination {
   static constexpr std::string_view kName = "dissemination";
 
   template <MessageLink Link>
-  static void run(Link& link) {
+  static void run(Link& link, const CollectiveCall& /*call*/) {
     const int n = link.size();
     const int r = link.rank();
     std::vector<transport::SendStep> sends;

@@ -10,17 +10,16 @@
 
 #include <cstring>
 
-#include <strata/transport/local/link.hpp>
+#include <strata/algorithms/link.hpp>
 
 namespace strata::algorithms {
 
 struct BroadcastDirect {
   static constexpr std::string_view kName = "direct";
 
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
-    const auto& root = link.call(mine.root);
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
+    const auto& root = link.peer_call(mine.root);
     const std::size_t bytes = mine.count * size_of(mine.type);
     // Phase 1: copy from the root's input.
     if (bytes > 0 && mine.recv != root.send) std::memcpy(mine.recv, root.send, bytes);

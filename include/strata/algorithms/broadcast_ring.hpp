@@ -21,29 +21,25 @@ struct BroadcastRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    const int position = detail::mod(r - call.root, n);
-    if (position == 0) detail::copy_if_distinct(out, in, call.count * element);
-    if (n == 1) return;
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    const int position = detail::mod(self.rank - call.root, self.size);
+    if (position == 0) detail::copy_if_distinct(self.out, self.in, call.count * self.element);
+    if (self.size == 1) return;
     const detail::Range all{0, call.count};
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     for (std::size_t k = 0; k < m; ++k) {
       const detail::Range part = detail::part_of(all, m, k);
       if (position > 0)
-        recvs.push_back({prev, out + part.begin * element, part.size() * element, -1});
-      if (position < n - 1)
-        sends.push_back({next, (position == 0 ? in : out) + part.begin * element,
-                         part.size() * element,
+        recvs.push_back(
+            {prev, self.out + part.begin * self.element, part.size() * self.element, -1});
+      if (position < self.size - 1)
+        sends.push_back({next, (position == 0 ? self.in : self.out) + part.begin * self.element,
+                         part.size() * self.element,
                          position == 0 ? -1 : static_cast<std::ptrdiff_t>(k)});
     }
     link.transfer(sends, recvs, [](std::size_t) {});

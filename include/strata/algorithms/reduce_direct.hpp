@@ -14,23 +14,22 @@
 #include <span>
 
 #include <strata/algorithms/detail/partition.hpp>
+#include <strata/algorithms/link.hpp>
 #include <strata/core/reduce.hpp>
-#include <strata/transport/local/link.hpp>
 
 namespace strata::algorithms {
 
 struct ReduceDirect {
   static constexpr std::string_view kName = "direct";
 
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
     visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
       // Phase 1: reduce my slice of every input into the root's output.
       const auto own = detail::slice_of(mine.count, sizeof(T), link.size(), link.rank());
       if (own.size() == 0) return;
       const auto inputs = detail::inputs_of<T>(link, own.begin);
-      T* root_output = static_cast<T*>(link.call(mine.root).recv) + own.begin;
+      T* root_output = static_cast<T*>(link.peer_call(mine.root).recv) + own.begin;
       reduce_n<T>(std::span(root_output, own.size()), inputs, mine.op);
     });
   }

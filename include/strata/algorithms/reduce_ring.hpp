@@ -22,31 +22,23 @@ struct ReduceRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const std::size_t bytes = call.count * element;
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, bytes);
-      return;
-    }
-    const int position = detail::mod(r - call.root - 1, n);  // root+1 is 0, the root n-1
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    const std::size_t bytes = call.count * self.element;
+    if (self.alone(bytes)) return;
+    const int position = detail::mod(self.rank - call.root - 1, self.size);  // root+1 is 0, the root n-1
     const bool first = position == 0;
-    const bool root = position == n - 1;
+    const bool root = position == self.size - 1;
     const detail::Range all{0, call.count};
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-    const std::size_t slot_bytes = (call.count + m - 1) / m * element;
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    const std::size_t slot_bytes = (call.count + m - 1) / m * self.element;
     const auto slots = static_cast<std::size_t>(link.channels_per_peer());
     // Partial results live in scratch on the ranks between the ends: their outputs must not
     // change.
     std::byte* scratch = link.scratch(slots * slot_bytes + (first || root ? 0 : bytes));
     std::byte* partial = scratch + slots * slot_bytes;
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     std::vector<detail::Range> parts;
@@ -54,17 +46,17 @@ struct ReduceRing {
       const detail::Range part = detail::part_of(all, m, k);
       parts.push_back(part);
       if (!first)
-        recvs.push_back({prev, scratch + (k % slots) * slot_bytes, part.size() * element, -1});
+        recvs.push_back({prev, scratch + (k % slots) * slot_bytes, part.size() * self.element, -1});
       if (!root)
-        sends.push_back({next, (first ? in : partial) + part.begin * element, part.size() * element,
-                         first ? -1 : static_cast<std::ptrdiff_t>(k)});
+        sends.push_back({next, (first ? self.in : partial) + part.begin * self.element,
+                         part.size() * self.element, first ? -1 : static_cast<std::ptrdiff_t>(k)});
     }
     link.transfer(sends, recvs, [&](std::size_t k) {
       const detail::Range part = parts[k];
-      std::byte* target = (root ? out : partial) + part.begin * element;
-      detail::combine(call.type, target, recvs[k].data, in + part.begin * element, part.size(),
-                      call.op);
-      if (root) detail::finish_mean(call.type, target, part.size(), call.op, n);
+      std::byte* target = (root ? self.out : partial) + part.begin * self.element;
+      detail::combine(call.type, target, recvs[k].data, self.in + part.begin * self.element,
+                      part.size(), call.op);
+      if (root) detail::finish_mean(call.type, target, part.size(), call.op, self.size);
     });
   }
 };

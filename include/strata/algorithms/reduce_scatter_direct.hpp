@@ -13,17 +13,16 @@
 #include <span>
 
 #include <strata/algorithms/detail/partition.hpp>
+#include <strata/algorithms/link.hpp>
 #include <strata/core/reduce.hpp>
-#include <strata/transport/local/link.hpp>
 
 namespace strata::algorithms {
 
 struct ReduceScatterDirect {
   static constexpr std::string_view kName = "direct";
 
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
     visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
       if (mine.count == 0) return;
       // Phase 1: reduce block r of every input into my output.

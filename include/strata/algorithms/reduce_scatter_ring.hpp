@@ -23,53 +23,46 @@ struct ReduceScatterRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
     auto block = [&](int q) {
-      const auto begin = static_cast<std::size_t>(detail::mod(q, n)) * call.count;
+      const auto begin = static_cast<std::size_t>(detail::mod(q, self.size)) * call.count;
       return detail::Range{begin, begin + call.count};
     };
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, call.count * element);
-      return;
-    }
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-    const std::size_t slot_bytes = (call.count + m - 1) / m * element;
+    if (self.alone(call.count * self.element)) return;
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    const std::size_t slot_bytes = (call.count + m - 1) / m * self.element;
     const auto slots = static_cast<std::size_t>(link.channels_per_peer());
-    const std::size_t total = static_cast<std::size_t>(n) * call.count * element;
+    const std::size_t total = static_cast<std::size_t>(self.size) * call.count * self.element;
     std::byte* scratch = link.scratch(slots * slot_bytes + total);
     std::byte* partial = scratch + slots * slot_bytes;  // indexed like the input
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
-    const detail::Wavefront order(static_cast<std::size_t>(n - 1), m);
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
+    const detail::Wavefront order(static_cast<std::size_t>(self.size - 1), m);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     std::vector<detail::Range> recv_parts;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const int t = static_cast<int>(order.step(i));
       const std::size_t k = order.segment(i);
-      const detail::Range send_part = detail::part_of(block(r - t - 1), m, k);
-      const detail::Range recv_part = detail::part_of(block(r - t - 2), m, k);
-      sends.push_back({next, (t == 0 ? in : partial) + send_part.begin * element,
-                       send_part.size() * element, order.forwards(i)});
-      recvs.push_back({prev, scratch + (i % slots) * slot_bytes, recv_part.size() * element, -1});
+      const detail::Range send_part = detail::part_of(block(self.rank - t - 1), m, k);
+      const detail::Range recv_part = detail::part_of(block(self.rank - t - 2), m, k);
+      sends.push_back({next, (t == 0 ? self.in : partial) + send_part.begin * self.element,
+                       send_part.size() * self.element, order.forwards(i)});
+      recvs.push_back(
+          {prev, scratch + (i % slots) * slot_bytes, recv_part.size() * self.element, -1});
       recv_parts.push_back(recv_part);
     }
-    const auto last_step = static_cast<std::size_t>(n - 2);
-    const std::size_t own_begin = block(r).begin;
+    const auto last_step = static_cast<std::size_t>(self.size - 2);
+    const std::size_t own_begin = block(self.rank).begin;
     link.transfer(sends, recvs, [&](std::size_t j) {
       const detail::Range part = recv_parts[j];
       const bool last = order.step(j) == last_step;
-      std::byte* target =
-          last ? out + (part.begin - own_begin) * element : partial + part.begin * element;
-      detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
-                      call.op);
-      if (last) detail::finish_mean(call.type, target, part.size(), call.op, n);
+      std::byte* target = last ? self.out + (part.begin - own_begin) * self.element
+                               : partial + part.begin * self.element;
+      detail::combine(call.type, target, recvs[j].data, self.in + part.begin * self.element,
+                      part.size(), call.op);
+      if (last) detail::finish_mean(call.type, target, part.size(), call.op, self.size);
     });
   }
 };

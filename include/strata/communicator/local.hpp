@@ -18,6 +18,7 @@
 #include <strata/algorithms/all_reduce_reduce_to_one.hpp>
 #include <strata/algorithms/all_reduce_scatter_gather.hpp>
 #include <strata/algorithms/broadcast_direct.hpp>
+#include <strata/algorithms/link.hpp>
 #include <strata/algorithms/reduce_direct.hpp>
 #include <strata/algorithms/reduce_scatter_direct.hpp>
 #include <strata/communicator/collective.hpp>
@@ -30,7 +31,7 @@
 #include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/transport/local/link.hpp>
-#include <strata/transport/local/rendezvous.hpp>
+#include <strata/transport/local/group.hpp>
 
 namespace strata::communicator {
 
@@ -55,6 +56,8 @@ namespace strata::communicator {
 /// @throws MismatchError on every rank when ranks disagree on a call; TimeoutError when a rank
 /// does not arrive by the deadline; PeerFailureError when another rank failed or aborted;
 /// UsageError for bad spans or roots on this rank. After any of them the group is failed.
+static_assert(algorithms::SharedMemoryLink<transport::local::Link>);
+
 template <class AllReduceAlgorithm = algorithms::AllReduceScatterGather>
 class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllReduceAlgorithm>> {
   friend class detail::CollectiveApi<LocalCommunicator>;
@@ -107,7 +110,7 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
  private:
   struct Group {
     Group(int size, const CommunicatorOptions& opts) : rendezvous(size), options(opts) {}
-    transport::local::Rendezvous rendezvous;
+    transport::local::Group rendezvous;
     CommunicatorOptions options;
   };
 
@@ -168,19 +171,19 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
       check_agreement(link, rendezvous);
       switch (call.kind) {
         case Collective::all_reduce:
-          AllReduceAlgorithm::run(link);
+          AllReduceAlgorithm::run(link, call);
           break;
         case Collective::broadcast:
-          algorithms::BroadcastDirect::run(link);
+          algorithms::BroadcastDirect::run(link, call);
           break;
         case Collective::reduce:
-          algorithms::ReduceDirect::run(link);
+          algorithms::ReduceDirect::run(link, call);
           break;
         case Collective::all_gather:
-          algorithms::AllGatherDirect::run(link);
+          algorithms::AllGatherDirect::run(link, call);
           break;
         case Collective::reduce_scatter:
-          algorithms::ReduceScatterDirect::run(link);
+          algorithms::ReduceScatterDirect::run(link, call);
           break;
         case Collective::barrier:
           break;
@@ -199,12 +202,12 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   // Every rank runs the same comparison on the same posted calls, so either all ranks raise
   // the mismatch or none does.
   static void check_agreement(const transport::local::Link& link,
-                              transport::local::Rendezvous& rendezvous) {
-    const CollectiveCall& first = link.call(0);
+                              transport::local::Group& rendezvous) {
+    const CollectiveCall& first = link.peer_call(0);
     for (int r = 1; r < link.size(); ++r) {
-      const CollectiveCall& other = link.call(r);
+      const CollectiveCall& other = link.peer_call(r);
       if (agrees(first, other)) continue;
-      MismatchError error(link.rank(), to_string(link.call(link.rank()).kind),
+      MismatchError error(link.rank(), to_string(link.peer_call(link.rank()).kind),
                           fmt::format("ranks disagree: rank 0 called {} but rank {} called {}",
                                       describe(first), r, describe(other)));
       rendezvous.fail(std::make_exception_ptr(error));

@@ -28,6 +28,7 @@
 #include <strata/algorithms/all_reduce_ring.hpp>
 #include <strata/algorithms/barrier_dissemination.hpp>
 #include <strata/algorithms/broadcast_ring.hpp>
+#include <strata/algorithms/link.hpp>
 #include <strata/algorithms/reduce_ring.hpp>
 #include <strata/algorithms/reduce_scatter_ring.hpp>
 #include <strata/cluster/cluster_spec.hpp>
@@ -43,6 +44,8 @@
 #include <strata/transport/tcp/rendezvous.hpp>
 
 namespace strata::communicator {
+
+static_assert(algorithms::MessageLink<transport::tcp::Link>);
 
 /// Which all-reduce algorithm the TCP communicator runs (TF's CommunicationImplementation:
 /// AUTO picks by message size, RING forces the ring).
@@ -363,31 +366,31 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
         case Collective::all_reduce:
           switch (all_reduce_algorithm(state.tcp, call, group.size())) {
             case TcpAllReduce::recursive_doubling:
-              algorithms::AllReduceRecursiveDoubling::run(link);
+              algorithms::AllReduceRecursiveDoubling::run(link, call);
               break;
             case TcpAllReduce::halving_doubling:
-              algorithms::AllReduceHalvingDoubling::run(link);
+              algorithms::AllReduceHalvingDoubling::run(link, call);
               break;
             case TcpAllReduce::automatic:  // all_reduce_algorithm decided
             case TcpAllReduce::ring:
-              algorithms::AllReduceRing::run(link);
+              algorithms::AllReduceRing::run(link, call);
               break;
           }
           break;
         case Collective::broadcast:
-          algorithms::BroadcastRing::run(link);
+          algorithms::BroadcastRing::run(link, call);
           break;
         case Collective::reduce:
-          algorithms::ReduceRing::run(link);
+          algorithms::ReduceRing::run(link, call);
           break;
         case Collective::all_gather:
-          algorithms::AllGatherRing::run(link);
+          algorithms::AllGatherRing::run(link, call);
           break;
         case Collective::reduce_scatter:
-          algorithms::ReduceScatterRing::run(link);
+          algorithms::ReduceScatterRing::run(link, call);
           break;
         case Collective::barrier:
-          algorithms::BarrierDissemination::run(link);
+          algorithms::BarrierDissemination::run(link, call);
           break;
       }
     } catch (...) {

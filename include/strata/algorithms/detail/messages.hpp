@@ -2,42 +2,48 @@
 #pragma once
 
 #include <algorithm>
-#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <span>
 #include <vector>
 
-#include <strata/communicator/collective.hpp>
+#include <strata/algorithms/link.hpp>
+#include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/reduce.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/transport/plan.hpp>
 
-namespace strata::algorithms {
+namespace strata::algorithms::detail {
 
-/// L models MessageLink if it runs plans of messages between the ranks of a group:
-///   1. `rank()`, `size()` and `call()` (this rank's CollectiveCall): algorithms cut work by
-///      them and read the buffers from the call;
-///   2. `transfer(sends, recvs, handler)` runs a plan (transport/plan.hpp), calling
-///      `handler(j)` when receive j is in: where reductions happen;
-///   3. `max_message_bytes()` bounds one message, `channels_per_peer()` says how many messages
-///      from one peer may be in flight (receive slots are reused modulo it), and
-///      `scratch(bytes)` lends memory for received segments and partial results.
-/// It leaves out sockets, framing and failure handling: those are the transport's.
-template <class L>
-concept MessageLink = requires(L& link, const L& clink, std::span<const transport::SendStep> sends,
-                               std::span<const transport::RecvStep> recvs, std::size_t bytes) {
-  { clink.rank() } -> std::same_as<int>;
-  { clink.size() } -> std::same_as<int>;
-  { clink.call() } -> std::convertible_to<const communicator::CollectiveCall&>;
-  { clink.max_message_bytes() } -> std::convertible_to<std::size_t>;
-  { clink.channels_per_peer() } -> std::same_as<int>;
-  { link.scratch(bytes) } -> std::same_as<std::byte*>;
-  link.transfer(sends, recvs, [](std::size_t) {});
+inline void copy_if_distinct(std::byte* to, const std::byte* from, std::size_t bytes) noexcept {
+  if (to != from && bytes > 0) std::memmove(to, from, bytes);
+}
+
+/// What every message algorithm starts from: the group's shape and this rank's buffers.
+struct Participant {
+  int size;
+  int rank;
+  std::size_t element;  ///< bytes per element
+  const std::byte* in;
+  std::byte* out;
+
+  template <MessageLink Link>
+  Participant(const Link& link, const CollectiveCall& call) noexcept
+      : size(link.size()),
+        rank(link.rank()),
+        element(size_of(call.type)),
+        in(static_cast<const std::byte*>(call.send)),
+        out(static_cast<std::byte*>(call.recv)) {}
+
+  /// With one rank there is nothing to exchange: copies the input's `bytes` to the output and
+  /// says so.
+  bool alone(std::size_t bytes) const noexcept {
+    if (size != 1) return false;
+    copy_if_distinct(out, in, bytes);
+    return true;
+  }
 };
-
-namespace detail {
 
 /// Element range [begin, end).
 struct Range {
@@ -55,8 +61,8 @@ inline Range part_of(Range range, std::size_t parts, std::size_t k) noexcept {
 /// How many messages a range of `elements` is cut into so that none exceeds the link's limit
 /// (at least one: every step carries the call's description, even without data).
 inline std::size_t segments_for(std::size_t elements, std::size_t element_bytes,
-                                std::size_t max_message_bytes) noexcept {
-  const std::size_t per_message = std::max<std::size_t>(1, max_message_bytes / element_bytes);
+                                std::size_t chunk_bytes) noexcept {
+  const std::size_t per_message = std::max<std::size_t>(1, chunk_bytes / element_bytes);
   return std::max<std::size_t>(1, (elements + per_message - 1) / per_message);
 }
 
@@ -160,9 +166,4 @@ void fold_away(Link& link, int partner, const std::byte* in, std::byte* out,
   link.transfer(sends, recvs, [](std::size_t) {});
 }
 
-inline void copy_if_distinct(std::byte* to, const std::byte* from, std::size_t bytes) noexcept {
-  if (to != from && bytes > 0) std::memmove(to, from, bytes);
-}
-
-}  // namespace detail
-}  // namespace strata::algorithms
+}  // namespace strata::algorithms::detail

@@ -6,7 +6,6 @@
 #include <span>
 #include <vector>
 
-#include <strata/communicator/collective.hpp>
 #include <strata/core/data_type.hpp>
 
 namespace strata::algorithms::detail {
@@ -34,7 +33,7 @@ template <Element T, class Link>
 std::vector<const T*> inputs_of(const Link& link, std::size_t offset) {
   std::vector<const T*> inputs(static_cast<std::size_t>(link.size()));
   for (int r = 0; r < link.size(); ++r)
-    inputs[static_cast<std::size_t>(r)] = static_cast<const T*>(link.call(r).send) + offset;
+    inputs[static_cast<std::size_t>(r)] = static_cast<const T*>(link.peer_call(r).send) + offset;
   return inputs;
 }
 

@@ -6,7 +6,7 @@
 //   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
 //   2       1     protocol version (kFrameVersion)
 //   3       1     frame type (FrameType)
-//   4       1     collective (communicator::Collective)
+//   4       1     collective (Collective)
 //   5       1     element type (DataType)
 //   6       1     reduce op (ReduceOp)
 //   7       1     flags (FrameFlag; data frames only, 0 on control frames)
@@ -31,7 +31,7 @@
 #include <string_view>
 #include <system_error>
 
-#include <strata/communicator/collective.hpp>
+#include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/reduce_op.hpp>
 
@@ -68,7 +68,7 @@ enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout
 
 struct FrameHeader {
   FrameType type = FrameType::data;
-  communicator::Collective kind = communicator::Collective::barrier;
+  Collective kind = Collective::barrier;
   DataType element_type = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
   std::int32_t root = 0;
@@ -173,12 +173,11 @@ inline std::error_code make_error_code(FrameError error) noexcept {
 }
 
 /// Decodes and validates a header. Every enum is range-checked and the payload length is
-/// bounded (by `max_payload` for data frames, kMaxControlPayload otherwise) before anyone
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
 /// allocates or reads for it. `out` is written only on success.
 /// @returns an empty error_code on success, else the reason: the connection must be dropped.
 inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
-                              std::uint32_t max_payload) noexcept {
-  using communicator::Collective;
+                              std::uint32_t chunk_bytes) noexcept {
   if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
   if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
   const auto type = static_cast<std::uint8_t>(in[3]);
@@ -194,7 +193,7 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
   const auto flags = static_cast<std::uint8_t>(in[7]);
   if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
     return FrameError::bad_flags;
-  const std::uint32_t limit = frame_type == FrameType::data ? max_payload : kMaxControlPayload;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
   if (payload > limit) return FrameError::payload_too_large;
   out.type = frame_type;
   out.kind = static_cast<Collective>(kind);

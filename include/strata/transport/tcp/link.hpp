@@ -61,7 +61,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <strata/communicator/collective.hpp>
+#include <strata/core/collective.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
 #include <strata/detail/usable_cpus.hpp>
@@ -75,9 +75,9 @@ namespace strata::transport::tcp {
 /// what each peer said on its control connection, the wake-up for abort().
 class Group {
  public:
-  Group(std::unique_ptr<Mesh> mesh, std::uint32_t max_payload, std::size_t lend_from_bytes)
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
       : mesh_(std::move(mesh)),
-        max_payload_(max_payload),
+        chunk_bytes_(chunk_bytes),
         lend_from_bytes_(lend_from_bytes),
         ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
         peers_(static_cast<std::size_t>(mesh_->size())) {
@@ -101,7 +101,7 @@ class Group {
   int rank() const noexcept { return mesh_->rank(); }
   int size() const noexcept { return mesh_->size(); }
   int data_connections() const noexcept { return mesh_->data_connections(); }
-  std::uint32_t max_payload() const noexcept { return max_payload_; }
+  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
   /// Calls that send at least this many bytes lend their large messages (TcpOptions).
   std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
   /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
@@ -261,7 +261,7 @@ class Group {
   }
 
   std::unique_ptr<Mesh> mesh_;
-  std::uint32_t max_payload_;
+  std::uint32_t chunk_bytes_;
   std::size_t lend_from_bytes_;
   bool ranks_share_cpus_;
   std::vector<ControlState> peers_;
@@ -337,15 +337,14 @@ class Link {
   /// each is a real share.
   static constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
 
-  Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)
+  Link(Group& group, const CollectiveCall& call, Deadline deadline)
       : group_(group), call_(call), sequence_(group.next_sequence()), deadline_(deadline) {}
 
   int rank() const noexcept { return group_.rank(); }
   int size() const noexcept { return group_.size(); }
-  const communicator::CollectiveCall& call() const noexcept { return call_; }
   std::uint64_t sequence() const noexcept { return sequence_; }
   /// The largest message the algorithms cut a collective into (TcpOptions::chunk_bytes).
-  std::size_t max_message_bytes() const noexcept { return group_.max_payload(); }
+  std::size_t chunk_bytes() const noexcept { return group_.chunk_bytes(); }
   /// How many messages from one peer may be in flight at once (TcpOptions::
   /// connections_per_peer): receive buffers indexed modulo this are never overwritten early.
   int channels_per_peer() const noexcept { return group_.data_connections(); }
@@ -641,7 +640,7 @@ class Link {
   }
 
   static std::string describe_header(const FrameHeader& header) {
-    communicator::CollectiveCall call;
+    CollectiveCall call;
     call.kind = header.kind;
     call.type = header.element_type;
     call.count = static_cast<std::size_t>(header.count);
@@ -654,7 +653,7 @@ class Link {
   // its flags.
   std::uint8_t check_header(int peer, const Channel& channel, std::size_t expected_bytes) {
     FrameHeader got;
-    if (auto ec = decode(channel.recv_header, got, group_.max_payload()))
+    if (auto ec = decode(channel.recv_header, got, group_.chunk_bytes()))
       throw PeerFailureError(rank(), operation(),
                              fmt::format("rank {} sent an invalid message ({}); the connection "
                                          "carries something other than strata",
@@ -664,7 +663,7 @@ class Link {
           rank(), operation(),
           fmt::format("rank {} sent a control message on a data connection", peer));
     const FrameHeader want = expected_header(expected_bytes);
-    communicator::CollectiveCall theirs;
+    CollectiveCall theirs;
     theirs.kind = got.kind;
     theirs.type = got.element_type;
     theirs.count = static_cast<std::size_t>(got.count);
@@ -809,7 +808,7 @@ class Link {
   }
 
   Group& group_;
-  communicator::CollectiveCall call_;
+  CollectiveCall call_;
   std::uint64_t sequence_;
   Deadline deadline_;
   // Set while a finished call reads its lenders' control connections (see transfer).

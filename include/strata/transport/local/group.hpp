@@ -1,4 +1,4 @@
-// strata/transport/local/rendezvous.hpp — where the threads of one in-process group meet.
+// strata/transport/local/group.hpp — the shared state of one in-process group: where its threads meet.
 //
 // The local transport moves no bytes: replicas share an address space, so algorithms read
 // their peers' buffers directly. What it provides is the meeting: every rank posts the
@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include <strata/communicator/collective.hpp>
+#include <strata/core/collective.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
 #include <strata/detail/spin_wait.hpp>
@@ -31,9 +31,9 @@ namespace strata::transport::local {
 ///
 /// Thread safety: each rank is driven by one thread at a time; different ranks call
 /// concurrently. `fail()` may be called from any thread.
-class Rendezvous {
+class Group {
  public:
-  explicit Rendezvous(int size) : size_(size), arrivals_(static_cast<std::size_t>(size)) {
+  explicit Group(int size) : size_(size), arrivals_(static_cast<std::size_t>(size)) {
     for (auto& slots : calls_)
       slots.resize(static_cast<std::size_t>(size));
     for (auto& arrival : arrivals_)
@@ -45,7 +45,7 @@ class Rendezvous {
   /// The call slot of `rank` for round `round`. Rounds alternate between two slot sets, so a
   /// rank that has finished round k may post round k+1 while slower ranks still read round k;
   /// it cannot get further ahead, because round k+1 needs every rank to arrive.
-  communicator::CollectiveCall& call(std::uint64_t round, int rank) noexcept {
+  CollectiveCall& call(std::uint64_t round, int rank) noexcept {
     return calls_[round & 1u][static_cast<std::size_t>(rank)];
   }
 
@@ -184,7 +184,7 @@ class Rendezvous {
 
   const int size_;
   const strata::detail::SpinPolicy spin_ = strata::detail::SpinPolicy::for_threads(size_);
-  std::array<std::vector<communicator::CollectiveCall>, 2> calls_;
+  std::array<std::vector<CollectiveCall>, 2> calls_;
   std::vector<std::atomic<std::uint64_t>> arrivals_;  // per rank: last generation reached + 1
   std::atomic<int> arrived_{0};
   std::atomic<std::uint64_t> generation_{0};
