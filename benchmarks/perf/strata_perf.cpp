@@ -36,7 +36,7 @@
 
 #include <strata/algorithms/all_reduce_reduce_to_one.hpp>
 #include <strata/algorithms/all_reduce_scatter_gather.hpp>
-#include <strata/cluster/resolve.hpp>
+#include <strata/resolve.hpp>
 #include <strata/communicator/local.hpp>
 #include <strata/communicator/tcp.hpp>
 #include <strata/core/error.hpp>
@@ -185,7 +185,7 @@ int run(const Options& options, char** argv) {
   if (options.compare) return run_comparison(options, options.ranks.value_or(kDefaultRanks));
   if (options.transport == Transport::local) return run_local(options);
   if (const auto worker = worker_environment()) return run_worker(options, *worker);
-  auto resolved = cluster::resolve_cluster();
+  auto resolved = strata::resolve_cluster();
   if (resolved.source != "none") return run_member(options, resolved);
   const int ranks = options.ranks.value_or(kDefaultRanks);
   check_against_group(options, ranks);

@@ -12,6 +12,7 @@
 #include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/deadline.hpp>
+#include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/float16.hpp>
 #include <strata/core/reduce.hpp>
@@ -38,7 +39,6 @@
 #include <strata/cluster/launcher_environment.hpp>
 #include <strata/cluster/resolve.hpp>
 #include <strata/cluster/slurm.hpp>
-#include <strata/cluster/store.hpp>
 #include <strata/cluster/tf_config.hpp>
 
 #include <strata/communicator/collective.hpp>
@@ -46,6 +46,7 @@
 #include <strata/communicator/hierarchical.hpp>
 #include <strata/communicator/local.hpp>
 #include <strata/communicator/options.hpp>
+#include <strata/communicator/replica_group.hpp>
 #include <strata/communicator/self.hpp>
 #include <strata/communicator/tcp.hpp>
 #include <strata/communicator/work.hpp>
@@ -61,6 +62,7 @@
 #include <strata/optim/sgd.hpp>
 
 #include <strata/placement/central_storage.hpp>
+#include <strata/placement/copies.hpp>
 #include <strata/placement/default.hpp>
 #include <strata/placement/mirrored.hpp>
 #include <strata/placement/one_device.hpp>
@@ -76,7 +78,13 @@
 #include <strata/transport/local/group.hpp>
 #include <strata/transport/local/link.hpp>
 #include <strata/transport/plan.hpp>
+#include <strata/transport/tcp/address_exchange.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/handshake.hpp>
 #include <strata/transport/tcp/link.hpp>
 #include <strata/transport/tcp/rendezvous.hpp>
+#include <strata/transport/tcp/route.hpp>
+#include <strata/transport/tcp/store.hpp>
+#include <strata/transport/tcp/store_options.hpp>
+
+#include <strata/resolve.hpp>

@@ -32,6 +32,7 @@
 
 #include <strata/communicator/communicator.hpp>
 #include <strata/communicator/options.hpp>
+#include <strata/communicator/replica_group.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/reduce.hpp>
@@ -40,6 +41,7 @@
 #include <strata/detail/usable_cpus.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
+#include <strata/resolve.hpp>
 #include <strata/sync/sync.hpp>
 
 namespace strata {
@@ -78,6 +80,8 @@ class ReplicaContext {
   using placement_type = typename StrategyType::placement_type;
   using communicator_type = typename StrategyType::communicator_type;
   using sync_type = typename StrategyType::sync_type;
+  template <std::floating_point T>
+  using variable_type = typename placement_type::template variable_type<T>;
 
   /// `local_replica`: this replica's index among the replicas of this process (which copy of
   /// a mirrored variable it owns).
@@ -115,15 +119,16 @@ class ReplicaContext {
     communicator_->all_gather(local, gathered);
   }
 
-  /// This replica's view of `variable` (its own copy under Mirrored, the shared one otherwise).
+  /// This replica's view of `variable`, as the placement stores it (its own copy under
+  /// Mirrored, the shared one under CentralStorage).
   template <std::floating_point T>
-  std::span<const T> read(const placement::Variable<T>& variable) const noexcept {
-    return variable.copy(copy_index());
+  std::span<const T> read(const variable_type<T>& variable) const noexcept {
+    return placement_type::read(variable, local_replica_);
   }
 
   /// Sets `variable` to the aggregation of every replica's `value` (see VariableAggregation).
   template <std::floating_point T>
-  void assign(placement::Variable<T>& variable, std::span<const std::type_identity_t<T>> value) {
+  void assign(variable_type<T>& variable, std::span<const std::type_identity_t<T>> value) {
     sync_type::assign(*this, variable, value);
   }
 
@@ -134,29 +139,61 @@ class ReplicaContext {
   /// than one replica; communicator errors as documented there.
   template <class O, std::floating_point T>
   requires optim::Optimizer<O, T>
-  void apply_gradients(const O& optimizer, std::span<T> gradient,
-                       placement::Variable<T>& variable) {
+  void apply_gradients(const O& optimizer, std::span<T> gradient, variable_type<T>& variable) {
     sync_type::apply_gradients(*this, optimizer, gradient, variable);
   }
 
  private:
-  std::size_t copy_index() const noexcept {
-    return placement_type::kCopyPerReplica ? static_cast<std::size_t>(local_replica_) : 0;
-  }
-
   communicator_type* communicator_;
   int replica_;
   int num_replicas_;
   int local_replica_;
 };
 
-/// A distribution strategy composed of a Placement (where variables live), a Communicator
-/// (how replicas exchange data) and a Sync policy (when updates meet the variables).
+/// A distribution strategy composed of a Placement (where variables live and how replicas
+/// read and update them), a Communicator (how replicas exchange data, modelling
+/// communicator::ReplicaGroup) and a Sync policy (when updates meet the variables).
 ///
-/// Invalid compositions fail to compile with a sentence that says what to use instead.
+/// A policy that lacks a member, and an invalid composition, fail to compile with a sentence
+/// that names what is missing or wrong and what to use instead.
 /// Thread safety: drive a strategy from one thread; `run` starts the replica threads itself.
-template <placement::Placement P, communicator::Communicator C, sync::Sync S>
+template <class P, class C, class S>
 class Strategy {
+  static_assert(
+      requires { P::kName; } && requires { P::kMaxReplicas; },
+      "strata::Strategy: the placement lacks `static constexpr std::string_view kName` "
+      "or `static constexpr int kMaxReplicas` (the most replicas it runs in one "
+      "process); see placement::Placement.");
+  static_assert(
+      requires {
+        { P::kUpdateSite } -> std::convertible_to<placement::UpdateSite>;
+      },
+      "strata::Strategy: the placement lacks `static constexpr UpdateSite "
+      "kUpdateSite`, which tells the sync policy where updates are applied; see "
+      "placement::Placement.");
+  static_assert(placement::detail::PlacesVariablesOf<P, float>,
+                "strata::Strategy: the placement lacks a member for variables: "
+                "`variable_type<T>`, `create<T>(replicas, initial, aggregation)`, `read`, "
+                "`write_target` or `apply`; see placement::Placement.");
+  static_assert(communicator::Communicator<C>,
+                "strata::Strategy: the communicator lacks a collective, `barrier`, `abort` or "
+                "`kName`; see communicator::Communicator.");
+  static_assert(communicator::detail::HasMaxSize<C>,
+                "strata::Strategy: the communicator lacks `static constexpr int kMaxSize` (the "
+                "most ranks its group holds); see communicator::ReplicaGroup.");
+  static_assert(communicator::detail::SaysWhetherItSpansProcesses<C>,
+                "strata::Strategy: the communicator lacks `static constexpr bool "
+                "kSpansProcesses` (whether its group reaches other processes); see "
+                "communicator::ReplicaGroup.");
+  static_assert(communicator::ReplicaGroup<C>,
+                "strata::Strategy: the communicator lacks `create`: `create(replicas, options)` "
+                "in one process, or `create(local_replicas, cluster, options)`, `is_chief()` and "
+                "`combine_across_workers(values, op)` across processes; see "
+                "communicator::ReplicaGroup.");
+  static_assert(sync::Sync<S>,
+                "strata::Strategy: the sync policy lacks `static constexpr std::string_view "
+                "kName` or `static constexpr bool kWaitsForAllReplicas`; see sync::Sync.");
+
   static constexpr bool kManyReplicas = P::kMaxReplicas > 1;
   static constexpr bool kCommunicatorConnectsMany = C::kMaxSize > 1;
 
@@ -169,7 +206,7 @@ class Strategy {
                 "strata::Strategy: this placement runs exactly one replica, so a communicator "
                 "between replicas would never carry anything; use SelfCommunicator (as "
                 "OneDeviceStrategy and DefaultStrategy do).");
-  static_assert(!P::kCopyPerReplica || S::kWaitsForAllReplicas,
+  static_assert(P::kUpdateSite != placement::UpdateSite::every_replica || S::kWaitsForAllReplicas,
                 "strata::Strategy: a placement with a copy per replica (Mirrored) stays "
                 "consistent only if every update waits for all replicas, which this sync policy "
                 "does not; use Synchronous, or a shared-copy placement such as CentralStorage.");
@@ -179,12 +216,17 @@ class Strategy {
   using communicator_type = C;
   using sync_type = S;
   using context_type = ReplicaContext<Strategy>;
+  template <std::floating_point T>
+  using variable_type = typename P::template variable_type<T>;
 
-  /// Creates the replicas and their communicators.
+  /// Creates the replicas and their communicators. For a communicator whose group spans
+  /// processes (MultiWorkerMirroredStrategy), first resolves the cluster with
+  /// `strata::resolve_cluster()` and hands it to the communicator.
   /// @throws UsageError when `options.num_replicas` is negative or exceeds what the placement
-  /// supports; ConfigurationError from the communicator options (STRATA_TIMEOUT).
+  /// supports; ConfigurationError from the communicator options (STRATA_TIMEOUT) or the
+  /// cluster; the communicator's errors when its group cannot form.
   explicit Strategy(StrategyOptions options = {})
-      : communicators_(C::create(replicas_for(options.num_replicas), options.communicator)),
+      : communicators_(create_communicators(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
   /// As above, with settings of the communicator's own passed on to `C::create` (TF's
@@ -195,12 +237,10 @@ class Strategy {
   ///       TcpAllReduce::ring});
   /// @endcode
   template <class... CommunicatorSettings>
-  requires(sizeof...(CommunicatorSettings) > 0 &&
-           requires(int n, communicator::CommunicatorOptions o, CommunicatorSettings&&... s) {
-             C::create(n, o, std::forward<CommunicatorSettings>(s)...);
-           }) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
-      : communicators_(C::create(replicas_for(options.num_replicas), options.communicator,
-                                 std::forward<CommunicatorSettings>(settings)...)),
+  requires(sizeof...(CommunicatorSettings) >
+           0) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
+      : communicators_(
+            create_communicators(options, std::forward<CommunicatorSettings>(settings)...)),
         pool_(static_cast<int>(communicators_.size())) {}
 
   Strategy(const Strategy&) = delete;
@@ -214,7 +254,7 @@ class Strategy {
   /// True on the task that writes checkpoints and logs: TF's chief (the chief task, or worker
   /// 0 of a cluster without one); always true for single-process strategies.
   bool is_chief() const noexcept {
-    if constexpr (requires(const C& c) { c.is_chief(); })
+    if constexpr (C::kSpansProcesses)
       return communicators_.front().is_chief();
     else
       return true;
@@ -308,21 +348,18 @@ class Strategy {
   }
 
   /// Creates a variable whose storage follows the placement: a copy per replica under
-  /// Mirrored, one shared copy otherwise.
+  /// Mirrored, one shared copy under CentralStorage.
   template <std::floating_point T>
-  placement::Variable<T> create_variable(
+  variable_type<T> create_variable(
       std::span<const std::type_identity_t<T>> initial,
       placement::VariableAggregation aggregation = placement::VariableAggregation::mean) const {
-    const std::size_t copies = P::kCopyPerReplica ? communicators_.size() : 1;
-    return placement::Variable<T>(copies, initial, aggregation);
+    return P::template create<T>(num_local_replicas(), initial, aggregation);
   }
 
  private:
   // Per-replica values of several processes (MultiWorkerMirroredStrategy) are combined
   // locally first, then across the workers; a mean divides once, by every replica.
-  static constexpr bool kManyProcesses = requires(C & c, std::span<float> values, ReduceOp op) {
-    c.combine_across_workers(values, op);
-  };
+  static constexpr bool kManyProcesses = C::kSpansProcesses;
   static ReduceOp local_op(ReduceOp op) noexcept {
     return kManyProcesses && op == ReduceOp::mean ? ReduceOp::sum : op;
   }
@@ -334,17 +371,33 @@ class Strategy {
     }
   }
 
-  static int replicas_for(int requested) {
+  template <class... CommunicatorSettings>
+  static std::vector<C> create_communicators(const StrategyOptions& options,
+                                             CommunicatorSettings&&... settings) {
+    check_replicas(options.num_replicas);
+    if constexpr (C::kSpansProcesses) {
+      // One replica per process unless told: the cluster says how many (STRATA_LOCAL_REPLICAS).
+      auto cluster = strata::resolve_cluster();
+      const int replicas = options.num_replicas > 0 ? options.num_replicas : cluster.local_replicas;
+      check_replicas(replicas);
+      return C::create(replicas, cluster, options.communicator,
+                       std::forward<CommunicatorSettings>(settings)...);
+    } else {
+      const int replicas = options.num_replicas > 0 ? options.num_replicas
+                           : P::kMaxReplicas == 1   ? 1
+                                                    : detail::usable_cpus();
+      return C::create(replicas, options.communicator,
+                       std::forward<CommunicatorSettings>(settings)...);
+    }
+  }
+
+  static void check_replicas(int requested) {
     if (requested < 0 || requested > P::kMaxReplicas)
       throw UsageError(-1, "Strategy",
                        fmt::format("{} placement cannot run {} replicas (at most {})", P::kName,
                                    requested, P::kMaxReplicas),
                        P::kMaxReplicas == 1 ? "use MirroredStrategy for several replicas"
                                             : "ask for a positive number of replicas");
-    if (requested > 0) return requested;
-    if (P::kMaxReplicas == 1) return 1;
-    if constexpr (requires { C::default_replicas(); }) return C::default_replicas();
-    return detail::usable_cpus();
   }
 
   std::vector<C> communicators_;

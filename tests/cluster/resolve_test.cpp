@@ -15,13 +15,14 @@
 #include <sys/socket.h>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 
-#include <strata/cluster/resolve.hpp>
 #include <strata/cluster/tf_config.hpp>
 #include <strata/communicator/tcp.hpp>
 #include <strata/core/error.hpp>
+#include <strata/resolve.hpp>
 
 namespace {
 
@@ -29,7 +30,6 @@ using namespace std::chrono_literals;
 using strata::cluster::Address;
 using strata::cluster::ClusterSpec;
 using strata::cluster::environment_from;
-using strata::cluster::resolve_cluster;
 using strata::cluster::ResolvedCluster;
 using strata::cluster::ResolveOptions;
 using strata::cluster::TaskType;
@@ -68,7 +68,7 @@ std::uint16_t bound_port(int fd) {
 template <class Error>
 std::string error_of(const ResolveOptions& options) {
   try {
-    resolve_cluster(options);
+    strata::resolve_cluster(options);
   } catch (const Error& e) {
     return e.what();
   }
@@ -88,7 +88,7 @@ std::vector<ResolvedCluster> resolve_and_join(int n, const std::function<Vars(in
       threads.emplace_back([&, r] {
         const auto i = static_cast<std::size_t>(r);
         try {
-          resolved[i] = resolve_cluster(options_with(vars_of(r)));
+          resolved[i] = strata::resolve_cluster(options_with(vars_of(r)));
           // What membership_of takes over: remember the port before the communicator owns it.
           const auto listener_port = resolved[i].listener.get() >= 0
                                          ? bound_port(resolved[i].listener.get())
@@ -115,7 +115,7 @@ std::vector<ResolvedCluster> resolve_and_join(int n, const std::function<Vars(in
 }  // namespace
 
 TEST_CASE("nothing set: a one-worker cluster that needs no network") {
-  const auto resolved = resolve_cluster(options_with({}));
+  const auto resolved = strata::resolve_cluster(options_with({}));
   CHECK(resolved.source == "none");
   CHECK(resolved.rank == 0);
   CHECK(resolved.size == 1);
@@ -128,7 +128,7 @@ TEST_CASE("nothing set: a one-worker cluster that needs no network") {
   REQUIRE(resolved.addresses.size() == 1);
   CHECK(resolved.listener.get() < 0);
   // It forms a group of one, which runs collectives locally.
-  auto resolved_again = resolve_cluster(options_with({}));
+  auto resolved_again = strata::resolve_cluster(options_with({}));
   strata::communicator::TcpCommunicator comm(strata::communicator::membership_of(resolved_again));
   std::vector<float> data{1.0F, 2.0F};
   comm.all_reduce(std::span(data), strata::ReduceOp::sum);
@@ -140,7 +140,7 @@ TEST_CASE("explicit arguments win over every variable") {
       {{"TF_CONFIG", R"({"cluster":{"worker":["a:1"]}})"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}});
   options.cluster = chief_two_workers_ps();
   options.task = strata::cluster::Task{TaskType::worker, 1};
-  const auto resolved = resolve_cluster(options);
+  const auto resolved = strata::resolve_cluster(options);
   CHECK(resolved.source == "explicit");
   CHECK(resolved.rank == 2);  // chief 0, worker 0 → 1, worker 1 → 2
   CHECK(resolved.size == 3);
@@ -162,14 +162,14 @@ TEST_CASE("explicit arguments must come in pairs") {
 TEST_CASE("TF_CONFIG wins over torchrun, OpenMPI and SLURM variables") {
   const std::string tf_config =
       strata::cluster::make_tf_config(chief_two_workers_ps(), {TaskType::chief, 0});
-  const auto resolved = resolve_cluster(options_with({{"TF_CONFIG", tf_config},
-                                                      {"RANK", "1"},
-                                                      {"WORLD_SIZE", "2"},
-                                                      {"MASTER_ADDR", "127.0.0.1"},
-                                                      {"OMPI_COMM_WORLD_RANK", "1"},
-                                                      {"OMPI_COMM_WORLD_SIZE", "2"},
-                                                      {"SLURM_PROCID", "1"},
-                                                      {"SLURM_NTASKS", "2"}}));
+  const auto resolved = strata::resolve_cluster(options_with({{"TF_CONFIG", tf_config},
+                                                              {"RANK", "1"},
+                                                              {"WORLD_SIZE", "2"},
+                                                              {"MASTER_ADDR", "127.0.0.1"},
+                                                              {"OMPI_COMM_WORLD_RANK", "1"},
+                                                              {"OMPI_COMM_WORLD_SIZE", "2"},
+                                                              {"SLURM_PROCID", "1"},
+                                                              {"SLURM_NTASKS", "2"}}));
   CHECK(resolved.source == "TF_CONFIG");
   CHECK(resolved.rank == 0);
   CHECK(resolved.is_chief());
@@ -178,13 +178,13 @@ TEST_CASE("TF_CONFIG wins over torchrun, OpenMPI and SLURM variables") {
 }
 
 TEST_CASE("TF_CONFIG: ps and evaluator tasks are outside the collective group") {
-  const auto resolved = resolve_cluster(options_with(
+  const auto resolved = strata::resolve_cluster(options_with(
       {{"TF_CONFIG", strata::cluster::make_tf_config(chief_two_workers_ps(), {TaskType::ps, 0})}}));
   CHECK(resolved.rank == -1);
   CHECK_FALSE(resolved.in_collective_group());
   CHECK_FALSE(resolved.is_chief());
   CHECK(resolved.addresses.empty());
-  auto copy = resolve_cluster(options_with(
+  auto copy = strata::resolve_cluster(options_with(
       {{"TF_CONFIG", strata::cluster::make_tf_config(chief_two_workers_ps(), {TaskType::ps, 0})}}));
   CHECK_THROWS_WITH_AS(strata::communicator::membership_of(copy),
                        doctest::Contains("is not a member of the collective group"),
@@ -196,14 +196,14 @@ TEST_CASE("TF_CONFIG: local ranks count the earlier ranks on the same host") {
   cluster.add({TaskType::worker, 0}, {"a", 1});
   cluster.add({TaskType::worker, 1}, {"b", 1});
   cluster.add({TaskType::worker, 2}, {"a", 2});
-  const auto resolved = resolve_cluster(options_with(
+  const auto resolved = strata::resolve_cluster(options_with(
       {{"TF_CONFIG", strata::cluster::make_tf_config(cluster, {TaskType::worker, 2})}}));
   CHECK(resolved.local_rank == 1);
 }
 
 TEST_CASE("TF_CONFIG without a task: fine for one member, an error for more") {
   const auto one =
-      resolve_cluster(options_with({{"TF_CONFIG", R"({"cluster":{"worker":["h:5"]}})"}}));
+      strata::resolve_cluster(options_with({{"TF_CONFIG", R"({"cluster":{"worker":["h:5"]}})"}}));
   CHECK(one.rank == 0);
   CHECK(one.size == 1);
   CHECK(one.task.type == TaskType::worker);
@@ -221,12 +221,12 @@ TEST_CASE("TF_CONFIG: a task the cluster does not list") {
 }
 
 TEST_CASE("an empty TF_CONFIG counts as unset") {
-  const auto resolved = resolve_cluster(options_with({{"TF_CONFIG", ""}}));
+  const auto resolved = strata::resolve_cluster(options_with({{"TF_CONFIG", ""}}));
   CHECK(resolved.source == "none");
 }
 
 TEST_CASE("torchrun with one process: no store, no network") {
-  const auto resolved = resolve_cluster(options_with(
+  const auto resolved = strata::resolve_cluster(options_with(
       {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1"}}));
   CHECK(resolved.source == "torchrun");
   CHECK(resolved.size == 1);
@@ -294,4 +294,59 @@ TEST_CASE("a store-based launcher whose master never comes times out naming it")
   const auto error = error_of<strata::TimeoutError>(options);
   CHECK(std::chrono::steady_clock::now() - start < 5s);
   CHECK(error.find("127.0.0.1") != std::string::npos);
+}
+
+TEST_CASE("the cluster layer takes the address exchange it is given, and asks for one") {
+  const Vars torchrun = {{"RANK", "1"},
+                         {"WORLD_SIZE", "3"},
+                         {"LOCAL_RANK", "1"},
+                         {"LOCAL_WORLD_SIZE", "3"},
+                         {"MASTER_ADDR", "10.1.2.3"},
+                         {"MASTER_PORT", "29500"}};
+  // No exchange: torchrun does not say where ranks 1 and 2 listen.
+  std::string error;
+  try {
+    strata::cluster::resolve_cluster(options_with(torchrun));
+  } catch (const strata::UsageError& e) {
+    error = e.what();
+  }
+  CHECK(error.find("ResolveOptions::exchange is unset") != std::string::npos);
+  CHECK(error.find("strata::resolve_cluster()") != std::string::npos);
+
+  // An exchange of the program's own: its addresses become the cluster, its listener is kept.
+  auto with = options_with(torchrun);
+  int calls = 0;
+  with.exchange = [&](const strata::cluster::LauncherEnvironment& launcher,
+                      std::chrono::milliseconds timeout) {
+    ++calls;
+    CHECK(launcher.rank == 1);
+    CHECK(launcher.world_size == 3);
+    CHECK(launcher.master_addr == "10.1.2.3");
+    CHECK(timeout == 10s);
+    strata::cluster::ExchangedAddresses exchanged;
+    for (int r = 0; r < launcher.world_size; ++r)
+      exchanged.addresses.push_back({fmt::format("10.1.2.{}", 3 + r), 4000});
+    return exchanged;
+  };
+  const auto resolved = strata::cluster::resolve_cluster(std::move(with));
+  CHECK(calls == 1);
+  CHECK(resolved.source == "torchrun");
+  CHECK(resolved.rank == 1);
+  CHECK(resolved.size == 3);
+  REQUIRE(resolved.addresses.size() == 3);
+  CHECK(resolved.addresses[2] == Address{"10.1.2.5", 4000});
+  CHECK(resolved.listener.get() == -1);
+}
+
+TEST_CASE("STRATA_LOCAL_REPLICAS: the replicas of each worker, 1 when unset") {
+  CHECK(strata::resolve_cluster(options_with({})).local_replicas == 1);
+  CHECK(strata::resolve_cluster(options_with({{"STRATA_LOCAL_REPLICAS", "3"}})).local_replicas ==
+        3);
+  CHECK(strata::resolve_cluster(options_with({{"STRATA_LOCAL_REPLICAS", ""}})).local_replicas == 1);
+  for (const char* bad : {"0", "-2", "x", "2x", "4097"}) {
+    CAPTURE(bad);
+    const std::string error =
+        error_of<strata::ConfigurationError>(options_with({{"STRATA_LOCAL_REPLICAS", bad}}));
+    CHECK(error.find("is not a number of replicas") != std::string::npos);
+  }
 }

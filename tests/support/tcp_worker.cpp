@@ -40,7 +40,7 @@
 
 #include <fmt/format.h>
 
-#include <strata/cluster/resolve.hpp>
+#include <strata/resolve.hpp>
 #include <strata/strategies.hpp>
 
 #include <strata/communicator/tcp.hpp>
@@ -378,7 +378,7 @@ int main(int argc, char** argv) {
                  strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, drift, bits);
       return 0;
     }
-    auto resolved = strata::cluster::resolve_cluster();
+    auto resolved = strata::resolve_cluster();
     if (args[0] == "conformance" && args.size() <= 2) {
       using strata::communicator::Collective;
       using strata::communicator::TcpAllReduce;

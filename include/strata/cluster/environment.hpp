@@ -1,50 +1,14 @@
-// strata/cluster/environment.hpp — where resolvers read launcher variables from.
+// strata/cluster/environment.hpp — the environment resolvers read, under the cluster's names.
 //
-// Resolvers never call getenv themselves: they take an `Environment`, so that tests (and
-// programs that receive their configuration some other way) can hand them a map instead of
-// mutating the process environment, which is not thread-safe.
+// Environments live in core (core/environment.hpp), the one place strata reads variables.
 #pragma once
 
-#include <cstdlib>
-#include <functional>
-#include <map>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <utility>
+#include <strata/core/environment.hpp>
 
 namespace strata::cluster {
 
-/// A read-only view of environment variables: returns the value of `name`, or `std::nullopt`
-/// when it is not set. A variable set to the empty string is returned as "" (resolvers treat
-/// it as unset, like `STRATA_TIMEOUT`).
-using Environment = std::function<std::optional<std::string>(std::string_view name)>;
-
-/// The environment of this process, read with `std::getenv` on every lookup (so changes made
-/// before a resolver runs are seen). Reading is safe as long as no thread calls `setenv`
-/// concurrently.
-///
-/// Example: `auto env = strata::cluster::torchrun_environment(process_environment());`
-inline Environment process_environment() {
-  return [](std::string_view name) -> std::optional<std::string> {
-    const std::string key(name);
-    // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only, see above.
-    const char* value = std::getenv(key.c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  };
-}
-
-/// An environment holding exactly `variables` (nothing from the process), for tests and for
-/// programs that take their settings from a file or command line.
-///
-/// Example: `environment_from({{"RANK", "1"}, {"WORLD_SIZE", "4"}})`
-inline Environment environment_from(std::map<std::string, std::string> variables) {
-  return [variables = std::move(variables)](std::string_view name) -> std::optional<std::string> {
-    const auto it = variables.find(std::string(name));
-    if (it == variables.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using strata::Environment;
+using strata::environment_from;
+using strata::process_environment;
 
 }  // namespace strata::cluster

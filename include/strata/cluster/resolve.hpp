@@ -7,13 +7,18 @@
 //   4. OpenMPI's OMPI_COMM_WORLD_RANK / SIZE (master from MASTER_ADDR);
 //   5. SLURM's SLURM_PROCID / SLURM_NTASKS and node list;
 //   6. nothing: a valid one-worker cluster.
-// Launchers of kind 3–5 say where rank 0 is but not where the others listen: each process
-// binds a listening socket on the interface that routes toward the master and publishes it
-// through a small store on the master (store.hpp); the bound socket is handed on to the
-// communicator, so no other program can take the port in between.
+// Launchers of kind 3–5 say where rank 0 is but not where the others listen: the ranks must
+// exchange their listening addresses over the network, which is the TCP transport's job
+// (transport/tcp/address_exchange.hpp binds a listener toward the master and publishes it
+// through a small store there). This layer only parses and decides; it takes that exchange as
+// `ResolveOptions::exchange`, and `strata::resolve_cluster()` (strata/resolve.hpp) supplies the
+// TCP one. The bound socket is handed on to the communicator, so no other program can take the
+// port in between.
 #pragma once
 
+#include <charconv>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,13 +27,10 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
 
 #include <strata/cluster/cluster_spec.hpp>
 #include <strata/cluster/environment.hpp>
 #include <strata/cluster/launcher_environment.hpp>
-#include <strata/cluster/store.hpp>
 #include <strata/cluster/tf_config.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
@@ -62,6 +64,19 @@ class ListeningSocket {
   int fd_ = -1;
 };
 
+/// What an address exchange returns: every rank's listening address in rank order, and this
+/// rank's listener, bound to its own address.
+struct ExchangedAddresses {
+  std::vector<Address> addresses;
+  ListeningSocket listener;
+};
+
+/// Exchanges the listening addresses of the ranks a store-based launcher started (torchrun,
+/// OpenMPI, SLURM), within `timeout`. `strata::transport::tcp::exchange_addresses` is the one
+/// strata has.
+using AddressExchange =
+    std::function<ExchangedAddresses(const LauncherEnvironment&, std::chrono::milliseconds)>;
+
 struct ResolveOptions {
   /// Explicit cluster and task; used when both are set.
   std::optional<ClusterSpec> cluster{};
@@ -70,6 +85,9 @@ struct ResolveOptions {
   Environment environment = process_environment();
   /// Deadline of the address exchange of store-based launchers.
   std::chrono::milliseconds timeout = default_timeout();
+  /// How ranks of store-based launchers learn each other's addresses; required only for them
+  /// (strata::resolve_cluster() sets the TCP store's).
+  AddressExchange exchange{};
 };
 
 /// This process's place in its cluster.
@@ -90,6 +108,9 @@ struct ResolvedCluster {
   std::vector<Address> addresses{{"127.0.0.1", 0}};
   /// Bound to addresses[rank] when the resolver bound it (store-based launchers).
   ListeningSocket listener;
+  /// Replicas this process runs under MultiWorkerMirroredStrategy when the strategy is not
+  /// told: STRATA_LOCAL_REPLICAS (set by strata-launch --local-replicas), else 1.
+  int local_replicas = 1;
 
   /// TF's rule: the chief task, or worker 0 when the cluster has no chief. Checkpoints and
   /// summaries belong to it.
@@ -131,52 +152,45 @@ inline ResolvedCluster from_spec(std::string source, ClusterSpec cluster, Task t
 }
 
 inline ResolvedCluster from_launcher(const LauncherEnvironment& launcher,
-                                     std::chrono::milliseconds timeout) {
+                                     const ResolveOptions& options) {
   ResolvedCluster resolved;
   resolved.source = launcher.launcher;
   resolved.rank = launcher.rank;
   resolved.size = launcher.world_size;
   resolved.local_rank = launcher.local_rank;
   resolved.task = {TaskType::worker, launcher.rank};
-  if (launcher.world_size == 1) return resolved;  // one process: no peers, no store
-  // Listen on the interface that reaches the master, on a port the kernel picks; the
-  // socket stays bound until the communicator adopts it.
-  const std::string host = local_address_toward(launcher.master_addr, launcher.master_port);
-  asio::io_context io;
-  asio::ip::tcp::acceptor acceptor(io);
-  std::error_code ec;
-  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host, ec), 0);
-  if (!ec) acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    throw ConfigurationError(launcher.rank, launcher.launcher,
-                             fmt::format("cannot listen on {}: {}", host, ec.message()),
-                             "check the network configuration of this host");
-  const Address own{host, acceptor.local_endpoint().port()};
-  StoreOptions store;
-  store.host = launcher.master_addr;
-  store.port = launcher.master_port;
-  store.rank = launcher.rank;
-  store.world_size = launcher.world_size;
-  store.timeout = timeout;
-  const auto values = cluster::exchange(store, own.to_string());
+  if (launcher.world_size == 1) return resolved;  // one process: no peers, no exchange
+  if (!options.exchange)
+    throw UsageError(launcher.rank, launcher.launcher,
+                     fmt::format("{} says where rank 0 runs but not where the other ranks listen, "
+                                 "and ResolveOptions::exchange is unset",
+                                 launcher.launcher),
+                     "call strata::resolve_cluster() (strata/resolve.hpp), which exchanges the "
+                     "addresses through rank 0's TCP store, or set ResolveOptions::exchange");
+  auto exchanged = options.exchange(launcher, options.timeout);
   for (int r = 0; r < launcher.world_size; ++r)
-    resolved.cluster.add({TaskType::worker, r},
-                         parse_address(values[static_cast<std::size_t>(r)], launcher.launcher));
+    resolved.cluster.add({TaskType::worker, r}, exchanged.addresses[static_cast<std::size_t>(r)]);
   resolved.addresses = resolved.cluster.collective_addresses();
-  resolved.listener = ListeningSocket(acceptor.release());
+  resolved.listener = std::move(exchanged.listener);
   return resolved;
 }
 
-}  // namespace detail::resolve
+/// STRATA_LOCAL_REPLICAS, else 1.
+inline int local_replicas_in(const Environment& env) {
+  const auto text = env("STRATA_LOCAL_REPLICAS");
+  if (!text || text->empty()) return 1;
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc{} || end != text->data() + text->size() || value < 1 || value > 4096)
+    throw ConfigurationError(-1, "STRATA_LOCAL_REPLICAS",
+                             fmt::format("'{}' is not a number of replicas", *text),
+                             "set a positive integer, e.g. STRATA_LOCAL_REPLICAS=2");
+  return value;
+}
 
-/// Resolves this process's cluster (see the file comment for the order).
-/// @throws ConfigurationError naming the variable or setting at fault; TimeoutError when the
-/// address exchange of a store-based launcher does not complete in time.
-inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
+inline ResolvedCluster resolve_source(ResolveOptions& options) {
   if (options.cluster && options.task)
-    return detail::resolve::from_spec("explicit", std::move(*options.cluster), *options.task);
+    return from_spec("explicit", std::move(*options.cluster), *options.task);
   if (options.cluster || options.task)
     throw UsageError(-1, "resolve_cluster", "only one of ResolveOptions::cluster and ::task is set",
                      "set both, or neither to read the environment");
@@ -193,12 +207,23 @@ inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
     } else {
       task = config.cluster.collective_task(0);
     }
-    return detail::resolve::from_spec("TF_CONFIG", std::move(config.cluster), task);
+    return from_spec("TF_CONFIG", std::move(config.cluster), task);
   }
   for (auto* detect : {&torchrun_environment, &openmpi_environment, &slurm_environment})
-    if (const auto launcher = (*detect)(env))
-      return detail::resolve::from_launcher(*launcher, options.timeout);
+    if (const auto launcher = (*detect)(env)) return from_launcher(*launcher, options);
   return ResolvedCluster{};
+}
+
+}  // namespace detail::resolve
+
+/// Resolves this process's cluster (see the file comment for the order).
+/// @throws ConfigurationError naming the variable or setting at fault; TimeoutError when the
+/// address exchange of a store-based launcher does not complete in time; UsageError when such
+/// a launcher started the process and `options.exchange` is unset.
+inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
+  ResolvedCluster resolved = detail::resolve::resolve_source(options);
+  resolved.local_replicas = detail::resolve::local_replicas_in(options.environment);
+  return resolved;
 }
 
 }  // namespace strata::cluster

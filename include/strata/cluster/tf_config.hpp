@@ -21,7 +21,6 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include <strata/cluster/cluster_spec.hpp>
+#include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 
 namespace strata::cluster {
@@ -379,9 +379,9 @@ inline TfConfig parse_tf_config(std::string_view json) {
 }
 
 inline std::optional<TfConfig> tf_config_from_environment() {
-  const char* text = std::getenv("TF_CONFIG");
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  return parse_tf_config(text);
+  const auto text = environment_variable("TF_CONFIG");
+  if (!text) return std::nullopt;
+  return parse_tf_config(*text);
 }
 
 inline std::string make_tf_config(const ClusterSpec& cluster, Task task) {

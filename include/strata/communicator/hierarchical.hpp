@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -20,6 +19,7 @@
 #include <strata/communicator/detail/serial_executor.hpp>
 #include <strata/communicator/local.hpp>
 #include <strata/communicator/options.hpp>
+#include <strata/communicator/replica_group.hpp>
 #include <strata/communicator/tcp.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/core/data_type.hpp>
@@ -54,16 +54,18 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
  public:
   static constexpr std::string_view kName = "hierarchical";
   static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  static constexpr bool kSpansProcesses = true;
 
-  /// The local replicas of this process in the cluster that `resolve_cluster()` finds
-  /// (TF_CONFIG, torchrun, OpenMPI, SLURM, or a one-worker cluster); element l is local
-  /// replica l. Every worker must run the same number of replicas and the same `tcp` options.
+  /// The local replicas of this process in `cluster` (as `strata::resolve_cluster()` found it:
+  /// TF_CONFIG, torchrun, OpenMPI, SLURM, or a one-worker cluster); element l is local replica
+  /// l. Takes over the cluster's listening socket, if any. Every worker must run the same
+  /// number of replicas and the same `tcp` options.
   /// @throws ConfigurationError when workers run different numbers of replicas, or as
-  /// resolve_cluster and TcpCommunicator do.
+  /// membership_of and TcpCommunicator do.
   static std::vector<HierarchicalCommunicator> create(int local_replicas,
+                                                      cluster::ResolvedCluster& resolved,
                                                       CommunicatorOptions options = {},
                                                       TcpOptions tcp = {}) {
-    auto resolved = cluster::resolve_cluster();
     const bool chief = resolved.is_chief();
     Inter inter(membership_of(resolved), std::move(tcp), options);
     return create(local_replicas, std::move(inter), options, chief);
@@ -92,20 +94,6 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
     for (auto& local : locals)
       ranks.push_back(HierarchicalCommunicator(shared, std::move(local)));
     return ranks;
-  }
-
-  /// Default number of local replicas: STRATA_LOCAL_REPLICAS (set by strata-launch
-  /// --local-replicas), else 1, as TF's MultiWorkerMirroredStrategy on CPUs.
-  static int default_replicas() {
-    const char* text = std::getenv("STRATA_LOCAL_REPLICAS");  // NOLINT(concurrency-mt-unsafe)
-    if (text == nullptr || *text == '\0') return 1;
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (*end != '\0' || value < 1 || value > 4096)
-      throw ConfigurationError(-1, "STRATA_LOCAL_REPLICAS",
-                               fmt::format("'{}' is not a number of replicas", text),
-                               "set a positive integer, e.g. STRATA_LOCAL_REPLICAS=2");
-    return static_cast<int>(value);
   }
 
   HierarchicalCommunicator(HierarchicalCommunicator&&) noexcept = default;

@@ -30,8 +30,8 @@
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
-#include <strata/transport/local/link.hpp>
 #include <strata/transport/local/group.hpp>
+#include <strata/transport/local/link.hpp>
 
 namespace strata::communicator {
 
@@ -66,6 +66,7 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   static constexpr std::string_view kName = "local";
   /// The largest group this communicator can form (any number of threads).
   static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  static constexpr bool kSpansProcesses = false;
   using all_reduce_algorithm = AllReduceAlgorithm;
 
   /// Creates a group of `size` ranks; element r is rank r. Hand each to its own thread.

@@ -22,6 +22,7 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
  public:
   static constexpr std::string_view kName = "self";
   static constexpr int kMaxSize = 1;
+  static constexpr bool kSpansProcesses = false;
 
   /// Creates the group of one. @throws UsageError unless size == 1.
   static std::vector<SelfCommunicator> create(int size = 1, CommunicatorOptions options = {}) {

@@ -39,6 +39,7 @@
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/core/deadline.hpp>
+#include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/link.hpp>
 #include <strata/transport/tcp/rendezvous.hpp>
@@ -164,6 +165,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
  public:
   static constexpr std::string_view kName = "tcp";
   static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  /// `create(n)` makes all n ranks in this process (loopback); other processes join through
+  /// the constructor, with the membership their resolver found.
+  static constexpr bool kSpansProcesses = false;
 
   /// Joins the group described by `membership`. Blocks until every rank has joined.
   /// @throws ConfigurationError for bad options or addresses (port in use, not this host's
@@ -303,9 +307,7 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   }
 
   static std::optional<std::string> token_from_environment() {
-    const char* token = std::getenv("STRATA_CLUSTER_TOKEN");  // NOLINT(concurrency-mt-unsafe)
-    if (token == nullptr || *token == '\0') return std::nullopt;
-    return std::string(token);
+    return environment_variable("STRATA_CLUSTER_TOKEN");
   }
 
   static std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {

@@ -3,11 +3,11 @@
 
 #include <charconv>
 #include <chrono>
-#include <cstdlib>
 #include <string_view>
 
 #include <fmt/format.h>
 
+#include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 
 namespace strata {
@@ -81,9 +81,8 @@ inline std::chrono::milliseconds parse_timeout(std::string_view text,
 /// that tests and launchers may change the environment between groups.
 /// @throws ConfigurationError when STRATA_TIMEOUT is set but malformed.
 inline std::chrono::milliseconds default_timeout() {
-  const char* env = std::getenv("STRATA_TIMEOUT");  // NOLINT(concurrency-mt-unsafe): read-only
-  if (env == nullptr || *env == '\0') return kDefaultTimeout;
-  return parse_timeout(env);
+  const auto text = environment_variable("STRATA_TIMEOUT");
+  return text ? parse_timeout(*text) : kDefaultTimeout;
 }
 
 }  // namespace strata

@@ -4,15 +4,16 @@
 #include <limits>
 #include <string_view>
 
+#include <strata/placement/copies.hpp>
+
 namespace strata::placement {
 
 /// tf.distribute's CentralStorageStrategy placement: variables live once, on the host;
 /// every replica reads that copy, gradients are reduced into one place and the update is
 /// applied once. Saves memory per replica at the cost of funnelling updates through one copy.
-struct CentralStorage {
+struct CentralStorage : SharedCopy {
   static constexpr std::string_view kName = "CentralStorage";
   static constexpr int kMaxReplicas = std::numeric_limits<int>::max();
-  static constexpr bool kCopyPerReplica = false;
 };
 
 }  // namespace strata::placement

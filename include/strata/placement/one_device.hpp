@@ -3,14 +3,15 @@
 
 #include <string_view>
 
+#include <strata/placement/copies.hpp>
+
 namespace strata::placement {
 
 /// tf.distribute's OneDeviceStrategy placement: a single replica owns every variable. Useful
 /// to run the training loop written for a distributed strategy on one device unchanged.
-struct OneDevice {
+struct OneDevice : SharedCopy {
   static constexpr std::string_view kName = "OneDevice";
   static constexpr int kMaxReplicas = 1;
-  static constexpr bool kCopyPerReplica = false;
 };
 
 }  // namespace strata::placement

@@ -12,9 +12,12 @@ namespace strata::sync {
 ///      has contributed its gradient: Mirrored copies stay identical only if it does, so a
 ///      strategy rejects a per-replica-copy placement with a sync that does not;
 ///   3. `S::apply_gradients(context, optimizer, gradient, variable)` and
-///      `S::assign(context, variable, value)` are static function templates that move
-///      gradients and values to the variables for any `ReplicaContext` (checked where a
-///      strategy uses them: they are templates over the context).
+///      `S::assign(context, variable, value)` are static function templates that decide when
+///      and how gradients and values meet the variables for any `ReplicaContext` (checked where
+///      a strategy uses them: they are templates over the context). They use only what the
+///      Placement concept states (`kUpdateSite`, `apply`, `write_target`) and the context's
+///      communicator, never which placement they got, so a new placement needs no new sync
+///      policy and a new sync policy works with every placement.
 /// It leaves out the transport (the communicator's job) and the storage (the placement's).
 template <class S>
 concept Sync = requires {

@@ -9,6 +9,7 @@
 
 #include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
+#include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
 
 namespace strata::sync {
@@ -17,84 +18,80 @@ namespace strata::sync {
 /// all replicas are aggregated (by the variable's `VariableAggregation`) before any replica
 /// applies them, so the model equals single-replica training on the global batch.
 ///
-/// Per placement:
-///   - copy per replica (Mirrored): all-reduce the gradient in place, then every replica
-///     applies the same update to its own copy. No copy of the gradient is made.
-///   - shared copy (CentralStorage, OneDevice, Default): reduce the gradient in place to
-///     replica 0, replica 0 applies the update to the one copy, and the others wait for it.
+/// By the placement's `UpdateSite`:
+///   - every_replica (Mirrored): all-reduce the gradient in place, then every replica applies
+///     the same update to its own copy. No copy of the gradient is made.
+///   - one_replica (CentralStorage, OneDevice, Default): reduce the gradient in place to
+///     replica 0, which applies the update, and the others wait for it.
 struct Synchronous {
   static constexpr std::string_view kName = "Synchronous";
   static constexpr bool kWaitsForAllReplicas = true;
 
   /// Aggregates `gradient` over the replicas and applies `optimizer` to `variable`.
   /// The gradient buffer is reduced in place (it holds the aggregated gradient afterwards on
-  /// every replica under Mirrored, on replica 0 otherwise).
-  template <class Context, class O, class T>
+  /// every replica for every_replica placements, on replica 0 otherwise).
+  template <class Context, class O, class Variable, class T>
   static void apply_gradients(Context& context, const O& optimizer, std::span<T> gradient,
-                              placement::Variable<T>& variable) {
-    check_size(context, "apply_gradients", gradient.size(), variable);
-    const int replica = context.replica_id_in_sync_group();
+                              Variable& variable) {
+    using P = typename Context::placement_type;
+    check_size(context, "apply_gradients", gradient.size(), variable.size());
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
+    const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (many) require_aggregation(context, "apply_gradients", aggregation);
-    const std::span<const T> aggregated(gradient);
-    if (Context::placement_type::kCopyPerReplica) {
+    if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
       if (many) {
-        if (aggregation == placement::VariableAggregation::only_first_replica)
+        if (first_only)
           communicator.broadcast(gradient, 0);
         else
           communicator.all_reduce(gradient, reduce_op(aggregation));
       }
-      const auto copy = static_cast<std::size_t>(context.local_replica_id());
-      optimizer.apply(variable.copy(copy), aggregated, variable.optimizer_state(copy, optimizer));
-      return;
+      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+    } else {
+      if (many) {
+        // Either collective also guarantees every replica has finished reading the old value.
+        if (first_only)
+          communicator.barrier();
+        else
+          communicator.reduce(gradient, reduce_op(aggregation), 0);
+      }
+      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+      if (many) communicator.barrier();  // nobody reads the shared copy before it is updated
     }
-    if (many) {
-      // Either collective also guarantees every replica has finished reading the old value.
-      if (aggregation == placement::VariableAggregation::only_first_replica)
-        communicator.barrier();
-      else
-        communicator.reduce(gradient, reduce_op(aggregation), 0);
-    }
-    if (replica == 0)
-      optimizer.apply(variable.copy(0), aggregated, variable.optimizer_state(0, optimizer));
-    if (many) communicator.barrier();  // nobody reads the shared copy before it is updated
   }
 
   /// Replica-context assignment: sets the variable to the aggregation of every replica's
   /// `value` (or replica 0's, for only_first_replica).
-  template <class Context, class T>
-  static void assign(Context& context, placement::Variable<T>& variable, std::span<const T> value) {
-    check_size(context, "assign", value.size(), variable);
+  template <class Context, class Variable, class T>
+  static void assign(Context& context, Variable& variable, std::span<const T> value) {
+    using P = typename Context::placement_type;
+    check_size(context, "assign", value.size(), variable.size());
     const int replica = context.replica_id_in_sync_group();
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
     if (many) require_aggregation(context, "assign", aggregation);
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
-    if (Context::placement_type::kCopyPerReplica) {
-      const auto copy = variable.copy(static_cast<std::size_t>(context.local_replica_id()));
-      if (!many)
-        std::copy(value.begin(), value.end(), copy.begin());
-      else if (first_only)
-        communicator.broadcast(value, copy, 0);
-      else
-        communicator.all_reduce(value, copy, reduce_op(aggregation));
-      return;
-    }
-    const auto shared = variable.copy(0);
+    const std::span<T> target = P::write_target(variable, context.local_replica_id());
     if (!many) {
-      std::copy(value.begin(), value.end(), shared.begin());
+      std::copy(value.begin(), value.end(), target.begin());
       return;
     }
-    if (first_only) {
-      communicator.barrier();  // every replica has finished reading the old value
-      if (replica == 0) std::copy(value.begin(), value.end(), shared.begin());
+    if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
+      if (first_only)
+        communicator.broadcast(value, target, 0);
+      else
+        communicator.all_reduce(value, target, reduce_op(aggregation));
     } else {
-      communicator.reduce(value, replica == 0 ? shared : std::span<T>{}, reduce_op(aggregation), 0);
+      if (first_only) {
+        communicator.barrier();  // every replica has finished reading the old value
+        if (replica == 0) std::copy(value.begin(), value.end(), target.begin());
+      } else {
+        communicator.reduce(value, target, reduce_op(aggregation), 0);
+      }
+      communicator.barrier();  // nobody reads the shared copy before it is written
     }
-    communicator.barrier();  // nobody reads the shared copy before it is written
   }
 
  private:
@@ -113,12 +110,12 @@ struct Synchronous {
                      "only_first_replica");
   }
 
-  template <class Context, class T>
+  template <class Context>
   static void check_size(Context& context, std::string_view operation, std::size_t size,
-                         const placement::Variable<T>& variable) {
-    if (size == variable.size()) return;
+                         std::size_t variable_size) {
+    if (size == variable_size) return;
     throw UsageError(context.replica_id_in_sync_group(), operation,
-                     fmt::format("got {} elements for a variable of {}", size, variable.size()),
+                     fmt::format("got {} elements for a variable of {}", size, variable_size),
                      "pass one value per element of the variable");
   }
 };

@@ -1,7 +1,7 @@
-// Tests for strata/cluster/store.hpp: the one-shot rendezvous store, with threads as ranks on
+// Tests for strata/transport/tcp/store.hpp: the one-shot address store, with threads as ranks on
 // 127.0.0.1 — world sizes, start orders, missing and duplicate ranks, hostile connections, and
 // the errors of each side.
-#include <strata/cluster/store.hpp>
+#include <strata/transport/tcp/store.hpp>
 
 #include <algorithm>
 #include <array>
@@ -29,8 +29,8 @@ namespace {
 
 using namespace std::chrono_literals;
 using asio::ip::tcp;
-using strata::cluster::exchange;
-using strata::cluster::StoreOptions;
+using strata::transport::tcp::exchange;
+using strata::transport::tcp::StoreOptions;
 
 const asio::ip::address kLoopback = asio::ip::make_address("127.0.0.1");
 
@@ -151,7 +151,7 @@ TEST_CASE("exchange: world sizes 1, 2, 3 and 5, ranks started in random order") 
 TEST_CASE("exchange: values may be empty, binary, or exactly the longest allowed") {
   const std::uint16_t port = free_port();
   std::string binary("\0\x01\xff\n:,[]", 9);
-  const std::string longest(strata::cluster::kMaxStoreValueBytes, 'x');
+  const std::string longest(strata::transport::tcp::kMaxStoreValueBytes, 'x');
   const std::vector<std::string> table = {"", binary, longest, "d"};
   std::vector<Launch> launches;
   for (int rank = 0; rank < 4; ++rank)
@@ -490,7 +490,7 @@ TEST_CASE("exchange: bad options are usage errors") {
   const auto usage = [](const StoreOptions& options, std::string_view value) {
     return error_message<strata::UsageError>(call(options, value));
   };
-  const std::string too_long(strata::cluster::kMaxStoreValueBytes + 1, 'x');
+  const std::string too_long(strata::transport::tcp::kMaxStoreValueBytes + 1, 'x');
   auto message = usage(options_for(1234, 1, 2), too_long);
   REQUIRE(message.has_value());
   CHECK(message->find("the value is 1025 bytes long; publish at most 1024 bytes per rank") !=
@@ -498,7 +498,8 @@ TEST_CASE("exchange: bad options are usage errors") {
   CHECK(usage(options_for(1234, 2, 2), "v").has_value());
   CHECK(usage(options_for(1234, -1, 2), "v").has_value());
   CHECK(usage(options_for(1234, 0, 0), "v").has_value());
-  CHECK(usage(options_for(1234, 0, strata::cluster::kMaxStoreWorldSize + 1), "v").has_value());
+  CHECK(
+      usage(options_for(1234, 0, strata::transport::tcp::kMaxStoreWorldSize + 1), "v").has_value());
   CHECK(usage(options_for(0, 1, 2), "v").has_value());
   CHECK(usage(options_for(1234, 1, 2, 0ms), "v").has_value());
   StoreOptions no_host = options_for(1234, 1, 2);
@@ -509,9 +510,9 @@ TEST_CASE("exchange: bad options are usage errors") {
 }
 
 TEST_CASE("local_address_toward: the loopback routes to itself") {
-  CHECK(strata::cluster::local_address_toward("127.0.0.1", 1234) == "127.0.0.1");
-  CHECK(strata::cluster::local_address_toward("127.0.0.1", 0) == "127.0.0.1");
-  const std::string localhost = strata::cluster::local_address_toward("localhost", 29500);
+  CHECK(strata::transport::tcp::local_address_toward("127.0.0.1", 1234) == "127.0.0.1");
+  CHECK(strata::transport::tcp::local_address_toward("127.0.0.1", 0) == "127.0.0.1");
+  const std::string localhost = strata::transport::tcp::local_address_toward("localhost", 29500);
   CHECK((localhost == "127.0.0.1" || localhost == "::1"));
 }
 

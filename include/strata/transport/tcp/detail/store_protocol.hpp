@@ -1,0 +1,93 @@
+// strata/transport/tcp/detail/store_protocol.hpp — the address store's messages on the wire
+// (the layout is in transport/tcp/store.hpp).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace strata::transport::tcp::detail::store {
+
+inline constexpr std::uint32_t kMagic = 0x53545253;  // "STRS"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kKindRegister = 1;
+inline constexpr std::size_t kRequestBytes = 20;
+inline constexpr std::size_t kReplyHeaderBytes = 16;
+inline constexpr std::size_t kMaxMessageBytes = 4096;
+
+enum class Status : std::uint16_t {
+  kOk = 0,
+  kWorldSizeMismatch = 1,
+  kDuplicateRank = 2,
+  kTimedOut = 3,
+  kVersionMismatch = 4,
+};
+
+/// A client has this long to send its request once connected: real clients send it at once,
+/// so only stalled or hostile connections hit it, and each holds a socket until it does.
+inline constexpr std::chrono::milliseconds kRequestTimeout{5000};
+/// Rank 0's replies get at least this long to leave, even when the last rank registered just
+/// before the deadline.
+inline constexpr std::chrono::milliseconds kReplyGrace{1000};
+/// Connections that have not registered yet beyond this many are closed at once, so that a
+/// flood cannot exhaust rank 0's file descriptors.
+inline constexpr std::size_t kMaxPendingConnections = 256;
+inline constexpr std::chrono::milliseconds kFirstBackoff{10};
+inline constexpr std::chrono::milliseconds kMaxBackoff{1000};
+
+inline constexpr std::string_view kRaiseTimeout =
+    "raise the timeout (StoreOptions::timeout or STRATA_TIMEOUT)";
+
+inline void put_u16(std::uint8_t* out, std::uint16_t v) noexcept {
+  out[0] = static_cast<std::uint8_t>(v >> 8);
+  out[1] = static_cast<std::uint8_t>(v);
+}
+inline void put_u32(std::uint8_t* out, std::uint32_t v) noexcept {
+  for (int i = 0; i < 4; ++i)
+    out[i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
+}
+inline std::uint16_t get_u16(const std::uint8_t* in) noexcept {
+  return static_cast<std::uint16_t>((in[0] << 8) | in[1]);
+}
+inline std::uint32_t get_u32(const std::uint8_t* in) noexcept {
+  return (std::uint32_t{in[0]} << 24) | (std::uint32_t{in[1]} << 16) | (std::uint32_t{in[2]} << 8) |
+         std::uint32_t{in[3]};
+}
+
+inline std::vector<std::uint8_t> reply_header(Status status, std::uint32_t world_size,
+                                              std::size_t body_bytes) {
+  std::vector<std::uint8_t> out(kReplyHeaderBytes);
+  put_u32(out.data(), kMagic);
+  put_u16(out.data() + 4, kVersion);
+  put_u16(out.data() + 6, static_cast<std::uint16_t>(status));
+  put_u32(out.data() + 8, world_size);
+  put_u32(out.data() + 12, static_cast<std::uint32_t>(body_bytes));
+  return out;
+}
+
+inline std::vector<std::uint8_t> error_reply(Status status, std::uint32_t world_size,
+                                             std::string_view message) {
+  message = message.substr(0, kMaxMessageBytes);
+  std::vector<std::uint8_t> out = reply_header(status, world_size, message.size());
+  out.insert(out.end(), message.begin(), message.end());
+  return out;
+}
+
+/// "rank 2" / "ranks 2, 5" / "ranks 1, 2, ..., 16 and 84 more".
+inline std::string rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t kMaxListed = 16;
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size() && i < kMaxListed; ++i)
+    fmt::format_to(std::back_inserter(text), "{}{}", i == 0 ? "" : ", ", ranks[i]);
+  if (ranks.size() > kMaxListed)
+    fmt::format_to(std::back_inserter(text), " and {} more", ranks.size() - kMaxListed);
+  return text;
+}
+
+}  // namespace strata::transport::tcp::detail::store
