@@ -52,6 +52,7 @@ class CountedVariable {
   std::atomic<int> updates_{0};
 };
 
+// [snippet:placement]
 /// A copy per replica in CountedVariables, updated by plain SGD steps the placement applies
 /// itself (it keeps no optimizer slots, so it takes only slot-free optimizers).
 struct CountedMirrored {
@@ -84,7 +85,9 @@ struct CountedMirrored {
     variable.count_update();
   }
 };
+// [end-snippet:placement]
 
+// [snippet:sync]
 /// Delivers the aggregated gradient to every replica whatever the placement, and lets the
 /// placement decide who writes: an all-reduce where Synchronous would reduce to one replica.
 struct AllReduceEverywhere {
@@ -116,6 +119,7 @@ struct AllReduceEverywhere {
     if (context.num_replicas_in_sync() > 1) context.communicator().barrier();
   }
 };
+// [end-snippet:sync]
 
 }  // namespace toy
 

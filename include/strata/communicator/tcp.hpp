@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -19,8 +20,6 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
 
 #include <strata/algorithms/all_gather_ring.hpp>
 #include <strata/algorithms/all_reduce_halving_doubling.hpp>
@@ -39,9 +38,11 @@
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/core/deadline.hpp>
+#include <strata/core/enum_names.hpp>
 #include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/link.hpp>
+#include <strata/transport/tcp/route.hpp>
 #include <strata/transport/tcp/rendezvous.hpp>
 
 namespace strata::communicator {
@@ -57,19 +58,17 @@ enum class TcpAllReduce : std::uint8_t {
   halving_doubling,    ///< recursive halving, then doubling: the ring's bytes in 2·log2 n hops
 };
 
-constexpr std::string_view to_string(TcpAllReduce choice) noexcept {
-  switch (choice) {
-    case TcpAllReduce::automatic:
-      return "automatic";
-    case TcpAllReduce::ring:
-      return "ring";
-    case TcpAllReduce::recursive_doubling:
-      return "recursive_doubling";
-    case TcpAllReduce::halving_doubling:
-      return "halving_doubling";
-  }
-  return "invalid";
-}
+}  // namespace strata::communicator
+
+template <>
+struct strata::EnumNames<strata::communicator::TcpAllReduce> {
+  static constexpr std::array<std::string_view, 4> kNames{"automatic", "ring", "recursive_doubling",
+                                                          "halving_doubling"};
+};
+
+namespace strata::communicator {
+
+using strata::to_string;
 
 /// Tunables of the TCP communicator. Every rank must use the same values for the first four
 /// (the handshake refuses ranks that differ: they would cut messages differently).
@@ -214,14 +213,12 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
       throw UsageError(-1, "TcpCommunicator::create",
                        fmt::format("a group needs at least one rank, got size {}", size),
                        "pass the number of ranks");
-    asio::io_context io;
     std::vector<cluster::Address> addresses;
     std::vector<int> fds;
     for (int r = 0; r < size; ++r) {
-      asio::ip::tcp::acceptor acceptor(
-          io, asio::ip::tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
-      addresses.push_back({"127.0.0.1", acceptor.local_endpoint().port()});
-      fds.push_back(acceptor.release());
+      auto listener = transport::tcp::listen_on_loopback();
+      addresses.push_back(listener.address);
+      fds.push_back(listener.fd);
     }
     std::vector<std::optional<TcpCommunicator>> slots(static_cast<std::size_t>(size));
     std::vector<std::exception_ptr> failures(static_cast<std::size_t>(size));
@@ -416,11 +413,3 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
 };
 
 }  // namespace strata::communicator
-
-template <>
-struct fmt::formatter<strata::communicator::TcpAllReduce> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::communicator::TcpAllReduce choice, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::communicator::to_string(choice), ctx);
-  }
-};

@@ -7,6 +7,7 @@
 // layer below the communicators speaks it: algorithms take one, transports frame it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <strata/core/data_type.hpp>
+#include <strata/core/enum_names.hpp>
 #include <strata/core/reduce_op.hpp>
 
 namespace strata {
@@ -29,23 +31,15 @@ enum class Collective : std::uint8_t {
   barrier
 };
 
-constexpr std::string_view to_string(Collective kind) noexcept {
-  switch (kind) {
-    case Collective::all_reduce:
-      return "all_reduce";
-    case Collective::broadcast:
-      return "broadcast";
-    case Collective::reduce:
-      return "reduce";
-    case Collective::all_gather:
-      return "all_gather";
-    case Collective::reduce_scatter:
-      return "reduce_scatter";
-    case Collective::barrier:
-      return "barrier";
-  }
-  return "invalid";
-}
+}  // namespace strata
+
+template <>
+struct strata::EnumNames<strata::Collective> {
+  static constexpr std::array<std::string_view, 6> kNames{
+      "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"};
+};
+
+namespace strata {
 
 /// True when `kind` combines values with a ReduceOp (and so must agree on it across ranks).
 constexpr bool reduces(Collective kind) noexcept {
@@ -92,11 +86,3 @@ inline std::string describe(const CollectiveCall& call) {
 }
 
 }  // namespace strata
-
-template <>
-struct fmt::formatter<strata::Collective> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::Collective kind, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::to_string(kind), ctx);
-  }
-};

@@ -1,6 +1,7 @@
 // strata/core/data_type.hpp — the element types collectives move and reduce.
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <strata/core/bfloat16.hpp>
+#include <strata/core/enum_names.hpp>
 #include <strata/core/float16.hpp>
 
 namespace strata {
@@ -27,6 +29,17 @@ enum class DataType : std::uint8_t {
   float32,
   float64
 };
+
+}  // namespace strata
+
+/// nccl-tests' names of the types.
+template <>
+struct strata::EnumNames<strata::DataType> {
+  static constexpr std::array<std::string_view, 8> kNames{"int8", "uint8",    "int32", "int64",
+                                                          "half", "bfloat16", "float", "double"};
+};
+
+namespace strata {
 
 /// A compile-time list of types (used to sweep element types in tests and benchmarks).
 template <class... Ts>
@@ -94,29 +107,6 @@ constexpr std::size_t size_of(DataType type) noexcept {
   return 0;
 }
 
-/// The name nccl-tests uses for `type` ("int8", "float", "half", "bfloat16", ...).
-constexpr std::string_view to_string(DataType type) noexcept {
-  switch (type) {
-    case DataType::int8:
-      return "int8";
-    case DataType::uint8:
-      return "uint8";
-    case DataType::int32:
-      return "int32";
-    case DataType::int64:
-      return "int64";
-    case DataType::float16:
-      return "half";
-    case DataType::bfloat16:
-      return "bfloat16";
-    case DataType::float32:
-      return "float";
-    case DataType::float64:
-      return "double";
-  }
-  return "invalid";
-}
-
 /// Calls `f(std::type_identity<T>{})` with the element type named by `type` and returns its
 /// result: the one place where a run-time tag becomes a static type.
 template <class F>
@@ -143,11 +133,3 @@ constexpr decltype(auto) visit_data_type(DataType type, F&& f) {
 }
 
 }  // namespace strata
-
-template <>
-struct fmt::formatter<strata::DataType> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::DataType type, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::to_string(type), ctx);
-  }
-};

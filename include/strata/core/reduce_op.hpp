@@ -1,6 +1,9 @@
 // strata/core/reduce_op.hpp — the reduction operators every collective understands.
 #pragma once
 
+#include <strata/core/enum_names.hpp>
+
+#include <array>
 #include <cstdint>
 #include <string_view>
 
@@ -19,32 +22,16 @@ namespace strata {
 /// 16-bit floating-point types (float16, bfloat16) are accumulated in float and rounded once.
 enum class ReduceOp : std::uint8_t { sum, product, min, max, mean };
 
-inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::product, ReduceOp::min,
-                                             ReduceOp::max, ReduceOp::mean};
-
-/// The lower-case name of `op` ("sum", "product", "min", "max", "mean").
-constexpr std::string_view to_string(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::product:
-      return "product";
-    case ReduceOp::min:
-      return "min";
-    case ReduceOp::max:
-      return "max";
-    case ReduceOp::mean:
-      return "mean";
-  }
-  return "invalid";
-}
-
 }  // namespace strata
 
 template <>
-struct fmt::formatter<strata::ReduceOp> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::ReduceOp op, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::to_string(op), ctx);
-  }
+struct strata::EnumNames<strata::ReduceOp> {
+  static constexpr std::array<std::string_view, 5> kNames{"sum", "product", "min", "max", "mean"};
 };
+
+namespace strata {
+
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::product, ReduceOp::min,
+                                             ReduceOp::max, ReduceOp::mean};
+
+}  // namespace strata

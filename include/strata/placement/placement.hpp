@@ -2,13 +2,13 @@
 // replica reads and updates them.
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <cstdint>
 #include <span>
 #include <string_view>
 
-#include <fmt/format.h>
-
+#include <strata/core/enum_names.hpp>
 #include <strata/optim/sgd.hpp>
 #include <strata/placement/variable.hpp>
 
@@ -25,9 +25,14 @@ enum class UpdateSite : std::uint8_t {
   one_replica,
 };
 
-constexpr std::string_view to_string(UpdateSite site) noexcept {
-  return site == UpdateSite::every_replica ? "every_replica" : "one_replica";
-}
+}  // namespace strata::placement
+
+template <>
+struct strata::EnumNames<strata::placement::UpdateSite> {
+  static constexpr std::array<std::string_view, 2> kNames{"every_replica", "one_replica"};
+};
+
+namespace strata::placement {
 
 namespace detail {
 
@@ -80,11 +85,3 @@ concept Placement = requires {
 &&detail::PlacesVariablesOf<P, float>&& detail::PlacesVariablesOf<P, double>;
 
 }  // namespace strata::placement
-
-template <>
-struct fmt::formatter<strata::placement::UpdateSite> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::placement::UpdateSite site, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::placement::to_string(site), ctx);
-  }
-};

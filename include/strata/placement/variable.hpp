@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <span>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <strata/core/data_type.hpp>
+#include <strata/core/enum_names.hpp>
 #include <strata/core/error.hpp>
 #include <strata/optim/optimizer.hpp>
 
@@ -24,19 +26,17 @@ namespace strata::placement {
 ///   only_first_replica  the value of replica 0 is taken, the others are ignored.
 enum class VariableAggregation { none, sum, mean, only_first_replica };
 
-constexpr std::string_view to_string(VariableAggregation aggregation) noexcept {
-  switch (aggregation) {
-    case VariableAggregation::none:
-      return "none";
-    case VariableAggregation::sum:
-      return "sum";
-    case VariableAggregation::mean:
-      return "mean";
-    case VariableAggregation::only_first_replica:
-      return "only_first_replica";
-  }
-  return "invalid";
-}
+}  // namespace strata::placement
+
+template <>
+struct strata::EnumNames<strata::placement::VariableAggregation> {
+  static constexpr std::array<std::string_view, 4> kNames{"none", "sum", "mean",
+                                                          "only_first_replica"};
+};
+
+namespace strata::placement {
+
+using strata::to_string;
 
 /// A variable created through a strategy: `num_copies()` buffers of `size()` elements, one per
 /// replica under Mirrored, one shared by every replica otherwise, with the optimizer state

@@ -154,7 +154,7 @@ void divide_on(Isa isa, std::span<T> data, std::size_t divisor) {
         constexpr Isa kSet = decltype(set)::value;
         if constexpr (kHalvesInBlocks<kSet, T>) {
           const T* const inputs[] = {p};
-          const NarrowMean<T> quotient{static_cast<float>(divisor)};
+          const NarrowMean<T> quotient{static_cast<ReduceAcc<T>>(divisor)};
           reduce_half_blocks<kSet>(p, inputs, 1, count, SumFn{}, quotient);
         } else {
           for_each_block(

@@ -13,6 +13,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/ip/udp.hpp>
 
+#include <strata/cluster/cluster_spec.hpp>
 #include <strata/core/error.hpp>
 
 namespace strata::transport::tcp {
@@ -77,6 +78,29 @@ inline std::string local_address_toward(std::string_view host, std::uint16_t por
     if (!ec) return local.address().to_string();
   }
   throw fail(ec);
+}
+
+/// A listening socket on 127.0.0.1, on a port the kernel picked, and its address: a rank of a
+/// group formed inside one process (tests, benchmarks) before its peers know where it listens.
+struct LoopbackListener {
+  cluster::Address address;
+  int fd = -1;  ///< owned by the caller
+};
+
+/// @throws ConfigurationError when no loopback port can be bound.
+inline LoopbackListener listen_on_loopback() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"), 0);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(-1, "listen_on_loopback",
+                             fmt::format("cannot listen on 127.0.0.1: {}", ec.message()),
+                             "check that the loopback interface is up");
+  return {{"127.0.0.1", acceptor.local_endpoint().port()}, acceptor.release()};
 }
 
 }  // namespace strata::transport::tcp
