@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -75,7 +76,10 @@ inline std::vector<std::uint8_t> error_reply(Status status, std::uint32_t world_
                                              std::string_view message) {
   message = message.substr(0, kMaxMessageBytes);
   std::vector<std::uint8_t> out = reply_header(status, world_size, message.size());
-  out.insert(out.end(), message.begin(), message.end());
+  // Grown once and filled in place: g++ 12 at -O3 reports a false -Warray-bounds inside an
+  // inlined vector::insert here.
+  out.resize(kReplyHeaderBytes + message.size());
+  if (!message.empty()) std::memcpy(out.data() + kReplyHeaderBytes, message.data(), message.size());
   return out;
 }
 
