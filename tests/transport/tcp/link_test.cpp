@@ -38,9 +38,9 @@
 namespace {
 
 using namespace std::chrono_literals;
+using strata::Collective;
+using strata::CollectiveCall;
 using strata::Deadline;
-using strata::communicator::Collective;
-using strata::communicator::CollectiveCall;
 using strata::testing::message_of;
 namespace wire = strata::transport::tcp;
 using Clock = std::chrono::steady_clock;
