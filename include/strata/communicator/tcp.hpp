@@ -40,8 +40,8 @@
 #include <strata/communicator/work.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
+#include <strata/transport/tcp/form_mesh.hpp>
 #include <strata/transport/tcp/link.hpp>
-#include <strata/transport/tcp/rendezvous.hpp>
 
 namespace strata::communicator {
 
@@ -141,7 +141,7 @@ inline TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
 /// One rank of a group that communicates over TCP: one process (or thread) per rank, on one
 /// host or many.
 ///
-/// Construction forms the group (transport/tcp/rendezvous.hpp): every rank connects to every
+/// Construction forms the group (transport/tcp/form_mesh.hpp): every rank connects to every
 /// other, in any start order, within the deadline. Collectives then run pipelined algorithms
 /// over those connections: ring all-reduce (recursive doubling for small messages),
 /// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. Each message

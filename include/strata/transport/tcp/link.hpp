@@ -66,8 +66,8 @@
 #include <strata/core/error.hpp>
 #include <strata/detail/usable_cpus.hpp>
 #include <strata/transport/plan.hpp>
+#include <strata/transport/tcp/form_mesh.hpp>
 #include <strata/transport/tcp/frame.hpp>
-#include <strata/transport/tcp/rendezvous.hpp>
 
 namespace strata::transport::tcp {
 

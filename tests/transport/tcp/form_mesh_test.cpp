@@ -1,11 +1,11 @@
-// Tests for strata/transport/tcp/rendezvous.hpp: how a group's mesh ends forming.
+// Tests for strata/transport/tcp/form_mesh.hpp: how a group's mesh ends forming.
 //   - a rank that forms its mesh and leaves at once never makes a slower peer wait for it
 //     (the race that turned a count mismatch into a rendezvous timeout);
 //   - a peer that connects and dies before its kMeshReady is forgotten and its next
 //     incarnation joins in its place;
 //   - a peer that connects but never says kMeshReady, or says something else: a clear error.
 // The misbehaving peers are written here from the handshake's byte layout (handshake.hpp).
-#include <strata/transport/tcp/rendezvous.hpp>
+#include <strata/transport/tcp/form_mesh.hpp>
 
 #include <array>
 #include <chrono>
