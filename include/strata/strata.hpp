@@ -76,11 +76,16 @@
 #include <strata/transport/local/group.hpp>
 #include <strata/transport/local/link.hpp>
 #include <strata/transport/plan.hpp>
+#include <strata/transport/tcp/channel.hpp>
 #include <strata/transport/tcp/connector.hpp>
+#include <strata/transport/tcp/control.hpp>
 #include <strata/transport/tcp/form_mesh.hpp>
 #include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/group.hpp>
 #include <strata/transport/tcp/handshake.hpp>
+#include <strata/transport/tcp/lending.hpp>
 #include <strata/transport/tcp/link.hpp>
 #include <strata/transport/tcp/listener.hpp>
 #include <strata/transport/tcp/mesh.hpp>
 #include <strata/transport/tcp/pending_mesh.hpp>
+#include <strata/transport/tcp/plan_run.hpp>

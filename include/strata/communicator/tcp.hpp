@@ -41,6 +41,7 @@
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/form_mesh.hpp>
+#include <strata/transport/tcp/group.hpp>
 #include <strata/transport/tcp/link.hpp>
 
 namespace strata::communicator {
@@ -88,7 +89,7 @@ struct TcpOptions {
   std::size_t small_message_bytes = 512 * 1024;
   /// A call that sends at least this many bytes lends its buffers' pages to the kernel
   /// instead of copying them into socket buffers (messages of 64 KiB and more; see
-  /// transport/tcp/link.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
+  /// transport/tcp/lending.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
   /// and a release from the receiver per message. Whether that pays depends on the machine
   /// (benchmarks/RESULTS.md: from 32 MiB, in place, 15-26% faster on one 2-vCPU VM and 15-25%
   /// slower on another), so strata copies unless told: measure with `strata-perf --lend-from`.
