@@ -12,6 +12,7 @@
 #include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/deadline.hpp>
+#include <strata/core/enum_names.hpp>
 #include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/float16.hpp>
@@ -34,6 +35,7 @@
 #include <strata/algorithms/reduce_scatter_direct.hpp>
 #include <strata/algorithms/reduce_scatter_ring.hpp>
 
+#include <strata/cluster/address.hpp>
 #include <strata/cluster/cluster_spec.hpp>
 #include <strata/cluster/environment.hpp>
 #include <strata/cluster/launcher_environment.hpp>
@@ -79,10 +81,19 @@
 #include <strata/transport/local/link.hpp>
 #include <strata/transport/plan.hpp>
 #include <strata/transport/tcp/address_exchange.hpp>
+#include <strata/transport/tcp/channel.hpp>
+#include <strata/transport/tcp/connector.hpp>
+#include <strata/transport/tcp/control.hpp>
+#include <strata/transport/tcp/form_mesh.hpp>
 #include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/group.hpp>
 #include <strata/transport/tcp/handshake.hpp>
+#include <strata/transport/tcp/lending.hpp>
 #include <strata/transport/tcp/link.hpp>
-#include <strata/transport/tcp/rendezvous.hpp>
+#include <strata/transport/tcp/listener.hpp>
+#include <strata/transport/tcp/mesh.hpp>
+#include <strata/transport/tcp/pending_mesh.hpp>
+#include <strata/transport/tcp/plan_run.hpp>
 #include <strata/transport/tcp/route.hpp>
 #include <strata/transport/tcp/store.hpp>
 #include <strata/transport/tcp/store_options.hpp>

@@ -41,9 +41,10 @@
 #include <strata/core/enum_names.hpp>
 #include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
+#include <strata/transport/tcp/form_mesh.hpp>
+#include <strata/transport/tcp/group.hpp>
 #include <strata/transport/tcp/link.hpp>
 #include <strata/transport/tcp/route.hpp>
-#include <strata/transport/tcp/rendezvous.hpp>
 
 namespace strata::communicator {
 
@@ -88,7 +89,7 @@ struct TcpOptions {
   std::size_t small_message_bytes = 512 * 1024;
   /// A call that sends at least this many bytes lends its buffers' pages to the kernel
   /// instead of copying them into socket buffers (messages of 64 KiB and more; see
-  /// transport/tcp/link.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
+  /// transport/tcp/lending.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
   /// and a release from the receiver per message. Whether that pays depends on the machine
   /// (benchmarks/RESULTS.md: from 32 MiB, in place, 15-26% faster on one 2-vCPU VM and 15-25%
   /// slower on another), so strata copies unless told: measure with `strata-perf --lend-from`.
@@ -141,7 +142,7 @@ inline TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
 /// One rank of a group that communicates over TCP: one process (or thread) per rank, on one
 /// host or many.
 ///
-/// Construction forms the group (transport/tcp/rendezvous.hpp): every rank connects to every
+/// Construction forms the group (transport/tcp/form_mesh.hpp): every rank connects to every
 /// other, in any start order, within the deadline. Collectives then run pipelined algorithms
 /// over those connections: ring all-reduce (recursive doubling for small messages),
 /// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. Each message

@@ -32,9 +32,9 @@
 
 namespace {
 
+using strata::Collective;
 using strata::DataType;
 using strata::ReduceOp;
-using strata::communicator::Collective;
 using strata::transport::tcp::FrameBytes;
 using strata::transport::tcp::FrameError;
 using strata::transport::tcp::FrameHeader;

@@ -25,9 +25,9 @@
 
 namespace {
 
+using strata::Collective;
 using strata::DataType;
 using strata::ReduceOp;
-using strata::communicator::Collective;
 using strata::transport::tcp::decode;
 using strata::transport::tcp::encode;
 using strata::transport::tcp::FailureClass;

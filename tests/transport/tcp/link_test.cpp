@@ -1,4 +1,5 @@
-// Tests for strata/transport/tcp/link.hpp's lending, on a real two-rank mesh over loopback:
+// Tests for strata/transport/tcp/link.hpp's lending (lending.hpp), on a real two-rank mesh over
+// loopback:
 //   - lent messages through socket buffers too small to take one whole: every message is
 //     counted once, so the sender does not wait for releases that never come;
 //   - against a peer written by hand from frame.hpp's layout: a release for more than was lent,
@@ -32,20 +33,22 @@
 
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
+#include <strata/transport/tcp/form_mesh.hpp>
+#include <strata/transport/tcp/group.hpp>
 
 #include "exceptions.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using strata::Collective;
+using strata::CollectiveCall;
 using strata::Deadline;
-using strata::communicator::Collective;
-using strata::communicator::CollectiveCall;
 using strata::testing::message_of;
 namespace wire = strata::transport::tcp;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::size_t kLent = wire::Link::kLendBytes;  // the smallest message that is lent
+constexpr std::size_t kLent = wire::kLendBytes;  // the smallest message that is lent
 
 // Two ranks' meshes on loopback, formed by two threads.
 std::array<std::unique_ptr<wire::Mesh>, 2> two_meshes(int socket_buffer_bytes = 0) {

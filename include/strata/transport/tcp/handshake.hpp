@@ -24,10 +24,11 @@
 //
 // Once a rank holds every connection of its mesh it sends kMeshReady on each control
 // connection, and it starts collectives only after every peer's kMeshReady has arrived (see
-// rendezvous.hpp).
+// pending_mesh.hpp).
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -53,6 +54,9 @@ inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kHelloBytes = 80;
 /// Sent once on every control connection by a rank whose mesh is complete.
 inline constexpr std::byte kMeshReady{0x52};  // 'R'
+/// How long one connection may take over its handshake (capped by the group's deadline), so a
+/// silent one cannot hold resources until the deadline.
+inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 
 struct Hello {
   std::uint16_t version = kProtocolVersion;

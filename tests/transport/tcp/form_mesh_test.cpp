@@ -1,12 +1,14 @@
-// Tests for strata/transport/tcp/rendezvous.hpp: how a group's mesh ends forming.
+// Tests for strata/transport/tcp/form_mesh.hpp: how a group's mesh ends forming.
 //   - a rank that forms its mesh and leaves at once never makes a slower peer wait for it
 //     (the race that turned a count mismatch into a rendezvous timeout);
 //   - a peer that connects and dies before its kMeshReady is forgotten and its next
-//     incarnation joins in its place;
+//     incarnation joins in its place; when that peer has the lower rank, this rank connects
+//     to it again;
 //   - a peer that connects but never says kMeshReady, or says something else: a clear error.
 // The misbehaving peers are written here from the handshake's byte layout (handshake.hpp).
-#include <strata/transport/tcp/rendezvous.hpp>
+#include <strata/transport/tcp/form_mesh.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -15,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -108,6 +111,48 @@ struct HandmadePeer {
   std::vector<tcp::socket> sockets;
 };
 
+// Rank 0 of a group of two, done by hand: accepts rank 1's connections on `acceptor`, completes
+// the acceptor's side of each handshake, waits for rank 1's kMeshReady and closes everything.
+void accept_then_die(tcp::acceptor& acceptor, int data_connections) {
+  std::array<std::byte, 8> incarnation{};
+  wire::random_bytes(incarnation);
+  std::vector<tcp::socket> sockets;
+  std::size_t control = 0;
+  for (int accepted = 0; accepted <= data_connections; ++accepted) {
+    tcp::socket socket = acceptor.accept();
+    wire::HelloBytes theirs_bytes{};
+    asio::read(socket, asio::buffer(theirs_bytes));
+    wire::Hello theirs;
+    REQUIRE(wire::decode(theirs_bytes, theirs));
+    REQUIRE(theirs.rank == 1);
+    if (theirs.connection == 0) control = sockets.size();
+    wire::Hello mine;
+    mine.connection = theirs.connection;
+    mine.rank = 0;
+    mine.world_size = 2;
+    mine.cluster = kCluster;
+    mine.tunables = kTunables;
+    mine.incarnation = wire::detail::load_le<std::uint64_t>(incarnation.data());
+    wire::random_bytes(mine.nonce);
+    const auto mine_bytes = wire::encode(mine);
+    std::array<std::byte, wire::kHelloBytes + 1 + wire::kMacBytes> reply{};  // MAC: zeros
+    std::copy(mine_bytes.begin(), mine_bytes.end(), reply.begin());
+    reply[wire::kHelloBytes] = static_cast<std::byte>(wire::HandshakeStatus::accepted);
+    asio::write(socket, asio::buffer(reply));
+    wire::Mac mac{};
+    asio::read(socket, asio::buffer(mac));
+    const auto status = static_cast<std::byte>(wire::HandshakeStatus::accepted);
+    asio::write(socket, asio::buffer(&status, 1));
+    sockets.push_back(std::move(socket));
+  }
+  // Rank 1 holds its whole mesh once its kMeshReady comes: closing now leaves nothing unread.
+  std::byte ready{};
+  asio::read(sockets[control], asio::buffer(&ready, 1));
+  REQUIRE(ready == wire::kMeshReady);
+  for (auto& socket : sockets)
+    socket.close();
+}
+
 std::string message_of(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -170,6 +215,35 @@ TEST_CASE("a peer that dies before its kMeshReady is forgotten and its next inca
   auto second = wire::form_mesh(ports.config(1, 1), Deadline::after(8s));
   rank0.join();
   REQUIRE_MESSAGE(!error, message_of(error));
+  REQUIRE(mesh);
+  CHECK(mesh->size() == 2);
+  CHECK(second->size() == 2);
+}
+
+TEST_CASE("a lower peer that dies before its kMeshReady is connected to again") {
+  Ports ports(2);
+  std::exception_ptr error;
+  std::unique_ptr<wire::Mesh> mesh;
+  std::thread rank1([&, config = ports.config(1, 1)] {
+    try {
+      mesh = wire::form_mesh(config, Deadline::after(8s));
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  accept_then_die(ports.acceptors[0], 1);  // rank 0's first incarnation
+  // Rank 1 connects again on its own; the connections wait in the listening socket's queue.
+  std::unique_ptr<wire::Mesh> second;
+  std::exception_ptr second_error;
+  try {
+    second = wire::form_mesh(ports.config(0, 1), Deadline::after(8s));
+  } catch (...) {
+    second_error = std::current_exception();
+  }
+  rank1.join();
+  REQUIRE_MESSAGE(!error, message_of(error));
+  REQUIRE_MESSAGE(!second_error, message_of(second_error));
+  REQUIRE(second);
   REQUIRE(mesh);
   CHECK(mesh->size() == 2);
   CHECK(second->size() == 2);
