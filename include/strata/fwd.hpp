@@ -18,6 +18,8 @@ class MismatchError;
 class ConfigurationError;
 class UsageError;
 class Deadline;
+template <class E>
+struct EnumNames;
 struct StrategyOptions;
 template <class T>
 class PerReplica;
@@ -64,13 +66,20 @@ struct Task;
 class ClusterSpec;
 struct TfConfig;
 struct LauncherEnvironment;
-struct StoreOptions;
+struct ExchangedAddresses;
 class ListeningSocket;
 struct ResolveOptions;
 struct ResolvedCluster;
 }  // namespace strata::cluster
 
+namespace strata::transport::tcp {
+struct StoreOptions;
+}  // namespace strata::transport::tcp
+
 namespace strata::placement {
+enum class UpdateSite : std::uint8_t;
+struct CopyPerReplica;
+struct SharedCopy;
 struct Mirrored;
 struct CentralStorage;
 struct OneDevice;

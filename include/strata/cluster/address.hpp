@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include <strata/core/detail/text_formatter.hpp>
 #include <strata/core/error.hpp>
 
 namespace strata::cluster {
@@ -52,10 +53,10 @@ inline Address parse_address(std::string_view text, std::string_view setting = "
 
 /// Formats as `Address::to_string()`: "host:2222", "[::1]:2222".
 template <>
-struct fmt::formatter<strata::cluster::Address> : fmt::formatter<std::string_view> {
+struct fmt::formatter<strata::cluster::Address> : strata::detail::TextFormatter {
   template <class FormatContext>
   auto format(const strata::cluster::Address& address, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(address.to_string(), ctx);
+    return write(address.to_string(), ctx);
   }
 };
 

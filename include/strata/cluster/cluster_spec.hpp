@@ -35,6 +35,7 @@
 #include <fmt/format.h>
 
 #include <strata/cluster/address.hpp>
+#include <strata/core/detail/text_formatter.hpp>
 #include <strata/core/enum_names.hpp>
 #include <strata/core/error.hpp>
 
@@ -162,11 +163,10 @@ class ClusterSpec {
 
 /// Formats as "type index": "worker 3".
 template <>
-struct fmt::formatter<strata::cluster::Task> : fmt::formatter<std::string_view> {
+struct fmt::formatter<strata::cluster::Task> : strata::detail::TextFormatter {
   template <class FormatContext>
   auto format(const strata::cluster::Task& task, FormatContext& ctx) const {
-    const std::string text = fmt::format("{} {}", task.type, task.index);
-    return fmt::formatter<std::string_view>::format(text, ctx);
+    return write(fmt::format("{} {}", task.type, task.index), ctx);
   }
 };
 

@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <strata/core/detail/text_formatter.hpp>
+
 namespace strata {
 
 /// Specialize for an enum E: `static constexpr std::array<std::string_view, N> kNames`, the
@@ -36,9 +38,9 @@ constexpr std::string_view to_string(E value) noexcept {
 }  // namespace strata
 
 template <strata::NamedEnum E>
-struct fmt::formatter<E> : fmt::formatter<std::string_view> {
+struct fmt::formatter<E> : strata::detail::TextFormatter {
   template <class FormatContext>
   auto format(E value, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::to_string(value), ctx);
+    return write(strata::to_string(value), ctx);
   }
 };
