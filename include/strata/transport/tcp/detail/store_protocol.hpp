@@ -61,24 +61,29 @@ inline std::uint32_t get_u32(const std::uint8_t* in) noexcept {
          std::uint32_t{in[3]};
 }
 
+inline void put_reply_header(std::uint8_t* out, Status status, std::uint32_t world_size,
+                             std::size_t body_bytes) noexcept {
+  put_u32(out, kMagic);
+  put_u16(out + 4, kVersion);
+  put_u16(out + 6, static_cast<std::uint16_t>(status));
+  put_u32(out + 8, world_size);
+  put_u32(out + 12, static_cast<std::uint32_t>(body_bytes));
+}
+
 inline std::vector<std::uint8_t> reply_header(Status status, std::uint32_t world_size,
                                               std::size_t body_bytes) {
   std::vector<std::uint8_t> out(kReplyHeaderBytes);
-  put_u32(out.data(), kMagic);
-  put_u16(out.data() + 4, kVersion);
-  put_u16(out.data() + 6, static_cast<std::uint16_t>(status));
-  put_u32(out.data() + 8, world_size);
-  put_u32(out.data() + 12, static_cast<std::uint32_t>(body_bytes));
+  put_reply_header(out.data(), status, world_size, body_bytes);
   return out;
 }
 
 inline std::vector<std::uint8_t> error_reply(Status status, std::uint32_t world_size,
                                              std::string_view message) {
   message = message.substr(0, kMaxMessageBytes);
-  std::vector<std::uint8_t> out = reply_header(status, world_size, message.size());
-  // Grown once and filled in place: g++ 12 at -O3 reports a false -Warray-bounds inside an
-  // inlined vector::insert here.
-  out.resize(kReplyHeaderBytes + message.size());
+  // Sized once and filled in place: g++ 12 reports false -Warray-bounds and
+  // -Wstringop-overflow inside an inlined vector::insert or resize here.
+  std::vector<std::uint8_t> out(kReplyHeaderBytes + message.size());
+  put_reply_header(out.data(), status, world_size, message.size());
   if (!message.empty()) std::memcpy(out.data() + kReplyHeaderBytes, message.data(), message.size());
   return out;
 }
