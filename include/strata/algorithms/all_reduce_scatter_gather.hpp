@@ -9,8 +9,7 @@
 //           S bytes and writes S, so the work is spread evenly and no rank is a bottleneck:
 //           the choice for large S. Against reducing first and gathering after a barrier,
 //           that reads S/n·(n-1) bytes fewer per rank, none of them written by another core
-//           (benchmarks/RESULTS.md, 2 replicas from 4 MiB: 1.5-1.7x faster in place,
-//           1.1-1.3x out of place).
+//           (docs/performance.md).
 // Requires  host memory on every rank; agreed calls (count, type, op).
 // Determinism  bit-identical results on every rank, and identical to AllReduceReduceToOne:
 //           each element is reduced in rank order by exactly one rank.

@@ -83,16 +83,15 @@ struct TcpOptions {
   /// at most this; the ring above. Recursive doubling takes fewer hops but its busiest rank
   /// sends S·⌈log2 n⌉ bytes, the ring's 2·S·(n−1)/n, and the group as a whole sends and adds
   /// n·S·⌈log2 n⌉: where ranks share cores that total is what costs, so the crossover falls
-  /// faster than the bytes per rank. Measured on loopback (benchmarks/RESULTS.md), it lies at
-  /// 512 KiB–1 MiB with 2 ranks, about 128 KiB with 3 and 64–128 KiB with 4 (2-vCPU Intel
-  /// VM); the rule switches at 512, 128 and 85 KiB.
+  /// faster than the bytes per rank. The default puts the switch at 512, 128 and 85 KiB for
+  /// 2, 3 and 4 ranks, where it was measured on loopback (docs/performance.md).
   std::size_t small_message_bytes = 512 * 1024;
   /// A call that sends at least this many bytes lends its buffers' pages to the kernel
   /// instead of copying them into socket buffers (messages of 64 KiB and more; see
   /// transport/tcp/lending.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
   /// and a release from the receiver per message. Whether that pays depends on the machine
-  /// (benchmarks/RESULTS.md: from 32 MiB, in place, 15-26% faster on one 2-vCPU VM and 15-25%
-  /// slower on another), so strata copies unless told: measure with `strata-perf --lend-from`.
+  /// (faster on some, slower on others: docs/performance.md), so strata copies unless told:
+  /// measure with `strata-perf --lend-from`.
   /// 0 lends every large message; SIZE_MAX (the default) none.
   std::size_t lend_from_bytes = SIZE_MAX;
   /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.

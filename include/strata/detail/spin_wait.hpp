@@ -25,9 +25,9 @@ struct SpinPolicy {
   int spins = 2000;  // pause-and-poll rounds: only when every waiter has a core of its own
   int yields = 200;  // give-the-core-away rounds
   // Even with a core per thread, two threads often share one: a woken thread is commonly
-  // placed on its waker's core (on KVM guests 95% of condition-variable wake-ups here), and
-  // the scheduler takes 20-40 ms to spread them again. A waiter that spun without a break
-  // would hold the core its partner needs for all its spins (~50 µs here) at every wait;
+  // placed on its waker's core (most condition-variable wake-ups on KVM guests), and the
+  // scheduler takes tens of milliseconds to spread them again. A waiter that spun without a
+  // break would hold the core its partner needs for all its spins at every wait;
   // yielding after each short burst bounds that to one burst, and costs a waiter alone on
   // its core one system call per burst.
   static constexpr int kSpinsPerYield = 64;
