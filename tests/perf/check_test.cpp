@@ -3,8 +3,8 @@
 // reduction order (rank order, reversed, rounded to the type after every step as the TCP ring
 // does for half) and fail when they are off by more than the order can explain, or NaN.
 //
-// The header lives with the benchmark, not under include/, so it is included by a relative path.
-#include "../../benchmarks/perf/check.hpp"
+// The header lives with the benchmark, in strata_perf_core, which these tests link.
+#include <perf/check.hpp>
 
 #include <cmath>
 #include <cstddef>
