@@ -19,11 +19,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
-
-#include <sched.h>
-
-#include <fmt/format.h>
 
 namespace strata::perf {
 
@@ -32,39 +29,32 @@ enum class Binding {
   none,  ///< wherever the scheduler puts them
 };
 
-inline std::string_view to_string(Binding binding) {
-  return binding == Binding::core ? "core" : "none";
-}
+std::string_view to_string(Binding binding);
 
 /// The CPUs the calling thread may run on, in increasing order.
-inline std::vector<int> allowed_cpus() {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  std::vector<int> cpus;
-  if (::sched_getaffinity(0, sizeof mask, &mask) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &mask)) cpus.push_back(cpu);
-  return cpus;
-}
+std::vector<int> allowed_cpus();
 
 /// The CPU rank `rank` of `ranks` is bound to, from `cpus` (allowed_cpus() of the process
 /// that starts the ranks): consecutive ranks share a CPU when there are more ranks than CPUs;
 /// nothing with Binding::none.
-inline std::optional<int> cpu_of_rank(Binding binding, int rank, int ranks,
-                                      const std::vector<int>& cpus) {
-  if (binding == Binding::none || cpus.empty() || rank < 0 || rank >= ranks) return std::nullopt;
-  const std::size_t per_cpu = (static_cast<std::size_t>(ranks) + cpus.size() - 1) / cpus.size();
-  return cpus[static_cast<std::size_t>(rank) / per_cpu];
-}
+std::optional<int> cpu_of_rank(Binding binding, int rank, int ranks, const std::vector<int>& cpus);
 
 /// Confines the calling thread to `cpu`; threads it starts later inherit that. Safe between
 /// fork and exec (one system call). False when the kernel refuses.
-inline bool bind_calling_thread(int cpu) noexcept {
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  return ::sched_setaffinity(0, sizeof one, &one) == 0;
-}
+bool bind_calling_thread(int cpu) noexcept;
+
+/// While it lives, the calling thread (and what it forks) may run on `cpus`; then it gets its
+/// own CPUs back. Does nothing with no `cpus`, or when the kernel refuses.
+class WidenedAffinity {
+ public:
+  explicit WidenedAffinity(const std::vector<int>& cpus);
+  WidenedAffinity(const WidenedAffinity&) = delete;
+  WidenedAffinity& operator=(const WidenedAffinity&) = delete;
+  ~WidenedAffinity();
+
+ private:
+  std::vector<int> own_;  ///< empty: nothing to restore
+};
 
 /// Runs `f` with the calling thread, and what it forks, allowed on `cpus`, then gives the
 /// thread its own CPUs back (also when `f` throws); with no `cpus`, runs `f` as it is. A rank
@@ -72,39 +62,14 @@ inline bool bind_calling_thread(int cpu) noexcept {
 /// group was given, not squeezed onto its own.
 template <class F>
 auto on_cpus(const std::vector<int>& cpus, F&& f) {
-  cpu_set_t own;
-  CPU_ZERO(&own);
-  if (cpus.empty() || ::sched_getaffinity(0, sizeof own, &own) != 0) return f();
-  cpu_set_t wide;
-  CPU_ZERO(&wide);
-  for (const int cpu : cpus)
-    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &wide);
-  if (::sched_setaffinity(0, sizeof wide, &wide) != 0) return f();
-  struct Restore {
-    const cpu_set_t& own;
-    ~Restore() { ::sched_setaffinity(0, sizeof own, &own); }
-  } restore{own};
-  return f();
+  const WidenedAffinity widened(cpus);
+  return std::forward<F>(f)();
 }
 
 /// CPUs as a header shows them: "CPU 1", "CPUs 0-3", "CPUs 0-2,5".
-inline std::string describe_cpus(const std::vector<int>& cpus) {
-  if (cpus.empty()) return "no CPU";
-  std::string text = cpus.size() == 1 ? "CPU " : "CPUs ";
-  for (std::size_t i = 0; i < cpus.size();) {
-    std::size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1)
-      ++j;
-    if (i != 0) text += ',';
-    text += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
-    i = j + 1;
-  }
-  return text;
-}
+std::string describe_cpus(const std::vector<int>& cpus);
 
 /// The CPUs the calling thread may run on, as a header shows them.
-inline std::string describe_affinity() {
-  return describe_cpus(allowed_cpus());
-}
+std::string describe_affinity();
 
 }  // namespace strata::perf

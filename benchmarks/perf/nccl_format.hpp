@@ -15,13 +15,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include <strata/communicator/collective.hpp>
 #include <strata/core/reduce_op.hpp>
@@ -34,92 +31,16 @@ using communicator::Collective;
 /// optionally followed by one of K, M, G (binary, either case). Returns nothing for an empty or
 /// negative number, an unknown suffix, trailing characters, a fraction of a byte, or a value
 /// that does not fit in size_t.
-inline std::optional<std::size_t> parse_size(std::string_view text) {
-  if (text.empty()) return std::nullopt;
-  std::size_t pos = 0;
-  std::uint64_t whole = 0;
-  bool any_digit = false;
-  // Integers are parsed exactly; a fraction is kept as numerator / 10^k so that "0.5K" is 512.
-  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
-    const auto digit = static_cast<std::uint64_t>(text[pos] - '0');
-    if (whole > (std::numeric_limits<std::uint64_t>::max() - digit) / 10) return std::nullopt;
-    whole = whole * 10 + digit;
-    any_digit = true;
-    ++pos;
-  }
-  std::uint64_t fraction = 0;
-  std::uint64_t fraction_scale = 1;
-  if (pos < text.size() && text[pos] == '.') {
-    ++pos;
-    while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') {
-      if (fraction_scale >= 1'000'000'000ULL) return std::nullopt;  // more digits than bytes
-      fraction = fraction * 10 + static_cast<std::uint64_t>(text[pos] - '0');
-      fraction_scale *= 10;
-      any_digit = true;
-      ++pos;
-    }
-  }
-  if (!any_digit) return std::nullopt;
-  std::uint64_t unit = 1;
-  if (pos < text.size()) {
-    switch (text[pos]) {
-      case 'K':
-      case 'k':
-        unit = std::uint64_t{1} << 10;
-        break;
-      case 'M':
-      case 'm':
-        unit = std::uint64_t{1} << 20;
-        break;
-      case 'G':
-      case 'g':
-        unit = std::uint64_t{1} << 30;
-        break;
-      default:
-        return std::nullopt;
-    }
-    ++pos;
-  }
-  if (pos != text.size()) return std::nullopt;
-  if (whole > std::numeric_limits<std::uint64_t>::max() / unit) return std::nullopt;
-  const std::uint64_t fraction_bytes = fraction * unit;
-  if (fraction_bytes % fraction_scale != 0) return std::nullopt;  // not a whole number of bytes
-  const std::uint64_t bytes = whole * unit + fraction_bytes / fraction_scale;
-  if (bytes < whole * unit || bytes > std::numeric_limits<std::size_t>::max()) return std::nullopt;
-  return static_cast<std::size_t>(bytes);
-}
+std::optional<std::size_t> parse_size(std::string_view text);
 
 /// "8", "1K", "16M", "1.5K": `bytes` with the largest binary suffix that divides it into a
 /// number with at most one decimal (for progress lines and headers; not nccl-tests').
-inline std::string format_size(std::size_t bytes) {
-  constexpr std::string_view kSuffixes[] = {"G", "M", "K"};
-  constexpr int kShifts[] = {30, 20, 10};
-  for (int i = 0; i < 3; ++i) {
-    const std::size_t unit = std::size_t{1} << kShifts[i];
-    if (bytes < unit) continue;
-    if (bytes % unit == 0) return fmt::format("{}{}", bytes / unit, kSuffixes[i]);
-    if ((bytes * 10) % unit == 0)
-      return fmt::format("{:.1f}{}", static_cast<double>(bytes) / static_cast<double>(unit),
-                         kSuffixes[i]);
-  }
-  return fmt::format("{}", bytes);
-}
+std::string format_size(std::size_t bytes);
 
 /// The requested sizes of a sweep: min, min·factor, min·factor², ... up to max (nccl-tests'
 /// -b, -e, -f). A factor below 2 gives min alone; the sweep stops before a size would overflow.
-inline std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_bytes,
-                                            std::size_t factor) {
-  std::vector<std::size_t> sizes;
-  if (min_bytes > max_bytes) return sizes;
-  std::size_t size = min_bytes;
-  while (true) {
-    sizes.push_back(size);
-    // A size of 0 never grows: one row, like a factor of 1.
-    if (factor < 2 || size == 0 || size > max_bytes / factor) break;
-    size *= factor;
-  }
-  return sizes;
-}
+std::vector<std::size_t> sweep_sizes(std::size_t min_bytes, std::size_t max_bytes,
+                                     std::size_t factor);
 
 /// The buffers of one row of the sweep, for one collective, element size and group size.
 struct CollectiveSizes {
@@ -212,11 +133,7 @@ constexpr std::string_view nccl_op_name(ReduceOp op) noexcept {
 }
 
 /// A time in microseconds as nccl-tests prints it, 7 wide: "   6.21", "  184.8", "  80922".
-inline std::string format_time_us(double microseconds) {
-  if (microseconds >= 10000.0) return fmt::format("{:7.0f}", microseconds);
-  if (microseconds >= 100.0) return fmt::format("{:7.1f}", microseconds);
-  return fmt::format("{:7.2f}", microseconds);
-}
+std::string format_time_us(double microseconds);
 
 /// One half (out-of-place or in-place) of a table row.
 struct Measurement {
@@ -241,46 +158,15 @@ struct Row {
 };
 
 /// The three header lines of the table (nccl-tests' layout, column for column).
-inline std::string table_header() {
-  std::string text;
-  auto out = std::back_inserter(text);
-  fmt::format_to(out,
-                 "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                  "
-                 "     in-place\n",
-                 "", "", "", "", "");
-  fmt::format_to(out,
-                 "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  "
-                 "{:>6} {:>6}\n",
-                 "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
-                 "time", "algbw", "busbw", "#wrong");
-  fmt::format_to(out,
-                 "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  "
-                 "{:>6}  {:>5}\n",
-                 "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-                 "(GB/s)", "");
-  return text;
-}
+std::string table_header();
 
 /// One row of the table, with its newline: "           8             2     float     sum      -1
 ///    6.21    0.00    0.00      0    6.23    0.00    0.00      0".
-inline std::string table_row(const Row& row) {
-  std::string text = fmt::format("{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", row.bytes, row.count,
-                                 row.type, row.redop, row.root);
-  for (const Measurement* m : {&row.out_of_place, &row.in_place}) {
-    const std::string wrong = m->wrong ? fmt::format("{}", *m->wrong) : std::string("N/A");
-    fmt::format_to(std::back_inserter(text), "  {}  {:6.2f}  {:6.2f}  {:>5}",
-                   format_time_us(m->time_us), m->algbw_gbps, m->busbw_gbps, wrong);
-  }
-  text += '\n';
-  return text;
-}
+std::string table_row(const Row& row);
 
 /// The footer: "# Out of bounds values : 0 OK" and "# Avg bus bandwidth    : 1.234".
 /// `out_of_bounds` counts the (rank, row, placement) checks that found a wrong element, as
 /// nccl-tests counts them; the average is over every out-of-place and in-place busbw.
-inline std::string table_footer(std::int64_t out_of_bounds, double average_busbw_gbps) {
-  return fmt::format("# Out of bounds values : {} {}\n# Avg bus bandwidth    : {:g} \n#\n",
-                     out_of_bounds, out_of_bounds != 0 ? "FAILED" : "OK", average_busbw_gbps);
-}
+std::string table_footer(std::int64_t out_of_bounds, double average_busbw_gbps);
 
 }  // namespace strata::perf

@@ -19,7 +19,8 @@
 
 #include <doctest/doctest.h>
 
-#include "collective_reference.hpp"
+#include <collective_reference/inputs.hpp>
+
 #include "communicator_doubles.hpp"
 
 namespace {
@@ -40,6 +41,7 @@ using strata::testing::LoopbackCommunicator;
 using strata::testing::StallingCommunicator;
 using Clock = std::chrono::steady_clock;
 namespace testing = strata::testing;
+namespace reference = strata::reference;
 
 // ---- who models Communicator -------------------------------------------------------------------
 
@@ -80,7 +82,7 @@ template <class T>
 std::vector<T> inputs(std::size_t count, int salt, ReduceOp op = ReduceOp::sum) {
   std::vector<T> values(count);
   for (std::size_t i = 0; i < count; ++i)
-    values[i] = testing::input_value<T>(salt, i, op);
+    values[i] = reference::input_value<T>(salt, i, op, /*ranks=*/1);
   return values;
 }
 
@@ -265,7 +267,7 @@ TEST_CASE_TEMPLATE(
         CHECK(same_bits(data, input));
       };
       auto check_out_of_place = [&](auto&& call) {
-        std::vector<T> out(count, testing::input_value<T>(9, 0, op));
+        std::vector<T> out(count, reference::input_value<T>(9, 0, op, /*ranks=*/1));
         call(std::span<const T>(input), std::span(out));
         CHECK(same_bits(out, input));
       };

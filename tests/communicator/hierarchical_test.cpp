@@ -1,6 +1,6 @@
 // Tests for strata/communicator/hierarchical.hpp in one process: n "workers" joined by a
 // loopback TcpCommunicator group, each with k local replicas (threads), checked as one group
-// of k·n ranks against the independent reference of collective_reference.hpp — every
+// of k·n ranks against the one collective reference (tools/reference/) — every
 // collective, element type, op, root, in and out of place, at counts {0, 1, 7, 1023} for
 // k = 2 and world sizes 2, 4, 6, 8, and k = 3 for 3 and 6. Also: workers that disagree on
 // k are refused; ranks are numbered worker · k + replica.
@@ -18,7 +18,8 @@
 
 #include <strata/communicator/communicator.hpp>
 
-#include "collective_reference.hpp"
+#include "conformance_runner.hpp"
+#include "sweep_plan.hpp"
 
 namespace {
 
@@ -69,7 +70,7 @@ void sweep(int local, Collective kind) {
   auto cases = testing::small_count_cases(kind);
   std::erase_if(cases, [local](const testing::CaseSpec& c) { return c.size % local != 0; });
   testing::ConformanceRunner<Hierarchical> runner(
-      fmt::format("hierarchical<k={}>", local), {}, testing::Rounding::every_step,
+      fmt::format("hierarchical<k={}>", local), {},
       [local](int size, const CommunicatorOptions& options) {
         return loopback(local, size, options);
       });

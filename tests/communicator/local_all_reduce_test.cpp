@@ -1,9 +1,9 @@
 // Conformance of LocalCommunicator's all_reduce, with both algorithms (AllReduceScatterGather,
-// AllReduceReduceToOne), against the independent reference of collective_reference.hpp, in the
+// AllReduceReduceToOne), against the one collective reference (tools/reference/), in the
 // spirit of nccl-tests' data checks: every ReduceOp × every element type × world sizes 1..8 ×
 // counts × in place and out of place. Every rank's output is checked (within the tolerances
-// stated in collective_reference.hpp, and bit-identical across ranks), out-of-place inputs must
-// be unchanged, and guard bytes around every buffer must survive.
+// stated in collective_reference/reference.hpp, and bit-identical across ranks), out-of-place
+// inputs must be unchanged, and guard bytes around every buffer must survive.
 //
 // The sweep, chosen by STRATA_TEST_SWEEP:
 //   (unset) / standard  counts {0, 1, 7, 1023}: the full product. Counts 2^20+3 and 16 Mi: every
@@ -23,7 +23,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "collective_reference.hpp"
+#include "conformance_runner.hpp"
+#include "sweep_plan.hpp"
 
 namespace {
 

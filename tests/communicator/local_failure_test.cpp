@@ -22,8 +22,12 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "collective_reference.hpp"
+#include <collective_reference/elements.hpp>
+#include <collective_reference/inputs.hpp>
+
 #include "exceptions.hpp"
+#include "rank_team.hpp"
+#include "sweep_plan.hpp"
 
 namespace {
 
@@ -41,6 +45,7 @@ using Local = LocalCommunicator<>;
 using Team = strata::testing::RankTeam<Local>;
 using Clock = std::chrono::steady_clock;
 namespace testing = strata::testing;
+namespace reference = strata::reference;
 
 constexpr auto kDeadline = 200ms;
 constexpr auto kSlack = 1500ms;
@@ -366,7 +371,7 @@ TEST_CASE("a rank whose call fails on abort() returns only once no peer touches 
     team.reset();
     std::atomic<bool> late_rank_calls{false};
     const auto delay = std::chrono::microseconds(
-        static_cast<int>(testing::mix64(static_cast<std::uint64_t>(trial)) % 40));
+        static_cast<int>(reference::mix64(static_cast<std::uint64_t>(trial)) % 40));
     std::thread aborter([&] {
       while (!late_rank_calls.load())
         std::this_thread::yield();
@@ -576,8 +581,8 @@ std::vector<float> every_collective(Local& comm, bool async, int seed, bool poll
   auto input = [&](std::size_t size, int salt) {
     std::vector<float> values(size);
     for (std::size_t i = 0; i < size; ++i)
-      values[i] = testing::input_value<float>(rank + 16 * salt, i + static_cast<std::size_t>(seed),
-                                              ReduceOp::sum);
+      values[i] = reference::input_value<float>(
+          rank + 16 * salt, i + static_cast<std::size_t>(seed), ReduceOp::sum, n);
     return values;
   };
   std::vector<std::vector<float>> outputs;
@@ -844,7 +849,7 @@ TEST_CASE(
         for (std::size_t r = 0; r < un; ++r) {
           inputs[r].resize(kCount * un);
           for (std::size_t i = 0; i < kCount * un; ++i)
-            inputs[r][i] = testing::input_value<T>(static_cast<int>(r), i, op);
+            inputs[r][i] = reference::input_value<T>(static_cast<int>(r), i, op, n);
           first[r].resize(kCount * un);
           second[r].resize(kCount * un);
           reduced[r].resize(r == 0 ? kCount * un : 0);
@@ -865,10 +870,11 @@ TEST_CASE(
         for (std::size_t r = 0; r < un; ++r)
           for (std::size_t i = 0; i < kCount * un; ++i) {
             const T expected = second[0][i];
-            differ += !testing::same_bits(first[r][i], expected);
-            differ += !testing::same_bits(second[r][i], expected);
-            if (r == 0) differ += !testing::same_bits(reduced[0][i], expected);
-            if (i / kCount == r) differ += !testing::same_bits(scattered[r][i % kCount], expected);
+            differ += !reference::same_bits(first[r][i], expected);
+            differ += !reference::same_bits(second[r][i], expected);
+            if (r == 0) differ += !reference::same_bits(reduced[0][i], expected);
+            if (i / kCount == r)
+              differ += !reference::same_bits(scattered[r][i % kCount], expected);
           }
         CHECK(differ == 0);
       }

@@ -1,6 +1,6 @@
 // Tests for strata/communicator/local.hpp: group creation, barrier, and the conformance of
-// broadcast, reduce, all_gather and reduce_scatter against the independent reference of
-// collective_reference.hpp (nccl-tests-style data checks).
+// broadcast, reduce, all_gather and reduce_scatter against the one collective reference
+// (tools/reference/; nccl-tests-style data checks, support/conformance_runner.hpp).
 //
 // Conformance sweep: every element type × world sizes 1..8 × in place and out of place × (for
 // reduce and reduce_scatter) every ReduceOp; broadcast tries every root, reduce the first,
@@ -26,7 +26,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "collective_reference.hpp"
+#include "conformance_runner.hpp"
+#include "rank_team.hpp"
+#include "sweep_plan.hpp"
 
 namespace {
 

@@ -8,7 +8,7 @@
 //   - a count mismatch: MismatchError in every process; different cluster tokens: refused.
 //   - conformance of every collective (the sweep of tcp_test.cpp: ops, element types, roots,
 //     in/out of place, every all-reduce algorithm) with one process per rank, world sizes
-//     2, 3 and 4: each process checks its own outputs against collective_reference.hpp.
+//     2, 3 and 4: each process checks its own outputs against the one collective reference.
 // Workers as separate hosts in network namespaces are in tcp_netns_test.cpp.
 #include <algorithm>
 #include <chrono>
@@ -27,8 +27,8 @@
 
 #include <strata/cluster/cluster_spec.hpp>
 
-#include "collective_reference.hpp"
 #include "process.hpp"
+#include "sweep_plan.hpp"
 #include "worker_cluster.hpp"
 
 namespace {

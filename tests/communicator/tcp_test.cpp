@@ -1,5 +1,5 @@
 // Tests for strata/communicator/tcp.hpp: group formation on loopback and the conformance of
-// every collective against the independent reference of collective_reference.hpp, for world
+// every collective against the one collective reference (tools/reference/), for world
 // sizes 1 to 8 (each rank a thread with its own TCP connections); which algorithm `automatic`
 // runs; the socket options the tunables ask for; a rank that lent its buffer returns only once
 // its peer has read it.
@@ -11,7 +11,7 @@
 // with the 64-byte tuning only); sizes 5..7 fold ranks in and out of recursive doubling. At 2^20+3
 // and 16 Mi elements every (collective, op, type) once, world sizes rotating over 1..4, and
 // again with every message of 64 KiB or more lent (vmsplice/splice) rather than copied. 16-bit
-// floats are checked with one rounding per ring step (Rounding::every_step). Failures, mismatches
+// floats may round at every ring step, which the reference's tolerances allow. Failures, mismatches
 // and rendezvous errors are in tcp_failure_test.cpp; runs across processes in tcp_process_test.cpp.
 #include <strata/communicator/tcp.hpp>
 
@@ -45,8 +45,12 @@
 
 #include <strata/communicator/communicator.hpp>
 
-#include "collective_reference.hpp"
+#include <collective_reference/elements.hpp>
+#include <collective_reference/inputs.hpp>
+
+#include "conformance_runner.hpp"
 #include "loopback_ports.hpp"
+#include "sweep_plan.hpp"
 
 namespace {
 
@@ -57,6 +61,7 @@ using strata::communicator::TcpCommunicator;
 using strata::communicator::TcpMembership;
 using strata::communicator::TcpOptions;
 namespace testing = strata::testing;
+namespace reference = strata::reference;
 
 // A group of TcpCommunicators with fixed TCP options, named for messages.
 struct Tuning {
@@ -97,8 +102,7 @@ Tuning lending(Tuning tuning) {
 
 testing::ConformanceRunner<TcpCommunicator> runner_for(const Tuning& tuning) {
   return testing::ConformanceRunner<TcpCommunicator>(
-      tuning.name, {}, testing::Rounding::every_step,
-      [tcp = tuning.tcp](int size, const CommunicatorOptions& options) {
+      tuning.name, {}, [tcp = tuning.tcp](int size, const CommunicatorOptions& options) {
         return TcpCommunicator::create(size, options, tcp);
       });
 }
@@ -131,21 +135,21 @@ void sweep_small(const Tuning& tuning, Collective kind, int smallest, int larges
 template <class T>
 T spread_value(int rank, std::size_t index) {
   const std::uint64_t h =
-      testing::mix64(index * 0x9e3779b97f4a7c15ULL + (static_cast<std::uint64_t>(rank) << 48));
+      reference::mix64(index * 0x9e3779b97f4a7c15ULL + (static_cast<std::uint64_t>(rank) << 48));
   constexpr int kBits = std::numeric_limits<T>::digits;  // a full significand
   const T unit = static_cast<T>(h >> (64 - kBits)) * std::ldexp(T{1}, -kBits) - T{0.5};
-  return std::ldexp(unit, static_cast<int>(testing::mix64(h) % 41) - 20);
+  return std::ldexp(unit, static_cast<int>(reference::mix64(h) % 41) - 20);
 }
 
 // Every rank's all_reduce(sum) of spread_value<T>(rank, ·) at each of `counts`, on one group of
 // `size` ranks with `tcp`; element c is rank 0's result at counts[c] as bits (every rank's
 // result is checked to be the same).
 template <class T>
-std::vector<std::vector<testing::Bits<T>>> sums_of(int size, const TcpOptions& tcp,
-                                                   const std::vector<std::size_t>& counts) {
+std::vector<std::vector<reference::Bits<T>>> sums_of(int size, const TcpOptions& tcp,
+                                                     const std::vector<std::size_t>& counts) {
   auto group = TcpCommunicator::create(size, {}, tcp);
   const auto un = static_cast<std::size_t>(size);
-  std::vector<std::vector<std::vector<testing::Bits<T>>>> results(un);
+  std::vector<std::vector<std::vector<reference::Bits<T>>>> results(un);
   std::vector<std::exception_ptr> errors(un);
   {
     std::vector<std::jthread> threads;
@@ -160,7 +164,7 @@ std::vector<std::vector<testing::Bits<T>>> sums_of(int size, const TcpOptions& t
             group[ur].all_reduce(std::span(data), strata::ReduceOp::sum);
             auto& bits = results[ur].emplace_back();
             for (T x : data)
-              bits.push_back(testing::bits_of(x));
+              bits.push_back(reference::bits_of(x));
           }
         } catch (...) {
           errors[ur] = std::current_exception();

@@ -1,10 +1,11 @@
-// Tests for benchmarks/perf/check.hpp (strata-perf's data check): inputs depend on rank, index
-// and seed; integer results must be exact with wrap-around; floating-point results pass in any
-// reduction order (rank order, reversed, rounded to the type after every step as the TCP ring
+// Tests for benchmarks/perf/check.hpp (strata-perf's data check over the one collective reference
+// of tools/reference/, which the conformance tests check strata with): inputs depend on rank,
+// index and seed; integer results must be exact with wrap-around; floating-point results pass in
+// any reduction order (rank order, reversed, rounded to the type after every step as the TCP ring
 // does for half) and fail when they are off by more than the order can explain, or NaN.
 //
-// The header lives with the benchmark, not under include/, so it is included by a relative path.
-#include "../../benchmarks/perf/check.hpp"
+// The header lives with the benchmark, in strata_perf_core, which these tests link.
+#include <perf/check.hpp>
 
 #include <cmath>
 #include <cstddef>

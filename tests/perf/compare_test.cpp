@@ -1,8 +1,13 @@
-// Tests for benchmarks/perf/compare.hpp's Comparison (strata-perf --compare's tables and CSV):
-// medians over launches, the ratios to the best peers, and the spread over launches.
+// Tests for strata-perf --compare (benchmarks/perf/compare/): the tables and CSV of Comparison
+// (medians over launches, the ratios to the best peers, the spread over launches), the order of
+// the launches, and Open MPI's placement.
 //
-// The header lives with the benchmark, not under include/, so it is included by a relative path.
-#include "../../benchmarks/perf/compare.hpp"
+// The headers live with the benchmark, in strata_perf_core, which these tests link.
+#include <perf/bind.hpp>
+#include <perf/compare/contenders.hpp>
+#include <perf/compare/placement.hpp>
+#include <perf/compare/series.hpp>
+#include <perf/compare/tables.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +17,7 @@
 #include <stdlib.h>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 namespace {
 

@@ -3,14 +3,15 @@
 // rows that nccl-tests printed (published runs, cited per case), nccl-tests' size and count
 // semantics per collective, sizes with K/M/G suffixes, and the sweep.
 //
-// The header lives with the benchmark, not under include/, so it is included by a relative path.
-#include "../../benchmarks/perf/nccl_format.hpp"
+// The header lives with the benchmark, in strata_perf_core, which these tests link.
+#include <perf/nccl_format.hpp>
 
 #include <cstddef>
 #include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 namespace {
 

@@ -1,8 +1,8 @@
 // Tests for benchmarks/perf/options.hpp (strata-perf's command line): nccl-tests' flags and
 // defaults, the value forms, and a CommandLineError naming the flag for every bad value.
 //
-// The header lives with the benchmark, not under include/, so it is included by a relative path.
-#include "../../benchmarks/perf/options.hpp"
+// The header lives with the benchmark, in strata_perf_core, which these tests link.
+#include <perf/options.hpp>
 
 #include <stdexcept>
 #include <string>

@@ -1,8 +1,8 @@
 // Tests for benchmarks/perf/report.hpp (strata-perf's outputs): the CSV and JSON a machine
 // reads, and the footer's share of the TCP ceiling, which only a 2-rank TCP all-reduce gets.
 //
-// The header lives with the benchmark, not under include/, so it is included by a relative path.
-#include "../../benchmarks/perf/report.hpp"
+// The header lives with the benchmark, in strata_perf_core, which these tests link.
+#include <perf/report.hpp>
 
 #include <cstdio>
 #include <filesystem>

@@ -1,12 +1,12 @@
-// Tests for benchmarks/perf/runner.hpp's data check (MeasuredRows): on a one-rank communicator
-// that can be told to misbehave, a right all-reduce counts no wrong value, and each wrong
-// element, each element left unwritten and each write past the output counts once, out of
+// Tests for benchmarks/perf/measured_rows.hpp's data check (MeasuredRows): on a one-rank
+// communicator that can be told to misbehave, a right all-reduce counts no wrong value, and each
+// wrong element, each element left unwritten and each write past the output counts once, out of
 // place and in place, at every point of a sweep whose buffers are sized for its largest point.
 //
-// The header lives with the benchmark, not under include/, so it is included by a relative path.
-#include "../../benchmarks/perf/runner.hpp"
-
-#include "../../benchmarks/perf/peers/peer_rank.hpp"
+// The headers live with the benchmark, in strata_perf_core, which these tests link.
+#include <perf/measured_rows.hpp>
+#include <perf/peers/peer_rank.hpp>
+#include <perf/sweep.hpp>
 
 #include <algorithm>
 #include <cstddef>

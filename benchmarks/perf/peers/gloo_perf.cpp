@@ -55,13 +55,13 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "../bind.hpp"
-#include "../options.hpp"
-#include "../report.hpp"
-#include "fork_ranks.hpp"
-#include "peer_options.hpp"
-#include "peer_rank.hpp"
-#include "peer_report.hpp"
+#include <perf/bind.hpp>
+#include <perf/options.hpp>
+#include <perf/output.hpp>
+#include <perf/peers/fork_ranks.hpp>
+#include <perf/peers/peer_options.hpp>
+#include <perf/peers/peer_rank.hpp>
+#include <perf/peers/peer_report.hpp>
 
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>

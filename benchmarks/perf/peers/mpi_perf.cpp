@@ -38,11 +38,11 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include "../bind.hpp"
-#include "../options.hpp"
-#include "peer_options.hpp"
-#include "peer_rank.hpp"
-#include "peer_report.hpp"
+#include <perf/bind.hpp>
+#include <perf/options.hpp>
+#include <perf/peers/peer_options.hpp>
+#include <perf/peers/peer_rank.hpp>
+#include <perf/peers/peer_report.hpp>
 
 #include <strata/core/error.hpp>
 

@@ -1,6 +1,6 @@
 // benchmarks/perf/peers/peer_rank.hpp — what every rank of a peer runs: strata-perf's own
-// measurement (runner.hpp's MeasuredRows) over an adapter that makes the peer library look like
-// a strata communicator, so that sizes, warm-up, timing and the data check are the same code.
+// measurement (measured_rows.hpp's MeasuredRows) over an adapter that makes the peer library look
+// like a strata communicator, so that sizes, warm-up, timing and the data check are the same code.
 //
 // The adapter (GlooComm, MpiComm) provides what MeasuredRows and gather_rank_info call:
 // rank(), size(), barrier(), all_reduce(data, op), all_reduce(send, recv, op),
@@ -9,8 +9,8 @@
 // that MeasuredRows makes for its own bookkeeping (the slowest rank's time, the wrong counts)
 // go through the peer too.
 //
-// Timing, as in runner.hpp: per size and placement, WARMUP untimed calls, a barrier, ITERS calls
-// on a steady clock; the row's time is the mean over that loop, the slowest rank's (an
+// Timing, as in measured_rows.hpp: per size and placement, WARMUP untimed calls, a barrier, ITERS
+// calls on a steady clock; the row's time is the mean over that loop, the slowest rank's (an
 // all-reduce max over ranks, nccl-tests' `-a 3`; its default `-a 1` averages over ranks). The
 // check then refills the inputs for a new seed, poisons the output, makes one more call and
 // counts the elements that differ from check.hpp's reference; counts are summed over ranks.
@@ -26,10 +26,12 @@
 
 #include <fmt/format.h>
 
-#include "../options.hpp"
-#include "../report.hpp"
-#include "../runner.hpp"
-#include "peer_report.hpp"
+#include <perf/measured_rows.hpp>
+#include <perf/options.hpp>
+#include <perf/peers/peer_report.hpp>
+#include <perf/run_info.hpp>
+#include <perf/runner.hpp>
+#include <perf/sweep.hpp>
 
 #include <strata/core/data_type.hpp>
 #include <strata/core/reduce_op.hpp>
@@ -56,9 +58,8 @@ void divide_for_mean(std::span<T> data, int ranks) noexcept {
 }
 
 /// Thrown by an adapter's collectives that a peer does not measure.
-[[noreturn]] inline void unsupported_collective(std::string_view name) {
-  throw std::logic_error(fmt::format("strata-perf's peers do not run {}", name));
-}
+/// @throws std::logic_error naming the collective.
+[[noreturn]] void unsupported_collective(std::string_view name);
 
 /// The collectives MeasuredRows can name but no peer measures: an adapter derives from this
 /// (and brings its own all_gather(send, recv) in with `using`).

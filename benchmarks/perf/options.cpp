@@ -1,0 +1,343 @@
+// benchmarks/perf/options.cpp — parsing strata-perf's command line (options.hpp).
+#include <perf/options.hpp>
+
+#include <charconv>
+#include <cstdint>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace strata::perf {
+
+namespace {
+
+std::optional<Collective> collective_from(std::string_view name) {
+  if (name == "all_reduce") return Collective::all_reduce;
+  if (name == "all_gather") return Collective::all_gather;
+  if (name == "reduce_scatter") return Collective::reduce_scatter;
+  if (name == "broadcast") return Collective::broadcast;
+  if (name == "reduce") return Collective::reduce;
+  return std::nullopt;
+}
+
+std::optional<DataType> type_from(std::string_view name) {
+  if (name == "int8") return DataType::int8;
+  if (name == "uint8") return DataType::uint8;
+  if (name == "int32") return DataType::int32;
+  if (name == "int64") return DataType::int64;
+  if (name == "half" || name == "float16") return DataType::float16;
+  if (name == "bfloat16") return DataType::bfloat16;
+  if (name == "float" || name == "float32") return DataType::float32;
+  if (name == "double" || name == "float64") return DataType::float64;
+  return std::nullopt;
+}
+
+std::optional<ReduceOp> op_from(std::string_view name) {
+  if (name == "sum") return ReduceOp::sum;
+  if (name == "prod" || name == "product") return ReduceOp::product;
+  if (name == "min") return ReduceOp::min;
+  if (name == "max") return ReduceOp::max;
+  if (name == "avg" || name == "mean") return ReduceOp::mean;
+  return std::nullopt;
+}
+
+std::optional<Algorithm> algorithm_from(std::string_view name) {
+  if (name == "auto" || name == "automatic") return Algorithm::automatic;
+  if (name == "scatter_gather") return Algorithm::scatter_gather;
+  if (name == "reduce_to_one") return Algorithm::reduce_to_one;
+  if (name == "ring") return Algorithm::ring;
+  if (name == "rd" || name == "recursive_doubling") return Algorithm::recursive_doubling;
+  if (name == "hd" || name == "halving_doubling") return Algorithm::halving_doubling;
+  return std::nullopt;
+}
+
+[[noreturn]] void fail(std::string message) {
+  throw CommandLineError(std::move(message));
+}
+
+long long integer(std::string_view flag, std::string_view text, long long low, long long high) {
+  long long value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size())
+    fail(fmt::format("{} wants an integer, got '{}'", flag, text));
+  if (value < low || value > high)
+    fail(fmt::format("{} {} is outside [{}, {}]", flag, value, low, high));
+  return value;
+}
+
+std::size_t size(std::string_view flag, std::string_view text) {
+  const auto bytes = parse_size(text);
+  if (!bytes) fail(fmt::format("{} wants a size such as 8, 64K, 256M or 1G, got '{}'", flag, text));
+  return *bytes;
+}
+
+// One flag of the command line: its name, and its value attached ("--name=value", "-xVALUE")
+// or, when asked for, the next argument.
+class Flag {
+ public:
+  Flag(std::span<const std::string_view> args, std::size_t& i) : args_(args), i_(i) {
+    const std::string_view arg = args[i];
+    name_ = arg;
+    if (arg.starts_with("--")) {
+      if (const auto eq = arg.find('='); eq != std::string_view::npos) {
+        name_ = arg.substr(0, eq);
+        attached_ = arg.substr(eq + 1);
+      }
+    } else if (arg.size() > 2) {
+      name_ = arg.substr(0, 2);
+      attached_ = arg.substr(2);
+    }
+  }
+
+  std::string_view name() const noexcept { return name_; }
+  bool is(std::string_view short_name, std::string_view long_name) const noexcept {
+    return (!short_name.empty() && name_ == short_name) || name_ == long_name;
+  }
+  std::string_view value() {
+    if (attached_) return *attached_;
+    if (i_ + 1 >= args_.size()) fail(fmt::format("{} needs a value", name_));
+    return args_[++i_];
+  }
+  void no_value() const {
+    if (attached_) fail(fmt::format("{} takes no value", name_));
+  }
+
+ private:
+  std::span<const std::string_view> args_;
+  std::size_t& i_;
+  std::string_view name_;
+  std::optional<std::string_view> attached_;
+};
+
+void set_type(Options& options, std::string_view text) {
+  const auto type = type_from(text);
+  if (!type)
+    fail(fmt::format(
+        "unknown data type '{}': use int8, uint8, int32, int64, half, bfloat16, float or double",
+        text));
+  options.type = *type;
+}
+
+void set_op(Options& options, std::string_view text) {
+  const auto op = op_from(text);
+  if (!op) fail(fmt::format("unknown op '{}': use sum, prod, min, max or avg", text));
+  options.op = *op;
+}
+
+// nccl-tests' flags: the sweep, the data and the check. False when `flag` is none of them.
+bool parse_sweep_flag(Options& options, Flag& flag) {
+  const std::string_view name = flag.name();
+  if (flag.is("-b", "--minbytes")) {
+    options.min_bytes = size(name, flag.value());
+  } else if (flag.is("-e", "--maxbytes")) {
+    options.max_bytes = size(name, flag.value());
+  } else if (flag.is("-f", "--stepfactor")) {
+    options.step_factor = static_cast<std::size_t>(integer(name, flag.value(), 1, 1 << 20));
+  } else if (flag.is("-w", "--warmup_iters")) {
+    options.warmup_iters = static_cast<int>(integer(name, flag.value(), 0, 1'000'000));
+  } else if (flag.is("-n", "--iters")) {
+    options.iters = static_cast<int>(integer(name, flag.value(), 1, 1'000'000));
+  } else if (flag.is("-d", "--datatype")) {
+    set_type(options, flag.value());
+  } else if (flag.is("-o", "--op")) {
+    set_op(options, flag.value());
+  } else if (flag.is("-r", "--root")) {
+    options.root = static_cast<int>(integer(name, flag.value(), 0, kMaxRanks - 1));
+  } else if (flag.is("-c", "--check")) {
+    options.check = integer(name, flag.value(), 0, 1) != 0;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void set_transport(Options& options, std::string_view text) {
+  if (text == "local")
+    options.transport = Transport::local;
+  else if (text == "tcp")
+    options.transport = Transport::tcp;
+  else
+    fail(fmt::format("unknown transport '{}': use local or tcp", text));
+}
+
+void set_algorithm(Options& options, std::string_view text) {
+  const auto algorithm = algorithm_from(text);
+  if (!algorithm)
+    fail(fmt::format(
+        "unknown algorithm '{}': use auto, scatter_gather or reduce_to_one (local), auto, ring "
+        "or rd (tcp)",
+        text));
+  options.algorithm = *algorithm;
+}
+
+void set_lend_from(Options& options, std::string_view flag, std::string_view text) {
+  const auto bytes = text == "off" ? std::optional<std::size_t>(SIZE_MAX) : parse_size(text);
+  if (!bytes)
+    fail(fmt::format("{} wants a size such as 0, 64K or 32M, or off, got '{}'", flag, text));
+  options.lend_from = *bytes;
+}
+
+void set_binding(Options& options, std::string_view text) {
+  if (text == "core")
+    options.bind = Binding::core;
+  else if (text == "none")
+    options.bind = Binding::none;
+  else
+    fail(fmt::format("unknown binding '{}': use core or none", text));
+}
+
+// strata's own flags: where and how the ranks run. False when `flag` is none of them.
+bool parse_group_flag(Options& options, Flag& flag) {
+  const std::string_view name = flag.name();
+  if (flag.is("", "--transport")) {
+    set_transport(options, flag.value());
+  } else if (flag.is("", "--ranks")) {
+    options.ranks = static_cast<int>(integer(name, flag.value(), 1, kMaxRanks));
+  } else if (flag.is("", "--algo")) {
+    set_algorithm(options, flag.value());
+  } else if (flag.is("", "--congestion")) {
+    options.congestion = std::string(flag.value());
+  } else if (flag.is("", "--lend-from")) {
+    set_lend_from(options, name, flag.value());
+  } else if (flag.is("", "--bind")) {
+    set_binding(options, flag.value());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// What strata-perf writes and what else it runs. False when `flag` is none of them.
+bool parse_output_flag(Options& options, Flag& flag) {
+  const std::string_view name = flag.name();
+  if (flag.is("-h", "--help")) {
+    flag.no_value();
+    options.help = true;
+  } else if (flag.is("", "--csv")) {
+    options.csv = std::string(flag.value());
+  } else if (flag.is("", "--json")) {
+    options.json = std::string(flag.value());
+  } else if (flag.is("", "--progress")) {
+    flag.no_value();
+    options.progress = true;
+  } else if (flag.is("", "--ceiling")) {
+    flag.no_value();
+    options.ceiling = true;
+  } else if (flag.is("", "--compare")) {
+    flag.no_value();
+    options.compare = true;
+  } else if (flag.is("", "--launches")) {
+    options.launches = static_cast<int>(integer(name, flag.value(), 1, 1000));
+  } else if (flag.is("", "--run-timeout")) {
+    options.run_timeout_s = static_cast<int>(integer(name, flag.value(), 1, 7 * 24 * 3600));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void set_collective(Options& options, std::string_view arg, bool& have_collective) {
+  if (have_collective) fail(fmt::format("unexpected argument '{}'", arg));
+  const auto kind = collective_from(arg);
+  if (!kind)
+    fail(fmt::format(
+        "unknown collective '{}': use all_reduce, all_gather, reduce_scatter, broadcast or reduce",
+        arg));
+  options.collective = *kind;
+  have_collective = true;
+}
+
+bool is_local_algorithm(Algorithm algorithm) noexcept {
+  return algorithm == Algorithm::scatter_gather || algorithm == Algorithm::reduce_to_one;
+}
+
+bool is_tcp_algorithm(Algorithm algorithm) noexcept {
+  return algorithm == Algorithm::ring || algorithm == Algorithm::recursive_doubling ||
+         algorithm == Algorithm::halving_doubling;
+}
+
+void check_sweep(const Options& options) {
+  if (options.min_bytes > options.max_bytes)
+    fail(fmt::format("--minbytes {} is larger than --maxbytes {}", options.min_bytes,
+                     options.max_bytes));
+  if (options.step_factor < 2 && options.min_bytes != options.max_bytes)
+    fail("--stepfactor must be at least 2 when --minbytes and --maxbytes differ");
+}
+
+// --algo, --congestion and --lend-from against the collective and the transport.
+void check_transport_settings(const Options& options) {
+  const Algorithm algorithm = options.algorithm;
+  if (algorithm != Algorithm::automatic && options.collective != Collective::all_reduce)
+    fail(fmt::format(
+        "--algo {} chooses an all-reduce algorithm; {} has one algorithm per transport: leave "
+        "--algo out",
+        to_string(algorithm), to_string(options.collective)));
+  const bool local = options.transport == Transport::local;
+  if (local && is_tcp_algorithm(algorithm) && !options.compare)
+    fail(fmt::format(
+        "--algo {} is a tcp algorithm: with --transport local use auto, scatter_gather or "
+        "reduce_to_one",
+        to_string(algorithm)));
+  if (options.transport == Transport::tcp && is_local_algorithm(algorithm))
+    fail(
+        fmt::format("--algo {} is a local algorithm: with --transport tcp use auto, ring, rd or hd",
+                    to_string(algorithm)));
+  if (options.congestion && local && !options.compare)
+    fail("--congestion sets strata's TCP connections: use it with --transport tcp");
+  if (options.lend_from && local && !options.compare)
+    fail("--lend-from sets strata's TCP connections: use it with --transport tcp");
+}
+
+void check_compare(const Options& options) {
+  if (!options.compare) return;
+  if (options.collective != Collective::all_reduce)
+    fail("--compare measures all_reduce only: the peers' other collectives are not wired");
+  if (options.json) fail("--compare writes --csv only");
+  if (is_local_algorithm(options.algorithm))
+    fail(fmt::format(
+        "--compare runs strata's tcp and local transports: --algo {} names a local algorithm, "
+        "which --compare does not pass on",
+        to_string(options.algorithm)));
+}
+
+void check_outputs(const Options& options) {
+  if (options.csv == "-" && options.json == "-")
+    fail("--csv and --json cannot both write to stdout");
+  if (options.csv && options.csv->empty()) fail("--csv needs a file name or '-'");
+  if (options.json && options.json->empty()) fail("--json needs a file name or '-'");
+}
+
+}  // namespace
+
+Options parse_options(std::span<const std::string_view> args) {
+  Options options;
+  bool have_collective = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (arg.size() < 2 || arg[0] != '-') {
+      set_collective(options, arg, have_collective);
+      continue;
+    }
+    Flag flag(args, i);
+    if (!parse_sweep_flag(options, flag) && !parse_group_flag(options, flag) &&
+        !parse_output_flag(options, flag))
+      fail(fmt::format("unknown option '{}'", arg));
+  }
+  if (options.help) return options;
+
+  if (!have_collective)
+    fail("name a collective: all_reduce, all_gather, reduce_scatter, broadcast or reduce");
+  check_sweep(options);
+  check_transport_settings(options);
+  check_compare(options);
+  check_outputs(options);
+  return options;
+}
+
+void check_against_group(const Options& options, int ranks) {
+  if (options.root >= ranks)
+    fail(fmt::format("--root {} is not a rank of a group of {}", options.root, ranks));
+}
+
+}  // namespace strata::perf
