@@ -16,8 +16,8 @@
 #include <perf/report.hpp>
 #include <perf/runner.hpp>
 
-#include <strata/resolve.hpp>
 #include <strata/communicator/tcp.hpp>
+#include <strata/resolve.hpp>
 
 #include "strata_perf_modes.hpp"
 
