@@ -19,12 +19,123 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string_view>
 #include <vector>
 
 #include <strata/algorithms/detail/messages.hpp>
 
 namespace strata::algorithms {
+
+namespace detail {
+
+/// The plan of a rank that takes part in the power-of-two exchange, built phase by phase: each
+/// receive round lands in its own scratch region, and the first combine reads this rank's input
+/// where it lies (so out of place nothing copies the input first), later ones read `out`.
+class RecursiveDoublingPlan {
+ public:
+  RecursiveDoublingPlan(const CollectiveCall& call, const Participant& self,
+                        const PowerOfTwoFold& fold, std::size_t segments, std::byte* scratch)
+      : call_(call),
+        self_(self),
+        fold_(fold),
+        all_{0, call.count},
+        segments_(segments),
+        scratch_(scratch),
+        mine_(self.in) {}
+
+  /// Phase 1 of an odd rank r < 2e: receive r-1's vector and combine it with this rank's.
+  void fold_in() {
+    if (fold_.folds_in)
+      receive_round(self_.rank - 1, /*received_first=*/true, fold_.rounds == 0, {});
+  }
+
+  /// Phase 2: in round k, exchange the whole vector with the rank across bit k and combine.
+  void exchange_rounds() {
+    for (int mask = 1; mask < fold_.p; mask <<= 1) {
+      const int partner_virtual = fold_.virtual_rank ^ mask;
+      const int partner = fold_.real_rank(partner_virtual);
+      std::vector<std::ptrdiff_t> my_sends(segments_);
+      for (std::size_t k = 0; k < segments_; ++k) {
+        my_sends[k] = static_cast<std::ptrdiff_t>(sends_.size());
+        send_segment(partner, mine_, k);
+      }
+      receive_round(partner, partner_virtual < fold_.virtual_rank, mask * 2 >= fold_.p, my_sends);
+    }
+  }
+
+  /// Phase 3 of an odd rank r < 2e: send the result to r-1.
+  void unfold() {
+    if (!fold_.folds_in) return;
+    for (std::size_t k = 0; k < segments_; ++k)
+      send_segment(self_.rank - 1, self_.out, k);
+  }
+
+  std::span<const transport::SendStep> sends() const noexcept { return sends_; }
+  std::span<const transport::RecvStep> recvs() const noexcept { return recvs_; }
+
+  /// The handler of receive j: combine the received segment with this rank's vector into `out`.
+  void on_received(std::size_t j) const {
+    const Combine& c = combines_[j];
+    combine_partials(call_.type, self_.out + c.part.begin * self_.element,
+                     c.mine + c.part.begin * self_.element, recvs_[j].data, c.received_first,
+                     c.part.size(), call_.op, c.last, self_.size);
+  }
+
+ private:
+  struct Combine {
+    Range part;
+    bool received_first;  // the received vector belongs to the lower virtual rank
+    bool last;            // the last combine of this rank: finish a mean here
+    // This rank's side: its input for the first combine, which writes `out`, then `out`.
+    const std::byte* mine;
+  };
+
+  Range segment(std::size_t k) const noexcept { return part_of(all_, segments_, k); }
+
+  /// The receive segment k of a send waits for: segment k of the previous receive round.
+  std::ptrdiff_t previous_recv(std::size_t k) const noexcept {
+    return recvs_.size() < segments_ ? -1
+                                     : static_cast<std::ptrdiff_t>(recvs_.size() - segments_ + k);
+  }
+
+  void send_segment(int peer, const std::byte* base, std::size_t k) {
+    const Range part = segment(k);
+    sends_.push_back(
+        {peer, base + part.begin * self_.element, part.size() * self_.element, previous_recv(k)});
+  }
+
+  /// Receives a whole vector from `from` into the next scratch region; `after_send[k]` is the
+  /// send of this round that reads segment k of `out` (empty: none).
+  void receive_round(int from, bool received_first, bool last,
+                     std::span<const std::ptrdiff_t> after_send) {
+    const std::size_t bytes = call_.count * self_.element;
+    std::byte* region = scratch_ + static_cast<std::size_t>(round_++) * bytes;
+    for (std::size_t k = 0; k < segments_; ++k) {
+      const Range part = segment(k);
+      // The combine overwrites `out`: it waits for a send of this round that reads `out`.
+      const std::ptrdiff_t wait = mine_ == self_.out && !after_send.empty() ? after_send[k] : -1;
+      recvs_.push_back(
+          {from, region + part.begin * self_.element, part.size() * self_.element, wait});
+      combines_.push_back({part, received_first, last, mine_});
+    }
+    mine_ = self_.out;
+  }
+
+  const CollectiveCall& call_;
+  const Participant& self_;
+  const PowerOfTwoFold& fold_;
+  Range all_;
+  std::size_t segments_;
+  std::byte* scratch_;
+  int round_ = 0;          // receive rounds so far: the next one's scratch region
+  const std::byte* mine_;  // this rank's vector: its input until the first combine, then `out`
+  std::vector<transport::SendStep> sends_;
+  std::vector<transport::RecvStep> recvs_;
+  std::vector<Combine> combines_;
+};
+
+}  // namespace detail
 
 struct AllReduceRecursiveDoubling {
   static constexpr std::string_view kName = "recursive_doubling";
@@ -34,89 +145,27 @@ struct AllReduceRecursiveDoubling {
     const detail::Participant self(link, call);
     const std::size_t bytes = call.count * self.element;
     if (self.alone(bytes)) return;
-
-    int p = 1;
-    while (p * 2 <= self.size)
-      p *= 2;
-    const int extra = self.size - p;
-    const detail::Range all{0, call.count};
-    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
-
-    std::vector<transport::SendStep> sends;
-    std::vector<transport::RecvStep> recvs;
-    struct Combine {
-      detail::Range part;
-      bool received_first;  // the received vector belongs to the lower virtual rank
-      bool last;            // the last combine of this rank: finish a mean here
-      // This rank's side: its input for the first combine, which writes `out` (so out of
-      // place nothing copies the input first), then `out`.
-      const std::byte* mine;
-    };
-    std::vector<Combine> combines;
-    // Receive round i of this rank has its own scratch region: rounds from different peers
-    // may arrive before the previous round is combined.
-    int rounds = 0;
-    for (int mask = 1; mask < p; mask <<= 1)
-      ++rounds;
-    const bool folded_away = self.rank < 2 * extra && self.rank % 2 == 0;
-    const bool folds_in = self.rank < 2 * extra && self.rank % 2 == 1;
-    const int receive_rounds = folded_away ? 0 : rounds + (folds_in ? 1 : 0);
+    const detail::PowerOfTwoFold fold(self);
+    const std::size_t segments = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    // Receive round i has its own scratch region: rounds from different peers may arrive
+    // before the previous round is combined.
+    const int receive_rounds = fold.folded_away ? 0 : fold.rounds + (fold.folds_in ? 1 : 0);
     std::byte* scratch = link.scratch(static_cast<std::size_t>(receive_rounds) * bytes);
-    int round = 0;
-    auto previous_recv = [&](std::size_t k) -> std::ptrdiff_t {
-      return recvs.size() < m ? -1 : static_cast<std::ptrdiff_t>(recvs.size() - m + k);
-    };
-
-    if (folded_away) {  // phases 1 and 3 of an even rank: hand the vector over, get the result
-      std::vector<detail::Range> parts(m);
-      for (std::size_t k = 0; k < m; ++k)
-        parts[k] = detail::part_of(all, m, k);
+    if (fold.folded_away) {  // phases 1 and 3 of an even rank: hand the vector over, get the result
+      std::vector<detail::Range> parts(segments);
+      for (std::size_t k = 0; k < segments; ++k)
+        parts[k] = detail::part_of({0, call.count}, segments, k);
       detail::fold_away(link, self.rank + 1, self.in, self.out, parts, self.element);
       return;
     }
-    const int virtual_rank = folds_in ? self.rank / 2 : self.rank - extra;
-    auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
-    // This rank's vector: its input until the first combine, `out` after it.
-    const std::byte* mine = self.in;
-    auto receive_round = [&](int from, bool received_first, bool last,
-                             const std::vector<std::ptrdiff_t>& after_send) {
-      std::byte* region = scratch + static_cast<std::size_t>(round++) * bytes;
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        // The combine overwrites `out`: it waits for a send of this round that reads `out`.
-        recvs.push_back({from, region + part.begin * self.element, part.size() * self.element,
-                         mine == self.out ? after_send[k] : -1});
-        combines.push_back({part, received_first, last, mine});
-      }
-      mine = self.out;
-    };
-    const std::vector<std::ptrdiff_t> no_send(m, -1);
-    if (folds_in) receive_round(self.rank - 1, /*received_first=*/true, rounds == 0, no_send);
-    int k_round = 0;
-    for (int mask = 1; mask < p; mask <<= 1, ++k_round) {
-      const int partner_virtual = virtual_rank ^ mask;
-      const int partner = real_rank(partner_virtual);
-      std::vector<std::ptrdiff_t> my_sends(m);
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        my_sends[k] = static_cast<std::ptrdiff_t>(sends.size());
-        sends.push_back({partner, mine + part.begin * self.element, part.size() * self.element,
-                         previous_recv(k)});
-      }
-      receive_round(partner, partner_virtual < virtual_rank, mask * 2 >= p, my_sends);
-    }
-    if (folds_in)
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        sends.push_back({self.rank - 1, self.out + part.begin * self.element,
-                         part.size() * self.element, previous_recv(k)});
-      }
-    link.transfer(sends, recvs, [&](std::size_t j) {
-      const Combine& c = combines[j];
-      detail::combine_partials(call.type, self.out + c.part.begin * self.element,
-                               c.mine + c.part.begin * self.element, recvs[j].data,
-                               c.received_first, c.part.size(), call.op, c.last, self.size);
-    });
+    detail::RecursiveDoublingPlan plan(call, self, fold, segments, scratch);
+    // Phase 1, odd rank r < 2e: combine r-1's vector into this rank's.
+    plan.fold_in();
+    // Phase 2: log2(p) rounds, each exchanging the whole vector with the rank across bit k.
+    plan.exchange_rounds();
+    // Phase 3, odd rank r < 2e: send the result to r-1.
+    plan.unfold();
+    link.transfer(plan.sends(), plan.recvs(), [&](std::size_t j) { plan.on_received(j); });
   }
 };
 

@@ -239,6 +239,95 @@ inline void check_local_size(const Environment& env, const LauncherEnvironment& 
   throw ConfigurationError(-1, name, fmt::format("{} is not set ({})", name, context), what_to_do);
 }
 
+/// The variable holding SLURM's number of tasks: SLURM_NTASKS, else SLURM_NPROCS.
+inline std::string_view slurm_size_name(const Environment& env, std::string_view what_to_do) {
+  if (lookup(env, "SLURM_NTASKS")) return "SLURM_NTASKS";
+  if (!lookup(env, "SLURM_NPROCS"))  // older SLURM releases
+    throw_missing("SLURM_NTASKS", "SLURM_PROCID is set; SLURM_NPROCS is not either", what_to_do);
+  return "SLURM_NPROCS";
+}
+
+/// SLURM's node list, expanded. Step variables describe this srun; job variables the allocation
+/// (used when srun did not set the step ones, as in old releases).
+struct SlurmNodes {
+  bool step = false;      ///< read from SLURM_STEP_NODELIST
+  std::string_view name;  ///< the variable read
+  std::optional<std::vector<std::string>> hosts;
+};
+
+inline SlurmNodes slurm_nodes(const Environment& env) {
+  SlurmNodes nodes;
+  nodes.step = lookup(env, "SLURM_STEP_NODELIST").has_value();
+  nodes.name = nodes.step ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+  if (const auto list = lookup(env, nodes.name)) nodes.hosts = expand_hostlist(*list, nodes.name);
+  return nodes;
+}
+
+/// Checks SLURM's tasks-per-node list, when there is one, against the number of tasks, the node
+/// list of the same scope and this task's local id on node SLURM_NODEID.
+inline void check_slurm_tasks_per_node(const Environment& env, const LauncherEnvironment& result,
+                                       std::string_view size_name, const SlurmNodes& nodes,
+                                       std::string_view what_to_do) {
+  const bool step_tasks = lookup(env, "SLURM_STEP_TASKS_PER_NODE").has_value();
+  const std::string_view tasks_name =
+      step_tasks ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  const auto counts = lookup(env, tasks_name);
+  if (!counts) return;
+  const std::vector<int> per_node = expand_tasks_per_node(*counts, tasks_name);
+  const long long total = std::accumulate(per_node.begin(), per_node.end(), 0LL);
+  if (total != result.world_size)
+    throw_bad_variable(
+        tasks_name, *counts,
+        fmt::format("it adds up to {} tasks but {}={}", total, size_name, result.world_size),
+        what_to_do);
+  if (nodes.hosts && nodes.step == step_tasks && nodes.hosts->size() != per_node.size())
+    throw_bad_variable(tasks_name, *counts,
+                       fmt::format("it describes {} nodes but {} lists {}", per_node.size(),
+                                   nodes.name, nodes.hosts->size()),
+                       what_to_do);
+  const auto node_id = parse_optional_int(env, "SLURM_NODEID", what_to_do);
+  if (!node_id) return;
+  if (static_cast<std::size_t>(*node_id) >= per_node.size())
+    throw_bad_variable("SLURM_NODEID", std::to_string(*node_id),
+                       fmt::format("{} describes only {} nodes", tasks_name, per_node.size()),
+                       what_to_do);
+  const int on_node = per_node[static_cast<std::size_t>(*node_id)];
+  if (result.local_rank >= on_node)
+    throw_bad_variable(
+        "SLURM_LOCALID", std::to_string(result.local_rank),
+        fmt::format("node {} runs {} tasks according to {}", *node_id, on_node, tasks_name),
+        what_to_do);
+}
+
+/// The store's host under SLURM: MASTER_ADDR, else the first node, where srun starts task 0.
+inline std::string slurm_master_addr(const Environment& env, const SlurmNodes& nodes) {
+  if (const auto master_addr = lookup(env, "MASTER_ADDR")) return *master_addr;
+  if (nodes.hosts) return nodes.hosts->front();
+  throw ConfigurationError(-1, "SLURM_STEP_NODELIST",
+                           "none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST and MASTER_ADDR is "
+                           "set, so the host of task 0 is unknown",
+                           "start the program with srun, or set MASTER_ADDR to the host of "
+                           "task 0");
+}
+
+/// The store's port under SLURM: STRATA_STORE_PORT, else MASTER_PORT, else one derived from the
+/// job id.
+inline std::uint16_t slurm_master_port(const Environment& env) {
+  const auto master_port = parse_optional_port(env, "MASTER_PORT");
+  if (const auto store_port = parse_optional_port(env, "STRATA_STORE_PORT")) return *store_port;
+  if (master_port) return *master_port;
+  if (const auto job_id = lookup(env, "SLURM_JOB_ID")) {
+    const std::uint64_t id =
+        parse_unsigned("SLURM_JOB_ID", *job_id, std::numeric_limits<std::uint64_t>::max(),
+                       "SLURM_JOB_ID is set by SLURM; set STRATA_STORE_PORT instead");
+    return static_cast<std::uint16_t>(kSlurmPortBase + id % kSlurmPortSpan);
+  }
+  throw ConfigurationError(-1, "SLURM_JOB_ID",
+                           "none of STRATA_STORE_PORT, MASTER_PORT and SLURM_JOB_ID is set, so "
+                           "the port of strata's store is unknown",
+                           "set STRATA_STORE_PORT to a free port, the same for every task");
+}
+
 }  // namespace detail::launcher
 
 inline std::optional<LauncherEnvironment> torchrun_environment(const Environment& env) {
@@ -346,84 +435,16 @@ inline std::optional<LauncherEnvironment> slurm_environment(const Environment& e
   LauncherEnvironment result;
   result.launcher = "slurm";
   result.rank = detail::launcher::parse_int_variable(env, "SLURM_PROCID", kWhatToDo);
-  std::string_view size_name = "SLURM_NTASKS";
-  if (!detail::launcher::lookup(env, size_name)) {
-    size_name = "SLURM_NPROCS";  // older SLURM releases
-    if (!detail::launcher::lookup(env, size_name))
-      detail::launcher::throw_missing("SLURM_NTASKS",
-                                      "SLURM_PROCID is set; SLURM_NPROCS is not either", kWhatToDo);
-  }
+  const std::string_view size_name = detail::launcher::slurm_size_name(env, kWhatToDo);
   result.world_size = detail::launcher::parse_int_variable(env, size_name, kWhatToDo);
   result.local_rank =
       detail::launcher::parse_optional_int(env, "SLURM_LOCALID", kWhatToDo).value_or(0);
   detail::launcher::check_layout(result, "SLURM_PROCID", size_name, "SLURM_LOCALID", kWhatToDo);
 
-  // Step variables describe this srun; job variables the allocation (used when srun did not
-  // set the step ones, as in old releases).
-  const bool step_nodes = detail::launcher::lookup(env, "SLURM_STEP_NODELIST").has_value();
-  const std::string_view nodes_name = step_nodes ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
-  std::optional<std::vector<std::string>> nodes;
-  if (const auto list = detail::launcher::lookup(env, nodes_name))
-    nodes = expand_hostlist(*list, nodes_name);
-
-  const bool step_tasks = detail::launcher::lookup(env, "SLURM_STEP_TASKS_PER_NODE").has_value();
-  const std::string_view tasks_name =
-      step_tasks ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
-  if (const auto counts = detail::launcher::lookup(env, tasks_name)) {
-    const std::vector<int> per_node = expand_tasks_per_node(*counts, tasks_name);
-    const long long total = std::accumulate(per_node.begin(), per_node.end(), 0LL);
-    if (total != result.world_size)
-      detail::launcher::throw_bad_variable(
-          tasks_name, *counts,
-          fmt::format("it adds up to {} tasks but {}={}", total, size_name, result.world_size),
-          kWhatToDo);
-    if (nodes && step_nodes == step_tasks && nodes->size() != per_node.size())
-      detail::launcher::throw_bad_variable(tasks_name, *counts,
-                                           fmt::format("it describes {} nodes but {} lists {}",
-                                                       per_node.size(), nodes_name, nodes->size()),
-                                           kWhatToDo);
-    if (const auto node_id = detail::launcher::parse_optional_int(env, "SLURM_NODEID", kWhatToDo)) {
-      if (static_cast<std::size_t>(*node_id) >= per_node.size())
-        detail::launcher::throw_bad_variable(
-            "SLURM_NODEID", std::to_string(*node_id),
-            fmt::format("{} describes only {} nodes", tasks_name, per_node.size()), kWhatToDo);
-      const int on_node = per_node[static_cast<std::size_t>(*node_id)];
-      if (result.local_rank >= on_node)
-        detail::launcher::throw_bad_variable(
-            "SLURM_LOCALID", std::to_string(result.local_rank),
-            fmt::format("node {} runs {} tasks according to {}", *node_id, on_node, tasks_name),
-            kWhatToDo);
-    }
-  }
-
-  if (const auto master_addr = detail::launcher::lookup(env, "MASTER_ADDR")) {
-    result.master_addr = *master_addr;
-  } else if (nodes) {
-    result.master_addr = nodes->front();
-  } else {
-    throw ConfigurationError(-1, "SLURM_STEP_NODELIST",
-                             "none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST and MASTER_ADDR is "
-                             "set, so the host of task 0 is unknown",
-                             "start the program with srun, or set MASTER_ADDR to the host of "
-                             "task 0");
-  }
-
-  const auto master_port = detail::launcher::parse_optional_port(env, "MASTER_PORT");
-  if (const auto store_port = detail::launcher::parse_optional_port(env, "STRATA_STORE_PORT")) {
-    result.master_port = *store_port;
-  } else if (master_port) {
-    result.master_port = *master_port;
-  } else if (const auto job_id = detail::launcher::lookup(env, "SLURM_JOB_ID")) {
-    const std::uint64_t id = detail::launcher::parse_unsigned(
-        "SLURM_JOB_ID", *job_id, std::numeric_limits<std::uint64_t>::max(),
-        "SLURM_JOB_ID is set by SLURM; set STRATA_STORE_PORT instead");
-    result.master_port = static_cast<std::uint16_t>(kSlurmPortBase + id % kSlurmPortSpan);
-  } else {
-    throw ConfigurationError(-1, "SLURM_JOB_ID",
-                             "none of STRATA_STORE_PORT, MASTER_PORT and SLURM_JOB_ID is set, so "
-                             "the port of strata's store is unknown",
-                             "set STRATA_STORE_PORT to a free port, the same for every task");
-  }
+  const detail::launcher::SlurmNodes nodes = detail::launcher::slurm_nodes(env);
+  detail::launcher::check_slurm_tasks_per_node(env, result, size_name, nodes, kWhatToDo);
+  result.master_addr = detail::launcher::slurm_master_addr(env, nodes);
+  result.master_port = detail::launcher::slurm_master_port(env);
   return result;
 }
 

@@ -180,109 +180,149 @@ inline bool is_forbidden_host_char(char c) noexcept {
   return u <= 0x20 || u == 0x7f;
 }
 
-}  // namespace detail::slurm
+/// One host expression between commas: its literal and bracket segments, and how many names
+/// it expands to.
+struct HostExpression {
+  std::vector<HostSegment> segments;
+  std::uint64_t combinations = 1;
+};
 
-inline std::vector<std::string> expand_hostlist(std::string_view list, std::string_view setting) {
-  using detail::slurm::throw_hostlist_error;
-  if (list.empty()) throw_hostlist_error(list, setting, 0, "the list is empty");
+/// The position of the ']' that closes the '[' at `open`.
+inline std::size_t closing_bracket(std::string_view list, std::string_view setting,
+                                   std::size_t open) {
+  std::size_t close = open + 1;
+  while (close < list.size() && list[close] != ']') {
+    if (list[close] == '[') throw_hostlist_error(list, setting, close, "brackets cannot be nested");
+    ++close;
+  }
+  if (close == list.size()) throw_hostlist_error(list, setting, open, "'[' without a matching ']'");
+  return close;
+}
 
-  // Pass 1: parse every host expression and count the names, so the output is bounded before
-  // anything is expanded.
-  std::vector<std::vector<detail::slurm::HostSegment>> hosts;
-  std::uint64_t total = 0;
+/// Parses the host expression that starts at `pos`, up to the next ',' outside brackets or the
+/// end of `list`, and leaves `pos` there.
+inline HostExpression parse_host(std::string_view list, std::string_view setting,
+                                 std::size_t& pos) {
+  const std::size_t host_start = pos;
+  HostExpression host;
+  std::size_t literal_start = pos;
+  auto flush_literal = [&] {
+    if (pos > literal_start)
+      host.segments.push_back({list.substr(literal_start, pos - literal_start), {}, 1});
+  };
+  while (pos < list.size() && list[pos] != ',') {
+    const char c = list[pos];
+    if (c == ']') throw_hostlist_error(list, setting, pos, "']' without a matching '['");
+    if (is_forbidden_host_char(c))
+      throw_hostlist_error(list, setting, pos, "whitespace or a control character");
+    if (c != '[') {
+      ++pos;
+      continue;
+    }
+    flush_literal();
+    const std::size_t close = closing_bracket(list, setting, pos);
+    HostSegment bracket = parse_bracket(list, setting, pos + 1, close);
+    if (host.combinations > kMaxExpandedHosts / bracket.count)
+      throw_hostlist_error(list, setting, host_start,
+                           fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
+    host.combinations *= bracket.count;
+    host.segments.push_back(std::move(bracket));
+    pos = close + 1;
+    literal_start = pos;
+  }
+  flush_literal();
+  if (host.segments.empty()) throw_hostlist_error(list, setting, host_start, "empty host name");
+  return host;
+}
+
+/// Parses every host expression of `list` and counts the names in `total`, so that the output
+/// is bounded before anything is expanded.
+inline std::vector<std::vector<HostSegment>> parse_hosts(std::string_view list,
+                                                         std::string_view setting,
+                                                         std::uint64_t& total) {
+  std::vector<std::vector<HostSegment>> hosts;
   std::size_t pos = 0;
   while (true) {
     const std::size_t host_start = pos;
-    std::vector<detail::slurm::HostSegment> segments;
-    std::uint64_t combinations = 1;
-    std::size_t literal_start = pos;
-    auto flush_literal = [&] {
-      if (pos > literal_start)
-        segments.push_back({list.substr(literal_start, pos - literal_start), {}, 1});
-    };
-    while (pos < list.size() && list[pos] != ',') {
-      const char c = list[pos];
-      if (c == ']') throw_hostlist_error(list, setting, pos, "']' without a matching '['");
-      if (detail::slurm::is_forbidden_host_char(c))
-        throw_hostlist_error(list, setting, pos, "whitespace or a control character");
-      if (c != '[') {
-        ++pos;
-        continue;
-      }
-      flush_literal();
-      const std::size_t open = pos;
-      std::size_t close = open + 1;
-      while (close < list.size() && list[close] != ']') {
-        if (list[close] == '[')
-          throw_hostlist_error(list, setting, close, "brackets cannot be nested");
-        ++close;
-      }
-      if (close == list.size())
-        throw_hostlist_error(list, setting, open, "'[' without a matching ']'");
-      detail::slurm::HostSegment bracket =
-          detail::slurm::parse_bracket(list, setting, open + 1, close);
-      if (combinations > kMaxExpandedHosts / bracket.count)
-        throw_hostlist_error(list, setting, host_start,
-                             fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
-      combinations *= bracket.count;
-      segments.push_back(std::move(bracket));
-      pos = close + 1;
-      literal_start = pos;
-    }
-    flush_literal();
-    if (segments.empty()) throw_hostlist_error(list, setting, host_start, "empty host name");
-    total += combinations;
+    HostExpression host = parse_host(list, setting, pos);
+    total += host.combinations;
     if (total > kMaxExpandedHosts)
       throw_hostlist_error(list, setting, host_start,
                            fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
-    hosts.push_back(std::move(segments));
-    if (pos == list.size()) break;
+    hosts.push_back(std::move(host.segments));
+    if (pos == list.size()) return hosts;
     ++pos;  // the ','
     if (pos == list.size()) throw_hostlist_error(list, setting, pos, "empty host name");
   }
+}
 
-  // Pass 2: expand each host as an odometer over its brackets, the leftmost varying slowest.
+/// The names of one host expression in order: an odometer over its brackets, the leftmost
+/// varying slowest.
+class HostOdometer {
+ public:
+  explicit HostOdometer(const std::vector<HostSegment>& segments)
+      : segments_(segments), range_index_(segments.size(), 0), value_(segments.size(), 0) {
+    for (std::size_t s = 0; s < segments.size(); ++s)
+      if (!segments[s].ranges.empty()) value_[s] = segments[s].ranges[0].lo;
+  }
+
+  std::string name() const {
+    std::string name;
+    for (std::size_t s = 0; s < segments_.size(); ++s) {
+      if (segments_[s].ranges.empty()) {
+        name += segments_[s].text;
+      } else {
+        fmt::format_to(std::back_inserter(name), "{:0{}}", value_[s],
+                       segments_[s].ranges[range_index_[s]].width);
+      }
+    }
+    return name;
+  }
+
+  /// Advances the rightmost bracket, carrying to the left when it wraps; false when every
+  /// bracket wrapped (all names were produced).
+  bool advance() {
+    std::size_t s = segments_.size();
+    while (s-- > 0) {
+      const auto& ranges = segments_[s].ranges;
+      if (ranges.empty()) continue;
+      if (value_[s] < ranges[range_index_[s]].hi) {
+        ++value_[s];
+        return true;
+      }
+      if (range_index_[s] + 1 < ranges.size()) {
+        ++range_index_[s];
+        value_[s] = ranges[range_index_[s]].lo;
+        return true;
+      }
+      range_index_[s] = 0;
+      value_[s] = ranges[0].lo;
+    }
+    return false;
+  }
+
+ private:
+  const std::vector<HostSegment>& segments_;
+  // Per bracket: which range and which value within it come next.
+  std::vector<std::size_t> range_index_;
+  std::vector<std::uint64_t> value_;
+};
+
+}  // namespace detail::slurm
+
+inline std::vector<std::string> expand_hostlist(std::string_view list, std::string_view setting) {
+  if (list.empty()) detail::slurm::throw_hostlist_error(list, setting, 0, "the list is empty");
+  // Pass 1 parses every host expression and counts the names, so the output is bounded before
+  // anything is expanded; pass 2 expands each expression.
+  std::uint64_t total = 0;
+  const auto hosts = detail::slurm::parse_hosts(list, setting, total);
   std::vector<std::string> names;
   names.reserve(static_cast<std::size_t>(total));
   for (const auto& segments : hosts) {
-    // Per bracket: which range and which value within it come next.
-    std::vector<std::size_t> range_index(segments.size(), 0);
-    std::vector<std::uint64_t> value(segments.size(), 0);
-    for (std::size_t s = 0; s < segments.size(); ++s)
-      if (!segments[s].ranges.empty()) value[s] = segments[s].ranges[0].lo;
-    while (true) {
-      std::string name;
-      for (std::size_t s = 0; s < segments.size(); ++s) {
-        if (segments[s].ranges.empty()) {
-          name += segments[s].text;
-        } else {
-          fmt::format_to(std::back_inserter(name), "{:0{}}", value[s],
-                         segments[s].ranges[range_index[s]].width);
-        }
-      }
-      names.push_back(std::move(name));
-      // Advance the rightmost bracket; carry to the left when it wraps.
-      std::size_t s = segments.size();
-      bool carried_out = true;
-      while (s-- > 0) {
-        const auto& ranges = segments[s].ranges;
-        if (ranges.empty()) continue;
-        if (value[s] < ranges[range_index[s]].hi) {
-          ++value[s];
-          carried_out = false;
-          break;
-        }
-        if (range_index[s] + 1 < ranges.size()) {
-          ++range_index[s];
-          value[s] = ranges[range_index[s]].lo;
-          carried_out = false;
-          break;
-        }
-        range_index[s] = 0;
-        value[s] = ranges[0].lo;
-      }
-      if (carried_out) break;
-    }
+    detail::slurm::HostOdometer odometer(segments);
+    do {
+      names.push_back(odometer.name());
+    } while (odometer.advance());
   }
   return names;
 }

@@ -207,97 +207,140 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 
   template <class T>
   static void run_typed(State& state, const CollectiveCall& call, const CallOptions& options) {
-    auto& local = state.local;
-    auto& inter = state.shared->inter;
-    const bool leader = local.rank() == 0;
-    const int k = local.size();
-    const int n = inter.size();
-    const ReduceOp partial = call.op == ReduceOp::mean ? ReduceOp::sum : call.op;
-    // Replicas wait in the local stages while replica 0 talks to the other workers: their
-    // budget covers both stages, and a failure there reaches them through abort().
-    CallOptions waiting = options;
-    waiting.timeout = 2 * options.timeout.value_or(local.options().timeout);
-    auto finish_mean = [&](std::span<T> data) {
-      if (call.op == ReduceOp::mean && !data.empty())
-        divide<T>(data, static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
-    };
-    const std::size_t count = call.count;
+    Stages<T> stages(state, call, options);
     switch (call.kind) {
-      case Collective::all_reduce: {
-        auto out = span_of<T>(call.recv, count);
-        local.reduce(cspan_of<T>(call.send, count), leader ? out : std::span<T>{}, partial, 0,
-                     options);
-        if (leader) {
-          inter.all_reduce(out, partial, options);
-          finish_mean(out);
-        }
-        local.broadcast(out, 0, waiting);
+      case Collective::all_reduce:
+        stages.all_reduce();
         break;
-      }
-      case Collective::broadcast: {
-        const int root_worker = call.root / k;
-        const int root_local = call.root % k;
-        auto out = span_of<T>(call.recv, count);
-        if (inter.rank() == root_worker) {
-          local.broadcast(cspan_of<T>(call.send, count), out, root_local, options);
-          if (leader) inter.broadcast(out, root_worker, options);
-        } else {
-          if (leader) inter.broadcast(out, root_worker, options);
-          local.broadcast(out, 0, waiting);
-        }
+      case Collective::broadcast:
+        stages.broadcast();
         break;
-      }
-      case Collective::reduce: {
-        const int root_worker = call.root / k;
-        const int root_local = call.root % k;
-        auto sum = scratch<T>(state.scratch, leader ? count : 0);
-        local.reduce(cspan_of<T>(call.send, count), sum, partial, 0, options);
-        if (leader) inter.reduce(sum, partial, root_worker, options);
-        if (inter.rank() == root_worker) {
-          // Only the root's output changes: the result reaches it through a scratch buffer.
-          auto copy = scratch<T>(state.handover, count);
-          if (leader) std::copy(sum.begin(), sum.end(), copy.begin());
-          local.broadcast(copy, 0, waiting);
-          if (local.rank() == root_local) {
-            auto out = span_of<T>(call.recv, count);
-            std::copy(copy.begin(), copy.end(), out.begin());
-            finish_mean(out);
-          }
-        }
+      case Collective::reduce:
+        stages.reduce();
         break;
-      }
-      case Collective::all_gather: {
-        auto out = span_of<T>(call.recv, count * static_cast<std::size_t>(k * n));
-        auto mine = out.subspan(static_cast<std::size_t>(inter.rank() * k) * count,
-                                static_cast<std::size_t>(k) * count);
-        local.all_gather(cspan_of<T>(call.send, count), mine, options);
-        if (leader) inter.all_gather(out, options);
-        local.broadcast(out, 0, waiting);
+      case Collective::all_gather:
+        stages.all_gather();
         break;
-      }
-      case Collective::reduce_scatter: {
-        const std::size_t total = count * static_cast<std::size_t>(k * n);
-        auto sum = scratch<T>(state.scratch, leader ? total : 0);
-        local.reduce(cspan_of<T>(call.send, total), sum, partial, 0, options);
-        const std::size_t slice = count * static_cast<std::size_t>(k);
-        auto worker_slice = scratch<T>(state.handover, slice);
-        if (leader) {
-          inter.reduce_scatter(std::span<const T>(sum), worker_slice, partial, options);
-          finish_mean(worker_slice);
-        }
-        local.broadcast(worker_slice, 0, waiting);
-        auto out = span_of<T>(call.recv, count);
-        auto block = worker_slice.subspan(static_cast<std::size_t>(local.rank()) * count, count);
-        std::copy(block.begin(), block.end(), out.begin());
+      case Collective::reduce_scatter:
+        stages.reduce_scatter();
         break;
-      }
       case Collective::barrier:
-        local.barrier(options);
-        if (leader) inter.barrier(options);
-        local.barrier(waiting);
+        stages.barrier();
         break;
     }
   }
+
+  /// One call's three stages (local, across workers, local), one member function per
+  /// collective, over what they share.
+  template <class T>
+  struct Stages {
+    Stages(State& s, const CollectiveCall& c, const CallOptions& o)
+        : state(s),
+          call(c),
+          options(o),
+          local(s.local),
+          inter(s.shared->inter),
+          leader(local.rank() == 0),
+          k(local.size()),
+          n(inter.size()),
+          count(c.count),
+          partial(c.op == ReduceOp::mean ? ReduceOp::sum : c.op),
+          waiting(o) {
+      // Replicas wait in the local stages while replica 0 talks to the other workers: their
+      // budget covers both stages, and a failure there reaches them through abort().
+      waiting.timeout = 2 * o.timeout.value_or(local.options().timeout);
+    }
+
+    void finish_mean(std::span<T> data) const {
+      if (call.op == ReduceOp::mean && !data.empty())
+        divide<T>(data, static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
+    }
+
+    void all_reduce() {
+      auto out = span_of<T>(call.recv, count);
+      local.reduce(cspan_of<T>(call.send, count), leader ? out : std::span<T>{}, partial, 0,
+                   options);
+      if (leader) {
+        inter.all_reduce(out, partial, options);
+        finish_mean(out);
+      }
+      local.broadcast(out, 0, waiting);
+    }
+
+    void broadcast() {
+      const int root_worker = call.root / k;
+      const int root_local = call.root % k;
+      auto out = span_of<T>(call.recv, count);
+      if (inter.rank() == root_worker) {
+        local.broadcast(cspan_of<T>(call.send, count), out, root_local, options);
+        if (leader) inter.broadcast(out, root_worker, options);
+      } else {
+        if (leader) inter.broadcast(out, root_worker, options);
+        local.broadcast(out, 0, waiting);
+      }
+    }
+
+    void reduce() {
+      const int root_worker = call.root / k;
+      const int root_local = call.root % k;
+      auto sum = scratch<T>(state.scratch, leader ? count : 0);
+      local.reduce(cspan_of<T>(call.send, count), sum, partial, 0, options);
+      if (leader) inter.reduce(sum, partial, root_worker, options);
+      if (inter.rank() != root_worker) return;
+      // Only the root's output changes: the result reaches it through a scratch buffer.
+      auto copy = scratch<T>(state.handover, count);
+      if (leader) std::copy(sum.begin(), sum.end(), copy.begin());
+      local.broadcast(copy, 0, waiting);
+      if (local.rank() == root_local) {
+        auto out = span_of<T>(call.recv, count);
+        std::copy(copy.begin(), copy.end(), out.begin());
+        finish_mean(out);
+      }
+    }
+
+    void all_gather() {
+      auto out = span_of<T>(call.recv, count * static_cast<std::size_t>(k * n));
+      auto mine = out.subspan(static_cast<std::size_t>(inter.rank() * k) * count,
+                              static_cast<std::size_t>(k) * count);
+      local.all_gather(cspan_of<T>(call.send, count), mine, options);
+      if (leader) inter.all_gather(out, options);
+      local.broadcast(out, 0, waiting);
+    }
+
+    void reduce_scatter() {
+      const std::size_t total = count * static_cast<std::size_t>(k * n);
+      auto sum = scratch<T>(state.scratch, leader ? total : 0);
+      local.reduce(cspan_of<T>(call.send, total), sum, partial, 0, options);
+      const std::size_t slice = count * static_cast<std::size_t>(k);
+      auto worker_slice = scratch<T>(state.handover, slice);
+      if (leader) {
+        inter.reduce_scatter(std::span<const T>(sum), worker_slice, partial, options);
+        finish_mean(worker_slice);
+      }
+      local.broadcast(worker_slice, 0, waiting);
+      auto out = span_of<T>(call.recv, count);
+      auto block = worker_slice.subspan(static_cast<std::size_t>(local.rank()) * count, count);
+      std::copy(block.begin(), block.end(), out.begin());
+    }
+
+    void barrier() {
+      local.barrier(options);
+      if (leader) inter.barrier(options);
+      local.barrier(waiting);
+    }
+
+    State& state;
+    const CollectiveCall& call;
+    const CallOptions& options;
+    Intra& local;
+    Inter& inter;
+    const bool leader;
+    const int k;  // replicas per worker
+    const int n;  // workers
+    const std::size_t count;
+    const ReduceOp partial;  // what the stages combine with: a mean is a sum until the end
+    CallOptions waiting;
+  };
 
   std::unique_ptr<State> state_;
 };

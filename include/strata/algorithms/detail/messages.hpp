@@ -150,6 +150,32 @@ inline void combine_partials(DataType type, std::byte* out, const std::byte* own
   if (last) finish_mean(type, out, count, op, group_size);
 }
 
+/// How recursive doubling and halving-doubling run on any group size: p, the largest power of
+/// two ≤ n, ranks take part in the exchange; for r < 2e (e = n - p) even rank r first hands its
+/// vector to r+1 and waits for the result. The p remaining ranks get virtual ranks 0..p-1.
+struct PowerOfTwoFold {
+  int p = 1;                 ///< ranks in the exchange
+  int rounds = 0;            ///< log2(p)
+  int extra = 0;             ///< e = n - p, the ranks folded away
+  bool folded_away = false;  ///< an even rank r < 2e: hands its vector to r+1
+  bool folds_in = false;     ///< an odd rank r < 2e: combines r-1's vector with its own
+  int virtual_rank = 0;      ///< this rank's place in the exchange (unless folded away)
+
+  explicit PowerOfTwoFold(const Participant& self) noexcept {
+    while (p * 2 <= self.size) {
+      p *= 2;
+      ++rounds;
+    }
+    extra = self.size - p;
+    folded_away = self.rank < 2 * extra && self.rank % 2 == 0;
+    folds_in = self.rank < 2 * extra && self.rank % 2 == 1;
+    virtual_rank = folds_in ? self.rank / 2 : self.rank - extra;
+  }
+
+  /// The rank that has virtual rank `v`.
+  int real_rank(int v) const noexcept { return v < extra ? 2 * v + 1 : v + extra; }
+};
+
 /// The part of a rank folded out of a power-of-two exchange (recursive doubling and halving):
 /// send every part of `in` to `partner`, receive the result into `out`. In place the result
 /// overwrites what send k read, so receive k waits for it.
