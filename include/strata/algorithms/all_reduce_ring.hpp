@@ -34,7 +34,8 @@ struct AllReduceRing {
     const detail::Participant self(link, call);
     if (self.alone(call.count * self.element)) return;
     auto chunk = [&](int c) {
-      const auto s = detail::slice_of(call.count, self.element, self.size, detail::mod(c, self.size));
+      const auto s =
+          detail::slice_of(call.count, self.element, self.size, detail::mod(c, self.size));
       return detail::Range{s.begin, s.end};
     };
     std::size_t largest = 0;

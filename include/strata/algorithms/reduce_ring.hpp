@@ -26,7 +26,8 @@ struct ReduceRing {
     const detail::Participant self(link, call);
     const std::size_t bytes = call.count * self.element;
     if (self.alone(bytes)) return;
-    const int position = detail::mod(self.rank - call.root - 1, self.size);  // root+1 is 0, the root n-1
+    const int position =
+        detail::mod(self.rank - call.root - 1, self.size);  // root+1 is 0, the root n-1
     const bool first = position == 0;
     const bool root = position == self.size - 1;
     const detail::Range all{0, call.count};

@@ -9,10 +9,10 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
-#include <system_error>
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include <fmt/format.h>
 

@@ -1,4 +1,5 @@
-// strata/transport/local/group.hpp — the shared state of one in-process group: where its threads meet.
+// strata/transport/local/group.hpp — the shared state of one in-process group: where its threads
+// meet.
 //
 // The local transport moves no bytes: replicas share an address space, so algorithms read
 // their peers' buffers directly. What it provides is the meeting: every rank posts the
