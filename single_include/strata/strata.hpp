@@ -60,6 +60,7 @@ inline constexpr Version kVersion{STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR, ST
 // ---- begin strata/core/data_type.hpp ----
 // strata/core/data_type.hpp — the element types collectives move and reduce.
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -116,6 +117,102 @@ static_assert(sizeof(bfloat16) == 2, "bfloat16 must be exactly 16 bits");
 
 }  // namespace strata
 // ---- end strata/core/bfloat16.hpp ----
+// ---- begin strata/core/enum_names.hpp ----
+// strata/core/enum_names.hpp — one way to name strata's enums, in messages and with fmt.
+//
+// An enum opts in by specializing `EnumNames` with its names in the order of its values, which
+// run from 0 without gaps; `to_string` and `fmt::formatter` then work for it, and a value
+// outside the list reads "invalid" (as bytes off the wire may be).
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+// ---- begin strata/core/detail/text_formatter.hpp ----
+// strata/core/detail/text_formatter.hpp — the fmt formatter base of strata's types that print as
+// text (enum names, addresses, tasks).
+
+#include <algorithm>
+#include <cstddef>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace strata::detail {
+
+/// Writes text under a spec of fill, alignment and width (`{:>8}`, `{:*^12}`, `{:6}`), which it
+/// parses itself: fmt 9's spec parser, instantiated for a user type, trips a false g++ 12
+/// -Wstringop-overflow at -O2 and -O3.
+struct TextFormatter {
+  char fill = ' ';
+  char align = '<';
+  std::size_t width = 0;
+
+  constexpr auto parse(fmt::format_parse_context& ctx) {
+    auto it = ctx.begin();
+    const auto end = ctx.end();
+    const auto is_align = [](char c) { return c == '<' || c == '>' || c == '^'; };
+    if (it != end && it + 1 != end && is_align(*(it + 1)) && *it != '}') {
+      fill = *it;
+      align = *(it + 1);
+      it += 2;
+    } else if (it != end && is_align(*it)) {
+      align = *it++;
+    }
+    for (; it != end && *it >= '0' && *it <= '9'; ++it)
+      width = width * 10 + static_cast<std::size_t>(*it - '0');
+    if (it != end && *it != '}')
+      throw fmt::format_error("strata types take only fill, alignment and width");
+    return it;
+  }
+
+  template <class FormatContext>
+  auto write(std::string_view text, FormatContext& ctx) const {
+    const std::size_t pad = width > text.size() ? width - text.size() : 0;
+    const std::size_t before = align == '>' ? pad : align == '^' ? pad / 2 : 0;
+    auto out = std::fill_n(ctx.out(), before, fill);
+    out = std::copy(text.begin(), text.end(), out);
+    return std::fill_n(out, pad - before, fill);
+  }
+};
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/text_formatter.hpp ----
+
+namespace strata {
+
+/// Specialize for an enum E: `static constexpr std::array<std::string_view, N> kNames`, the
+/// name of value i at index i.
+template <class E>
+struct EnumNames;
+
+/// E has names strata can print.
+template <class E>
+concept NamedEnum = std::is_enum_v<E> && requires {
+  { EnumNames<E>::kNames.size() } -> std::convertible_to<std::size_t>;
+};
+
+/// The name of `value`, or "invalid" for a value without one.
+template <NamedEnum E>
+constexpr std::string_view to_string(E value) noexcept {
+  const auto index = static_cast<std::size_t>(static_cast<std::underlying_type_t<E>>(value));
+  constexpr auto& names = EnumNames<E>::kNames;
+  return index < names.size() ? names[index] : std::string_view("invalid");
+}
+
+}  // namespace strata
+
+template <strata::NamedEnum E>
+struct fmt::formatter<E> : strata::detail::TextFormatter {
+  template <class FormatContext>
+  auto format(E value, FormatContext& ctx) const {
+    return write(strata::to_string(value), ctx);
+  }
+};
+// ---- end strata/core/enum_names.hpp ----
 // ---- begin strata/core/float16.hpp ----
 // strata/core/float16.hpp — IEEE 754 binary16 ("half") as a host storage type.
 
@@ -202,6 +299,17 @@ enum class DataType : std::uint8_t {
   float64
 };
 
+}  // namespace strata
+
+/// nccl-tests' names of the types.
+template <>
+struct strata::EnumNames<strata::DataType> {
+  static constexpr std::array<std::string_view, 8> kNames{"int8", "uint8",    "int32", "int64",
+                                                          "half", "bfloat16", "float", "double"};
+};
+
+namespace strata {
+
 /// A compile-time list of types (used to sweep element types in tests and benchmarks).
 template <class... Ts>
 struct TypeList {
@@ -268,29 +376,6 @@ constexpr std::size_t size_of(DataType type) noexcept {
   return 0;
 }
 
-/// The name nccl-tests uses for `type` ("int8", "float", "half", "bfloat16", ...).
-constexpr std::string_view to_string(DataType type) noexcept {
-  switch (type) {
-    case DataType::int8:
-      return "int8";
-    case DataType::uint8:
-      return "uint8";
-    case DataType::int32:
-      return "int32";
-    case DataType::int64:
-      return "int64";
-    case DataType::float16:
-      return "half";
-    case DataType::bfloat16:
-      return "bfloat16";
-    case DataType::float32:
-      return "float";
-    case DataType::float64:
-      return "double";
-  }
-  return "invalid";
-}
-
 /// Calls `f(std::type_identity<T>{})` with the element type named by `type` and returns its
 /// result: the one place where a run-time tag becomes a static type.
 template <class F>
@@ -317,18 +402,12 @@ constexpr decltype(auto) visit_data_type(DataType type, F&& f) {
 }
 
 }  // namespace strata
-
-template <>
-struct fmt::formatter<strata::DataType> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::DataType type, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::to_string(type), ctx);
-  }
-};
 // ---- end strata/core/data_type.hpp ----
 
 namespace strata {
 enum class ReduceOp : std::uint8_t;
+enum class Collective : std::uint8_t;
+struct CollectiveCall;
 class Error;
 class TimeoutError;
 class PeerFailureError;
@@ -336,6 +415,8 @@ class MismatchError;
 class ConfigurationError;
 class UsageError;
 class Deadline;
+template <class E>
+struct EnumNames;
 struct StrategyOptions;
 template <class T>
 class PerReplica;
@@ -346,7 +427,6 @@ class ReplicaContext;
 namespace strata::communicator {
 struct CommunicatorOptions;
 struct CallOptions;
-struct CollectiveCall;
 class Work;
 template <class AllReduceAlgorithm>
 class LocalCommunicator;
@@ -364,6 +444,7 @@ struct AllReduceReduceToOne;
 struct AllReduceScatterGather;
 struct AllReduceRing;
 struct AllReduceRecursiveDoubling;
+struct AllReduceHalvingDoubling;
 struct BroadcastDirect;
 struct BroadcastRing;
 struct ReduceDirect;
@@ -382,13 +463,20 @@ struct Task;
 class ClusterSpec;
 struct TfConfig;
 struct LauncherEnvironment;
-struct StoreOptions;
+struct ExchangedAddresses;
 class ListeningSocket;
 struct ResolveOptions;
 struct ResolvedCluster;
 }  // namespace strata::cluster
 
+namespace strata::transport::tcp {
+struct StoreOptions;
+}  // namespace strata::transport::tcp
+
 namespace strata::placement {
+enum class UpdateSite : std::uint8_t;
+struct CopyPerReplica;
+struct SharedCopy;
 struct Mirrored;
 struct CentralStorage;
 struct OneDevice;
@@ -403,16 +491,197 @@ struct Synchronous;
 }  // namespace strata::sync
 // ---- end strata/fwd.hpp ----
 
+// ---- begin strata/core/collective.hpp ----
+// strata/core/collective.hpp — the description of one collective call.
+//
+// Every communicator turns a typed call (`all_reduce(std::span<float>, ReduceOp::sum)`) into a
+// `CollectiveCall`: what the call is, with which count, type, op and root, and where its bytes
+// are. Ranks compare these descriptions before moving any data, so a rank that disagrees gets a
+// `MismatchError` rather than a hang or reinterpreted bytes. It lives in core because every
+// layer below the communicators speaks it: algorithms take one, transports frame it.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+// ---- begin strata/core/reduce_op.hpp ----
+// strata/core/reduce_op.hpp — the reduction operators every collective understands.
+
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+/// How the values of all ranks are combined, element by element.
+///
+/// - `sum`, `product`: on integers they wrap around (two's complement), as NCCL and MPI do in
+///   practice; on floating point they follow IEEE arithmetic (NaN and inf propagate).
+/// - `min`, `max`: exact. If an input is NaN the result for that element is unspecified.
+/// - `mean`: the sum divided by the number of contributing ranks. On integers, the wrapped sum
+///   divided with truncation toward zero. Equivalent to TF's `ReduceOp.MEAN`.
+///
+/// 16-bit floating-point types (float16, bfloat16) are accumulated in float and rounded once.
+enum class ReduceOp : std::uint8_t { sum, product, min, max, mean };
+
+}  // namespace strata
+
+template <>
+struct strata::EnumNames<strata::ReduceOp> {
+  static constexpr std::array<std::string_view, 5> kNames{"sum", "product", "min", "max", "mean"};
+};
+
+namespace strata {
+
+inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::product, ReduceOp::min,
+                                             ReduceOp::max, ReduceOp::mean};
+
+}  // namespace strata
+// ---- end strata/core/reduce_op.hpp ----
+
+namespace strata {
+
+/// The collectives a Communicator offers.
+enum class Collective : std::uint8_t {
+  all_reduce,
+  broadcast,
+  reduce,
+  all_gather,
+  reduce_scatter,
+  barrier
+};
+
+}  // namespace strata
+
+template <>
+struct strata::EnumNames<strata::Collective> {
+  static constexpr std::array<std::string_view, 6> kNames{
+      "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "barrier"};
+};
+
+namespace strata {
+
+/// True when `kind` combines values with a ReduceOp (and so must agree on it across ranks).
+constexpr bool reduces(Collective kind) noexcept {
+  return kind == Collective::all_reduce || kind == Collective::reduce ||
+         kind == Collective::reduce_scatter;
+}
+
+/// True when `kind` has a root rank (which must agree across ranks).
+constexpr bool has_root(Collective kind) noexcept {
+  return kind == Collective::broadcast || kind == Collective::reduce;
+}
+
+/// One rank's view of one collective call.
+///
+/// `count` is the per-rank element count the collective is defined by: the buffer length for
+/// all_reduce, broadcast and reduce; the contribution of each rank for all_gather (the output
+/// holds size·count); the output block of each rank for reduce_scatter (the input holds
+/// size·count). `send` and `recv` may be equal (in place); `recv` may be null where the
+/// collective leaves this rank's output undefined (reduce on a non-root rank).
+struct CollectiveCall {
+  Collective kind = Collective::barrier;
+  DataType type = DataType::uint8;
+  std::size_t count = 0;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  const void* send = nullptr;
+  void* recv = nullptr;
+
+  /// True when both calls are the same collective in every field ranks must agree on.
+  friend constexpr bool agrees(const CollectiveCall& a, const CollectiveCall& b) noexcept {
+    return a.kind == b.kind && a.type == b.type && a.count == b.count &&
+           (!reduces(a.kind) || a.op == b.op) && (!has_root(a.kind) || a.root == b.root);
+  }
+};
+
+/// "all_reduce(count=1024, type=float, op=sum)": the fields that ranks must agree on.
+inline std::string describe(const CollectiveCall& call) {
+  std::string text =
+      fmt::format("{}(count={}, type={}", to_string(call.kind), call.count, to_string(call.type));
+  if (reduces(call.kind)) fmt::format_to(std::back_inserter(text), ", op={}", to_string(call.op));
+  if (has_root(call.kind)) fmt::format_to(std::back_inserter(text), ", root={}", call.root);
+  text += ')';
+  return text;
+}
+
+}  // namespace strata
+// ---- end strata/core/collective.hpp ----
 // ---- begin strata/core/deadline.hpp ----
 // strata/core/deadline.hpp — deadlines for every blocking call, and the STRATA_TIMEOUT default.
 
 #include <charconv>
 #include <chrono>
-#include <cstdlib>
 #include <string_view>
 
 #include <fmt/format.h>
 
+// ---- begin strata/core/environment.hpp ----
+// strata/core/environment.hpp — the one place strata reads environment variables.
+//
+// Nothing else in strata calls getenv: resolvers take an `Environment`, so that tests (and
+// programs that receive their configuration some other way) can hand them a map instead of
+// mutating the process environment, which is not thread-safe; the few process-wide defaults
+// (STRATA_TIMEOUT, STRATA_CLUSTER_TOKEN, TF_CONFIG) are read through `process_environment()`.
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace strata {
+
+/// A read-only view of environment variables: returns the value of `name`, or `std::nullopt`
+/// when it is not set. A variable set to the empty string is returned as "" (resolvers treat
+/// it as unset, like `STRATA_TIMEOUT`).
+using Environment = std::function<std::optional<std::string>(std::string_view name)>;
+
+/// The environment of this process, read with `std::getenv` on every lookup (so changes made
+/// before a resolver runs are seen). Reading is safe as long as no thread calls `setenv`
+/// concurrently.
+///
+/// Example: `auto env = strata::cluster::torchrun_environment(strata::process_environment());`
+inline Environment process_environment() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const std::string key(name);
+    // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only, see above.
+    const char* value = std::getenv(key.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+/// An environment holding exactly `variables` (nothing from the process), for tests and for
+/// programs that take their settings from a file or command line.
+///
+/// Example: `environment_from({{"RANK", "1"}, {"WORLD_SIZE", "4"}})`
+inline Environment environment_from(std::map<std::string, std::string> variables) {
+  return [variables = std::move(variables)](std::string_view name) -> std::optional<std::string> {
+    const auto it = variables.find(std::string(name));
+    if (it == variables.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+/// The value of `name` in the process environment, unset and empty alike as nullopt.
+inline std::optional<std::string> environment_variable(std::string_view name) {
+  auto value = process_environment()(name);
+  if (value && value->empty()) return std::nullopt;
+  return value;
+}
+
+}  // namespace strata
+// ---- end strata/core/environment.hpp ----
 // ---- begin strata/core/error.hpp ----
 // strata/core/error.hpp — the one exception hierarchy of strata.
 //
@@ -592,9 +861,8 @@ inline std::chrono::milliseconds parse_timeout(std::string_view text,
 /// that tests and launchers may change the environment between groups.
 /// @throws ConfigurationError when STRATA_TIMEOUT is set but malformed.
 inline std::chrono::milliseconds default_timeout() {
-  const char* env = std::getenv("STRATA_TIMEOUT");  // NOLINT(concurrency-mt-unsafe): read-only
-  if (env == nullptr || *env == '\0') return kDefaultTimeout;
-  return parse_timeout(env);
+  const auto text = environment_variable("STRATA_TIMEOUT");
+  return text ? parse_timeout(*text) : kDefaultTimeout;
 }
 
 }  // namespace strata
@@ -624,129 +892,50 @@ inline std::chrono::milliseconds default_timeout() {
 //              (the same bits as the portable conversions); bfloat16 converts in integer
 //              vector code.
 
-#include <algorithm>
-#include <bit>
-#include <concepts>
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <limits>
 #include <span>
-#include <string_view>
 #include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
+// ---- begin strata/core/detail/reduce_dispatch.hpp ----
+// strata/core/detail/reduce_dispatch.hpp — reduce_n, accumulate and divide for a given
+// instruction set: argument checks, then the kernel chosen by op, element type and set.
+//
+// The public functions (core/reduce.hpp) call these with best_isa(); tests and benchmarks call
+// them with each set the CPU has.
 
-// ---- begin strata/core/reduce_op.hpp ----
-// strata/core/reduce_op.hpp — the reduction operators every collective understands.
-
-#include <cstdint>
+#include <cstddef>
+#include <cstring>
+#include <span>
 #include <string_view>
+#include <type_traits>
 
 #include <fmt/format.h>
 
-namespace strata {
+// ---- begin strata/core/detail/reduce_half_blocks.hpp ----
+// strata/core/detail/reduce_half_blocks.hpp — float16 reduction converting whole blocks with
+// F16C.
+//
+// Where the kernels run AVX2 or AVX-512, a float16 block is widened and narrowed with F16C's
+// vector conversions instead of element by element, with the same bits.
 
-/// How the values of all ranks are combined, element by element.
-///
-/// - `sum`, `product`: on integers they wrap around (two's complement), as NCCL and MPI do in
-///   practice; on floating point they follow IEEE arithmetic (NaN and inf propagate).
-/// - `min`, `max`: exact. If an input is NaN the result for that element is unspecified.
-/// - `mean`: the sum divided by the number of contributing ranks. On integers, the wrapped sum
-///   divided with truncation toward zero. Equivalent to TF's `ReduceOp.MEAN`.
-///
-/// 16-bit floating-point types (float16, bfloat16) are accumulated in float and rounded once.
-enum class ReduceOp : std::uint8_t { sum, product, min, max, mean };
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
 
-inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::product, ReduceOp::min,
-                                             ReduceOp::max, ReduceOp::mean};
+// ---- begin strata/core/detail/reduce_convert.hpp ----
+// strata/core/detail/reduce_convert.hpp — the kernels' conversions between an element and the
+// type it is combined in (float for float16 and bfloat16).
 
-/// The lower-case name of `op` ("sum", "product", "min", "max", "mean").
-constexpr std::string_view to_string(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::product:
-      return "product";
-    case ReduceOp::min:
-      return "min";
-    case ReduceOp::max:
-      return "max";
-    case ReduceOp::mean:
-      return "mean";
-  }
-  return "invalid";
-}
+#include <bit>
+#include <concepts>
+#include <cstdint>
+#include <type_traits>
 
-}  // namespace strata
-
-template <>
-struct fmt::formatter<strata::ReduceOp> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::ReduceOp op, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::to_string(op), ctx);
-  }
-};
-// ---- end strata/core/reduce_op.hpp ----
-
-namespace strata {
-
-/// Reduces `inputs.size()` arrays element-wise into `out`:
-/// `out[i] = inputs[0][i] op inputs[1][i] op ... op inputs[k-1][i]` for `i < out.size()`;
-/// `mean` is the sum divided by `inputs.size()` (integers: truncation toward zero). float16
-/// and bfloat16 are combined in float and rounded once, at the end. One input is a copy.
-///
-/// Call it with the element type spelled out so that containers convert to the spans:
-///
-///     std::vector<float> mine(n), theirs(n);
-///     const float* const inputs[] = {mine.data(), theirs.data()};
-///     strata::reduce_n<float>(mine, inputs, strata::ReduceOp::sum);  // mine += theirs
-///
-/// @param out     the result; `out.data()` may equal any `inputs[j]` (in-place), but must not
-///                otherwise overlap an input.
-/// @param inputs  pointers to `out.size()` elements each, combined in this order. The same
-///                pointer may appear more than once.
-/// @throws UsageError (operation "reduce_n") when `inputs` is empty, `op` is not a `ReduceOp`,
-///         or, for a non-empty `out`, an input is null or partially overlaps `out`.
-template <Element T>
-void reduce_n(std::span<T> out, std::span<const T* const> inputs, ReduceOp op);
-
-/// `inout[i] = inout[i] op in[i]`: the two-operand step of a collective that receives data
-/// piece by piece. `mean` acts as `sum` here; finish it with `divide()`. float16 and bfloat16
-/// round to their type on every call (there is nowhere else to keep the float).
-///
-/// @throws UsageError (operation "accumulate") when the sizes differ, `op` is not a
-///         `ReduceOp`, or the spans partially overlap (exactly equal spans are accepted).
-template <Element T>
-void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op);
-
-/// `data[i] /= divisor`, finishing a mean. Integers truncate toward zero; 16-bit floats divide
-/// in float and round once.
-///
-/// @throws UsageError (operation "divide") when `divisor` is 0.
-template <Element T>
-void divide(std::span<T> data, std::size_t divisor);
-
-/// Type-erased `reduce_n`, for communicators that carry a `DataType` tag: `out` and each
-/// `inputs[j]` point at `count` elements of `type`.
-///
-/// @throws UsageError (operation "reduce_n") as the typed form, and when `type` is not a
-///         `DataType` or a needed pointer is null.
-inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
-                     std::size_t count, ReduceOp op);
-
-}  // namespace strata
 
 namespace strata::detail {
-
-/// Elements per block: the accumulator (4 KiB of float) stays in L1 between inputs.
-inline constexpr std::size_t kReduceBlock = 1024;
 
 /// The type elements are combined in.
 template <class T>
@@ -831,66 +1020,132 @@ template <class T>
   }
 }
 
-// The operators, on the accumulator type. Integer sum and product run in the unsigned
-// counterpart so that wrap-around is defined behaviour; the conversion back is modular.
-struct SumFn {
-  template <class A>
-  A operator()(A a, A b) const noexcept {
-    if constexpr (std::is_integral_v<A>) {
-      using U = std::make_unsigned_t<A>;
-      return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-    } else {
-      return a + b;
-    }
+}  // namespace strata::detail
+// ---- end strata/core/detail/reduce_convert.hpp ----
+// ---- begin strata/core/detail/reduce_isa.hpp ----
+// strata/core/detail/reduce_isa.hpp — the instruction sets the reduction kernels are compiled
+// for, the CPU check, and the dispatch that runs a kernel compiled for one of them.
+//
+// The library is header-only and built without -march flags, so the kernels are compiled for
+// AVX2 and AVX-512 through target attributes and the widest set the CPU runs is chosen at run
+// time (x86-64 with GCC or Clang; the portable build elsewhere).
+
+#include <string_view>
+#include <type_traits>
+
+// 1 where the kernels are also compiled for AVX2 and AVX-512 (x86-64, GCC or Clang), else 0.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define STRATA_REDUCE_DISPATCH 1
+#else
+#define STRATA_REDUCE_DISPATCH 0
+#endif
+
+#if STRATA_REDUCE_DISPATCH
+#include <cpuid.h>
+#endif
+
+namespace strata::detail {
+
+/// The instruction sets the kernels are built for, narrowest first.
+enum class Isa { baseline, avx2, avx512 };
+
+inline constexpr Isa kAllIsas[] = {Isa::baseline, Isa::avx2, Isa::avx512};
+
+inline constexpr std::string_view name_of(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
+    case Isa::baseline:
+      break;
   }
-};
+  return "baseline";
+}
 
-struct ProductFn {
-  template <class A>
-  A operator()(A a, A b) const noexcept {
-    if constexpr (std::is_integral_v<A>) {
-      using U = std::make_unsigned_t<A>;
-      return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
-    } else {
-      return a * b;
-    }
-  }
-};
+template <Isa kIsa>
+using IsaTag = std::integral_constant<Isa, kIsa>;
 
-// Select forms that map onto minps/maxps (and pmin/pmax); ties keep the earlier operand.
-struct MinFn {
-  template <class A>
-  A operator()(A a, A b) const noexcept {
-    return b < a ? b : a;
-  }
-};
+/// The widest instruction set this CPU (and its OS) runs; baseline off x86-64.
+inline Isa best_isa() noexcept {
+#if STRATA_REDUCE_DISPATCH
+  static const Isa best = [] {
+    __builtin_cpu_init();
+    // Every CPU with AVX2 has F16C, but a hypervisor may hide it; the kernels need both.
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+    if (!f16c || !__builtin_cpu_supports("avx2")) return Isa::baseline;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      return Isa::avx512;
+    return Isa::avx2;
+  }();
+  return best;
+#else
+  return Isa::baseline;
+#endif
+}
 
-struct MaxFn {
-  template <class A>
-  A operator()(A a, A b) const noexcept {
-    return a < b ? b : a;
-  }
-};
+#if STRATA_REDUCE_DISPATCH
+// `flatten` (and, for compilers whose flatten is not recursive, `always_inline` on the block
+// loops and the lambdas that reach them) inlines everything the kernel calls, so its loops are
+// compiled, and vectorized, for the wrapper's instruction set whatever -march the program is built
+// with. The set changes how wide the loops run, not what they compute: no FMA is enabled and each
+// element is combined alone, so every set gives the same bits, except which NaN's payload a NaN
+// result carries when two meet (tests/core/reduce_test.cpp checks).
+template <class Kernel>
+[[gnu::target("avx2,f16c"), gnu::flatten]] inline void run_avx2(const Kernel& kernel) {
+  kernel(IsaTag<Isa::avx2>{});
+}
 
-/// Turns a finished accumulator into an element.
-template <class T>
-struct Narrow {
-  T operator()(ReduceAcc<T> value) const noexcept { return narrow<T>(value); }
-};
+template <class Kernel>
+[[gnu::target("avx2,f16c,avx512f,avx512bw,avx512vl"), gnu::flatten]] inline void run_avx512(
+    const Kernel& kernel) {
+  kernel(IsaTag<Isa::avx512>{});
+}
+#endif
 
-/// Finishes a floating-point mean before the single rounding.
-template <class T>
-struct NarrowMean {
-  ReduceAcc<T> divisor;
-  T operator()(ReduceAcc<T> value) const noexcept { return narrow<T>(value / divisor); }
-};
+/// Runs `kernel(IsaTag<isa>{})` compiled for `isa`, which the CPU must support
+/// (isa <= best_isa()).
+template <class Kernel>
+inline void run_on(Isa isa, const Kernel& kernel) {
+#if STRATA_REDUCE_DISPATCH
+  if (isa == Isa::avx512) return run_avx512(kernel);
+  if (isa == Isa::avx2) return run_avx2(kernel);
+#else
+  (void)isa;
+#endif
+  kernel(IsaTag<Isa::baseline>{});
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/reduce_isa.hpp ----
+// ---- begin strata/core/detail/reduce_kernels.hpp ----
+// strata/core/detail/reduce_kernels.hpp — the portable block loops of reduce_n, accumulate and
+// divide.
+//
+// Plain loops over blocks of kReduceBlock elements, branch-free inside, so that the compiler
+// vectorizes them for whichever instruction set they are inlined into (reduce_isa.hpp).
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+
+namespace strata::detail {
+
+/// Elements per block: the accumulator (4 KiB of float) stays in L1 between inputs.
+inline constexpr std::size_t kReduceBlock = 1024;
 
 /// Calls `body(base, n)` for consecutive blocks covering [0, count) of the array at `written`.
 /// Full blocks pass `n` as a compile-time constant, so their loops have a known trip count and
 /// vectorize even under g++ -O2's cheap cost model; the first and last, partial blocks pass a
 /// run-time `n`. The first ends where `written` reaches a cache line, so that the full blocks'
 /// stores, and the loads of inputs placed alike (as allocators place them), do not straddle two
-/// lines: 32- and 64-byte vectors lose up to half their speed in L2 when they do.
+/// lines: vectors that straddle two lines are slower to load and store, in L2 above all.
 template <class T, class Body>
 [[gnu::always_inline]] inline void for_each_block(const T* written, std::size_t count,
                                                   Body&& body) {
@@ -1008,31 +1263,138 @@ template <class T, class N>
   }
 }
 
-/// The instruction sets the kernels are built for, narrowest first.
-enum class Isa { baseline, avx2, avx512 };
-
-inline constexpr Isa kAllIsas[] = {Isa::baseline, Isa::avx2, Isa::avx512};
-
-inline constexpr std::string_view name_of(Isa isa) noexcept {
-  switch (isa) {
-    case Isa::avx2:
-      return "avx2";
-    case Isa::avx512:
-      return "avx512";
-    case Isa::baseline:
-      break;
-  }
-  return "baseline";
+/// The block loop of `reduce_n` for k >= 2 inputs, element by element; `integer_mean` divides
+/// each finished block.
+template <class T, class F, class Fin>
+[[gnu::always_inline]] inline void reduce_elementwise(T* out, const T* const* inputs, std::size_t k,
+                                                      std::size_t count, F f, Fin fin,
+                                                      bool integer_mean) {
+  alignas(64) ReduceAcc<T> acc[kReduceBlock];
+  for_each_block(
+      out, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
+        T* o = out + base;
+        const T* first = inputs[0] + base;
+        const T* second = inputs[1] + base;
+        if (k == 2) {
+          // One pass in every placement but the degenerate out == inputs[0] == inputs[1].
+          if (o != first && o != second) {
+            fused_two<T>(o, first, second, n, f, fin);
+          } else if (first == second) {
+            combine_two<T>(acc, first, second, n, f);
+            store<T>(o, acc, n, fin);
+          } else if (o == first) {
+            fused_two_in_place<true>(o, second, n, f, fin);
+          } else {
+            fused_two_in_place<false>(o, first, n, f, fin);
+          }
+        } else {
+          combine_two<T>(acc, first, second, n, f);
+          for (std::size_t j = 2; j + 1 < k; ++j)
+            combine_next<T>(acc, inputs[j] + base, n, f);
+          const T* last = inputs[k - 1] + base;
+          if (o == last) {
+            finish_in_place<T>(o, acc, n, f, fin);
+          } else {
+            finish<T>(o, acc, last, n, f, fin);
+          }
+        }
+        if (integer_mean) divide_block(o, n, k);  // while the block is still in L1
+      });
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define STRATA_REDUCE_DISPATCH 1
-#else
-#define STRATA_REDUCE_DISPATCH 0
+}  // namespace strata::detail
+// ---- end strata/core/detail/reduce_kernels.hpp ----
+// ---- begin strata/core/detail/reduce_ops.hpp ----
+// strata/core/detail/reduce_ops.hpp — the reduction operators and finishers the kernels apply.
+//
+// Operators combine two accumulators; finishers (Narrow, NarrowMean) turn a finished
+// accumulator into an element. Both are empty or tiny function objects, so every kernel is
+// instantiated, and inlined, per operator.
+
+#include <type_traits>
+
+
+namespace strata::detail {
+
+// The operators, on the accumulator type. Integer sum and product run in the unsigned
+// counterpart so that wrap-around is defined behaviour; the conversion back is modular.
+struct SumFn {
+  template <class A>
+  A operator()(A a, A b) const noexcept {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    } else {
+      return a + b;
+    }
+  }
+};
+
+struct ProductFn {
+  template <class A>
+  A operator()(A a, A b) const noexcept {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    } else {
+      return a * b;
+    }
+  }
+};
+
+// Select forms that map onto minps/maxps (and pmin/pmax); ties keep the earlier operand.
+struct MinFn {
+  template <class A>
+  A operator()(A a, A b) const noexcept {
+    return b < a ? b : a;
+  }
+};
+
+struct MaxFn {
+  template <class A>
+  A operator()(A a, A b) const noexcept {
+    return a < b ? b : a;
+  }
+};
+
+/// Turns a finished accumulator into an element.
+template <class T>
+struct Narrow {
+  T operator()(ReduceAcc<T> value) const noexcept { return narrow<T>(value); }
+};
+
+/// Finishes a floating-point mean before the single rounding.
+template <class T>
+struct NarrowMean {
+  ReduceAcc<T> divisor;
+  T operator()(ReduceAcc<T> value) const noexcept { return narrow<T>(value / divisor); }
+};
+
+/// Applies `f` to `op`'s operator object (mean -> sum, see the callers).
+template <class F>
+[[gnu::always_inline]] inline decltype(auto) with_reduce_fn(ReduceOp op, F&& f) {
+  switch (op) {
+    case ReduceOp::product:
+      return f(ProductFn{});
+    case ReduceOp::min:
+      return f(MinFn{});
+    case ReduceOp::max:
+      return f(MaxFn{});
+    case ReduceOp::sum:
+    case ReduceOp::mean:
+      break;
+  }
+  return f(SumFn{});
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/reduce_ops.hpp ----
+
+#if STRATA_REDUCE_DISPATCH
+#include <immintrin.h>
 #endif
 
-template <Isa kIsa>
-using IsaTag = std::integral_constant<Isa, kIsa>;
+namespace strata::detail {
 
 /// float16 converts in blocks with F16C where the kernels run AVX2 or wider (those sets require
 /// it): bit for bit the portable conversions (round to nearest even, NaNs quieted with their
@@ -1162,44 +1524,10 @@ inline void reduce_half_blocks(float16* out, const float16* const* inputs, std::
       });
 }
 
-/// The block loop of `reduce_n` for k >= 2 inputs, element by element; `integer_mean` divides
-/// each finished block.
-template <class T, class F, class Fin>
-[[gnu::always_inline]] inline void reduce_elementwise(T* out, const T* const* inputs, std::size_t k,
-                                                      std::size_t count, F f, Fin fin,
-                                                      bool integer_mean) {
-  alignas(64) ReduceAcc<T> acc[kReduceBlock];
-  for_each_block(
-      out, count, [&](std::size_t base, auto n) __attribute__((always_inline)) {
-        T* o = out + base;
-        const T* first = inputs[0] + base;
-        const T* second = inputs[1] + base;
-        if (k == 2) {
-          // One pass in every placement but the degenerate out == inputs[0] == inputs[1].
-          if (o != first && o != second) {
-            fused_two<T>(o, first, second, n, f, fin);
-          } else if (first == second) {
-            combine_two<T>(acc, first, second, n, f);
-            store<T>(o, acc, n, fin);
-          } else if (o == first) {
-            fused_two_in_place<true>(o, second, n, f, fin);
-          } else {
-            fused_two_in_place<false>(o, first, n, f, fin);
-          }
-        } else {
-          combine_two<T>(acc, first, second, n, f);
-          for (std::size_t j = 2; j + 1 < k; ++j)
-            combine_next<T>(acc, inputs[j] + base, n, f);
-          const T* last = inputs[k - 1] + base;
-          if (o == last) {
-            finish_in_place<T>(o, acc, n, f, fin);
-          } else {
-            finish<T>(o, acc, last, n, f, fin);
-          }
-        }
-        if (integer_mean) divide_block(o, n, k);  // while the block is still in L1
-      });
-}
+}  // namespace strata::detail
+// ---- end strata/core/detail/reduce_half_blocks.hpp ----
+
+namespace strata::detail {
 
 /// The block loop of `reduce_n` for k >= 2 inputs, compiled for `kIsa`.
 template <Isa kIsa, class T, class F, class Fin>
@@ -1211,75 +1539,6 @@ template <Isa kIsa, class T, class F, class Fin>
   } else {
     reduce_elementwise(out, inputs, k, count, f, fin, integer_mean);
   }
-}
-
-/// The widest instruction set this CPU (and its OS) runs; baseline off x86-64.
-inline Isa best_isa() noexcept {
-#if STRATA_REDUCE_DISPATCH
-  static const Isa best = [] {
-    __builtin_cpu_init();
-    // Every CPU with AVX2 has F16C, but a hypervisor may hide it; the kernels need both.
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-    if (!f16c || !__builtin_cpu_supports("avx2")) return Isa::baseline;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
-      return Isa::avx512;
-    return Isa::avx2;
-  }();
-  return best;
-#else
-  return Isa::baseline;
-#endif
-}
-
-#if STRATA_REDUCE_DISPATCH
-// `flatten` (and, for compilers whose flatten is not recursive, `always_inline` on the block
-// loops and the lambdas that reach them) inlines everything the kernel calls, so its loops are
-// compiled, and vectorized, for the wrapper's instruction set whatever -march the program is built
-// with. The set changes how wide the loops run, not what they compute: no FMA is enabled and each
-// element is combined alone, so every set gives the same bits, except which NaN's payload a NaN
-// result carries when two meet (tests/core/reduce_test.cpp checks).
-template <class Kernel>
-[[gnu::target("avx2,f16c"), gnu::flatten]] inline void run_avx2(const Kernel& kernel) {
-  kernel(IsaTag<Isa::avx2>{});
-}
-
-template <class Kernel>
-[[gnu::target("avx2,f16c,avx512f,avx512bw,avx512vl"), gnu::flatten]] inline void run_avx512(
-    const Kernel& kernel) {
-  kernel(IsaTag<Isa::avx512>{});
-}
-#endif
-
-/// Runs `kernel(IsaTag<isa>{})` compiled for `isa`, which the CPU must support
-/// (isa <= best_isa()).
-template <class Kernel>
-inline void run_on(Isa isa, const Kernel& kernel) {
-#if STRATA_REDUCE_DISPATCH
-  if (isa == Isa::avx512) return run_avx512(kernel);
-  if (isa == Isa::avx2) return run_avx2(kernel);
-#else
-  (void)isa;
-#endif
-  kernel(IsaTag<Isa::baseline>{});
-}
-
-/// Applies `f` to `op`'s operator object (mean -> sum, see the callers).
-template <class F>
-[[gnu::always_inline]] inline decltype(auto) with_reduce_fn(ReduceOp op, F&& f) {
-  switch (op) {
-    case ReduceOp::product:
-      return f(ProductFn{});
-    case ReduceOp::min:
-      return f(MinFn{});
-    case ReduceOp::max:
-      return f(MaxFn{});
-    case ReduceOp::sum:
-    case ReduceOp::mean:
-      break;
-  }
-  return f(SumFn{});
 }
 
 inline bool is_valid(ReduceOp op) noexcept {
@@ -1401,7 +1660,7 @@ void divide_on(Isa isa, std::span<T> data, std::size_t divisor) {
         constexpr Isa kSet = decltype(set)::value;
         if constexpr (kHalvesInBlocks<kSet, T>) {
           const T* const inputs[] = {p};
-          const NarrowMean<T> quotient{static_cast<float>(divisor)};
+          const NarrowMean<T> quotient{static_cast<ReduceAcc<T>>(divisor)};
           reduce_half_blocks<kSet>(p, inputs, 1, count, SumFn{}, quotient);
         } else {
           for_each_block(
@@ -1413,6 +1672,55 @@ void divide_on(Isa isa, std::span<T> data, std::size_t divisor) {
 }
 
 }  // namespace strata::detail
+// ---- end strata/core/detail/reduce_dispatch.hpp ----
+
+namespace strata {
+
+/// Reduces `inputs.size()` arrays element-wise into `out`:
+/// `out[i] = inputs[0][i] op inputs[1][i] op ... op inputs[k-1][i]` for `i < out.size()`;
+/// `mean` is the sum divided by `inputs.size()` (integers: truncation toward zero). float16
+/// and bfloat16 are combined in float and rounded once, at the end. One input is a copy.
+///
+/// Call it with the element type spelled out so that containers convert to the spans:
+///
+///     std::vector<float> mine(n), theirs(n);
+///     const float* const inputs[] = {mine.data(), theirs.data()};
+///     strata::reduce_n<float>(mine, inputs, strata::ReduceOp::sum);  // mine += theirs
+///
+/// @param out     the result; `out.data()` may equal any `inputs[j]` (in-place), but must not
+///                otherwise overlap an input.
+/// @param inputs  pointers to `out.size()` elements each, combined in this order. The same
+///                pointer may appear more than once.
+/// @throws UsageError (operation "reduce_n") when `inputs` is empty, `op` is not a `ReduceOp`,
+///         or, for a non-empty `out`, an input is null or partially overlaps `out`.
+template <Element T>
+void reduce_n(std::span<T> out, std::span<const T* const> inputs, ReduceOp op);
+
+/// `inout[i] = inout[i] op in[i]`: the two-operand step of a collective that receives data
+/// piece by piece. `mean` acts as `sum` here; finish it with `divide()`. float16 and bfloat16
+/// round to their type on every call (there is nowhere else to keep the float).
+///
+/// @throws UsageError (operation "accumulate") when the sizes differ, `op` is not a
+///         `ReduceOp`, or the spans partially overlap (exactly equal spans are accepted).
+template <Element T>
+void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op);
+
+/// `data[i] /= divisor`, finishing a mean. Integers truncate toward zero; 16-bit floats divide
+/// in float and round once.
+///
+/// @throws UsageError (operation "divide") when `divisor` is 0.
+template <Element T>
+void divide(std::span<T> data, std::size_t divisor);
+
+/// Type-erased `reduce_n`, for communicators that carry a `DataType` tag: `out` and each
+/// `inputs[j]` point at `count` elements of `type`.
+///
+/// @throws UsageError (operation "reduce_n") as the typed form, and when `type` is not a
+///         `DataType` or a needed pointer is null.
+inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
+                     std::size_t count, ReduceOp op);
+
+}  // namespace strata
 
 namespace strata {
 
@@ -1466,133 +1774,32 @@ inline void reduce_n(DataType type, void* out, const void* const* inputs, std::s
 }  // namespace strata
 // ---- end strata/core/reduce.hpp ----
 
-// ---- begin strata/algorithms/all_gather_ring.hpp ----
-// strata/algorithms/all_gather_ring.hpp — pipelined ring all-gather over messages.
+// ---- begin strata/algorithms/all_gather_direct.hpp ----
+// strata/algorithms/all_gather_direct.hpp — all-gather by copying straight from every rank.
 //
-// Computes  block q of every rank's output = rank q's input (blocks of `count` elements).
-// Phases    n-1 steps: in step t rank r sends block r-t to rank r+1 and receives block r-t-1
-//           from rank r-1 straight into its output; each block travels as segments, and a
-//           segment is forwarded as soon as it has arrived (in wavefront order,
-//           detail::Wavefront).
-// Cost      (n-1)·S bytes sent and received per rank for blocks of S bytes (bandwidth-
-//           optimal); n-1 hops of latency.
-// Requires  agreed calls (count).
-// Determinism  a copy: bit-identical everywhere.
+// Computes  every rank's output block q = rank q's input (count elements each), for ranks
+//           that share an address space.
+// Phases    1. copy: rank r copies every rank's input into its output block of that rank
+//              (skipping its own block when it is already in place).
+// Cost      no synchronization point of its own. Every rank reads and writes n·S bytes
+//           (S = one rank's contribution), the minimum for an all-gather.
+// Requires  host memory; agreed calls (count, type). In place means rank r's input is block r
+//           of its own output.
+// Determinism  exact copy.
 
-#include <cstddef>
-#include <string_view>
-#include <vector>
+#include <cstring>
 
-// ---- begin strata/algorithms/detail/messages.hpp ----
-// strata/algorithms/detail/messages.hpp — shared pieces of the message-passing algorithms.
+// ---- begin strata/algorithms/link.hpp ----
+// strata/algorithms/link.hpp — what an algorithm sees of its peers: the two link concepts.
+//
+// Algorithms are written against these, never against sockets or threads: a transport models
+// one of them (transport/local for threads of one process, transport/tcp for processes), and
+// a communicator hands an algorithm its link and its call, `Algorithm::run(link, call)`.
 
-#include <algorithm>
 #include <concepts>
 #include <cstddef>
-#include <cstring>
 #include <span>
-#include <vector>
 
-// ---- begin strata/communicator/collective.hpp ----
-// strata/communicator/collective.hpp — the description of one collective call.
-//
-// Every communicator turns a typed call (`all_reduce(std::span<float>, ReduceOp::sum)`) into a
-// `CollectiveCall`: what the call is, with which count, type, op and root, and where its bytes
-// are. Ranks compare these descriptions before moving any data, so a rank that disagrees gets a
-// `MismatchError` rather than a hang or reinterpreted bytes.
-
-#include <cstddef>
-#include <cstdint>
-#include <string>
-#include <string_view>
-
-#include <fmt/format.h>
-
-
-namespace strata::communicator {
-
-/// The collectives a Communicator offers.
-enum class Collective : std::uint8_t {
-  all_reduce,
-  broadcast,
-  reduce,
-  all_gather,
-  reduce_scatter,
-  barrier
-};
-
-constexpr std::string_view to_string(Collective kind) noexcept {
-  switch (kind) {
-    case Collective::all_reduce:
-      return "all_reduce";
-    case Collective::broadcast:
-      return "broadcast";
-    case Collective::reduce:
-      return "reduce";
-    case Collective::all_gather:
-      return "all_gather";
-    case Collective::reduce_scatter:
-      return "reduce_scatter";
-    case Collective::barrier:
-      return "barrier";
-  }
-  return "invalid";
-}
-
-/// True when `kind` combines values with a ReduceOp (and so must agree on it across ranks).
-constexpr bool reduces(Collective kind) noexcept {
-  return kind == Collective::all_reduce || kind == Collective::reduce ||
-         kind == Collective::reduce_scatter;
-}
-
-/// True when `kind` has a root rank (which must agree across ranks).
-constexpr bool has_root(Collective kind) noexcept {
-  return kind == Collective::broadcast || kind == Collective::reduce;
-}
-
-/// One rank's view of one collective call.
-///
-/// `count` is the per-rank element count the collective is defined by: the buffer length for
-/// all_reduce, broadcast and reduce; the contribution of each rank for all_gather (the output
-/// holds size·count); the output block of each rank for reduce_scatter (the input holds
-/// size·count). `send` and `recv` may be equal (in place); `recv` may be null where the
-/// collective leaves this rank's output undefined (reduce on a non-root rank).
-struct CollectiveCall {
-  Collective kind = Collective::barrier;
-  DataType type = DataType::uint8;
-  std::size_t count = 0;
-  ReduceOp op = ReduceOp::sum;
-  int root = 0;
-  const void* send = nullptr;
-  void* recv = nullptr;
-
-  /// True when both calls are the same collective in every field ranks must agree on.
-  friend constexpr bool agrees(const CollectiveCall& a, const CollectiveCall& b) noexcept {
-    return a.kind == b.kind && a.type == b.type && a.count == b.count &&
-           (!reduces(a.kind) || a.op == b.op) && (!has_root(a.kind) || a.root == b.root);
-  }
-};
-
-/// "all_reduce(count=1024, type=float, op=sum)": the fields that ranks must agree on.
-inline std::string describe(const CollectiveCall& call) {
-  std::string text =
-      fmt::format("{}(count={}, type={}", to_string(call.kind), call.count, to_string(call.type));
-  if (reduces(call.kind)) fmt::format_to(std::back_inserter(text), ", op={}", to_string(call.op));
-  if (has_root(call.kind)) fmt::format_to(std::back_inserter(text), ", root={}", call.root);
-  text += ')';
-  return text;
-}
-
-}  // namespace strata::communicator
-
-template <>
-struct fmt::formatter<strata::communicator::Collective> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::communicator::Collective kind, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::communicator::to_string(kind), ctx);
-  }
-};
-// ---- end strata/communicator/collective.hpp ----
 // ---- begin strata/transport/plan.hpp ----
 // strata/transport/plan.hpp — a collective as a plan of messages, for message-passing links.
 //
@@ -1633,28 +1840,125 @@ struct RecvStep {
 
 namespace strata::algorithms {
 
+/// L models SharedMemoryLink if:
+///   1. `link.rank()` and `link.size()` give this rank and the group size (as int), so an
+///      algorithm can compute which part of the work is its own;
+///   2. `link.peer_call(r)` gives rank r's `CollectiveCall` for the current collective, whose
+///      `send`/`recv` buffers this rank may read (and, where the algorithm says so, write)
+///      between synchronization points: the ranks share one address space;
+///   3. `link.sync()` returns once every rank has reached the same point, or throws a
+///      `strata::Error` (deadline, failed peer): what one rank wrote before `sync()` is visible
+///      to every rank after it.
+/// It leaves out any byte transport: algorithms between address spaces use a MessageLink.
+template <class L>
+concept SharedMemoryLink = requires(L& link, const L& const_link, int peer) {
+  { const_link.rank() } -> std::same_as<int>;
+  { const_link.size() } -> std::same_as<int>;
+  { const_link.peer_call(peer) } -> std::same_as<const CollectiveCall&>;
+  link.sync();
+};
+
 /// L models MessageLink if it runs plans of messages between the ranks of a group:
-///   1. `rank()`, `size()` and `call()` (this rank's CollectiveCall): algorithms cut work by
-///      them and read the buffers from the call;
+///   1. `rank()` and `size()`: algorithms cut the work by them;
 ///   2. `transfer(sends, recvs, handler)` runs a plan (transport/plan.hpp), calling
 ///      `handler(j)` when receive j is in: where reductions happen;
-///   3. `max_message_bytes()` bounds one message, `channels_per_peer()` says how many messages
-///      from one peer may be in flight (receive slots are reused modulo it), and
-///      `scratch(bytes)` lends memory for received segments and partial results.
-/// It leaves out sockets, framing and failure handling: those are the transport's.
+///   3. `chunk_bytes()` bounds one message (pipelined algorithms cut buffers into segments of
+///      at most that), `channels_per_peer()` says how many messages from one peer may be in
+///      flight (receive slots are reused modulo it), and `scratch(bytes)` lends memory for
+///      received segments and partial results.
+/// It leaves out the call (the algorithm is handed it), sockets, framing and failure
+/// handling: those are the transport's.
 template <class L>
 concept MessageLink = requires(L& link, const L& clink, std::span<const transport::SendStep> sends,
                                std::span<const transport::RecvStep> recvs, std::size_t bytes) {
   { clink.rank() } -> std::same_as<int>;
   { clink.size() } -> std::same_as<int>;
-  { clink.call() } -> std::convertible_to<const communicator::CollectiveCall&>;
-  { clink.max_message_bytes() } -> std::convertible_to<std::size_t>;
+  { clink.chunk_bytes() } -> std::convertible_to<std::size_t>;
   { clink.channels_per_peer() } -> std::same_as<int>;
   { link.scratch(bytes) } -> std::same_as<std::byte*>;
   link.transfer(sends, recvs, [](std::size_t) {});
 };
 
-namespace detail {
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/link.hpp ----
+
+namespace strata::algorithms {
+
+struct AllGatherDirect {
+  static constexpr std::string_view kName = "direct";
+
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
+    const std::size_t block = mine.count * size_of(mine.type);
+    if (block == 0) return;
+    // Phase 1: copy every rank's contribution into its block.
+    for (int q = 0; q < link.size(); ++q) {
+      auto* destination = static_cast<std::byte*>(mine.recv) + static_cast<std::size_t>(q) * block;
+      const void* source = link.peer_call(q).send;
+      if (destination != source) std::memcpy(destination, source, block);
+    }
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/all_gather_direct.hpp ----
+// ---- begin strata/algorithms/all_gather_ring.hpp ----
+// strata/algorithms/all_gather_ring.hpp — pipelined ring all-gather over messages.
+//
+// Computes  block q of every rank's output = rank q's input (blocks of `count` elements).
+// Phases    n-1 steps: in step t rank r sends block r-t to rank r+1 and receives block r-t-1
+//           from rank r-1 straight into its output; each block travels as segments, and a
+//           segment is forwarded as soon as it has arrived (in wavefront order,
+//           detail::Wavefront).
+// Cost      (n-1)·S bytes sent and received per rank for blocks of S bytes (bandwidth-
+//           optimal); n-1 hops of latency.
+// Requires  agreed calls (count).
+// Determinism  a copy: bit-identical everywhere.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+// ---- begin strata/algorithms/detail/messages.hpp ----
+// strata/algorithms/detail/messages.hpp — shared pieces of the message-passing algorithms.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <vector>
+
+
+namespace strata::algorithms::detail {
+
+inline void copy_if_distinct(std::byte* to, const std::byte* from, std::size_t bytes) noexcept {
+  if (to != from && bytes > 0) std::memmove(to, from, bytes);
+}
+
+/// What every message algorithm starts from: the group's shape and this rank's buffers.
+struct Participant {
+  int size;
+  int rank;
+  std::size_t element;  ///< bytes per element
+  const std::byte* in;
+  std::byte* out;
+
+  template <MessageLink Link>
+  Participant(const Link& link, const CollectiveCall& call) noexcept
+      : size(link.size()),
+        rank(link.rank()),
+        element(size_of(call.type)),
+        in(static_cast<const std::byte*>(call.send)),
+        out(static_cast<std::byte*>(call.recv)) {}
+
+  /// With one rank there is nothing to exchange: copies the input's `bytes` to the output and
+  /// says so.
+  bool alone(std::size_t bytes) const noexcept {
+    if (size != 1) return false;
+    copy_if_distinct(out, in, bytes);
+    return true;
+  }
+};
 
 /// Element range [begin, end).
 struct Range {
@@ -1672,8 +1976,8 @@ inline Range part_of(Range range, std::size_t parts, std::size_t k) noexcept {
 /// How many messages a range of `elements` is cut into so that none exceeds the link's limit
 /// (at least one: every step carries the call's description, even without data).
 inline std::size_t segments_for(std::size_t elements, std::size_t element_bytes,
-                                std::size_t max_message_bytes) noexcept {
-  const std::size_t per_message = std::max<std::size_t>(1, max_message_bytes / element_bytes);
+                                std::size_t chunk_bytes) noexcept {
+  const std::size_t per_message = std::max<std::size_t>(1, chunk_bytes / element_bytes);
   return std::max<std::size_t>(1, (elements + per_message - 1) / per_message);
 }
 
@@ -1761,6 +2065,32 @@ inline void combine_partials(DataType type, std::byte* out, const std::byte* own
   if (last) finish_mean(type, out, count, op, group_size);
 }
 
+/// How recursive doubling and halving-doubling run on any group size: p, the largest power of
+/// two ≤ n, ranks take part in the exchange; for r < 2e (e = n - p) even rank r first hands its
+/// vector to r+1 and waits for the result. The p remaining ranks get virtual ranks 0..p-1.
+struct PowerOfTwoFold {
+  int p = 1;                 ///< ranks in the exchange
+  int rounds = 0;            ///< log2(p)
+  int extra = 0;             ///< e = n - p, the ranks folded away
+  bool folded_away = false;  ///< an even rank r < 2e: hands its vector to r+1
+  bool folds_in = false;     ///< an odd rank r < 2e: combines r-1's vector with its own
+  int virtual_rank = 0;      ///< this rank's place in the exchange (unless folded away)
+
+  explicit PowerOfTwoFold(const Participant& self) noexcept {
+    while (p * 2 <= self.size) {
+      p *= 2;
+      ++rounds;
+    }
+    extra = self.size - p;
+    folded_away = self.rank < 2 * extra && self.rank % 2 == 0;
+    folds_in = self.rank < 2 * extra && self.rank % 2 == 1;
+    virtual_rank = folds_in ? self.rank / 2 : self.rank - extra;
+  }
+
+  /// The rank that has virtual rank `v`.
+  int real_rank(int v) const noexcept { return v < extra ? 2 * v + 1 : v + extra; }
+};
+
 /// The part of a rank folded out of a power-of-two exchange (recursive doubling and halving):
 /// send every part of `in` to `partner`, receive the result into `out`. In place the result
 /// overwrites what send k read, so receive k waits for it.
@@ -1777,12 +2107,7 @@ void fold_away(Link& link, int partner, const std::byte* in, std::byte* out,
   link.transfer(sends, recvs, [](std::size_t) {});
 }
 
-inline void copy_if_distinct(std::byte* to, const std::byte* from, std::size_t bytes) noexcept {
-  if (to != from && bytes > 0) std::memmove(to, from, bytes);
-}
-
-}  // namespace detail
-}  // namespace strata::algorithms
+}  // namespace strata::algorithms::detail
 // ---- end strata/algorithms/detail/messages.hpp ----
 
 namespace strata::algorithms {
@@ -1791,33 +2116,30 @@ struct AllGatherRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    auto* out = static_cast<std::byte*>(call.recv);
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
     auto block = [&](int q) {
-      const auto begin = static_cast<std::size_t>(detail::mod(q, n)) * call.count;
+      const auto begin = static_cast<std::size_t>(detail::mod(q, self.size)) * call.count;
       return detail::Range{begin, begin + call.count};
     };
-    detail::copy_if_distinct(out + block(r).begin * element,
-                             static_cast<const std::byte*>(call.send), call.count * element);
-    if (n == 1) return;
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
-    const detail::Wavefront order(static_cast<std::size_t>(n - 1), m);
+    detail::copy_if_distinct(self.out + block(self.rank).begin * self.element,
+                             static_cast<const std::byte*>(call.send), call.count * self.element);
+    if (self.size == 1) return;
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
+    const detail::Wavefront order(static_cast<std::size_t>(self.size - 1), m);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const int t = static_cast<int>(order.step(i));
       const std::size_t k = order.segment(i);
-      const detail::Range send_part = detail::part_of(block(r - t), m, k);
-      const detail::Range recv_part = detail::part_of(block(r - t - 1), m, k);
-      sends.push_back(
-          {next, out + send_part.begin * element, send_part.size() * element, order.forwards(i)});
-      recvs.push_back({prev, out + recv_part.begin * element, recv_part.size() * element, -1});
+      const detail::Range send_part = detail::part_of(block(self.rank - t), m, k);
+      const detail::Range recv_part = detail::part_of(block(self.rank - t - 1), m, k);
+      sends.push_back({next, self.out + send_part.begin * self.element,
+                       send_part.size() * self.element, order.forwards(i)});
+      recvs.push_back(
+          {prev, self.out + recv_part.begin * self.element, recv_part.size() * self.element, -1});
     }
     link.transfer(sends, recvs, [](std::size_t) {});
   }
@@ -1825,6 +2147,272 @@ struct AllGatherRing {
 
 }  // namespace strata::algorithms
 // ---- end strata/algorithms/all_gather_ring.hpp ----
+// ---- begin strata/algorithms/all_reduce_halving_doubling.hpp ----
+// strata/algorithms/all_reduce_halving_doubling.hpp — Rabenseifner's all-reduce: a reduce-scatter
+// by recursive halving, then an all-gather by recursive doubling, for any group size.
+//
+// Computes  every rank's output = op over all ranks' inputs.
+// Phases    Let p be the largest power of two ≤ n and e = n - p. The vector is cut into p
+//           blocks, each into pieces of at most chunk_bytes.
+//           1. fold: for r < 2e, even rank r sends its vector to r+1, which combines them;
+//              even ranks then wait. The p remaining ranks get virtual ranks 0..p-1.
+//           2. reduce-scatter, log2(p) rounds: in round k (distance d = p/2^(k+1)) each rank
+//              keeps the half of its blocks on its side of bit d of its virtual rank, sends
+//              the other half to the rank across that bit, and combines what comes back.
+//              Virtual rank v ends with block v reduced over all ranks.
+//           3. all-gather, log2(p) rounds in reverse: each rank sends the blocks it has to
+//              the rank across bit d and receives as many, straight into its output.
+//           4. unfold: odd ranks r < 2e send the result to r-1.
+//           Every piece travels as its own message, so a piece goes on to the next round as
+//           soon as it is combined: rounds overlap.
+// Cost      2·log2(p) (+2 when n is not a power of two) message latencies; 2·(p-1)/p·S bytes
+//           sent per rank, like the ring, and (p-1)/p·S combined. Between recursive doubling
+//           (log2 p hops, S·log2 p bytes) and the ring (2(n-1) hops): medium messages.
+// Requires  agreed calls; scratch of 2·S bytes at most.
+// Determinism  bit-identical on every rank: each block is combined by one rank per round
+//           (lower virtual rank's partial, higher's) and then copied.
+
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <vector>
+
+
+namespace strata::algorithms {
+
+namespace detail {
+
+/// The vector cut for halving-doubling: `blocks` blocks (one per virtual rank), each cut into
+/// `per_block` pieces of at most chunk_bytes. Piece x is part x % per_block of block
+/// x / per_block, so the pieces of blocks [first, last) are [first·per_block, last·per_block).
+class BlockPieces {
+ public:
+  BlockPieces(std::size_t count, std::size_t blocks, std::size_t element,
+              std::size_t chunk_bytes) noexcept
+      : all_{0, count},
+        blocks_(blocks),
+        per_block_(segments_for((count + blocks - 1) / blocks, element, chunk_bytes)) {}
+
+  Range all() const noexcept { return all_; }
+  std::size_t blocks() const noexcept { return blocks_; }
+  /// How many pieces there are in all.
+  std::size_t size() const noexcept { return blocks_ * per_block_; }
+  /// The first piece of block b (b == blocks(): one past the last piece).
+  std::size_t first_of(std::size_t b) const noexcept { return b * per_block_; }
+  Range block(std::size_t b) const noexcept { return part_of(all_, blocks_, b); }
+  Range piece(std::size_t x) const noexcept {
+    return part_of(block(x / per_block_), per_block_, x % per_block_);
+  }
+  /// Blocks [first, last) as an element range.
+  Range blocks_span(std::size_t first, std::size_t last) const noexcept {
+    return Range{block(first).begin, block(last - 1).end};
+  }
+  std::vector<Range> list() const {
+    std::vector<Range> parts(size());
+    for (std::size_t x = 0; x < size(); ++x)
+      parts[x] = piece(x);
+    return parts;
+  }
+
+ private:
+  Range all_;
+  std::size_t blocks_;
+  std::size_t per_block_;
+};
+
+/// The plan of a rank that takes part in the power-of-two exchange, built phase by phase. It
+/// tracks, per piece, which receive last wrote this rank's partial into `out` and which send
+/// read it from there, so that every message waits for exactly what it depends on.
+class HalvingDoublingPlan {
+ public:
+  template <MessageLink Link>
+  HalvingDoublingPlan(Link& link, const CollectiveCall& call, const Participant& self,
+                      const PowerOfTwoFold& fold, const BlockPieces& pieces)
+      : call_(call),
+        self_(self),
+        fold_(fold),
+        pieces_(pieces),
+        latest_(pieces.size(), -1),
+        read_from_out_(pieces.size(), -1),
+        first_(0),
+        last_(pieces.blocks()) {
+    region_ = link.scratch(scratch_bytes());
+  }
+
+  /// Phase 1 of an odd rank r < 2e: receive r-1's vector and combine it with this rank's.
+  void fold_in() {
+    if (!fold_.folds_in) return;
+    for (std::size_t x = 0; x < pieces_.size(); ++x)
+      receive_combining(self_.rank - 1, x, pieces_.all(), /*received_first=*/true,
+                        /*final_round=*/false);
+    region_ += call_.count * self_.element;
+  }
+
+  void reduce_scatter() {
+    for (int k = 0; k < fold_.rounds; ++k)
+      reduce_scatter_round(k);
+  }
+
+  void all_gather() {
+    for (int k = fold_.rounds - 1; k >= 0; --k)
+      all_gather_round(k);
+  }
+
+  /// Phase 4 of an odd rank r < 2e: send the result to r-1.
+  void unfold() {
+    if (!fold_.folds_in) return;
+    for (std::size_t x = 0; x < pieces_.size(); ++x)
+      send_piece(self_.rank - 1, self_.out, x, latest_[x]);
+  }
+
+  std::span<const transport::SendStep> sends() const noexcept { return sends_; }
+  std::span<const transport::RecvStep> recvs() const noexcept { return recvs_; }
+
+  /// The handler of receive j: combine the received piece with this rank's partial, or
+  /// nothing (the all-gather receives in place).
+  void on_received(std::size_t j) const {
+    const Combine& c = combines_[j];
+    if (c.own == nullptr) return;
+    combine_partials(call_.type, self_.out + c.part.begin * self_.element,
+                     c.own + c.part.begin * self_.element, recvs_[j].data, c.received_first,
+                     c.part.size(), call_.op, c.last, self_.size);
+  }
+
+ private:
+  // What the handler of receive j does: combine the received piece with this rank's partial
+  // (`own`, its input or `out`) into `out`, or nothing.
+  struct Combine {
+    Range part;
+    const std::byte* own = nullptr;  // nullptr: nothing to combine
+    bool received_first = false;     // the received partial belongs to the lower rank
+    bool last = false;               // the final combine of this piece: finish a mean here
+  };
+
+  /// Scratch: the folded vector, then each reduce-scatter round's half, one after another
+  /// (a round's pieces may arrive before the previous round's are combined).
+  std::size_t scratch_bytes() const noexcept {
+    std::size_t bytes = fold_.folds_in ? call_.count * self_.element : 0;
+    for (std::size_t kept = pieces_.blocks() / 2; kept >= 1; kept /= 2)  // any `kept`: ≤ 1 more
+      bytes += (pieces_.blocks_span(0, kept).size() + 1) * self_.element;
+    return bytes;
+  }
+
+  /// Where piece x's partial is: the input until something was received for it, then `out`.
+  const std::byte* partial(std::size_t x) const noexcept {
+    return latest_[x] < 0 ? self_.in : self_.out;
+  }
+
+  void send_piece(int peer, const std::byte* base, std::size_t x, std::ptrdiff_t after) {
+    const Range part = pieces_.piece(x);
+    sends_.push_back({peer, base + part.begin * self_.element, part.size() * self_.element, after});
+  }
+
+  /// Receives piece x into the current scratch region (which holds the elements `around`) and
+  /// combines it, once the previous combine of that piece is done.
+  void receive_combining(int peer, std::size_t x, Range around, bool received_first,
+                         bool final_round) {
+    const Range part = pieces_.piece(x);
+    recvs_.push_back({peer, region_ + (part.begin - around.begin) * self_.element,
+                      part.size() * self_.element, -1, latest_[x]});
+    combines_.push_back({part, partial(x), received_first, final_round});
+    latest_[x] = static_cast<std::ptrdiff_t>(recvs_.size() - 1);
+  }
+
+  /// Round k of phase 2: give the half of blocks [first, last) on the partner's side of bit
+  /// `distance`, keep and combine the other half.
+  void reduce_scatter_round(int k) {
+    const auto distance = pieces_.blocks() >> (k + 1);
+    const int partner_virtual = fold_.virtual_rank ^ static_cast<int>(distance);
+    const int partner = fold_.real_rank(partner_virtual);
+    const bool upper = (static_cast<std::size_t>(fold_.virtual_rank) & distance) != 0;
+    const std::size_t give_first = upper ? first_ : first_ + distance;
+    const std::size_t keep_first = upper ? first_ + distance : first_;
+    for (std::size_t x = pieces_.first_of(give_first); x < pieces_.first_of(give_first + distance);
+         ++x) {
+      if (latest_[x] >= 0 || self_.in == self_.out)
+        read_from_out_[x] = static_cast<std::ptrdiff_t>(sends_.size());
+      send_piece(partner, partial(x), x, latest_[x]);
+    }
+    const Range kept = pieces_.blocks_span(keep_first, keep_first + distance);
+    for (std::size_t x = pieces_.first_of(keep_first); x < pieces_.first_of(keep_first + distance);
+         ++x)
+      receive_combining(partner, x, kept, partner_virtual < fold_.virtual_rank,
+                        k + 1 == fold_.rounds);
+    region_ += kept.size() * self_.element;
+    first_ = keep_first;
+    last_ = keep_first + distance;
+  }
+
+  /// Round k of phase 3: send the blocks [first, last) this rank has to the rank across bit
+  /// `distance` and receive its as many, straight into `out`, once `out` was read there.
+  void all_gather_round(int k) {
+    const auto distance = pieces_.blocks() >> (k + 1);
+    const int partner = fold_.real_rank(fold_.virtual_rank ^ static_cast<int>(distance));
+    const bool upper = (static_cast<std::size_t>(fold_.virtual_rank) & distance) != 0;
+    const std::size_t partner_first = upper ? first_ - distance : last_;
+    for (std::size_t x = pieces_.first_of(first_); x < pieces_.first_of(last_); ++x)
+      send_piece(partner, self_.out, x, latest_[x]);
+    for (std::size_t x = pieces_.first_of(partner_first);
+         x < pieces_.first_of(partner_first + distance); ++x) {
+      const Range part = pieces_.piece(x);
+      recvs_.push_back({partner, self_.out + part.begin * self_.element,
+                        part.size() * self_.element, read_from_out_[x], -1});
+      combines_.push_back({part});
+      latest_[x] = static_cast<std::ptrdiff_t>(recvs_.size() - 1);
+    }
+    first_ = upper ? partner_first : first_;
+    last_ = first_ + 2 * distance;
+  }
+
+  const CollectiveCall& call_;
+  const Participant& self_;
+  const PowerOfTwoFold& fold_;
+  const BlockPieces& pieces_;
+  std::vector<transport::SendStep> sends_;
+  std::vector<transport::RecvStep> recvs_;
+  std::vector<Combine> combines_;
+  // Per piece: the receive after whose handler `out` holds this rank's partial or result
+  // (-1: nothing received yet, the partial is the input), and the send that read it from
+  // `out` (a later receive into `out` waits for that send).
+  std::vector<std::ptrdiff_t> latest_;
+  std::vector<std::ptrdiff_t> read_from_out_;
+  std::byte* region_ = nullptr;  // the scratch where the next round's receives go
+  std::size_t first_;            // this rank's blocks are [first_, last_)
+  std::size_t last_;
+};
+
+}  // namespace detail
+
+struct AllReduceHalvingDoubling {
+  static constexpr std::string_view kName = "halving_doubling";
+
+  template <MessageLink Link>
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    if (self.alone(call.count * self.element)) return;
+    const detail::PowerOfTwoFold fold(self);
+    const detail::BlockPieces pieces(call.count, static_cast<std::size_t>(fold.p), self.element,
+                                     link.chunk_bytes());
+    if (fold.folded_away) {  // phases 1 and 4 of an even rank: hand the vector over, get the result
+      const std::vector<detail::Range> parts = pieces.list();
+      detail::fold_away(link, self.rank + 1, self.in, self.out, parts, self.element);
+      return;
+    }
+    detail::HalvingDoublingPlan plan(link, call, self, fold, pieces);
+    // Phase 1, odd rank r < 2e: combine r-1's vector into this rank's.
+    plan.fold_in();
+    // Phase 2: log2(p) rounds of recursive halving; virtual rank v ends with block v reduced.
+    plan.reduce_scatter();
+    // Phase 3: log2(p) rounds of recursive doubling, in reverse, into `out`.
+    plan.all_gather();
+    // Phase 4, odd rank r < 2e: send the result to r-1.
+    plan.unfold();
+    link.transfer(plan.sends(), plan.recvs(), [&](std::size_t j) { plan.on_received(j); });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/all_reduce_halving_doubling.hpp ----
 // ---- begin strata/algorithms/all_reduce_recursive_doubling.hpp ----
 // strata/algorithms/all_reduce_recursive_doubling.hpp — latency-optimised all-reduce for small
 // messages, correct for any group size.
@@ -1836,7 +2424,7 @@ struct AllGatherRing {
 //           2. log2(p) rounds: in round k each remaining rank exchanges its whole vector with
 //              the rank whose virtual rank differs in bit k, and both combine the two.
 //           3. unfold: odd ranks r < 2e send the result to r-1.
-//           Vectors larger than max_message_bytes travel as segments; segment k of a round
+//           Vectors larger than chunk_bytes travel as segments; segment k of a round
 //           goes out as soon as segment k of the previous round is combined.
 // Cost      ⌈log2 n⌉ (+2 when n is not a power of two) message latencies; S·log2(p) bytes
 //           sent per rank: the choice when latency dominates (small S).
@@ -1846,138 +2434,172 @@ struct AllGatherRing {
 //           vector, higher's) in that order, so they compute the same tree.
 
 #include <cstddef>
+#include <span>
 #include <string_view>
 #include <vector>
 
 
 namespace strata::algorithms {
 
+namespace detail {
+
+/// The plan of a rank that takes part in the power-of-two exchange, built phase by phase: each
+/// receive round lands in its own scratch region, and the first combine reads this rank's input
+/// where it lies (so out of place nothing copies the input first), later ones read `out`.
+class RecursiveDoublingPlan {
+ public:
+  RecursiveDoublingPlan(const CollectiveCall& call, const Participant& self,
+                        const PowerOfTwoFold& fold, std::size_t segments, std::byte* scratch)
+      : call_(call),
+        self_(self),
+        fold_(fold),
+        all_{0, call.count},
+        segments_(segments),
+        scratch_(scratch),
+        mine_(self.in) {}
+
+  /// Phase 1 of an odd rank r < 2e: receive r-1's vector and combine it with this rank's.
+  void fold_in() {
+    if (fold_.folds_in)
+      receive_round(self_.rank - 1, /*received_first=*/true, fold_.rounds == 0, {});
+  }
+
+  /// Phase 2: in round k, exchange the whole vector with the rank across bit k and combine.
+  void exchange_rounds() {
+    for (int mask = 1; mask < fold_.p; mask <<= 1) {
+      const int partner_virtual = fold_.virtual_rank ^ mask;
+      const int partner = fold_.real_rank(partner_virtual);
+      std::vector<std::ptrdiff_t> my_sends(segments_);
+      for (std::size_t k = 0; k < segments_; ++k) {
+        my_sends[k] = static_cast<std::ptrdiff_t>(sends_.size());
+        send_segment(partner, mine_, k);
+      }
+      receive_round(partner, partner_virtual < fold_.virtual_rank, mask * 2 >= fold_.p, my_sends);
+    }
+  }
+
+  /// Phase 3 of an odd rank r < 2e: send the result to r-1.
+  void unfold() {
+    if (!fold_.folds_in) return;
+    for (std::size_t k = 0; k < segments_; ++k)
+      send_segment(self_.rank - 1, self_.out, k);
+  }
+
+  std::span<const transport::SendStep> sends() const noexcept { return sends_; }
+  std::span<const transport::RecvStep> recvs() const noexcept { return recvs_; }
+
+  /// The handler of receive j: combine the received segment with this rank's vector into `out`.
+  void on_received(std::size_t j) const {
+    const Combine& c = combines_[j];
+    combine_partials(call_.type, self_.out + c.part.begin * self_.element,
+                     c.mine + c.part.begin * self_.element, recvs_[j].data, c.received_first,
+                     c.part.size(), call_.op, c.last, self_.size);
+  }
+
+ private:
+  struct Combine {
+    Range part;
+    bool received_first;  // the received vector belongs to the lower virtual rank
+    bool last;            // the last combine of this rank: finish a mean here
+    // This rank's side: its input for the first combine, which writes `out`, then `out`.
+    const std::byte* mine;
+  };
+
+  Range segment(std::size_t k) const noexcept { return part_of(all_, segments_, k); }
+
+  /// The receive segment k of a send waits for: segment k of the previous receive round.
+  std::ptrdiff_t previous_recv(std::size_t k) const noexcept {
+    return recvs_.size() < segments_ ? -1
+                                     : static_cast<std::ptrdiff_t>(recvs_.size() - segments_ + k);
+  }
+
+  void send_segment(int peer, const std::byte* base, std::size_t k) {
+    const Range part = segment(k);
+    sends_.push_back(
+        {peer, base + part.begin * self_.element, part.size() * self_.element, previous_recv(k)});
+  }
+
+  /// Receives a whole vector from `from` into the next scratch region; `after_send[k]` is the
+  /// send of this round that reads segment k of `out` (empty: none).
+  void receive_round(int from, bool received_first, bool last,
+                     std::span<const std::ptrdiff_t> after_send) {
+    const std::size_t bytes = call_.count * self_.element;
+    std::byte* region = scratch_ + static_cast<std::size_t>(round_++) * bytes;
+    for (std::size_t k = 0; k < segments_; ++k) {
+      const Range part = segment(k);
+      // The combine overwrites `out`: it waits for a send of this round that reads `out`.
+      const std::ptrdiff_t wait = mine_ == self_.out && !after_send.empty() ? after_send[k] : -1;
+      recvs_.push_back(
+          {from, region + part.begin * self_.element, part.size() * self_.element, wait});
+      combines_.push_back({part, received_first, last, mine_});
+    }
+    mine_ = self_.out;
+  }
+
+  const CollectiveCall& call_;
+  const Participant& self_;
+  const PowerOfTwoFold& fold_;
+  Range all_;
+  std::size_t segments_;
+  std::byte* scratch_;
+  int round_ = 0;          // receive rounds so far: the next one's scratch region
+  const std::byte* mine_;  // this rank's vector: its input until the first combine, then `out`
+  std::vector<transport::SendStep> sends_;
+  std::vector<transport::RecvStep> recvs_;
+  std::vector<Combine> combines_;
+};
+
+}  // namespace detail
+
 struct AllReduceRecursiveDoubling {
   static constexpr std::string_view kName = "recursive_doubling";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const std::size_t bytes = call.count * element;
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, bytes);
-      return;
-    }
-
-    int p = 1;
-    while (p * 2 <= n)
-      p *= 2;
-    const int extra = n - p;
-    const detail::Range all{0, call.count};
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-
-    std::vector<transport::SendStep> sends;
-    std::vector<transport::RecvStep> recvs;
-    struct Combine {
-      detail::Range part;
-      bool received_first;  // the received vector belongs to the lower virtual rank
-      bool last;            // the last combine of this rank: finish a mean here
-      // This rank's side: its input for the first combine, which writes `out` (so out of
-      // place nothing copies the input first), then `out`.
-      const std::byte* mine;
-    };
-    std::vector<Combine> combines;
-    // Receive round i of this rank has its own scratch region: rounds from different peers
-    // may arrive before the previous round is combined.
-    int rounds = 0;
-    for (int mask = 1; mask < p; mask <<= 1)
-      ++rounds;
-    const bool folded_away = r < 2 * extra && r % 2 == 0;
-    const bool folds_in = r < 2 * extra && r % 2 == 1;
-    const int receive_rounds = folded_away ? 0 : rounds + (folds_in ? 1 : 0);
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    const std::size_t bytes = call.count * self.element;
+    if (self.alone(bytes)) return;
+    const detail::PowerOfTwoFold fold(self);
+    const std::size_t segments = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    // Receive round i has its own scratch region: rounds from different peers may arrive
+    // before the previous round is combined.
+    const int receive_rounds = fold.folded_away ? 0 : fold.rounds + (fold.folds_in ? 1 : 0);
     std::byte* scratch = link.scratch(static_cast<std::size_t>(receive_rounds) * bytes);
-    int round = 0;
-    auto previous_recv = [&](std::size_t k) -> std::ptrdiff_t {
-      return recvs.size() < m ? -1 : static_cast<std::ptrdiff_t>(recvs.size() - m + k);
-    };
-
-    if (folded_away) {  // phases 1 and 3 of an even rank: hand the vector over, get the result
-      std::vector<detail::Range> parts(m);
-      for (std::size_t k = 0; k < m; ++k)
-        parts[k] = detail::part_of(all, m, k);
-      detail::fold_away(link, r + 1, in, out, parts, element);
+    if (fold.folded_away) {  // phases 1 and 3 of an even rank: hand the vector over, get the result
+      std::vector<detail::Range> parts(segments);
+      for (std::size_t k = 0; k < segments; ++k)
+        parts[k] = detail::part_of({0, call.count}, segments, k);
+      detail::fold_away(link, self.rank + 1, self.in, self.out, parts, self.element);
       return;
     }
-    const int virtual_rank = folds_in ? r / 2 : r - extra;
-    auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
-    // This rank's vector: its input until the first combine, `out` after it.
-    const std::byte* mine = in;
-    auto receive_round = [&](int from, bool received_first, bool last,
-                             const std::vector<std::ptrdiff_t>& after_send) {
-      std::byte* region = scratch + static_cast<std::size_t>(round++) * bytes;
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        // The combine overwrites `out`: it waits for a send of this round that reads `out`.
-        recvs.push_back({from, region + part.begin * element, part.size() * element,
-                         mine == out ? after_send[k] : -1});
-        combines.push_back({part, received_first, last, mine});
-      }
-      mine = out;
-    };
-    const std::vector<std::ptrdiff_t> no_send(m, -1);
-    if (folds_in) receive_round(r - 1, /*received_first=*/true, rounds == 0, no_send);
-    int k_round = 0;
-    for (int mask = 1; mask < p; mask <<= 1, ++k_round) {
-      const int partner_virtual = virtual_rank ^ mask;
-      const int partner = real_rank(partner_virtual);
-      std::vector<std::ptrdiff_t> my_sends(m);
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        my_sends[k] = static_cast<std::ptrdiff_t>(sends.size());
-        sends.push_back(
-            {partner, mine + part.begin * element, part.size() * element, previous_recv(k)});
-      }
-      receive_round(partner, partner_virtual < virtual_rank, mask * 2 >= p, my_sends);
-    }
-    if (folds_in)
-      for (std::size_t k = 0; k < m; ++k) {
-        const detail::Range part = detail::part_of(all, m, k);
-        sends.push_back(
-            {r - 1, out + part.begin * element, part.size() * element, previous_recv(k)});
-      }
-    link.transfer(sends, recvs, [&](std::size_t j) {
-      const Combine& c = combines[j];
-      detail::combine_partials(call.type, out + c.part.begin * element,
-                               c.mine + c.part.begin * element, recvs[j].data, c.received_first,
-                               c.part.size(), call.op, c.last, n);
-    });
+    detail::RecursiveDoublingPlan plan(call, self, fold, segments, scratch);
+    // Phase 1, odd rank r < 2e: combine r-1's vector into this rank's.
+    plan.fold_in();
+    // Phase 2: log2(p) rounds, each exchanging the whole vector with the rank across bit k.
+    plan.exchange_rounds();
+    // Phase 3, odd rank r < 2e: send the result to r-1.
+    plan.unfold();
+    link.transfer(plan.sends(), plan.recvs(), [&](std::size_t j) { plan.on_received(j); });
   }
 };
 
 }  // namespace strata::algorithms
 // ---- end strata/algorithms/all_reduce_recursive_doubling.hpp ----
-// ---- begin strata/algorithms/all_reduce_ring.hpp ----
-// strata/algorithms/all_reduce_ring.hpp — pipelined, chunked ring all-reduce over messages.
+// ---- begin strata/algorithms/all_reduce_reduce_to_one.hpp ----
+// strata/algorithms/all_reduce_reduce_to_one.hpp — all-reduce through one rank.
 //
-// Computes  every rank's output = op over all ranks' inputs.
-// Phases    1. reduce-scatter: the buffer is cut into n chunks; in step t (0 ≤ t < n-1) rank r
-//              sends chunk r-t to rank r+1 and receives chunk r-t-1 from rank r-1, reducing it
-//              with its own input. After n-1 steps rank r holds chunk r+1 reduced over all.
-//           2. all-gather: in step t rank r sends chunk r+1-t and receives chunk r-t straight
-//              into its output.
-//           Each chunk travels as m segments of at most max_message_bytes, and segment k of a
-//           step is forwarded as soon as segment k of the previous step has arrived and been
-//           reduced: sending, receiving and reducing all overlap. Messages go in wavefront
-//           order (detail::Wavefront), so forwarded segments leave while still in cache.
-// Cost      2(n-1)·m messages each way per rank; 2·(n-1)/n·S bytes sent and received per rank
-//           (bandwidth-optimal); latency 2(n-1) hops: use recursive doubling for small S.
-// Requires  agreed calls; n ≥ 1; scratch of channels_per_peer() segments.
-// Determinism  bit-identical on every rank: each chunk is reduced by one rank per step along
-//           the ring (chunk c in the order c, c+1, ..., c-1) and then copied.
+// Computes  every rank's output = op over all ranks' inputs (in rank order), for ranks that
+//           share an address space. TF's `ReductionToOneDevice`.
+// Phases    1. reduce:    rank 0 reduces all n inputs into its own output.
+//           2. broadcast: every other rank copies rank 0's output into its own.
+// Cost      2 synchronization points. Rank 0 reads n·S bytes and writes S; every other rank
+//           reads S and writes S. Rank 0 is the bottleneck: use it where one device should own
+//           the reduction (CentralStorage) or for small S, where one pass beats splitting.
+// Requires  host memory on every rank; agreed calls (count, type, op).
+// Determinism  bit-identical results on every rank, independent of timing.
 
-#include <cstddef>
-#include <string_view>
-#include <vector>
+#include <cstring>
+#include <span>
 
 // ---- begin strata/algorithms/detail/partition.hpp ----
 // strata/algorithms/detail/partition.hpp — splitting a buffer into per-rank slices.
@@ -2013,7 +2635,7 @@ template <Element T, class Link>
 std::vector<const T*> inputs_of(const Link& link, std::size_t offset) {
   std::vector<const T*> inputs(static_cast<std::size_t>(link.size()));
   for (int r = 0; r < link.size(); ++r)
-    inputs[static_cast<std::size_t>(r)] = static_cast<const T*>(link.call(r).send) + offset;
+    inputs[static_cast<std::size_t>(r)] = static_cast<const T*>(link.peer_call(r).send) + offset;
   return inputs;
 }
 
@@ -2022,37 +2644,79 @@ std::vector<const T*> inputs_of(const Link& link, std::size_t offset) {
 
 namespace strata::algorithms {
 
+/// All-reduce policy: gather to rank 0, reduce there, broadcast back.
+struct AllReduceReduceToOne {
+  static constexpr std::string_view kName = "reduce_to_one";
+
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
+    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
+      const std::size_t count = mine.count;
+      // Phase 1: rank 0 reduces every input into its output.
+      if (link.rank() == 0 && count > 0) {
+        const auto inputs = detail::inputs_of<T>(link, 0);
+        reduce_n<T>(std::span(static_cast<T*>(mine.recv), count), inputs, mine.op);
+      }
+      link.sync();
+      // Phase 2: the others copy the result.
+      if (link.rank() != 0 && count > 0)
+        std::memcpy(mine.recv, link.peer_call(0).recv, count * sizeof(T));
+    });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/all_reduce_reduce_to_one.hpp ----
+// ---- begin strata/algorithms/all_reduce_ring.hpp ----
+// strata/algorithms/all_reduce_ring.hpp — pipelined, chunked ring all-reduce over messages.
+//
+// Computes  every rank's output = op over all ranks' inputs.
+// Phases    1. reduce-scatter: the buffer is cut into n chunks; in step t (0 ≤ t < n-1) rank r
+//              sends chunk r-t to rank r+1 and receives chunk r-t-1 from rank r-1, reducing it
+//              with its own input. After n-1 steps rank r holds chunk r+1 reduced over all.
+//           2. all-gather: in step t rank r sends chunk r+1-t and receives chunk r-t straight
+//              into its output.
+//           Each chunk travels as m segments of at most chunk_bytes, and segment k of a
+//           step is forwarded as soon as segment k of the previous step has arrived and been
+//           reduced: sending, receiving and reducing all overlap. Messages go in wavefront
+//           order (detail::Wavefront), so forwarded segments leave while still in cache.
+// Cost      2(n-1)·m messages each way per rank; 2·(n-1)/n·S bytes sent and received per rank
+//           (bandwidth-optimal); latency 2(n-1) hops: use recursive doubling for small S.
+// Requires  agreed calls; n ≥ 1; scratch of channels_per_peer() segments.
+// Determinism  bit-identical on every rank: each chunk is reduced by one rank per step along
+//           the ring (chunk c in the order c, c+1, ..., c-1) and then copied.
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+
+namespace strata::algorithms {
+
 struct AllReduceRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, call.count * element);
-      return;
-    }
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    if (self.alone(call.count * self.element)) return;
     auto chunk = [&](int c) {
-      const auto s = detail::slice_of(call.count, element, n, detail::mod(c, n));
+      const auto s =
+          detail::slice_of(call.count, self.element, self.size, detail::mod(c, self.size));
       return detail::Range{s.begin, s.end};
     };
     std::size_t largest = 0;
-    for (int c = 0; c < n; ++c)
+    for (int c = 0; c < self.size; ++c)
       largest = std::max(largest, chunk(c).size());
-    const std::size_t m = detail::segments_for(largest, element, link.max_message_bytes());
-    const std::size_t slot_bytes = (largest + m - 1) / m * element;
+    const std::size_t m = detail::segments_for(largest, self.element, link.chunk_bytes());
+    const std::size_t slot_bytes = (largest + m - 1) / m * self.element;
     const auto slots = static_cast<std::size_t>(link.channels_per_peer());
     std::byte* scratch = link.scratch(slots * slot_bytes);
 
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
-    const std::size_t steps = 2 * static_cast<std::size_t>(n - 1);
-    const std::size_t scatter_steps = static_cast<std::size_t>(n - 1);
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
+    const std::size_t steps = 2 * static_cast<std::size_t>(self.size - 1);
+    const std::size_t scatter_steps = static_cast<std::size_t>(self.size - 1);
     const detail::Wavefront order(steps, m);
     std::vector<transport::SendStep> sends(steps * m);
     std::vector<transport::RecvStep> recvs(steps * m);
@@ -2062,31 +2726,96 @@ struct AllReduceRing {
       const std::size_t k = order.segment(i);
       const bool scatter = t < scatter_steps;
       const int s = static_cast<int>(scatter ? t : t - scatter_steps);
-      const detail::Range send_part = detail::part_of(chunk(scatter ? r - s : r + 1 - s), m, k);
-      const detail::Range recv_part = detail::part_of(chunk(scatter ? r - s - 1 : r - s), m, k);
+      const detail::Range send_part =
+          detail::part_of(chunk(scatter ? self.rank - s : self.rank + 1 - s), m, k);
+      const detail::Range recv_part =
+          detail::part_of(chunk(scatter ? self.rank - s - 1 : self.rank - s), m, k);
       // Step 0 sends raw input; later steps forward what the previous step produced.
-      const std::byte* source = t == 0 ? in : out;
-      sends[i] = {next, source + send_part.begin * element, send_part.size() * element,
+      const std::byte* source = t == 0 ? self.in : self.out;
+      sends[i] = {next, source + send_part.begin * self.element, send_part.size() * self.element,
                   order.forwards(i)};
       std::byte* target =
-          scatter ? scratch + (i % slots) * slot_bytes : out + recv_part.begin * element;
-      recvs[i] = {prev, target, recv_part.size() * element, -1};
+          scatter ? scratch + (i % slots) * slot_bytes : self.out + recv_part.begin * self.element;
+      recvs[i] = {prev, target, recv_part.size() * self.element, -1};
       recv_range[i] = recv_part;
     }
     link.transfer(sends, recvs, [&](std::size_t j) {
       const std::size_t t = order.step(j);
       if (t >= scatter_steps) return;  // all-gather: the data is already in place
       const detail::Range part = recv_range[j];
-      std::byte* target = out + part.begin * element;
-      detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
-                      call.op);
-      if (t + 1 == scatter_steps) detail::finish_mean(call.type, target, part.size(), call.op, n);
+      std::byte* target = self.out + part.begin * self.element;
+      detail::combine(call.type, target, recvs[j].data, self.in + part.begin * self.element,
+                      part.size(), call.op);
+      if (t + 1 == scatter_steps)
+        detail::finish_mean(call.type, target, part.size(), call.op, self.size);
     });
   }
 };
 
 }  // namespace strata::algorithms
 // ---- end strata/algorithms/all_reduce_ring.hpp ----
+// ---- begin strata/algorithms/all_reduce_scatter_gather.hpp ----
+// strata/algorithms/all_reduce_scatter_gather.hpp — all-reduce where every rank reduces a slice.
+//
+// Computes  every rank's output = op over all ranks' inputs (in rank order), for ranks that
+//           share an address space.
+// Phases    rank r reduces slice r of all n inputs (slices are ~S/n, cut on 64-byte
+//           boundaries) piece by piece, and copies each piece into every other rank's output
+//           while it is still in cache: reduce-scatter and all-gather in one pass.
+// Cost      no synchronization beyond the call's own entry and exit. Every rank reads about
+//           S bytes and writes S, so the work is spread evenly and no rank is a bottleneck:
+//           the choice for large S. Against reducing first and gathering after a barrier,
+//           that reads S/n·(n-1) bytes fewer per rank, none of them written by another core
+//           (docs/performance.md).
+// Requires  host memory on every rank; agreed calls (count, type, op).
+// Determinism  bit-identical results on every rank, and identical to AllReduceReduceToOne:
+//           each element is reduced in rank order by exactly one rank.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <vector>
+
+
+namespace strata::algorithms {
+
+/// All-reduce policy: each rank reduces one slice and writes it into every rank's output.
+struct AllReduceScatterGather {
+  static constexpr std::string_view kName = "scatter_gather";
+  /// Reduced and copied at a time: small enough to stay in L2 between the two.
+  static constexpr std::size_t kPieceBytes = std::size_t{64} << 10;
+
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
+    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
+      const int n = link.size();
+      const int r = link.rank();
+      const auto own = detail::slice_of(mine.count, sizeof(T), n, r);
+      if (own.size() == 0) return;
+      std::vector<const T*> inputs = detail::inputs_of<T>(link, 0);
+      std::vector<T*> outputs(static_cast<std::size_t>(n));
+      for (int q = 0; q < n; ++q)
+        outputs[static_cast<std::size_t>(q)] = static_cast<T*>(link.peer_call(q).recv);
+      T* const result = outputs[static_cast<std::size_t>(r)];
+      std::vector<const T*> piece_inputs(inputs.size());
+      constexpr std::size_t kPiece = kPieceBytes / sizeof(T);
+      for (std::size_t begin = own.begin; begin < own.end; begin += kPiece) {
+        const std::size_t size = std::min(kPiece, own.end - begin);
+        for (std::size_t q = 0; q < inputs.size(); ++q)
+          piece_inputs[q] = inputs[q] + begin;
+        reduce_n<T>(std::span(result + begin, size), piece_inputs, mine.op);
+        for (int q = 0; q < n; ++q)
+          if (q != r)
+            std::memcpy(outputs[static_cast<std::size_t>(q)] + begin, result + begin,
+                        size * sizeof(T));
+      }
+    });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/all_reduce_scatter_gather.hpp ----
 // ---- begin strata/algorithms/barrier_dissemination.hpp ----
 // strata/algorithms/barrier_dissemination.hpp — the dissemination barrier over messages.
 //
@@ -2109,7 +2838,7 @@ struct BarrierDissemination {
   static constexpr std::string_view kName = "dissemination";
 
   template <MessageLink Link>
-  static void run(Link& link) {
+  static void run(Link& link, const CollectiveCall& /*call*/) {
     const int n = link.size();
     const int r = link.rank();
     std::vector<transport::SendStep> sends;
@@ -2125,6 +2854,35 @@ struct BarrierDissemination {
 
 }  // namespace strata::algorithms
 // ---- end strata/algorithms/barrier_dissemination.hpp ----
+// ---- begin strata/algorithms/broadcast_direct.hpp ----
+// strata/algorithms/broadcast_direct.hpp — broadcast by copying straight from the root.
+//
+// Computes  every rank's output = the root's input, for ranks that share an address space.
+// Phases    1. copy: every rank whose output is not the root's input copies it.
+// Cost      no synchronization point of its own. Every rank reads and writes S bytes; the
+//           root's buffer is read by n-1 ranks at once (it stays in the shared cache).
+// Requires  host memory on every rank; agreed calls (count, type, root).
+// Determinism  exact copy.
+
+#include <cstring>
+
+
+namespace strata::algorithms {
+
+struct BroadcastDirect {
+  static constexpr std::string_view kName = "direct";
+
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
+    const auto& root = link.peer_call(mine.root);
+    const std::size_t bytes = mine.count * size_of(mine.type);
+    // Phase 1: copy from the root's input.
+    if (bytes > 0 && mine.recv != root.send) std::memcpy(mine.recv, root.send, bytes);
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/broadcast_direct.hpp ----
 // ---- begin strata/algorithms/broadcast_ring.hpp ----
 // strata/algorithms/broadcast_ring.hpp — pipelined broadcast along a ring of messages.
 //
@@ -2147,29 +2905,25 @@ struct BroadcastRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    const int position = detail::mod(r - call.root, n);
-    if (position == 0) detail::copy_if_distinct(out, in, call.count * element);
-    if (n == 1) return;
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    const int position = detail::mod(self.rank - call.root, self.size);
+    if (position == 0) detail::copy_if_distinct(self.out, self.in, call.count * self.element);
+    if (self.size == 1) return;
     const detail::Range all{0, call.count};
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     for (std::size_t k = 0; k < m; ++k) {
       const detail::Range part = detail::part_of(all, m, k);
       if (position > 0)
-        recvs.push_back({prev, out + part.begin * element, part.size() * element, -1});
-      if (position < n - 1)
-        sends.push_back({next, (position == 0 ? in : out) + part.begin * element,
-                         part.size() * element,
+        recvs.push_back(
+            {prev, self.out + part.begin * self.element, part.size() * self.element, -1});
+      if (position < self.size - 1)
+        sends.push_back({next, (position == 0 ? self.in : self.out) + part.begin * self.element,
+                         part.size() * self.element,
                          position == 0 ? -1 : static_cast<std::ptrdiff_t>(k)});
     }
     link.transfer(sends, recvs, [](std::size_t) {});
@@ -2178,6 +2932,42 @@ struct BroadcastRing {
 
 }  // namespace strata::algorithms
 // ---- end strata/algorithms/broadcast_ring.hpp ----
+// ---- begin strata/algorithms/reduce_direct.hpp ----
+// strata/algorithms/reduce_direct.hpp — reduce to a root, every rank reducing one slice.
+//
+// Computes  the root's output = op over all ranks' inputs (in rank order); other ranks'
+//           outputs are left untouched. For ranks that share an address space.
+// Phases    1. reduce: rank r reduces slice r of all n inputs into slice r of the root's
+//              output (slices ~S/n, cut on 64-byte boundaries).
+// Cost      no synchronization point of its own. Every rank reads about S bytes and writes
+//           S/n: the root is not a bottleneck.
+// Requires  host memory on every rank; agreed calls (count, type, op, root).
+// Determinism  bit-identical to the all-reduce algorithms: each element is reduced in rank
+//           order by exactly one rank.
+
+#include <span>
+
+
+namespace strata::algorithms {
+
+struct ReduceDirect {
+  static constexpr std::string_view kName = "direct";
+
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
+    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
+      // Phase 1: reduce my slice of every input into the root's output.
+      const auto own = detail::slice_of(mine.count, sizeof(T), link.size(), link.rank());
+      if (own.size() == 0) return;
+      const auto inputs = detail::inputs_of<T>(link, own.begin);
+      T* root_output = static_cast<T*>(link.peer_call(mine.root).recv) + own.begin;
+      reduce_n<T>(std::span(root_output, own.size()), inputs, mine.op);
+    });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/reduce_direct.hpp ----
 // ---- begin strata/algorithms/reduce_ring.hpp ----
 // strata/algorithms/reduce_ring.hpp — pipelined reduce to a root along a ring of messages.
 //
@@ -2201,31 +2991,24 @@ struct ReduceRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const std::size_t bytes = call.count * element;
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, bytes);
-      return;
-    }
-    const int position = detail::mod(r - call.root - 1, n);  // root+1 is 0, the root n-1
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
+    const std::size_t bytes = call.count * self.element;
+    if (self.alone(bytes)) return;
+    const int position =
+        detail::mod(self.rank - call.root - 1, self.size);  // root+1 is 0, the root n-1
     const bool first = position == 0;
-    const bool root = position == n - 1;
+    const bool root = position == self.size - 1;
     const detail::Range all{0, call.count};
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-    const std::size_t slot_bytes = (call.count + m - 1) / m * element;
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    const std::size_t slot_bytes = (call.count + m - 1) / m * self.element;
     const auto slots = static_cast<std::size_t>(link.channels_per_peer());
     // Partial results live in scratch on the ranks between the ends: their outputs must not
     // change.
     std::byte* scratch = link.scratch(slots * slot_bytes + (first || root ? 0 : bytes));
     std::byte* partial = scratch + slots * slot_bytes;
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     std::vector<detail::Range> parts;
@@ -2233,23 +3016,57 @@ struct ReduceRing {
       const detail::Range part = detail::part_of(all, m, k);
       parts.push_back(part);
       if (!first)
-        recvs.push_back({prev, scratch + (k % slots) * slot_bytes, part.size() * element, -1});
+        recvs.push_back({prev, scratch + (k % slots) * slot_bytes, part.size() * self.element, -1});
       if (!root)
-        sends.push_back({next, (first ? in : partial) + part.begin * element, part.size() * element,
-                         first ? -1 : static_cast<std::ptrdiff_t>(k)});
+        sends.push_back({next, (first ? self.in : partial) + part.begin * self.element,
+                         part.size() * self.element, first ? -1 : static_cast<std::ptrdiff_t>(k)});
     }
     link.transfer(sends, recvs, [&](std::size_t k) {
       const detail::Range part = parts[k];
-      std::byte* target = (root ? out : partial) + part.begin * element;
-      detail::combine(call.type, target, recvs[k].data, in + part.begin * element, part.size(),
-                      call.op);
-      if (root) detail::finish_mean(call.type, target, part.size(), call.op, n);
+      std::byte* target = (root ? self.out : partial) + part.begin * self.element;
+      detail::combine(call.type, target, recvs[k].data, self.in + part.begin * self.element,
+                      part.size(), call.op);
+      if (root) detail::finish_mean(call.type, target, part.size(), call.op, self.size);
     });
   }
 };
 
 }  // namespace strata::algorithms
 // ---- end strata/algorithms/reduce_ring.hpp ----
+// ---- begin strata/algorithms/reduce_scatter_direct.hpp ----
+// strata/algorithms/reduce_scatter_direct.hpp — reduce-scatter, every rank reducing its block.
+//
+// Computes  rank r's output = op over all ranks' input block r (in rank order), for ranks
+//           that share an address space.
+// Phases    1. reduce: rank r reduces block r of all n inputs into its output.
+// Cost      no synchronization point of its own. Every rank reads n·B bytes and writes B
+//           (B = one output block), the minimum for a reduce-scatter.
+// Requires  host memory; agreed calls (count, type, op). In place means rank r's output is
+//           block r of its own input.
+// Determinism  bit-identical to the all-reduce algorithms on the same block.
+
+#include <span>
+
+
+namespace strata::algorithms {
+
+struct ReduceScatterDirect {
+  static constexpr std::string_view kName = "direct";
+
+  template <SharedMemoryLink Link>
+  static void run(Link& link, const CollectiveCall& mine) {
+    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
+      if (mine.count == 0) return;
+      // Phase 1: reduce block r of every input into my output.
+      const auto inputs =
+          detail::inputs_of<T>(link, static_cast<std::size_t>(link.rank()) * mine.count);
+      reduce_n<T>(std::span(static_cast<T*>(mine.recv), mine.count), inputs, mine.op);
+    });
+  }
+};
+
+}  // namespace strata::algorithms
+// ---- end strata/algorithms/reduce_scatter_direct.hpp ----
 // ---- begin strata/algorithms/reduce_scatter_ring.hpp ----
 // strata/algorithms/reduce_scatter_ring.hpp — pipelined ring reduce-scatter over messages.
 //
@@ -2274,53 +3091,46 @@ struct ReduceScatterRing {
   static constexpr std::string_view kName = "ring";
 
   template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
+  static void run(Link& link, const CollectiveCall& call) {
+    const detail::Participant self(link, call);
     auto block = [&](int q) {
-      const auto begin = static_cast<std::size_t>(detail::mod(q, n)) * call.count;
+      const auto begin = static_cast<std::size_t>(detail::mod(q, self.size)) * call.count;
       return detail::Range{begin, begin + call.count};
     };
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, call.count * element);
-      return;
-    }
-    const std::size_t m = detail::segments_for(call.count, element, link.max_message_bytes());
-    const std::size_t slot_bytes = (call.count + m - 1) / m * element;
+    if (self.alone(call.count * self.element)) return;
+    const std::size_t m = detail::segments_for(call.count, self.element, link.chunk_bytes());
+    const std::size_t slot_bytes = (call.count + m - 1) / m * self.element;
     const auto slots = static_cast<std::size_t>(link.channels_per_peer());
-    const std::size_t total = static_cast<std::size_t>(n) * call.count * element;
+    const std::size_t total = static_cast<std::size_t>(self.size) * call.count * self.element;
     std::byte* scratch = link.scratch(slots * slot_bytes + total);
     std::byte* partial = scratch + slots * slot_bytes;  // indexed like the input
-    const int next = detail::mod(r + 1, n);
-    const int prev = detail::mod(r - 1, n);
-    const detail::Wavefront order(static_cast<std::size_t>(n - 1), m);
+    const int next = detail::mod(self.rank + 1, self.size);
+    const int prev = detail::mod(self.rank - 1, self.size);
+    const detail::Wavefront order(static_cast<std::size_t>(self.size - 1), m);
     std::vector<transport::SendStep> sends;
     std::vector<transport::RecvStep> recvs;
     std::vector<detail::Range> recv_parts;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const int t = static_cast<int>(order.step(i));
       const std::size_t k = order.segment(i);
-      const detail::Range send_part = detail::part_of(block(r - t - 1), m, k);
-      const detail::Range recv_part = detail::part_of(block(r - t - 2), m, k);
-      sends.push_back({next, (t == 0 ? in : partial) + send_part.begin * element,
-                       send_part.size() * element, order.forwards(i)});
-      recvs.push_back({prev, scratch + (i % slots) * slot_bytes, recv_part.size() * element, -1});
+      const detail::Range send_part = detail::part_of(block(self.rank - t - 1), m, k);
+      const detail::Range recv_part = detail::part_of(block(self.rank - t - 2), m, k);
+      sends.push_back({next, (t == 0 ? self.in : partial) + send_part.begin * self.element,
+                       send_part.size() * self.element, order.forwards(i)});
+      recvs.push_back(
+          {prev, scratch + (i % slots) * slot_bytes, recv_part.size() * self.element, -1});
       recv_parts.push_back(recv_part);
     }
-    const auto last_step = static_cast<std::size_t>(n - 2);
-    const std::size_t own_begin = block(r).begin;
+    const auto last_step = static_cast<std::size_t>(self.size - 2);
+    const std::size_t own_begin = block(self.rank).begin;
     link.transfer(sends, recvs, [&](std::size_t j) {
       const detail::Range part = recv_parts[j];
       const bool last = order.step(j) == last_step;
-      std::byte* target =
-          last ? out + (part.begin - own_begin) * element : partial + part.begin * element;
-      detail::combine(call.type, target, recvs[j].data, in + part.begin * element, part.size(),
-                      call.op);
-      if (last) detail::finish_mean(call.type, target, part.size(), call.op, n);
+      std::byte* target = last ? self.out + (part.begin - own_begin) * self.element
+                               : partial + part.begin * self.element;
+      detail::combine(call.type, target, recvs[j].data, self.in + part.begin * self.element,
+                      part.size(), call.op);
+      if (last) detail::finish_mean(call.type, target, part.size(), call.op, self.size);
     });
   }
 };
@@ -2328,66 +3138,26 @@ struct ReduceScatterRing {
 }  // namespace strata::algorithms
 // ---- end strata/algorithms/reduce_scatter_ring.hpp ----
 
-// ---- begin strata/cluster/cluster_spec.hpp ----
-// strata/cluster/cluster_spec.hpp — the tasks of a distributed job and where they listen.
-//
-// A cluster is TensorFlow's `tf.train.ClusterSpec` restricted to the four jobs tf.distribute
-// knows: `chief` (at most one task, the coordinator), `worker`, `ps` (parameter servers) and
-// `evaluator`. Each job maps task indices (from 0; sparse allowed, as Kubeflow emits) to a
-// `host:port` address.
-//
-// Besides lookup, the cluster answers the two questions every multi-process strategy asks:
-//
-// - Which tasks form the collective group, in which order? TF's rule: the chief first (if
-//   any), then the workers by index; ps and evaluator tasks are not members
-//   (`collective_rank`, `collective_task`, `collective_addresses`).
-// - Are two processes looking at the same cluster? `fingerprint()` hashes a canonical text of
-//   the whole cluster; the TCP handshake compares it to refuse peers from another job.
+// ---- begin strata/cluster/address.hpp ----
+// strata/cluster/address.hpp — where a task listens: "host:port", parsed strictly.
 //
 // Addresses are compared as text: "localhost:2222" and "127.0.0.1:2222" are different
 // addresses (resolving names is the transport's business, and a cluster must not depend on
 // DNS answers to be well formed).
 
-#include <array>
 #include <charconv>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
-#include <map>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <utility>
-#include <vector>
 
 #include <fmt/format.h>
 
 
 namespace strata::cluster {
-
-// ---- declarations --------------------------------------------------------------------------
-
-/// The jobs of a tf.distribute cluster. The numeric order is the canonical job order (used by
-/// `ClusterSpec::canonical` and `make_tf_config`).
-enum class TaskType : std::uint8_t { chief, worker, ps, evaluator };
-
-/// Every `TaskType`, in canonical order.
-inline constexpr TaskType kTaskTypes[] = {TaskType::chief, TaskType::worker, TaskType::ps,
-                                          TaskType::evaluator};
-
-/// The largest task index a cluster accepts. Far beyond any real job; the bound turns absurd
-/// configurations (an index of 10^12 in a sparse job) into a clear error.
-inline constexpr int kMaxTaskIndex = 1'000'000;
-
-/// The TF_CONFIG name of `type` ("chief", "worker", "ps", "evaluator"; "invalid" for values
-/// outside the enum).
-constexpr std::string_view to_string(TaskType type) noexcept;
-
-/// The `TaskType` named `name` exactly as TF_CONFIG spells it (lower case), or `std::nullopt`.
-/// Example: `parse_task_type("ps") == TaskType::ps`, `parse_task_type("master") == nullopt`.
-constexpr std::optional<TaskType> parse_task_type(std::string_view name) noexcept;
 
 /// Where one task listens: a host name, an IPv4 address or an IPv6 literal (stored without
 /// brackets), and a port in [1, 65535].
@@ -2417,149 +3187,18 @@ struct Address {
 /// Example: `parse_address("[::1]:80") == Address{"::1", 80}`.
 inline Address parse_address(std::string_view text, std::string_view setting = "address");
 
-/// One task of a cluster: its job and its index in that job.
-struct Task {
-  TaskType type = TaskType::worker;
-  int index = 0;
-
-  friend bool operator==(const Task&, const Task&) = default;
-};
-
-/// The tasks of a cluster and their addresses: TF's `tf.train.ClusterSpec`.
-///
-/// Invariants (checked by `add`): indices are in [0, kMaxTaskIndex]; no two tasks share an
-/// address; the chief job has at most one task, index 0. Jobs may be sparse (indices with
-/// holes), as in Kubeflow's TF_CONFIG, where each worker sees only itself and the ps tasks.
-///
-/// Value semantics; equality compares every task and address. Not synchronized: share a
-/// `const ClusterSpec` between threads, not one being modified.
-///
-/// Example:
-///
-///     strata::cluster::ClusterSpec spec;
-///     spec.add({TaskType::chief, 0}, parse_address("host0:2222"));
-///     spec.add({TaskType::worker, 0}, parse_address("host1:2222"));
-///     spec.collective_rank({TaskType::worker, 0});  // 1: the chief is rank 0
-class ClusterSpec {
- public:
-  /// An empty cluster.
-  ClusterSpec() = default;
-
-  /// Adds `task` at `address`.
-  /// @throws ConfigurationError (operation "ClusterSpec::add") if the task is already present,
-  ///   its index is negative or above `kMaxTaskIndex`, another task uses `address`, the
-  ///   address is malformed (see `parse_address`), or a chief other than a single chief 0 is
-  ///   added. The cluster is unchanged when it throws.
-  void add(Task task, Address address);
-
-  /// True when the cluster has no task.
-  bool empty() const noexcept { return by_address_.empty(); }
-  /// The number of tasks of `type` (present indices; a sparse job counts its holes as absent).
-  std::size_t num_tasks(TaskType type) const noexcept { return tasks(type).size(); }
-  /// The tasks of `type`, index → address, in ascending index order (empty if none).
-  const std::map<int, Address>& tasks(TaskType type) const noexcept;
-  bool contains(Task task) const noexcept;
-  /// The address of `task`.
-  /// @throws ConfigurationError (operation "ClusterSpec::address") "task not in cluster".
-  const Address& address(Task task) const;
-  /// The task listening at `address`, if any.
-  std::optional<Task> find(const Address& address) const noexcept;
-  bool has_chief() const noexcept { return !tasks(TaskType::chief).empty(); }
-
-  /// The number of tasks in the collective group: the chief (if any) plus every worker.
-  int collective_size() const noexcept;
-  /// The rank of `task` in the collective group: the chief is rank 0, then the workers in
-  /// index order (worker i is rank i, or i + 1 with a chief). `std::nullopt` for ps and
-  /// evaluator tasks and for tasks not in the cluster. In a sparse worker job the rank is the
-  /// worker's position among the workers present (`collective_addresses` refuses such a job).
-  std::optional<int> collective_rank(Task task) const noexcept;
-  /// The task at collective rank `rank` (the inverse of `collective_rank`).
-  /// @throws UsageError (operation "ClusterSpec::collective_task") unless
-  ///   0 <= rank < collective_size().
-  Task collective_task(int rank) const;
-  /// The addresses of the collective group in rank order.
-  /// @throws ConfigurationError (operation "ClusterSpec::collective_addresses") naming the
-  ///   missing indices when the worker job has holes: a collective needs every worker.
-  std::vector<Address> collective_addresses() const;
-
-  /// 64-bit FNV-1a hash of `canonical()`. Equal for equal clusters however they were written
-  /// (JSON key order, dense list or sparse map); different, with overwhelming probability,
-  /// when any task or address differs. Cost: O(total address length), no allocation.
-  std::uint64_t fingerprint() const noexcept;
-  /// The canonical text `fingerprint` hashes: "job:index=address" for every task, jobs in
-  /// `kTaskTypes` order, indices ascending, joined by ';', addresses as `Address::to_string`.
-  /// Example: "chief:0=host0:2222;worker:0=host1:2222;worker:1=[::1]:2222".
-  std::string canonical() const;
-
-  friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
-
- private:
-  // Feeds the canonical text to `sink` piece by piece, so that fingerprint() hashes it without
-  // building a string.
-  template <class Sink>
-  void emit_canonical(Sink&& sink) const;
-
-  std::array<std::map<int, Address>, std::size(kTaskTypes)> jobs_{};
-  // Derived from jobs_ (so equality is unaffected); finds duplicate addresses in O(log n).
-  std::map<Address, Task> by_address_{};
-};
-
 }  // namespace strata::cluster
-
-// ---- fmt support ---------------------------------------------------------------------------
-
-/// Formats as `to_string(type)`: "worker".
-template <>
-struct fmt::formatter<strata::cluster::TaskType> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::cluster::TaskType type, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::cluster::to_string(type), ctx);
-  }
-};
-
-/// Formats as "type index": "worker 3".
-template <>
-struct fmt::formatter<strata::cluster::Task> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(const strata::cluster::Task& task, FormatContext& ctx) const {
-    const std::string text = fmt::format("{} {}", task.type, task.index);
-    return fmt::formatter<std::string_view>::format(text, ctx);
-  }
-};
 
 /// Formats as `Address::to_string()`: "host:2222", "[::1]:2222".
 template <>
-struct fmt::formatter<strata::cluster::Address> : fmt::formatter<std::string_view> {
+struct fmt::formatter<strata::cluster::Address> : strata::detail::TextFormatter {
   template <class FormatContext>
   auto format(const strata::cluster::Address& address, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(address.to_string(), ctx);
+    return write(address.to_string(), ctx);
   }
 };
 
-// ---- definitions ---------------------------------------------------------------------------
-
 namespace strata::cluster {
-
-constexpr std::string_view to_string(TaskType type) noexcept {
-  switch (type) {
-    case TaskType::chief:
-      return "chief";
-    case TaskType::worker:
-      return "worker";
-    case TaskType::ps:
-      return "ps";
-    case TaskType::evaluator:
-      return "evaluator";
-  }
-  return "invalid";
-}
-
-constexpr std::optional<TaskType> parse_task_type(std::string_view name) noexcept {
-  for (const TaskType type : kTaskTypes) {
-    if (to_string(type) == name) return type;
-  }
-  return std::nullopt;
-}
 
 // Helpers in their own namespace: sibling headers of cluster/ have detail helpers of their own.
 namespace detail::spec {
@@ -2744,6 +3383,208 @@ inline std::string address_problem(std::string_view text, Address& out) {
   return "";
 }
 
+}  // namespace detail::spec
+
+inline std::string Address::to_string() const {
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+inline Address parse_address(std::string_view text, std::string_view setting) {
+  Address address;
+  if (std::string problem = detail::spec::address_problem(text, address); !problem.empty()) {
+    throw ConfigurationError(
+        -1, setting,
+        fmt::format("cannot use {} as an address: {}", detail::spec::quote_text(text), problem),
+        detail::spec::kAddressHint);
+  }
+  return address;
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/address.hpp ----
+// ---- begin strata/cluster/cluster_spec.hpp ----
+// strata/cluster/cluster_spec.hpp — the tasks of a distributed job and where they listen.
+//
+// A cluster is TensorFlow's `tf.train.ClusterSpec` restricted to the four jobs tf.distribute
+// knows: `chief` (at most one task, the coordinator), `worker`, `ps` (parameter servers) and
+// `evaluator`. Each job maps task indices (from 0; sparse allowed, as Kubeflow emits) to a
+// `host:port` address.
+//
+// Besides lookup, the cluster answers the two questions every multi-process strategy asks:
+//
+// - Which tasks form the collective group, in which order? TF's rule: the chief first (if
+//   any), then the workers by index; ps and evaluator tasks are not members
+//   (`collective_rank`, `collective_task`, `collective_addresses`).
+// - Are two processes looking at the same cluster? `fingerprint()` hashes a canonical text of
+//   the whole cluster; the TCP handshake compares it to refuse peers from another job.
+//
+// Addresses are compared as text: "localhost:2222" and "127.0.0.1:2222" are different
+// addresses (resolving names is the transport's business, and a cluster must not depend on
+// DNS answers to be well formed).
+
+#include <array>
+#include <charconv>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::cluster {
+
+// ---- declarations --------------------------------------------------------------------------
+
+/// The jobs of a tf.distribute cluster. The numeric order is the canonical job order (used by
+/// `ClusterSpec::canonical` and `make_tf_config`).
+enum class TaskType : std::uint8_t { chief, worker, ps, evaluator };
+
+}  // namespace strata::cluster
+
+template <>
+struct strata::EnumNames<strata::cluster::TaskType> {
+  static constexpr std::array<std::string_view, 4> kNames{"chief", "worker", "ps", "evaluator"};
+};
+
+namespace strata::cluster {
+
+using strata::to_string;
+
+/// Every `TaskType`, in canonical order.
+inline constexpr TaskType kTaskTypes[] = {TaskType::chief, TaskType::worker, TaskType::ps,
+                                          TaskType::evaluator};
+
+/// The largest task index a cluster accepts. Far beyond any real job; the bound turns absurd
+/// configurations (an index of 10^12 in a sparse job) into a clear error.
+inline constexpr int kMaxTaskIndex = 1'000'000;
+
+/// The `TaskType` named `name` exactly as TF_CONFIG spells it (lower case), or `std::nullopt`.
+/// Example: `parse_task_type("ps") == TaskType::ps`, `parse_task_type("master") == nullopt`.
+constexpr std::optional<TaskType> parse_task_type(std::string_view name) noexcept;
+
+/// One task of a cluster: its job and its index in that job.
+struct Task {
+  TaskType type = TaskType::worker;
+  int index = 0;
+
+  friend bool operator==(const Task&, const Task&) = default;
+};
+
+/// The tasks of a cluster and their addresses: TF's `tf.train.ClusterSpec`.
+///
+/// Invariants (checked by `add`): indices are in [0, kMaxTaskIndex]; no two tasks share an
+/// address; the chief job has at most one task, index 0. Jobs may be sparse (indices with
+/// holes), as in Kubeflow's TF_CONFIG, where each worker sees only itself and the ps tasks.
+///
+/// Value semantics; equality compares every task and address. Not synchronized: share a
+/// `const ClusterSpec` between threads, not one being modified.
+///
+/// Example:
+///
+///     strata::cluster::ClusterSpec spec;
+///     spec.add({TaskType::chief, 0}, parse_address("host0:2222"));
+///     spec.add({TaskType::worker, 0}, parse_address("host1:2222"));
+///     spec.collective_rank({TaskType::worker, 0});  // 1: the chief is rank 0
+class ClusterSpec {
+ public:
+  /// An empty cluster.
+  ClusterSpec() = default;
+
+  /// Adds `task` at `address`.
+  /// @throws ConfigurationError (operation "ClusterSpec::add") if the task is already present,
+  ///   its index is negative or above `kMaxTaskIndex`, another task uses `address`, the
+  ///   address is malformed (see `parse_address`), or a chief other than a single chief 0 is
+  ///   added. The cluster is unchanged when it throws.
+  void add(Task task, Address address);
+
+  /// True when the cluster has no task.
+  bool empty() const noexcept { return by_address_.empty(); }
+  /// The number of tasks of `type` (present indices; a sparse job counts its holes as absent).
+  std::size_t num_tasks(TaskType type) const noexcept { return tasks(type).size(); }
+  /// The tasks of `type`, index → address, in ascending index order (empty if none).
+  const std::map<int, Address>& tasks(TaskType type) const noexcept;
+  bool contains(Task task) const noexcept;
+  /// The address of `task`.
+  /// @throws ConfigurationError (operation "ClusterSpec::address") "task not in cluster".
+  const Address& address(Task task) const;
+  /// The task listening at `address`, if any.
+  std::optional<Task> find(const Address& address) const noexcept;
+  bool has_chief() const noexcept { return !tasks(TaskType::chief).empty(); }
+
+  /// The number of tasks in the collective group: the chief (if any) plus every worker.
+  int collective_size() const noexcept;
+  /// The rank of `task` in the collective group: the chief is rank 0, then the workers in
+  /// index order (worker i is rank i, or i + 1 with a chief). `std::nullopt` for ps and
+  /// evaluator tasks and for tasks not in the cluster. In a sparse worker job the rank is the
+  /// worker's position among the workers present (`collective_addresses` refuses such a job).
+  std::optional<int> collective_rank(Task task) const noexcept;
+  /// The task at collective rank `rank` (the inverse of `collective_rank`).
+  /// @throws UsageError (operation "ClusterSpec::collective_task") unless
+  ///   0 <= rank < collective_size().
+  Task collective_task(int rank) const;
+  /// The addresses of the collective group in rank order.
+  /// @throws ConfigurationError (operation "ClusterSpec::collective_addresses") naming the
+  ///   missing indices when the worker job has holes: a collective needs every worker.
+  std::vector<Address> collective_addresses() const;
+
+  /// 64-bit FNV-1a hash of `canonical()`. Equal for equal clusters however they were written
+  /// (JSON key order, dense list or sparse map); different, with overwhelming probability,
+  /// when any task or address differs. Cost: O(total address length), no allocation.
+  std::uint64_t fingerprint() const noexcept;
+  /// The canonical text `fingerprint` hashes: "job:index=address" for every task, jobs in
+  /// `kTaskTypes` order, indices ascending, joined by ';', addresses as `Address::to_string`.
+  /// Example: "chief:0=host0:2222;worker:0=host1:2222;worker:1=[::1]:2222".
+  std::string canonical() const;
+
+  friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
+
+ private:
+  // Feeds the canonical text to `sink` piece by piece, so that fingerprint() hashes it without
+  // building a string.
+  template <class Sink>
+  void emit_canonical(Sink&& sink) const;
+
+  std::array<std::map<int, Address>, std::size(kTaskTypes)> jobs_{};
+  // Derived from jobs_ (so equality is unaffected); finds duplicate addresses in O(log n).
+  std::map<Address, Task> by_address_{};
+};
+
+}  // namespace strata::cluster
+
+// ---- fmt support ---------------------------------------------------------------------------
+
+/// Formats as "type index": "worker 3".
+template <>
+struct fmt::formatter<strata::cluster::Task> : strata::detail::TextFormatter {
+  template <class FormatContext>
+  auto format(const strata::cluster::Task& task, FormatContext& ctx) const {
+    return write(fmt::format("{} {}", task.type, task.index), ctx);
+  }
+};
+
+// ---- definitions ---------------------------------------------------------------------------
+
+namespace strata::cluster {
+
+constexpr std::optional<TaskType> parse_task_type(std::string_view name) noexcept {
+  for (const TaskType type : kTaskTypes) {
+    if (to_string(type) == name) return type;
+  }
+  return std::nullopt;
+}
+
+// Helpers in their own namespace: sibling headers of cluster/ have detail helpers of their own.
+namespace detail::spec {
+
 // "0-2, 5, 7-9": the keys of `tasks` as ranges, at most `max_ranges` of them.
 inline std::string describe_indices(const std::map<int, Address>& tasks, int max_ranges = 8) {
   std::string out;
@@ -2786,22 +3627,6 @@ constexpr bool is_task_type(TaskType type) noexcept {
 }
 
 }  // namespace detail::spec
-
-inline std::string Address::to_string() const {
-  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
-  return fmt::format("{}:{}", host, port);
-}
-
-inline Address parse_address(std::string_view text, std::string_view setting) {
-  Address address;
-  if (std::string problem = detail::spec::address_problem(text, address); !problem.empty()) {
-    throw ConfigurationError(
-        -1, setting,
-        fmt::format("cannot use {} as an address: {}", detail::spec::quote_text(text), problem),
-        detail::spec::kAddressHint);
-  }
-  return address;
-}
 
 inline void ClusterSpec::add(Task task, Address address) {
   constexpr std::string_view kOperation = "ClusterSpec::add";
@@ -2993,53 +3818,16 @@ inline std::string ClusterSpec::canonical() const {
 }  // namespace strata::cluster
 // ---- end strata/cluster/cluster_spec.hpp ----
 // ---- begin strata/cluster/environment.hpp ----
-// strata/cluster/environment.hpp — where resolvers read launcher variables from.
+// strata/cluster/environment.hpp — the environment resolvers read, under the cluster's names.
 //
-// Resolvers never call getenv themselves: they take an `Environment`, so that tests (and
-// programs that receive their configuration some other way) can hand them a map instead of
-// mutating the process environment, which is not thread-safe.
+// Environments live in core (core/environment.hpp), the one place strata reads variables.
 
-#include <cstdlib>
-#include <functional>
-#include <map>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <utility>
 
 namespace strata::cluster {
 
-/// A read-only view of environment variables: returns the value of `name`, or `std::nullopt`
-/// when it is not set. A variable set to the empty string is returned as "" (resolvers treat
-/// it as unset, like `STRATA_TIMEOUT`).
-using Environment = std::function<std::optional<std::string>(std::string_view name)>;
-
-/// The environment of this process, read with `std::getenv` on every lookup (so changes made
-/// before a resolver runs are seen). Reading is safe as long as no thread calls `setenv`
-/// concurrently.
-///
-/// Example: `auto env = strata::cluster::torchrun_environment(process_environment());`
-inline Environment process_environment() {
-  return [](std::string_view name) -> std::optional<std::string> {
-    const std::string key(name);
-    // NOLINTNEXTLINE(concurrency-mt-unsafe): read-only, see above.
-    const char* value = std::getenv(key.c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  };
-}
-
-/// An environment holding exactly `variables` (nothing from the process), for tests and for
-/// programs that take their settings from a file or command line.
-///
-/// Example: `environment_from({{"RANK", "1"}, {"WORLD_SIZE", "4"}})`
-inline Environment environment_from(std::map<std::string, std::string> variables) {
-  return [variables = std::move(variables)](std::string_view name) -> std::optional<std::string> {
-    const auto it = variables.find(std::string(name));
-    if (it == variables.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using strata::Environment;
+using strata::environment_from;
+using strata::process_environment;
 
 }  // namespace strata::cluster
 // ---- end strata/cluster/environment.hpp ----
@@ -3262,109 +4050,149 @@ inline bool is_forbidden_host_char(char c) noexcept {
   return u <= 0x20 || u == 0x7f;
 }
 
-}  // namespace detail::slurm
+/// One host expression between commas: its literal and bracket segments, and how many names
+/// it expands to.
+struct HostExpression {
+  std::vector<HostSegment> segments;
+  std::uint64_t combinations = 1;
+};
 
-inline std::vector<std::string> expand_hostlist(std::string_view list, std::string_view setting) {
-  using detail::slurm::throw_hostlist_error;
-  if (list.empty()) throw_hostlist_error(list, setting, 0, "the list is empty");
+/// The position of the ']' that closes the '[' at `open`.
+inline std::size_t closing_bracket(std::string_view list, std::string_view setting,
+                                   std::size_t open) {
+  std::size_t close = open + 1;
+  while (close < list.size() && list[close] != ']') {
+    if (list[close] == '[') throw_hostlist_error(list, setting, close, "brackets cannot be nested");
+    ++close;
+  }
+  if (close == list.size()) throw_hostlist_error(list, setting, open, "'[' without a matching ']'");
+  return close;
+}
 
-  // Pass 1: parse every host expression and count the names, so the output is bounded before
-  // anything is expanded.
-  std::vector<std::vector<detail::slurm::HostSegment>> hosts;
-  std::uint64_t total = 0;
+/// Parses the host expression that starts at `pos`, up to the next ',' outside brackets or the
+/// end of `list`, and leaves `pos` there.
+inline HostExpression parse_host(std::string_view list, std::string_view setting,
+                                 std::size_t& pos) {
+  const std::size_t host_start = pos;
+  HostExpression host;
+  std::size_t literal_start = pos;
+  auto flush_literal = [&] {
+    if (pos > literal_start)
+      host.segments.push_back({list.substr(literal_start, pos - literal_start), {}, 1});
+  };
+  while (pos < list.size() && list[pos] != ',') {
+    const char c = list[pos];
+    if (c == ']') throw_hostlist_error(list, setting, pos, "']' without a matching '['");
+    if (is_forbidden_host_char(c))
+      throw_hostlist_error(list, setting, pos, "whitespace or a control character");
+    if (c != '[') {
+      ++pos;
+      continue;
+    }
+    flush_literal();
+    const std::size_t close = closing_bracket(list, setting, pos);
+    HostSegment bracket = parse_bracket(list, setting, pos + 1, close);
+    if (host.combinations > kMaxExpandedHosts / bracket.count)
+      throw_hostlist_error(list, setting, host_start,
+                           fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
+    host.combinations *= bracket.count;
+    host.segments.push_back(std::move(bracket));
+    pos = close + 1;
+    literal_start = pos;
+  }
+  flush_literal();
+  if (host.segments.empty()) throw_hostlist_error(list, setting, host_start, "empty host name");
+  return host;
+}
+
+/// Parses every host expression of `list` and counts the names in `total`, so that the output
+/// is bounded before anything is expanded.
+inline std::vector<std::vector<HostSegment>> parse_hosts(std::string_view list,
+                                                         std::string_view setting,
+                                                         std::uint64_t& total) {
+  std::vector<std::vector<HostSegment>> hosts;
   std::size_t pos = 0;
   while (true) {
     const std::size_t host_start = pos;
-    std::vector<detail::slurm::HostSegment> segments;
-    std::uint64_t combinations = 1;
-    std::size_t literal_start = pos;
-    auto flush_literal = [&] {
-      if (pos > literal_start)
-        segments.push_back({list.substr(literal_start, pos - literal_start), {}, 1});
-    };
-    while (pos < list.size() && list[pos] != ',') {
-      const char c = list[pos];
-      if (c == ']') throw_hostlist_error(list, setting, pos, "']' without a matching '['");
-      if (detail::slurm::is_forbidden_host_char(c))
-        throw_hostlist_error(list, setting, pos, "whitespace or a control character");
-      if (c != '[') {
-        ++pos;
-        continue;
-      }
-      flush_literal();
-      const std::size_t open = pos;
-      std::size_t close = open + 1;
-      while (close < list.size() && list[close] != ']') {
-        if (list[close] == '[')
-          throw_hostlist_error(list, setting, close, "brackets cannot be nested");
-        ++close;
-      }
-      if (close == list.size())
-        throw_hostlist_error(list, setting, open, "'[' without a matching ']'");
-      detail::slurm::HostSegment bracket =
-          detail::slurm::parse_bracket(list, setting, open + 1, close);
-      if (combinations > kMaxExpandedHosts / bracket.count)
-        throw_hostlist_error(list, setting, host_start,
-                             fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
-      combinations *= bracket.count;
-      segments.push_back(std::move(bracket));
-      pos = close + 1;
-      literal_start = pos;
-    }
-    flush_literal();
-    if (segments.empty()) throw_hostlist_error(list, setting, host_start, "empty host name");
-    total += combinations;
+    HostExpression host = parse_host(list, setting, pos);
+    total += host.combinations;
     if (total > kMaxExpandedHosts)
       throw_hostlist_error(list, setting, host_start,
                            fmt::format("it expands to more than {} hosts", kMaxExpandedHosts));
-    hosts.push_back(std::move(segments));
-    if (pos == list.size()) break;
+    hosts.push_back(std::move(host.segments));
+    if (pos == list.size()) return hosts;
     ++pos;  // the ','
     if (pos == list.size()) throw_hostlist_error(list, setting, pos, "empty host name");
   }
+}
 
-  // Pass 2: expand each host as an odometer over its brackets, the leftmost varying slowest.
+/// The names of one host expression in order: an odometer over its brackets, the leftmost
+/// varying slowest.
+class HostOdometer {
+ public:
+  explicit HostOdometer(const std::vector<HostSegment>& segments)
+      : segments_(segments), range_index_(segments.size(), 0), value_(segments.size(), 0) {
+    for (std::size_t s = 0; s < segments.size(); ++s)
+      if (!segments[s].ranges.empty()) value_[s] = segments[s].ranges[0].lo;
+  }
+
+  std::string name() const {
+    std::string name;
+    for (std::size_t s = 0; s < segments_.size(); ++s) {
+      if (segments_[s].ranges.empty()) {
+        name += segments_[s].text;
+      } else {
+        fmt::format_to(std::back_inserter(name), "{:0{}}", value_[s],
+                       segments_[s].ranges[range_index_[s]].width);
+      }
+    }
+    return name;
+  }
+
+  /// Advances the rightmost bracket, carrying to the left when it wraps; false when every
+  /// bracket wrapped (all names were produced).
+  bool advance() {
+    std::size_t s = segments_.size();
+    while (s-- > 0) {
+      const auto& ranges = segments_[s].ranges;
+      if (ranges.empty()) continue;
+      if (value_[s] < ranges[range_index_[s]].hi) {
+        ++value_[s];
+        return true;
+      }
+      if (range_index_[s] + 1 < ranges.size()) {
+        ++range_index_[s];
+        value_[s] = ranges[range_index_[s]].lo;
+        return true;
+      }
+      range_index_[s] = 0;
+      value_[s] = ranges[0].lo;
+    }
+    return false;
+  }
+
+ private:
+  const std::vector<HostSegment>& segments_;
+  // Per bracket: which range and which value within it come next.
+  std::vector<std::size_t> range_index_;
+  std::vector<std::uint64_t> value_;
+};
+
+}  // namespace detail::slurm
+
+inline std::vector<std::string> expand_hostlist(std::string_view list, std::string_view setting) {
+  if (list.empty()) detail::slurm::throw_hostlist_error(list, setting, 0, "the list is empty");
+  // Pass 1 parses every host expression and counts the names, so the output is bounded before
+  // anything is expanded; pass 2 expands each expression.
+  std::uint64_t total = 0;
+  const auto hosts = detail::slurm::parse_hosts(list, setting, total);
   std::vector<std::string> names;
   names.reserve(static_cast<std::size_t>(total));
   for (const auto& segments : hosts) {
-    // Per bracket: which range and which value within it come next.
-    std::vector<std::size_t> range_index(segments.size(), 0);
-    std::vector<std::uint64_t> value(segments.size(), 0);
-    for (std::size_t s = 0; s < segments.size(); ++s)
-      if (!segments[s].ranges.empty()) value[s] = segments[s].ranges[0].lo;
-    while (true) {
-      std::string name;
-      for (std::size_t s = 0; s < segments.size(); ++s) {
-        if (segments[s].ranges.empty()) {
-          name += segments[s].text;
-        } else {
-          fmt::format_to(std::back_inserter(name), "{:0{}}", value[s],
-                         segments[s].ranges[range_index[s]].width);
-        }
-      }
-      names.push_back(std::move(name));
-      // Advance the rightmost bracket; carry to the left when it wraps.
-      std::size_t s = segments.size();
-      bool carried_out = true;
-      while (s-- > 0) {
-        const auto& ranges = segments[s].ranges;
-        if (ranges.empty()) continue;
-        if (value[s] < ranges[range_index[s]].hi) {
-          ++value[s];
-          carried_out = false;
-          break;
-        }
-        if (range_index[s] + 1 < ranges.size()) {
-          ++range_index[s];
-          value[s] = ranges[range_index[s]].lo;
-          carried_out = false;
-          break;
-        }
-        range_index[s] = 0;
-        value[s] = ranges[0].lo;
-      }
-      if (carried_out) break;
-    }
+    detail::slurm::HostOdometer odometer(segments);
+    do {
+      names.push_back(odometer.name());
+    } while (odometer.advance());
   }
   return names;
 }
@@ -3636,6 +4464,95 @@ inline void check_local_size(const Environment& env, const LauncherEnvironment& 
   throw ConfigurationError(-1, name, fmt::format("{} is not set ({})", name, context), what_to_do);
 }
 
+/// The variable holding SLURM's number of tasks: SLURM_NTASKS, else SLURM_NPROCS.
+inline std::string_view slurm_size_name(const Environment& env, std::string_view what_to_do) {
+  if (lookup(env, "SLURM_NTASKS")) return "SLURM_NTASKS";
+  if (!lookup(env, "SLURM_NPROCS"))  // older SLURM releases
+    throw_missing("SLURM_NTASKS", "SLURM_PROCID is set; SLURM_NPROCS is not either", what_to_do);
+  return "SLURM_NPROCS";
+}
+
+/// SLURM's node list, expanded. Step variables describe this srun; job variables the allocation
+/// (used when srun did not set the step ones, as in old releases).
+struct SlurmNodes {
+  bool step = false;      ///< read from SLURM_STEP_NODELIST
+  std::string_view name;  ///< the variable read
+  std::optional<std::vector<std::string>> hosts;
+};
+
+inline SlurmNodes slurm_nodes(const Environment& env) {
+  SlurmNodes nodes;
+  nodes.step = lookup(env, "SLURM_STEP_NODELIST").has_value();
+  nodes.name = nodes.step ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+  if (const auto list = lookup(env, nodes.name)) nodes.hosts = expand_hostlist(*list, nodes.name);
+  return nodes;
+}
+
+/// Checks SLURM's tasks-per-node list, when there is one, against the number of tasks, the node
+/// list of the same scope and this task's local id on node SLURM_NODEID.
+inline void check_slurm_tasks_per_node(const Environment& env, const LauncherEnvironment& result,
+                                       std::string_view size_name, const SlurmNodes& nodes,
+                                       std::string_view what_to_do) {
+  const bool step_tasks = lookup(env, "SLURM_STEP_TASKS_PER_NODE").has_value();
+  const std::string_view tasks_name =
+      step_tasks ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  const auto counts = lookup(env, tasks_name);
+  if (!counts) return;
+  const std::vector<int> per_node = expand_tasks_per_node(*counts, tasks_name);
+  const long long total = std::accumulate(per_node.begin(), per_node.end(), 0LL);
+  if (total != result.world_size)
+    throw_bad_variable(
+        tasks_name, *counts,
+        fmt::format("it adds up to {} tasks but {}={}", total, size_name, result.world_size),
+        what_to_do);
+  if (nodes.hosts && nodes.step == step_tasks && nodes.hosts->size() != per_node.size())
+    throw_bad_variable(tasks_name, *counts,
+                       fmt::format("it describes {} nodes but {} lists {}", per_node.size(),
+                                   nodes.name, nodes.hosts->size()),
+                       what_to_do);
+  const auto node_id = parse_optional_int(env, "SLURM_NODEID", what_to_do);
+  if (!node_id) return;
+  if (static_cast<std::size_t>(*node_id) >= per_node.size())
+    throw_bad_variable("SLURM_NODEID", std::to_string(*node_id),
+                       fmt::format("{} describes only {} nodes", tasks_name, per_node.size()),
+                       what_to_do);
+  const int on_node = per_node[static_cast<std::size_t>(*node_id)];
+  if (result.local_rank >= on_node)
+    throw_bad_variable(
+        "SLURM_LOCALID", std::to_string(result.local_rank),
+        fmt::format("node {} runs {} tasks according to {}", *node_id, on_node, tasks_name),
+        what_to_do);
+}
+
+/// The store's host under SLURM: MASTER_ADDR, else the first node, where srun starts task 0.
+inline std::string slurm_master_addr(const Environment& env, const SlurmNodes& nodes) {
+  if (const auto master_addr = lookup(env, "MASTER_ADDR")) return *master_addr;
+  if (nodes.hosts) return nodes.hosts->front();
+  throw ConfigurationError(-1, "SLURM_STEP_NODELIST",
+                           "none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST and MASTER_ADDR is "
+                           "set, so the host of task 0 is unknown",
+                           "start the program with srun, or set MASTER_ADDR to the host of "
+                           "task 0");
+}
+
+/// The store's port under SLURM: STRATA_STORE_PORT, else MASTER_PORT, else one derived from the
+/// job id.
+inline std::uint16_t slurm_master_port(const Environment& env) {
+  const auto master_port = parse_optional_port(env, "MASTER_PORT");
+  if (const auto store_port = parse_optional_port(env, "STRATA_STORE_PORT")) return *store_port;
+  if (master_port) return *master_port;
+  if (const auto job_id = lookup(env, "SLURM_JOB_ID")) {
+    const std::uint64_t id =
+        parse_unsigned("SLURM_JOB_ID", *job_id, std::numeric_limits<std::uint64_t>::max(),
+                       "SLURM_JOB_ID is set by SLURM; set STRATA_STORE_PORT instead");
+    return static_cast<std::uint16_t>(kSlurmPortBase + id % kSlurmPortSpan);
+  }
+  throw ConfigurationError(-1, "SLURM_JOB_ID",
+                           "none of STRATA_STORE_PORT, MASTER_PORT and SLURM_JOB_ID is set, so "
+                           "the port of strata's store is unknown",
+                           "set STRATA_STORE_PORT to a free port, the same for every task");
+}
+
 }  // namespace detail::launcher
 
 inline std::optional<LauncherEnvironment> torchrun_environment(const Environment& env) {
@@ -3743,84 +4660,16 @@ inline std::optional<LauncherEnvironment> slurm_environment(const Environment& e
   LauncherEnvironment result;
   result.launcher = "slurm";
   result.rank = detail::launcher::parse_int_variable(env, "SLURM_PROCID", kWhatToDo);
-  std::string_view size_name = "SLURM_NTASKS";
-  if (!detail::launcher::lookup(env, size_name)) {
-    size_name = "SLURM_NPROCS";  // older SLURM releases
-    if (!detail::launcher::lookup(env, size_name))
-      detail::launcher::throw_missing("SLURM_NTASKS",
-                                      "SLURM_PROCID is set; SLURM_NPROCS is not either", kWhatToDo);
-  }
+  const std::string_view size_name = detail::launcher::slurm_size_name(env, kWhatToDo);
   result.world_size = detail::launcher::parse_int_variable(env, size_name, kWhatToDo);
   result.local_rank =
       detail::launcher::parse_optional_int(env, "SLURM_LOCALID", kWhatToDo).value_or(0);
   detail::launcher::check_layout(result, "SLURM_PROCID", size_name, "SLURM_LOCALID", kWhatToDo);
 
-  // Step variables describe this srun; job variables the allocation (used when srun did not
-  // set the step ones, as in old releases).
-  const bool step_nodes = detail::launcher::lookup(env, "SLURM_STEP_NODELIST").has_value();
-  const std::string_view nodes_name = step_nodes ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
-  std::optional<std::vector<std::string>> nodes;
-  if (const auto list = detail::launcher::lookup(env, nodes_name))
-    nodes = expand_hostlist(*list, nodes_name);
-
-  const bool step_tasks = detail::launcher::lookup(env, "SLURM_STEP_TASKS_PER_NODE").has_value();
-  const std::string_view tasks_name =
-      step_tasks ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
-  if (const auto counts = detail::launcher::lookup(env, tasks_name)) {
-    const std::vector<int> per_node = expand_tasks_per_node(*counts, tasks_name);
-    const long long total = std::accumulate(per_node.begin(), per_node.end(), 0LL);
-    if (total != result.world_size)
-      detail::launcher::throw_bad_variable(
-          tasks_name, *counts,
-          fmt::format("it adds up to {} tasks but {}={}", total, size_name, result.world_size),
-          kWhatToDo);
-    if (nodes && step_nodes == step_tasks && nodes->size() != per_node.size())
-      detail::launcher::throw_bad_variable(tasks_name, *counts,
-                                           fmt::format("it describes {} nodes but {} lists {}",
-                                                       per_node.size(), nodes_name, nodes->size()),
-                                           kWhatToDo);
-    if (const auto node_id = detail::launcher::parse_optional_int(env, "SLURM_NODEID", kWhatToDo)) {
-      if (static_cast<std::size_t>(*node_id) >= per_node.size())
-        detail::launcher::throw_bad_variable(
-            "SLURM_NODEID", std::to_string(*node_id),
-            fmt::format("{} describes only {} nodes", tasks_name, per_node.size()), kWhatToDo);
-      const int on_node = per_node[static_cast<std::size_t>(*node_id)];
-      if (result.local_rank >= on_node)
-        detail::launcher::throw_bad_variable(
-            "SLURM_LOCALID", std::to_string(result.local_rank),
-            fmt::format("node {} runs {} tasks according to {}", *node_id, on_node, tasks_name),
-            kWhatToDo);
-    }
-  }
-
-  if (const auto master_addr = detail::launcher::lookup(env, "MASTER_ADDR")) {
-    result.master_addr = *master_addr;
-  } else if (nodes) {
-    result.master_addr = nodes->front();
-  } else {
-    throw ConfigurationError(-1, "SLURM_STEP_NODELIST",
-                             "none of SLURM_STEP_NODELIST, SLURM_JOB_NODELIST and MASTER_ADDR is "
-                             "set, so the host of task 0 is unknown",
-                             "start the program with srun, or set MASTER_ADDR to the host of "
-                             "task 0");
-  }
-
-  const auto master_port = detail::launcher::parse_optional_port(env, "MASTER_PORT");
-  if (const auto store_port = detail::launcher::parse_optional_port(env, "STRATA_STORE_PORT")) {
-    result.master_port = *store_port;
-  } else if (master_port) {
-    result.master_port = *master_port;
-  } else if (const auto job_id = detail::launcher::lookup(env, "SLURM_JOB_ID")) {
-    const std::uint64_t id = detail::launcher::parse_unsigned(
-        "SLURM_JOB_ID", *job_id, std::numeric_limits<std::uint64_t>::max(),
-        "SLURM_JOB_ID is set by SLURM; set STRATA_STORE_PORT instead");
-    result.master_port = static_cast<std::uint16_t>(kSlurmPortBase + id % kSlurmPortSpan);
-  } else {
-    throw ConfigurationError(-1, "SLURM_JOB_ID",
-                             "none of STRATA_STORE_PORT, MASTER_PORT and SLURM_JOB_ID is set, so "
-                             "the port of strata's store is unknown",
-                             "set STRATA_STORE_PORT to a free port, the same for every task");
-  }
+  const detail::launcher::SlurmNodes nodes = detail::launcher::slurm_nodes(env);
+  detail::launcher::check_slurm_tasks_per_node(env, result, size_name, nodes, kWhatToDo);
+  result.master_addr = detail::launcher::slurm_master_addr(env, nodes);
+  result.master_port = detail::launcher::slurm_master_port(env);
   return result;
 }
 
@@ -3836,12 +4685,17 @@ inline std::optional<LauncherEnvironment> slurm_environment(const Environment& e
 //   4. OpenMPI's OMPI_COMM_WORLD_RANK / SIZE (master from MASTER_ADDR);
 //   5. SLURM's SLURM_PROCID / SLURM_NTASKS and node list;
 //   6. nothing: a valid one-worker cluster.
-// Launchers of kind 3–5 say where rank 0 is but not where the others listen: each process
-// binds a listening socket on the interface that routes toward the master and publishes it
-// through a small store on the master (store.hpp); the bound socket is handed on to the
-// communicator, so no other program can take the port in between.
+// Launchers of kind 3–5 say where rank 0 is but not where the others listen: the ranks must
+// exchange their listening addresses over the network, which is the TCP transport's job
+// (transport/tcp/address_exchange.hpp binds a listener toward the master and publishes it
+// through a small store there). This layer only parses and decides; it takes that exchange as
+// `ResolveOptions::exchange`, and `strata::resolve_cluster()` (strata/resolve.hpp) supplies the
+// TCP one. The bound socket is handed on to the communicator, so no other program can take the
+// port in between.
 
+#include <charconv>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -3850,815 +4704,7 @@ inline std::optional<LauncherEnvironment> slurm_environment(const Environment& e
 #include <unistd.h>
 
 #include <fmt/format.h>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
 
-// ---- begin strata/cluster/store.hpp ----
-// strata/cluster/store.hpp — a one-shot rendezvous store: every rank publishes one short
-// string and learns everyone's.
-//
-// The torchrun, OpenMPI and SLURM resolvers know each process's rank and where rank 0 runs,
-// but not where the other ranks listen. Each rank binds its own listening socket, then calls
-// `exchange` with "host:port"; rank 0 serves a tiny TCP store on the master address for the
-// duration of the call, the others connect to it, and everyone leaves with the full table.
-//
-// Wire protocol (all integers big-endian; every length is checked before anything is
-// allocated for it):
-//
-//   request, client → rank 0:  magic u32 | version u16 | kind u16 (1 = register)
-//                              | rank u32 | world_size u32 | value_len u32 | value
-//   reply,   rank 0 → client:  magic u32 | version u16 | status u16 | world_size u32
-//                              | body_len u32 | body
-//     status 0 (ok):     body = world_size × (len u32 | bytes), in rank order
-//     any other status:  body = a message saying why the exchange failed
-//
-// After its request a client sends nothing more; rank 0 reads on, so that a client which
-// disconnects is forgotten and may register again (a retry after a broken connection).
-
-#include <algorithm>
-#include <array>
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <optional>
-#include <random>
-#include <set>
-#include <string>
-#include <string_view>
-#include <system_error>
-#include <thread>
-#include <utility>
-#include <vector>
-
-#include <fmt/format.h>
-#include <asio/connect.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/address.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/ip/udp.hpp>
-#include <asio/read.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/write.hpp>
-
-
-namespace strata::cluster {
-
-/// The longest value one rank may publish through `exchange`, in bytes.
-inline constexpr std::size_t kMaxStoreValueBytes = 1024;
-/// The largest world size `exchange` accepts (it bounds what rank 0 and every client
-/// allocate for the table).
-inline constexpr int kMaxStoreWorldSize = 1 << 20;
-
-/// Where the store is served and who is calling. Plain data: set the fields you care about.
-struct StoreOptions {
-  /// Address or host name where rank 0 serves the store (e.g. `LauncherEnvironment::
-  /// master_addr`). Rank 0 binds exactly this address, never all interfaces, so it must be
-  /// an address of rank 0's host that the other ranks can reach (beware host names that
-  /// /etc/hosts maps to 127.0.1.1 when ranks span hosts).
-  std::string host;
-  /// TCP port of the store (e.g. `LauncherEnvironment::master_port`); not 0 unless
-  /// `world_size` is 1.
-  std::uint16_t port = 0;
-  /// The calling process's rank in [0, world_size).
-  int rank = 0;
-  /// Number of ranks taking part; every rank must pass the same value.
-  int world_size = 1;
-  /// Budget of the whole call: rank 0 waits this long for every rank to register, the
-  /// others this long to reach rank 0 and get the table. Defaults to `STRATA_TIMEOUT` when
-  /// set, else 60 s (see `strata::default_timeout`).
-  std::chrono::milliseconds timeout = default_timeout();
-};
-
-/// Exchanges one short value per rank; returns the values of all ranks, in rank order.
-///
-/// Every rank calls it once with its own value. Rank 0 binds `host:port`, contributes its own
-/// value and serves the others until all `world_size` ranks have registered, then sends each
-/// the table and returns. The other ranks connect, retrying with exponential backoff (10 ms
-/// doubling to 1 s, with jitter) while rank 0 is not up yet, register, and wait for the table.
-/// With `world_size == 1` it returns `{value}` without touching the network.
-///
-/// The call runs an asio io_context in the calling thread and leaves no thread, socket or
-/// timer behind. Connections that send garbage, oversized fields or nothing at all are
-/// dropped (each within a short read deadline of its own) without affecting the exchange.
-/// A fatal error seen by rank 0 (timeout, duplicate rank, world size mismatch) is sent to
-/// every connected rank, so that all of them fail with the same reason at once.
-///
-/// Example (each rank, after binding its own listener on `port`):
-/// ```
-/// const auto launch = strata::cluster::torchrun_environment(process_environment()).value();
-/// const std::vector<std::string> peers = strata::cluster::exchange(
-///     {.host = launch.master_addr, .port = launch.master_port, .rank = launch.rank,
-///      .world_size = launch.world_size},
-///     fmt::format("{}:{}", local_address_toward(launch.master_addr, launch.master_port), port));
-/// ```
-///
-/// @param options  where the store is and who is calling.
-/// @param value    this rank's value, at most `kMaxStoreValueBytes` bytes (any bytes).
-/// @throws UsageError when `options` or `value` break the limits above.
-/// @throws ConfigurationError on rank 0 when `host:port` cannot be bound (port in use,
-///   address not local); on any rank when ranks disagree about the world size or two
-///   processes claim the same rank, or when the service at `host:port` is not a strata store.
-/// @throws TimeoutError on rank 0 naming the ranks that did not register in time; on the
-///   others when the store could not be reached (naming the last error, e.g. "connection
-///   refused" or "the store closed the connection") or did not answer in time.
-/// Cost: one round trip per rank to rank 0; rank 0 sends world_size × (4 + value) bytes to
-///   each rank.
-inline std::vector<std::string> exchange(const StoreOptions& options, std::string_view value);
-
-/// The address of this host's interface that routes toward `host`, as text ("10.0.0.7"),
-/// for publishing an address the other ranks can reach. Uses a connected UDP socket: the
-/// kernel picks the route, and no packet is sent. For 127.0.0.1 it returns 127.0.0.1.
-///
-/// `port` only completes the destination (0 is replaced by 9, since some systems refuse to
-/// connect to port 0). A host name is resolved with the system resolver, which blocks for as
-/// long as the system's own resolver timeouts allow.
-/// @throws ConfigurationError (rank -1, operation "local_address_toward") when `host` cannot
-///   be resolved or no route leads to it.
-inline std::string local_address_toward(std::string_view host, std::uint16_t port);
-
-// ---- implementation ---------------------------------------------------------------------------
-
-namespace detail::store {
-
-using asio::ip::tcp;
-
-inline constexpr std::uint32_t kMagic = 0x53545253;  // "STRS"
-inline constexpr std::uint16_t kVersion = 1;
-inline constexpr std::uint16_t kKindRegister = 1;
-inline constexpr std::size_t kRequestBytes = 20;
-inline constexpr std::size_t kReplyHeaderBytes = 16;
-inline constexpr std::size_t kMaxMessageBytes = 4096;
-
-enum class Status : std::uint16_t {
-  kOk = 0,
-  kWorldSizeMismatch = 1,
-  kDuplicateRank = 2,
-  kTimedOut = 3,
-  kVersionMismatch = 4,
-};
-
-/// A client has this long to send its request once connected: real clients send it at once,
-/// so only stalled or hostile connections hit it, and each holds a socket until it does.
-inline constexpr std::chrono::milliseconds kRequestTimeout{5000};
-/// Rank 0's replies get at least this long to leave, even when the last rank registered just
-/// before the deadline.
-inline constexpr std::chrono::milliseconds kReplyGrace{1000};
-/// Connections that have not registered yet beyond this many are closed at once, so that a
-/// flood cannot exhaust rank 0's file descriptors.
-inline constexpr std::size_t kMaxPendingConnections = 256;
-inline constexpr std::chrono::milliseconds kFirstBackoff{10};
-inline constexpr std::chrono::milliseconds kMaxBackoff{1000};
-
-inline constexpr std::string_view kRaiseTimeout =
-    "raise the timeout (StoreOptions::timeout or STRATA_TIMEOUT)";
-
-inline void put_u16(std::uint8_t* out, std::uint16_t v) noexcept {
-  out[0] = static_cast<std::uint8_t>(v >> 8);
-  out[1] = static_cast<std::uint8_t>(v);
-}
-inline void put_u32(std::uint8_t* out, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i)
-    out[i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
-}
-inline std::uint16_t get_u16(const std::uint8_t* in) noexcept {
-  return static_cast<std::uint16_t>((in[0] << 8) | in[1]);
-}
-inline std::uint32_t get_u32(const std::uint8_t* in) noexcept {
-  return (std::uint32_t{in[0]} << 24) | (std::uint32_t{in[1]} << 16) | (std::uint32_t{in[2]} << 8) |
-         std::uint32_t{in[3]};
-}
-
-/// "host:port", with brackets around IPv6 addresses.
-inline std::string endpoint_text(std::string_view host, std::uint16_t port) {
-  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
-  return fmt::format("{}:{}", host, port);
-}
-
-/// Resolves `host` (an address is used as is, without a lookup).
-template <class Protocol>
-std::vector<typename Protocol::endpoint> resolve(const std::string& host, std::uint16_t port,
-                                                 std::error_code& ec) {
-  ec.clear();
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (!ec) return {typename Protocol::endpoint(address, port)};
-  ec.clear();
-  asio::io_context io;
-  typename Protocol::resolver resolver(io);
-  const auto results =
-      resolver.resolve(host, std::to_string(port), asio::ip::resolver_base::numeric_service, ec);
-  std::vector<typename Protocol::endpoint> endpoints;
-  if (ec) return endpoints;
-  for (const auto& entry : results)
-    endpoints.push_back(entry.endpoint());
-  if (endpoints.empty()) ec = asio::error::host_not_found;
-  return endpoints;
-}
-
-inline std::vector<std::uint8_t> reply_header(Status status, std::uint32_t world_size,
-                                              std::size_t body_bytes) {
-  std::vector<std::uint8_t> out(kReplyHeaderBytes);
-  put_u32(out.data(), kMagic);
-  put_u16(out.data() + 4, kVersion);
-  put_u16(out.data() + 6, static_cast<std::uint16_t>(status));
-  put_u32(out.data() + 8, world_size);
-  put_u32(out.data() + 12, static_cast<std::uint32_t>(body_bytes));
-  return out;
-}
-
-inline std::vector<std::uint8_t> error_reply(Status status, std::uint32_t world_size,
-                                             std::string_view message) {
-  message = message.substr(0, kMaxMessageBytes);
-  std::vector<std::uint8_t> out = reply_header(status, world_size, message.size());
-  out.insert(out.end(), message.begin(), message.end());
-  return out;
-}
-
-/// "rank 2" / "ranks 2, 5" / "ranks 1, 2, ..., 16 and 84 more".
-inline std::string rank_list(const std::vector<int>& ranks) {
-  constexpr std::size_t kMaxListed = 16;
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size() && i < kMaxListed; ++i)
-    fmt::format_to(std::back_inserter(text), "{}{}", i == 0 ? "" : ", ", ranks[i]);
-  if (ranks.size() > kMaxListed)
-    fmt::format_to(std::back_inserter(text), " and {} more", ranks.size() - kMaxListed);
-  return text;
-}
-
-/// Rank 0's side: serves the store until every rank has registered, the deadline passes, or
-/// the exchange fails. Single-threaded: every handler runs inside `run()`.
-class Server {
- public:
-  Server(const StoreOptions& options, std::string_view own_value, const Deadline& deadline)
-      : options_(options),
-        deadline_(deadline),
-        where_(endpoint_text(options.host, options.port)),
-        acceptor_(io_),
-        deadline_timer_(io_),
-        retry_timer_(io_),
-        reply_timer_(io_),
-        values_(static_cast<std::size_t>(options.world_size)),
-        registered_(static_cast<std::size_t>(options.world_size)) {
-    values_[0] = std::string(own_value);
-    registered_count_ = 1;
-  }
-
-  std::vector<std::string> run() {
-    bind();
-    accept();
-    deadline_timer_.expires_at(deadline_.time_point());
-    deadline_timer_.async_wait([this](const std::error_code& ec) {
-      if (!ec && phase_ == Phase::kCollecting) time_out();
-    });
-    // Timers end every phase; this bound only guards against a bug leaving us waiting.
-    const auto hard_stop =
-        std::max(deadline_.time_point(), Clock::now()) + kReplyGrace + std::chrono::seconds(1);
-    while (phase_ != Phase::kDone) {
-      if (io_.run_one_until(hard_stop) == 0) break;
-    }
-    close_all();
-    if (failure_) std::rethrow_exception(failure_);
-    if (phase_ != Phase::kDone)
-      throw TimeoutError(0, "store",
-                         fmt::format("the store at {} did not finish within {} ms", where_,
-                                     deadline_.budget().count()),
-                         kRaiseTimeout);
-    std::vector<std::string> result;
-    result.reserve(values_.size());
-    for (auto& value : values_)
-      result.push_back(std::move(*value));
-    return result;
-  }
-
- private:
-  enum class Phase { kCollecting, kReplying, kDone };
-
-  struct Connection {
-    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
-    tcp::socket socket;
-    asio::steady_timer timer;
-    std::array<std::uint8_t, kRequestBytes> request{};
-    std::string value;
-    std::array<std::uint8_t, 1> probe{};
-    int rank = -1;
-  };
-  using ConnectionPtr = std::shared_ptr<Connection>;
-
-  void bind() {
-    const std::string_view kOtherPort =
-        "choose another port (MASTER_PORT or STRATA_STORE_PORT) or stop the process that holds "
-        "it";
-    const std::string_view kLocalAddress =
-        "the store's host (MASTER_ADDR) must name an address of rank 0's own host";
-    std::error_code ec;
-    const auto endpoints = resolve<tcp>(options_.host, options_.port, ec);
-    if (ec)
-      throw ConfigurationError(
-          0, "store", fmt::format("cannot resolve the store's host {}: {}", where_, ec.message()),
-          kLocalAddress);
-    std::error_code first_error;
-    for (const auto& endpoint : endpoints) {
-      if (endpoint.address().is_unspecified())
-        throw ConfigurationError(
-            0, "store",
-            fmt::format("{} names every interface, not a host the other ranks can reach", where_),
-            "set the store's host (MASTER_ADDR) to an address of rank 0's host");
-      std::error_code attempt;
-      acceptor_.open(endpoint.protocol(), attempt);
-      // Lets a restarted job rebind while the previous run's connections sit in TIME_WAIT;
-      // on Linux it does not let two live listeners share the port.
-      if (!attempt) acceptor_.set_option(tcp::acceptor::reuse_address(true), attempt);
-      if (!attempt) acceptor_.bind(endpoint, attempt);
-      if (!attempt) acceptor_.listen(asio::socket_base::max_listen_connections, attempt);
-      if (!attempt) return;
-      std::error_code ignored;
-      acceptor_.close(ignored);
-      if (!first_error) first_error = attempt;
-    }
-    if (first_error == asio::error::address_in_use)
-      throw ConfigurationError(
-          0, "store",
-          fmt::format("cannot serve the store on {}: the port is already in use", where_),
-          kOtherPort);
-    if (first_error == std::error_code(EADDRNOTAVAIL, asio::error::get_system_category()))
-      throw ConfigurationError(
-          0, "store",
-          fmt::format("cannot serve the store on {}: the address is not one of this host's",
-                      where_),
-          kLocalAddress);
-    throw ConfigurationError(
-        0, "store", fmt::format("cannot serve the store on {}: {}", where_, first_error.message()),
-        kOtherPort);
-  }
-
-  void accept() {
-    acceptor_.async_accept([this](const std::error_code& ec, tcp::socket socket) {
-      if (phase_ != Phase::kCollecting) return;
-      if (ec) {
-        if (ec == asio::error::operation_aborted) return;
-        // Out of descriptors or a connection reset before it was accepted: try again shortly
-        // rather than spinning.
-        retry_timer_.expires_after(std::chrono::milliseconds(10));
-        retry_timer_.async_wait([this](const std::error_code& timer_ec) {
-          if (!timer_ec && phase_ == Phase::kCollecting) accept();
-        });
-        return;
-      }
-      if (pending_.size() < kMaxPendingConnections) {
-        read_request(std::make_shared<Connection>(std::move(socket)));
-      } else {
-        std::error_code ignored;
-        socket.close(ignored);
-      }
-      accept();
-    });
-  }
-
-  void read_request(const ConnectionPtr& connection) {
-    pending_.insert(connection);
-    connection->timer.expires_at(std::min(Clock::now() + kRequestTimeout, deadline_.time_point()));
-    connection->timer.async_wait([this, connection](const std::error_code& ec) {
-      if (!ec && phase_ == Phase::kCollecting) drop(connection);
-    });
-    asio::async_read(connection->socket, asio::buffer(connection->request),
-                     [this, connection](const std::error_code& ec, std::size_t) {
-                       if (phase_ != Phase::kCollecting) return;
-                       if (ec) return drop(connection);
-                       on_request(connection);
-                     });
-  }
-
-  void on_request(const ConnectionPtr& connection) {
-    const std::uint8_t* in = connection->request.data();
-    if (get_u32(in) != kMagic) return drop(connection);  // not one of ours
-    if (get_u16(in + 4) != kVersion) {
-      // A rank built against another protocol version: tell it why, and go on without it.
-      auto reply = std::make_shared<std::vector<std::uint8_t>>(error_reply(
-          Status::kVersionMismatch, static_cast<std::uint32_t>(options_.world_size),
-          fmt::format("the store at {} speaks protocol version {}, the rank speaks version {}",
-                      where_, kVersion, get_u16(in + 4))));
-      pending_.erase(connection);
-      asio::async_write(connection->socket, asio::buffer(*reply),
-                        [connection, reply](const std::error_code&, std::size_t) {
-                          std::error_code ignored;
-                          connection->socket.close(ignored);
-                        });
-      return;
-    }
-    if (get_u16(in + 6) != kKindRegister) return drop(connection);
-    const std::uint32_t rank = get_u32(in + 8);
-    const std::uint32_t world_size = get_u32(in + 12);
-    const std::uint32_t value_bytes = get_u32(in + 16);
-    if (world_size != static_cast<std::uint32_t>(options_.world_size)) {
-      const std::string why = fmt::format(
-          "rank {} registered with world size {}, but the store at {} (rank 0) has world size "
-          "{}",
-          rank, world_size, where_, options_.world_size);
-      return fail(std::make_exception_ptr(ConfigurationError(
-                      0, "store", why, "start every rank with the same world size")),
-                  Status::kWorldSizeMismatch, why, connection);
-    }
-    if (rank >= world_size || value_bytes > kMaxStoreValueBytes) return drop(connection);
-    connection->rank = static_cast<int>(rank);
-    connection->value.resize(value_bytes);
-    asio::async_read(connection->socket, asio::buffer(connection->value),
-                     [this, connection](const std::error_code& ec, std::size_t) {
-                       if (phase_ != Phase::kCollecting) return;
-                       if (ec) return drop(connection);
-                       on_register(connection);
-                     });
-  }
-
-  void on_register(const ConnectionPtr& connection) {
-    const auto rank = static_cast<std::size_t>(connection->rank);
-    if (rank == 0 || registered_[rank]) {
-      const std::string why =
-          fmt::format("rank {} registered twice with the store at {}", rank, where_);
-      constexpr std::string_view kWhatToDo =
-          "give every process its own rank: two processes claim the same one (or two jobs share "
-          "the store's port)";
-      return fail(std::make_exception_ptr(ConfigurationError(0, "store", why, kWhatToDo)),
-                  Status::kDuplicateRank, why, connection);
-    }
-    pending_.erase(connection);
-    connection->timer.cancel();
-    registered_[rank] = connection;
-    values_[rank] = std::move(connection->value);
-    if (++registered_count_ == options_.world_size) return succeed();
-    // Clients send nothing after registering, so this read completes only when the client
-    // goes away (or misbehaves): forget it then, so that a retry can register again.
-    connection->socket.async_read_some(asio::buffer(connection->probe),
-                                       [this, connection](const std::error_code&, std::size_t) {
-                                         if (phase_ != Phase::kCollecting) return;
-                                         const auto r = static_cast<std::size_t>(connection->rank);
-                                         if (registered_[r] != connection) return;
-                                         registered_[r].reset();
-                                         values_[r].reset();
-                                         --registered_count_;
-                                         std::error_code ignored;
-                                         connection->socket.close(ignored);
-                                       });
-  }
-
-  void drop(const ConnectionPtr& connection) {
-    pending_.erase(connection);
-    std::error_code ignored;
-    connection->socket.close(ignored);
-    connection->timer.cancel();
-  }
-
-  void time_out() {
-    std::vector<int> missing;
-    for (std::size_t r = 0; r < values_.size(); ++r)
-      if (!values_[r]) missing.push_back(static_cast<int>(r));
-    const std::string why = fmt::format("{} did not register with the store at {} within {} ms",
-                                        rank_list(missing), where_, deadline_.budget().count());
-    constexpr std::string_view kWhatToDo =
-        "check that every rank was started, with the same store address and world size, or "
-        "raise the timeout (StoreOptions::timeout or STRATA_TIMEOUT)";
-    fail(std::make_exception_ptr(TimeoutError(0, "store", why, kWhatToDo)), Status::kTimedOut, why,
-         nullptr);
-  }
-
-  // Ends the collection with an error: every registered rank (and `culprit`) is told why.
-  void fail(std::exception_ptr failure, Status status, std::string_view why,
-            const ConnectionPtr& culprit) {
-    failure_ = std::move(failure);
-    reply_ = error_reply(status, static_cast<std::uint32_t>(options_.world_size), why);
-    std::vector<ConnectionPtr> targets;
-    for (const auto& connection : registered_)
-      if (connection) targets.push_back(connection);
-    if (culprit) {
-      pending_.erase(culprit);
-      targets.push_back(culprit);
-    }
-    send_replies(std::move(targets), Clock::now() + kReplyGrace);
-  }
-
-  void succeed() {
-    std::size_t body_bytes = 0;
-    for (const auto& value : values_)
-      body_bytes += 4 + value->size();
-    reply_ = reply_header(Status::kOk, static_cast<std::uint32_t>(options_.world_size), body_bytes);
-    reply_.reserve(kReplyHeaderBytes + body_bytes);
-    for (const auto& value : values_) {
-      std::array<std::uint8_t, 4> length{};
-      put_u32(length.data(), static_cast<std::uint32_t>(value->size()));
-      reply_.insert(reply_.end(), length.begin(), length.end());
-      reply_.insert(reply_.end(), value->begin(), value->end());
-    }
-    std::vector<ConnectionPtr> targets;
-    for (const auto& connection : registered_)
-      if (connection) targets.push_back(connection);
-    send_replies(std::move(targets), std::max(Clock::now() + kReplyGrace, deadline_.time_point()));
-  }
-
-  void send_replies(std::vector<ConnectionPtr> targets, Clock::time_point until) {
-    phase_ = Phase::kReplying;
-    std::error_code ignored;
-    acceptor_.close(ignored);
-    deadline_timer_.cancel();
-    retry_timer_.cancel();
-    for (const auto& connection : pending_) {
-      connection->socket.close(ignored);
-      connection->timer.cancel();
-    }
-    pending_.clear();
-    outstanding_writes_ = targets.size();
-    if (outstanding_writes_ == 0) {
-      phase_ = Phase::kDone;
-      return;
-    }
-    reply_timer_.expires_at(until);
-    reply_timer_.async_wait([this, targets](const std::error_code& ec) {
-      if (ec || phase_ != Phase::kReplying) return;
-      // Ranks that do not take their reply in time fail on their own deadline.
-      std::error_code close_ignored;
-      for (const auto& connection : targets)
-        connection->socket.close(close_ignored);
-    });
-    for (const auto& connection : targets) {
-      asio::async_write(connection->socket, asio::buffer(reply_),
-                        [this, connection](const std::error_code&, std::size_t) {
-                          if (--outstanding_writes_ == 0) {
-                            phase_ = Phase::kDone;
-                            reply_timer_.cancel();
-                          }
-                        });
-    }
-  }
-
-  void close_all() {
-    std::error_code ignored;
-    acceptor_.close(ignored);
-    for (const auto& connection : pending_)
-      connection->socket.close(ignored);
-    for (const auto& connection : registered_)
-      if (connection) connection->socket.close(ignored);
-    // Handlers still queued only drop their references when io_ is destroyed; none runs.
-  }
-
-  const StoreOptions& options_;
-  const Deadline& deadline_;
-  const std::string where_;
-  asio::io_context io_{1};
-  tcp::acceptor acceptor_;
-  asio::steady_timer deadline_timer_;
-  asio::steady_timer retry_timer_;
-  asio::steady_timer reply_timer_;
-  std::vector<std::optional<std::string>> values_;
-  std::vector<ConnectionPtr> registered_;
-  std::set<ConnectionPtr> pending_;
-  int registered_count_ = 0;
-  Phase phase_ = Phase::kCollecting;
-  std::exception_ptr failure_;
-  std::vector<std::uint8_t> reply_;
-  std::size_t outstanding_writes_ = 0;
-};
-
-/// Runs one asynchronous operation on `socket` until it completes or `until` passes; on
-/// timeout the socket is closed, which completes the operation with an error, and
-/// `timed_out` is set.
-template <class Start>
-std::error_code run_until(asio::io_context& io, tcp::socket& socket, Clock::time_point until,
-                          bool& timed_out, Start&& start) {
-  std::optional<std::error_code> result;
-  bool timer_done = false;
-  timed_out = false;
-  asio::steady_timer timer(io, until);
-  timer.async_wait([&](const std::error_code& ec) {
-    timer_done = true;
-    if (!ec && !result) {
-      timed_out = true;
-      std::error_code ignored;
-      socket.close(ignored);
-    }
-  });
-  std::forward<Start>(start)([&](const std::error_code& ec) {
-    result = ec;
-    timer.cancel();
-  });
-  io.restart();
-  while (!result || !timer_done)
-    io.run_one();
-  return *result;
-}
-
-/// One attempt of a non-zero rank: connect, register, read the reply. Returns the table, or
-/// nullopt with the reason to try again in `retry_why`; throws when retrying cannot help.
-inline std::optional<std::vector<std::string>> attempt(const StoreOptions& options,
-                                                       const std::vector<std::uint8_t>& request,
-                                                       const Deadline& deadline,
-                                                       std::string& retry_why) {
-  const std::string where = endpoint_text(options.host, options.port);
-  std::error_code ec;
-  const auto endpoints = resolve<tcp>(options.host, options.port, ec);
-  if (ec) {
-    retry_why = fmt::format("cannot resolve {}: {}", options.host, ec.message());
-    return std::nullopt;
-  }
-  asio::io_context io{1};
-  tcp::socket socket(io);
-  bool timed_out = false;
-  const auto until = deadline.time_point();
-  auto failed = [&](std::string_view step, const std::error_code& error) {
-    if (timed_out)
-      retry_why = fmt::format("{} timed out", step);
-    else if (error == asio::error::eof || error == asio::error::connection_reset ||
-             error == asio::error::broken_pipe)
-      retry_why = "the store closed the connection";
-    else
-      retry_why = fmt::format("{}: {}", step, error.message());
-    return std::nullopt;
-  };
-
-  ec = run_until(io, socket, until, timed_out, [&](auto done) {
-    asio::async_connect(socket, endpoints,
-                        [done](const std::error_code& e, const tcp::endpoint&) { done(e); });
-  });
-  if (ec) return failed("connect", ec);
-  ec = run_until(io, socket, until, timed_out, [&](auto done) {
-    asio::async_write(socket, asio::buffer(request),
-                      [done](const std::error_code& e, std::size_t) { done(e); });
-  });
-  if (ec) return failed("send", ec);
-
-  std::array<std::uint8_t, kReplyHeaderBytes> header{};
-  ec = run_until(io, socket, until, timed_out, [&](auto done) {
-    asio::async_read(socket, asio::buffer(header),
-                     [done](const std::error_code& e, std::size_t) { done(e); });
-  });
-  if (timed_out)
-    throw TimeoutError(
-        options.rank, "store",
-        fmt::format("registered with the store at {}, but it did not answer within {} ms", where,
-                    deadline.budget().count()),
-        "rank 0 answers once every rank has registered: look for a rank that was not started "
-        "or points at another store, or raise the timeout (StoreOptions::timeout or "
-        "STRATA_TIMEOUT)");
-  if (ec) return failed("receive", ec);
-
-  const auto not_a_store = [&](std::string_view why) {
-    return ConfigurationError(
-        options.rank, "store",
-        fmt::format("the service at {} is not a strata store of this version: {}", where, why),
-        "check the store's address and port (MASTER_ADDR, MASTER_PORT or STRATA_STORE_PORT): "
-        "another program may hold that port");
-  };
-  if (get_u32(header.data()) != kMagic) throw not_a_store("its reply has the wrong magic number");
-  if (get_u16(header.data() + 4) != kVersion)
-    throw not_a_store(fmt::format("it speaks protocol version {}, this rank speaks version {}",
-                                  get_u16(header.data() + 4), kVersion));
-  const auto status = static_cast<Status>(get_u16(header.data() + 6));
-  const std::uint32_t world_size = get_u32(header.data() + 8);
-  const std::uint32_t body_bytes = get_u32(header.data() + 12);
-  const std::size_t max_body =
-      status == Status::kOk
-          ? static_cast<std::size_t>(options.world_size) * (4 + kMaxStoreValueBytes)
-          : kMaxMessageBytes;
-  if (body_bytes > max_body)
-    throw not_a_store(fmt::format("its reply announces {} bytes", body_bytes));
-  if (status == Status::kOk && world_size != static_cast<std::uint32_t>(options.world_size))
-    throw not_a_store(fmt::format("it answered with a table of {} ranks instead of {}", world_size,
-                                  options.world_size));
-
-  std::vector<std::uint8_t> body(body_bytes);
-  ec = run_until(io, socket, until, timed_out, [&](auto done) {
-    asio::async_read(socket, asio::buffer(body),
-                     [done](const std::error_code& e, std::size_t) { done(e); });
-  });
-  if (ec) return failed("receive", ec);
-
-  if (status != Status::kOk) {
-    const std::string why(body.begin(), body.end());
-    const std::string happened = fmt::format("the store at {} gave up: {}", where, why);
-    switch (status) {
-      case Status::kTimedOut:
-        throw TimeoutError(options.rank, "store", happened,
-                           "check that every rank was started, with the same store address and "
-                           "world size, or raise the timeout (StoreOptions::timeout or "
-                           "STRATA_TIMEOUT)");
-      case Status::kWorldSizeMismatch:
-        throw ConfigurationError(options.rank, "store", happened,
-                                 "start every rank with the same world size");
-      case Status::kDuplicateRank:
-        throw ConfigurationError(options.rank, "store", happened,
-                                 "give every process its own rank: two processes claim the same "
-                                 "one (or two jobs share the store's port)");
-      case Status::kVersionMismatch:
-        throw ConfigurationError(options.rank, "store", happened,
-                                 "build every rank against the same strata version");
-      default:
-        throw not_a_store(fmt::format("unknown status {}", static_cast<unsigned>(status)));
-    }
-  }
-
-  std::vector<std::string> values;
-  values.reserve(static_cast<std::size_t>(options.world_size));
-  std::size_t pos = 0;
-  for (int r = 0; r < options.world_size; ++r) {
-    if (body.size() - pos < 4) throw not_a_store("its table is truncated");
-    const std::uint32_t length = get_u32(body.data() + pos);
-    pos += 4;
-    if (length > kMaxStoreValueBytes || body.size() - pos < length)
-      throw not_a_store("its table holds an invalid length");
-    values.emplace_back(reinterpret_cast<const char*>(body.data() + pos), length);
-    pos += length;
-  }
-  if (pos != body.size()) throw not_a_store("its table has trailing bytes");
-  return values;
-}
-
-inline std::vector<std::string> register_with(const StoreOptions& options, std::string_view value,
-                                              const Deadline& deadline) {
-  std::vector<std::uint8_t> request(kRequestBytes);
-  put_u32(request.data(), kMagic);
-  put_u16(request.data() + 4, kVersion);
-  put_u16(request.data() + 6, kKindRegister);
-  put_u32(request.data() + 8, static_cast<std::uint32_t>(options.rank));
-  put_u32(request.data() + 12, static_cast<std::uint32_t>(options.world_size));
-  put_u32(request.data() + 16, static_cast<std::uint32_t>(value.size()));
-  request.insert(request.end(), value.begin(), value.end());
-
-  // Jitter spreads the reconnects of many ranks waiting for the same rank 0.
-  std::minstd_rand random(std::random_device{}() ^ static_cast<unsigned>(options.rank));
-  std::uniform_real_distribution<double> jitter(0.5, 1.5);
-  auto backoff = kFirstBackoff;
-  std::string why = "no attempt was made";
-  while (!deadline.expired()) {
-    if (auto values = attempt(options, request, deadline, why)) return std::move(*values);
-    const auto pause = std::chrono::duration_cast<Clock::duration>(backoff * jitter(random));
-    std::this_thread::sleep_until(std::min(Clock::now() + pause, deadline.time_point()));
-    backoff = std::min(backoff * 2, kMaxBackoff);
-  }
-  throw TimeoutError(
-      options.rank, "store",
-      fmt::format("could not reach the store at {} within {} ms (last attempt: {})",
-                  endpoint_text(options.host, options.port), deadline.budget().count(), why),
-      "check that rank 0 is running and that every rank uses its address and port (MASTER_ADDR, "
-      "MASTER_PORT or STRATA_STORE_PORT), or raise the timeout (StoreOptions::timeout or "
-      "STRATA_TIMEOUT)");
-}
-
-}  // namespace detail::store
-
-inline std::vector<std::string> exchange(const StoreOptions& options, std::string_view value) {
-  const auto usage = [&](const std::string& why, std::string_view what_to_do) {
-    return UsageError(options.rank, "store", why, what_to_do);
-  };
-  if (options.world_size < 1 || options.world_size > kMaxStoreWorldSize)
-    throw usage(fmt::format("world size {} is out of range", options.world_size),
-                fmt::format("pass a world size between 1 and {}", kMaxStoreWorldSize));
-  if (options.rank < 0 || options.rank >= options.world_size)
-    throw usage(
-        fmt::format("rank {} is out of range for world size {}", options.rank, options.world_size),
-        "pass a rank in [0, world_size)");
-  if (value.size() > kMaxStoreValueBytes)
-    throw usage(fmt::format("the value is {} bytes long", value.size()),
-                fmt::format("publish at most {} bytes per rank", kMaxStoreValueBytes));
-  if (options.world_size == 1) return {std::string(value)};
-  if (options.host.empty() || options.port == 0)
-    throw usage(fmt::format("the store's address {} is incomplete",
-                            detail::store::endpoint_text(options.host, options.port)),
-                "pass the host and a non-zero port where rank 0 serves the store");
-  if (options.timeout <= std::chrono::milliseconds::zero())
-    throw usage(fmt::format("the timeout {} ms is not positive", options.timeout.count()),
-                "pass a positive timeout");
-
-  const Deadline deadline = Deadline::after(options.timeout);
-  if (options.rank == 0) return detail::store::Server(options, value, deadline).run();
-  return detail::store::register_with(options, value, deadline);
-}
-
-inline std::string local_address_toward(std::string_view host, std::uint16_t port) {
-  using asio::ip::udp;
-  const auto fail = [&](const std::error_code& ec) {
-    return ConfigurationError(
-        -1, "local_address_toward",
-        fmt::format("cannot find this host's address toward {}: {}",
-                    detail::store::endpoint_text(host, port), ec.message()),
-        "check that the store's host (MASTER_ADDR) is spelled right and reachable from here");
-  };
-  std::error_code ec;
-  const auto endpoints =
-      detail::store::resolve<udp>(std::string(host), port == 0 ? std::uint16_t{9} : port, ec);
-  if (ec) throw fail(ec);
-  asio::io_context io{1};
-  for (const auto& endpoint : endpoints) {
-    udp::socket socket(io);
-    // connect() on a datagram socket only asks the kernel for a route; nothing is sent.
-    socket.open(endpoint.protocol(), ec);
-    if (!ec) socket.connect(endpoint, ec);
-    if (ec) continue;
-    const udp::endpoint local = socket.local_endpoint(ec);
-    if (!ec) return local.address().to_string();
-  }
-  throw fail(ec);
-}
-
-}  // namespace strata::cluster
-// ---- end strata/cluster/store.hpp ----
 // ---- begin strata/cluster/tf_config.hpp ----
 // strata/cluster/tf_config.hpp — reading and writing TensorFlow's TF_CONFIG.
 //
@@ -4682,7 +4728,6 @@ inline std::string local_address_toward(std::string_view host, std::uint16_t por
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -5038,9 +5083,9 @@ inline TfConfig parse_tf_config(std::string_view json) {
 }
 
 inline std::optional<TfConfig> tf_config_from_environment() {
-  const char* text = std::getenv("TF_CONFIG");
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  return parse_tf_config(text);
+  const auto text = environment_variable("TF_CONFIG");
+  if (!text) return std::nullopt;
+  return parse_tf_config(*text);
 }
 
 inline std::string make_tf_config(const ClusterSpec& cluster, Task task) {
@@ -5108,6 +5153,19 @@ class ListeningSocket {
   int fd_ = -1;
 };
 
+/// What an address exchange returns: every rank's listening address in rank order, and this
+/// rank's listener, bound to its own address.
+struct ExchangedAddresses {
+  std::vector<Address> addresses;
+  ListeningSocket listener;
+};
+
+/// Exchanges the listening addresses of the ranks a store-based launcher started (torchrun,
+/// OpenMPI, SLURM), within `timeout`. `strata::transport::tcp::exchange_addresses` is the one
+/// strata has.
+using AddressExchange =
+    std::function<ExchangedAddresses(const LauncherEnvironment&, std::chrono::milliseconds)>;
+
 struct ResolveOptions {
   /// Explicit cluster and task; used when both are set.
   std::optional<ClusterSpec> cluster{};
@@ -5116,6 +5174,9 @@ struct ResolveOptions {
   Environment environment = process_environment();
   /// Deadline of the address exchange of store-based launchers.
   std::chrono::milliseconds timeout = default_timeout();
+  /// How ranks of store-based launchers learn each other's addresses; required only for them
+  /// (strata::resolve_cluster() sets the TCP store's).
+  AddressExchange exchange{};
 };
 
 /// This process's place in its cluster.
@@ -5136,6 +5197,9 @@ struct ResolvedCluster {
   std::vector<Address> addresses{{"127.0.0.1", 0}};
   /// Bound to addresses[rank] when the resolver bound it (store-based launchers).
   ListeningSocket listener;
+  /// Replicas this process runs under MultiWorkerMirroredStrategy when the strategy is not
+  /// told: STRATA_LOCAL_REPLICAS (set by strata-launch --local-replicas), else 1.
+  int local_replicas = 1;
 
   /// TF's rule: the chief task, or worker 0 when the cluster has no chief. Checkpoints and
   /// summaries belong to it.
@@ -5177,52 +5241,45 @@ inline ResolvedCluster from_spec(std::string source, ClusterSpec cluster, Task t
 }
 
 inline ResolvedCluster from_launcher(const LauncherEnvironment& launcher,
-                                     std::chrono::milliseconds timeout) {
+                                     const ResolveOptions& options) {
   ResolvedCluster resolved;
   resolved.source = launcher.launcher;
   resolved.rank = launcher.rank;
   resolved.size = launcher.world_size;
   resolved.local_rank = launcher.local_rank;
   resolved.task = {TaskType::worker, launcher.rank};
-  if (launcher.world_size == 1) return resolved;  // one process: no peers, no store
-  // Listen on the interface that reaches the master, on a port the kernel picks; the
-  // socket stays bound until the communicator adopts it.
-  const std::string host = local_address_toward(launcher.master_addr, launcher.master_port);
-  asio::io_context io;
-  asio::ip::tcp::acceptor acceptor(io);
-  std::error_code ec;
-  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host, ec), 0);
-  if (!ec) acceptor.open(endpoint.protocol(), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    throw ConfigurationError(launcher.rank, launcher.launcher,
-                             fmt::format("cannot listen on {}: {}", host, ec.message()),
-                             "check the network configuration of this host");
-  const Address own{host, acceptor.local_endpoint().port()};
-  StoreOptions store;
-  store.host = launcher.master_addr;
-  store.port = launcher.master_port;
-  store.rank = launcher.rank;
-  store.world_size = launcher.world_size;
-  store.timeout = timeout;
-  const auto values = cluster::exchange(store, own.to_string());
+  if (launcher.world_size == 1) return resolved;  // one process: no peers, no exchange
+  if (!options.exchange)
+    throw UsageError(launcher.rank, launcher.launcher,
+                     fmt::format("{} says where rank 0 runs but not where the other ranks listen, "
+                                 "and ResolveOptions::exchange is unset",
+                                 launcher.launcher),
+                     "call strata::resolve_cluster() (strata/resolve.hpp), which exchanges the "
+                     "addresses through rank 0's TCP store, or set ResolveOptions::exchange");
+  auto exchanged = options.exchange(launcher, options.timeout);
   for (int r = 0; r < launcher.world_size; ++r)
-    resolved.cluster.add({TaskType::worker, r},
-                         parse_address(values[static_cast<std::size_t>(r)], launcher.launcher));
+    resolved.cluster.add({TaskType::worker, r}, exchanged.addresses[static_cast<std::size_t>(r)]);
   resolved.addresses = resolved.cluster.collective_addresses();
-  resolved.listener = ListeningSocket(acceptor.release());
+  resolved.listener = std::move(exchanged.listener);
   return resolved;
 }
 
-}  // namespace detail::resolve
+/// STRATA_LOCAL_REPLICAS, else 1.
+inline int local_replicas_in(const Environment& env) {
+  const auto text = env("STRATA_LOCAL_REPLICAS");
+  if (!text || text->empty()) return 1;
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);
+  if (ec != std::errc{} || end != text->data() + text->size() || value < 1 || value > 4096)
+    throw ConfigurationError(-1, "STRATA_LOCAL_REPLICAS",
+                             fmt::format("'{}' is not a number of replicas", *text),
+                             "set a positive integer, e.g. STRATA_LOCAL_REPLICAS=2");
+  return value;
+}
 
-/// Resolves this process's cluster (see the file comment for the order).
-/// @throws ConfigurationError naming the variable or setting at fault; TimeoutError when the
-/// address exchange of a store-based launcher does not complete in time.
-inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
+inline ResolvedCluster resolve_source(ResolveOptions& options) {
   if (options.cluster && options.task)
-    return detail::resolve::from_spec("explicit", std::move(*options.cluster), *options.task);
+    return from_spec("explicit", std::move(*options.cluster), *options.task);
   if (options.cluster || options.task)
     throw UsageError(-1, "resolve_cluster", "only one of ResolveOptions::cluster and ::task is set",
                      "set both, or neither to read the environment");
@@ -5239,17 +5296,46 @@ inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
     } else {
       task = config.cluster.collective_task(0);
     }
-    return detail::resolve::from_spec("TF_CONFIG", std::move(config.cluster), task);
+    return from_spec("TF_CONFIG", std::move(config.cluster), task);
   }
   for (auto* detect : {&torchrun_environment, &openmpi_environment, &slurm_environment})
-    if (const auto launcher = (*detect)(env))
-      return detail::resolve::from_launcher(*launcher, options.timeout);
+    if (const auto launcher = (*detect)(env)) return from_launcher(*launcher, options);
   return ResolvedCluster{};
+}
+
+}  // namespace detail::resolve
+
+/// Resolves this process's cluster (see the file comment for the order).
+/// @throws ConfigurationError naming the variable or setting at fault; TimeoutError when the
+/// address exchange of a store-based launcher does not complete in time; UsageError when such
+/// a launcher started the process and `options.exchange` is unset.
+inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
+  ResolvedCluster resolved = detail::resolve::resolve_source(options);
+  resolved.local_replicas = detail::resolve::local_replicas_in(options.environment);
+  return resolved;
 }
 
 }  // namespace strata::cluster
 // ---- end strata/cluster/resolve.hpp ----
 
+// ---- begin strata/communicator/collective.hpp ----
+// strata/communicator/collective.hpp — the call vocabulary under the communicator's names.
+//
+// The description of a call lives in core (core/collective.hpp) so that algorithms and
+// transports need nothing from this layer; communicator code and its users keep naming it
+// `communicator::CollectiveCall`.
+
+
+namespace strata::communicator {
+
+using strata::Collective;
+using strata::CollectiveCall;
+using strata::describe;
+using strata::has_root;
+using strata::reduces;
+
+}  // namespace strata::communicator
+// ---- end strata/communicator/collective.hpp ----
 // ---- begin strata/communicator/communicator.hpp ----
 // strata/communicator/communicator.hpp — the Communicator concept.
 //
@@ -5447,745 +5533,21 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
 
 }  // namespace strata::communicator
 // ---- end strata/communicator/communicator.hpp ----
-// ---- begin strata/communicator/local.hpp ----
-// strata/communicator/local.hpp — the in-process communicator: replicas as threads of one process.
+// ---- begin strata/communicator/hierarchical.hpp ----
+// strata/communicator/hierarchical.hpp — replicas in each process × processes over TCP.
 
-#include <cstdint>
-#include <functional>
+#include <cstddef>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
-// ---- begin strata/algorithms/all_gather_direct.hpp ----
-// strata/algorithms/all_gather_direct.hpp — all-gather by copying straight from every rank.
-//
-// Computes  every rank's output block q = rank q's input (count elements each), for ranks
-//           that share an address space.
-// Phases    1. copy: rank r copies every rank's input into its output block of that rank
-//              (skipping its own block when it is already in place).
-// Cost      no synchronization point of its own. Every rank reads and writes n·S bytes
-//           (S = one rank's contribution), the minimum for an all-gather.
-// Requires  host memory; agreed calls (count, type). In place means rank r's input is block r
-//           of its own output.
-// Determinism  exact copy.
-
-#include <cstring>
-
-// ---- begin strata/transport/local/link.hpp ----
-// strata/transport/local/link.hpp — what an in-process algorithm sees of its peers.
-
-#include <concepts>
-#include <cstdint>
-#include <string_view>
-
-// ---- begin strata/transport/local/rendezvous.hpp ----
-// strata/transport/local/rendezvous.hpp — where the threads of one in-process group meet.
-//
-// The local transport moves no bytes: replicas share an address space, so algorithms read
-// their peers' buffers directly. What it provides is the meeting: every rank posts the
-// description of its call, then all ranks pass synchronization points together. It also
-// holds the group's first failure, so that one rank's timeout, mismatch or abort wakes every
-// other rank at once (fail fast) instead of leaving them to wait for their own deadlines.
-
-#include <array>
-#include <atomic>
-#include <condition_variable>
-#include <cstdint>
-#include <exception>
-#include <memory>
-#include <mutex>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include <fmt/format.h>
-
-// ---- begin strata/detail/spin_wait.hpp ----
-// strata/detail/spin_wait.hpp — waiting briefly for another thread before blocking.
-
-#include <thread>
-
-// ---- begin strata/detail/usable_cpus.hpp ----
-// strata/detail/usable_cpus.hpp — how many CPUs this process, and this host's processes, may
-// run on.
-
-#include <algorithm>
-#include <charconv>
-#include <fstream>
-#include <iterator>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <thread>
-
-#if defined(__linux__)
-#include <sched.h>
-#include <unistd.h>
-#endif
-
-namespace strata::detail {
-
-/// The CPUs this process may run on: its affinity mask (taskset, cpusets, a container's
-/// cpuset), not the machine's count, which std::thread::hardware_concurrency() reports. A
-/// process confined to one core of a large machine must not size its spinning or its replica
-/// count by the machine. At least 1.
-inline int usable_cpus() noexcept {
-#if defined(__linux__)
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (::sched_getaffinity(0, sizeof mask, &mask) == 0) return std::max(1, CPU_COUNT(&mask));
-#endif
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-/// The number of CPUs in a Linux CPU list ("0-3,8,10-11", as cpuset files and
-/// /sys/devices/system/cpu/online write them; a trailing newline is allowed); nullopt when
-/// it is empty or malformed.
-inline std::optional<int> count_cpu_list(std::string_view list) noexcept {
-  while (!list.empty() && (list.back() == '\n' || list.back() == ' '))
-    list.remove_suffix(1);
-  if (list.empty()) return std::nullopt;
-  auto number = [&](unsigned& value) {
-    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), value);
-    if (error != std::errc{}) return false;
-    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
-    return true;
-  };
-  long count = 0;
-  for (;;) {
-    unsigned first = 0;
-    if (!number(first)) return std::nullopt;
-    unsigned last = first;
-    if (!list.empty() && list.front() == '-') {
-      list.remove_prefix(1);
-      if (!number(last) || last < first) return std::nullopt;
-    }
-    count += static_cast<long>(last - first) + 1;
-    if (count > 1'000'000) return std::nullopt;
-    if (list.empty()) return static_cast<int>(count);
-    if (list.front() != ',') return std::nullopt;
-    list.remove_prefix(1);
-  }
-}
-
-namespace cgroup {
-
-inline std::optional<std::string> read_line(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) return std::nullopt;
-  return line;
-}
-
-// A cgroup path from /proc/self/cgroup's `contents`: in the v2 hierarchy ("0::/path") for an
-// empty `controller`, else in the v1 hierarchy that has it ("3:cpu,cpuacct:/path").
-inline std::optional<std::string> path_in(std::string_view contents, std::string_view controller) {
-  while (!contents.empty()) {
-    const auto newline = contents.find('\n');
-    const std::string_view line = contents.substr(0, newline);
-    contents =
-        newline == std::string_view::npos ? std::string_view() : contents.substr(newline + 1);
-    const auto first = line.find(':');
-    const auto second = first == std::string_view::npos ? first : line.find(':', first + 1);
-    if (second == std::string_view::npos) continue;
-    const std::string_view controllers = line.substr(first + 1, second - first - 1);
-    bool match = controller.empty() && line.substr(0, first) == "0" && controllers.empty();
-    for (std::string_view rest = controllers; !controller.empty() && !rest.empty();) {
-      const auto comma = rest.find(',');
-      match = match || rest.substr(0, comma) == controller;
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    }
-    if (match) return std::string(line.substr(second + 1));
-  }
-  return std::nullopt;
-}
-
-inline std::optional<std::string> path_of(std::string_view controller) {
-  std::ifstream in("/proc/self/cgroup");
-  const std::string contents{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  return path_in(contents, controller);
-}
-
-// The CPUs a cgroup v2 "cpu.max" quota pays for ("max 100000": none), rounded up.
-inline std::optional<int> quota_cpus(std::string_view max) noexcept {
-  const auto space = max.find(' ');
-  if (space == std::string_view::npos) return std::nullopt;
-  long quota = 0;
-  long period = 0;
-  const std::string_view q = max.substr(0, space);
-  std::string_view p = max.substr(space + 1);
-  while (!p.empty() && p.back() == '\n')
-    p.remove_suffix(1);
-  if (std::from_chars(q.data(), q.data() + q.size(), quota).ec != std::errc{} ||
-      std::from_chars(p.data(), p.data() + p.size(), period).ec != std::errc{} || quota <= 0 ||
-      period <= 0)
-    return std::nullopt;
-  return static_cast<int>(std::max(1L, (quota + period - 1) / period));
-}
-
-}  // namespace cgroup
-
-/// The CPUs this host gives the processes of this process's container: the CPUs of its cgroup's
-/// cpuset, fewer when a CPU quota (cgroup v2 cpu.max) pays for fewer, else the online CPUs.
-/// Unlike usable_cpus(), a process's own affinity does not narrow it: ranks pinned one to a
-/// CPU still share the host's CPUs, and this says how many there are. At least 1.
-inline int count_host_cpus() {
-  int count = 0;
-#if defined(__linux__)
-  count = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-  std::optional<int> cpuset;
-  std::optional<int> quota;
-  if (const auto path = cgroup::path_of("")) {  // v2: one hierarchy
-    const std::string dir = "/sys/fs/cgroup" + (*path == "/" ? std::string() : *path);
-    if (const auto list = cgroup::read_line(dir + "/cpuset.cpus.effective"))
-      cpuset = count_cpu_list(*list);
-    if (const auto max = cgroup::read_line(dir + "/cpu.max")) quota = cgroup::quota_cpus(*max);
-  }
-  if (!cpuset)
-    if (const auto path = cgroup::path_of("cpuset")) {  // v1: the cpuset hierarchy
-      const std::string dir = "/sys/fs/cgroup/cpuset" + (*path == "/" ? std::string() : *path);
-      if (const auto list = cgroup::read_line(dir + "/cpuset.effective_cpus"))
-        cpuset = count_cpu_list(*list);
-    }
-  if (cpuset) count = std::min(count, *cpuset);
-  if (quota) count = std::min(count, *quota);
-#else
-  count = static_cast<int>(std::thread::hardware_concurrency());
-#endif
-  return std::max(1, count);
-}
-
-/// count_host_cpus(), read once per process.
-inline int host_cpus() {
-  static const int cpus = count_host_cpus();
-  return cpus;
-}
-
-}  // namespace strata::detail
-// ---- end strata/detail/usable_cpus.hpp ----
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
-namespace strata::detail {
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-/// How long a waiter polls before it blocks. Waking a thread blocked on a futex costs tens of
-/// microseconds (more on a VM), far more than a small collective, so waiters poll first.
-struct SpinPolicy {
-  int spins = 2000;  // pause-and-poll rounds: only when every waiter has a core of its own
-  int yields = 200;  // give-the-core-away rounds
-  // Even with a core per thread, two threads often share one: a woken thread is commonly
-  // placed on its waker's core (on KVM guests 95% of condition-variable wake-ups here), and
-  // the scheduler takes 20-40 ms to spread them again. A waiter that spun without a break
-  // would hold the core its partner needs for all its spins (~50 µs here) at every wait;
-  // yielding after each short burst bounds that to one burst, and costs a waiter alone on
-  // its core one system call per burst.
-  static constexpr int kSpinsPerYield = 64;
-
-  /// The policy for `threads` threads that wait for each other: spinning only pays when each
-  /// has a core; oversubscribed, it steals the core the awaited thread needs, so only yield.
-  static SpinPolicy for_threads(int threads) noexcept {
-    SpinPolicy policy;
-    if (threads > usable_cpus()) policy.spins = 0;
-    return policy;
-  }
-
-  /// Polls `ready` as the policy says; true as soon as it holds, false when the caller
-  /// should block.
-  template <class Ready>
-  bool poll(Ready&& ready) const {
-    for (int i = 1; i <= spins; ++i) {
-      if (ready()) return true;
-      if (i % kSpinsPerYield == 0)
-        std::this_thread::yield();
-      else
-        cpu_relax();
-    }
-    for (int i = 0; i < yields; ++i) {
-      if (ready()) return true;
-      std::this_thread::yield();
-    }
-    return ready();
-  }
-};
-
-}  // namespace strata::detail
-// ---- end strata/detail/spin_wait.hpp ----
-
-namespace strata::transport::local {
-
-/// Shared state of one in-process group of `size` ranks.
-///
-/// Thread safety: each rank is driven by one thread at a time; different ranks call
-/// concurrently. `fail()` may be called from any thread.
-class Rendezvous {
- public:
-  explicit Rendezvous(int size) : size_(size), arrivals_(static_cast<std::size_t>(size)) {
-    for (auto& slots : calls_)
-      slots.resize(static_cast<std::size_t>(size));
-    for (auto& arrival : arrivals_)
-      arrival.store(0, std::memory_order_relaxed);
-  }
-
-  int size() const noexcept { return size_; }
-
-  /// The call slot of `rank` for round `round`. Rounds alternate between two slot sets, so a
-  /// rank that has finished round k may post round k+1 while slower ranks still read round k;
-  /// it cannot get further ahead, because round k+1 needs every rank to arrive.
-  communicator::CollectiveCall& call(std::uint64_t round, int rank) noexcept {
-    return calls_[round & 1u][static_cast<std::size_t>(rank)];
-  }
-
-  /// Blocks until every rank has arrived at this synchronization point (all ranks pass the
-  /// same sequence of points), the deadline expires, or the group fails.
-  ///
-  /// With `opens_transfer`, releasing the point also registers every rank as working on its
-  /// peers' buffers (atomically with the release, so no rank can leave before the others are
-  /// counted); each rank then calls `end_transfer` exactly once — this function does it itself
-  /// when it throws after such a release.
-  ///
-  /// Waiting spins briefly (a collective's partners usually arrive within microseconds), then
-  /// yields, then sleeps on a condition variable, so waiting replicas do not hold a core.
-  /// @throws TimeoutError naming the ranks that have not arrived; the group fails with it.
-  /// @throws the group's failure, re-raised for this rank (see `raise_failure`).
-  void arrive_and_wait(int rank, const Deadline& deadline, std::string_view operation,
-                       bool opens_transfer = false) {
-    const std::uint64_t generation = generation_.load(std::memory_order_acquire);
-    arrivals_[static_cast<std::size_t>(rank)].store(generation + 1, std::memory_order_relaxed);
-    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
-      arrived_.store(0, std::memory_order_relaxed);
-      bool failed = false;
-      {
-        // Under the mutex: a rank that timed out here has either failed the group already
-        // (we see it and raise) or has not yet decided (it will see the new generation).
-        std::lock_guard lock(mutex_);
-        failed = failure_ != nullptr;
-        if (opens_transfer && !failed) {
-          in_transfer_.fetch_add(size_, std::memory_order_acq_rel);
-          transfer_generation_ = generation + 1;
-        }
-        generation_.store(generation + 1, std::memory_order_release);
-      }
-      wake_.notify_all();
-      if (failed) raise_failure(rank, operation);
-      return;
-    }
-    wait_for_generation(rank, generation, deadline, operation);
-    if (!failed_.load(std::memory_order_acquire)) return;
-    if (opens_transfer) {
-      bool opened = false;
-      {
-        std::lock_guard lock(mutex_);
-        opened = transfer_generation_ == generation + 1;
-      }
-      // Peers may already be working on this rank's buffers: wait for them to stop.
-      if (opened) end_transfer(/*failed=*/true);
-    }
-    raise_failure(rank, operation);
-  }
-
-  /// Ends the transfer an `opens_transfer` point began for this rank. After a failure, waits
-  /// until no rank is still working on buffers of the failed call, so that none of them can
-  /// touch this rank's buffers after it returns to its caller. That wait is short and bounded:
-  /// transfer phases never block except at synchronization points, and those fail at once
-  /// once the group has failed.
-  void end_transfer(bool failed) noexcept {
-    if (in_transfer_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      { std::lock_guard lock(mutex_); }
-      wake_.notify_all();
-    }
-    if (!failed) return;
-    std::unique_lock lock(mutex_);
-    wake_.wait(lock, [&] { return in_transfer_.load(std::memory_order_acquire) == 0; });
-  }
-
-  /// Fails the group with `failure` unless it has failed already (the first failure wins) and
-  /// wakes every waiting rank. Later calls on any rank re-raise it.
-  void fail(std::exception_ptr failure) noexcept {
-    {
-      std::lock_guard lock(mutex_);
-      if (failure_) return;
-      failure_ = std::move(failure);
-      failed_.store(true, std::memory_order_release);
-    }
-    wake_.notify_all();
-  }
-
-  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
-
-  /// Throws the group's first failure as seen from `rank` in `operation`: a timeout stays a
-  /// `TimeoutError` and a mismatch a `MismatchError` on every rank (the slow or disagreeing
-  /// rank is named in the nested message); anything else becomes a `PeerFailureError`.
-  [[noreturn]] void raise_failure(int rank, std::string_view operation) const {
-    std::exception_ptr failure;
-    {
-      std::lock_guard lock(mutex_);
-      failure = failure_;
-    }
-    try {
-      std::rethrow_exception(failure);
-    } catch (const Error& error) {
-      if (error.rank() == rank && error.operation() == operation) throw;  // our own, as raised
-      // The nested message already says what to do.
-      const std::string what = fmt::format("the group failed: {}", error.what());
-      if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(rank, operation, what, "");
-      if (dynamic_cast<const MismatchError*>(&error))
-        throw MismatchError(rank, operation, what, "");
-      throw PeerFailureError(rank, operation, what, "");
-    } catch (const std::exception& error) {
-      throw PeerFailureError(rank, operation, fmt::format("the group failed: {}", error.what()));
-    }
-  }
-
- private:
-  void wait_for_generation(int rank, std::uint64_t generation, const Deadline& deadline,
-                           std::string_view operation) {
-    auto released = [&] {
-      return generation_.load(std::memory_order_acquire) != generation ||
-             failed_.load(std::memory_order_acquire);
-    };
-    if (spin_.poll(released)) return;
-    std::unique_lock lock(mutex_);
-    if (wake_.wait_until(lock, deadline.time_point(), released)) return;
-    // Still under the mutex, so no rank can release this point while we fail the group.
-    if (failure_) return;
-    failure_ = std::make_exception_ptr(
-        TimeoutError(rank, operation,
-                     fmt::format("timed out after {} ms waiting for {} to reach the same call",
-                                 deadline.budget().count(), missing_ranks(generation))));
-    failed_.store(true, std::memory_order_release);
-    lock.unlock();
-    wake_.notify_all();
-  }
-
-  std::string missing_ranks(std::uint64_t generation) const {
-    std::string ranks;
-    int missing = 0;
-    for (int r = 0; r < size_; ++r) {
-      if (arrivals_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed) > generation)
-        continue;
-      fmt::format_to(std::back_inserter(ranks), "{}{}", missing++ ? ", " : "", r);
-    }
-    return fmt::format("rank{} {} (of {})", missing == 1 ? "" : "s", ranks, size_);
-  }
-
-  const int size_;
-  const strata::detail::SpinPolicy spin_ = strata::detail::SpinPolicy::for_threads(size_);
-  std::array<std::vector<communicator::CollectiveCall>, 2> calls_;
-  std::vector<std::atomic<std::uint64_t>> arrivals_;  // per rank: last generation reached + 1
-  std::atomic<int> arrived_{0};
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<bool> failed_{false};
-  std::atomic<int> in_transfer_{0};
-  std::uint64_t transfer_generation_ = 0;  // guarded by mutex_
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  std::exception_ptr failure_;
-};
-
-}  // namespace strata::transport::local
-// ---- end strata/transport/local/rendezvous.hpp ----
-
-namespace strata::transport::local {
-
-/// L models SharedMemoryLink if:
-///   1. `link.rank()` and `link.size()` give this rank and the group size (as int), so an
-///      algorithm can compute which part of the work is its own;
-///   2. `link.call(r)` gives rank r's `CollectiveCall` for the current collective, whose
-///      `send`/`recv` pointers this rank may read (and, where the algorithm says so, write)
-///      between synchronization points: replicas share one address space;
-///   3. `link.sync()` returns once every rank has reached the same point, or throws a
-///      `strata::Error` (deadline, failed peer): what one rank wrote before `sync()` is visible
-///      to every rank after it.
-/// It leaves out any byte transport: algorithms over sockets use a message link instead.
-template <class L>
-concept SharedMemoryLink = requires(L& link, const L& const_link, int peer) {
-  { const_link.rank() } -> std::same_as<int>;
-  { const_link.size() } -> std::same_as<int>;
-  { const_link.call(peer) } -> std::same_as<const communicator::CollectiveCall&>;
-  link.sync();
-};
-
-/// The SharedMemoryLink of one rank for one round of a `Rendezvous`.
-class Link {
- public:
-  Link(Rendezvous& rendezvous, std::uint64_t round, int rank, const Deadline& deadline,
-       std::string_view operation) noexcept
-      : rendezvous_(&rendezvous),
-        round_(round),
-        rank_(rank),
-        deadline_(deadline),
-        operation_(operation) {}
-
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return rendezvous_->size(); }
-  const communicator::CollectiveCall& call(int peer) const noexcept {
-    return rendezvous_->call(round_, peer);
-  }
-  void sync() { rendezvous_->arrive_and_wait(rank_, deadline_, operation_); }
-  /// The first synchronization point of a collective that moves data: once released, every
-  /// rank may work on every other rank's buffers until `Rendezvous::end_transfer`.
-  void open_transfer() { rendezvous_->arrive_and_wait(rank_, deadline_, operation_, true); }
-
- private:
-  Rendezvous* rendezvous_;
-  std::uint64_t round_;
-  int rank_;
-  Deadline deadline_;
-  std::string_view operation_;
-};
-
-static_assert(SharedMemoryLink<Link>);
-
-}  // namespace strata::transport::local
-// ---- end strata/transport/local/link.hpp ----
-
-namespace strata::algorithms {
-
-struct AllGatherDirect {
-  static constexpr std::string_view kName = "direct";
-
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
-    const std::size_t block = mine.count * size_of(mine.type);
-    if (block == 0) return;
-    // Phase 1: copy every rank's contribution into its block.
-    for (int q = 0; q < link.size(); ++q) {
-      auto* destination = static_cast<std::byte*>(mine.recv) + static_cast<std::size_t>(q) * block;
-      const void* source = link.call(q).send;
-      if (destination != source) std::memcpy(destination, source, block);
-    }
-  }
-};
-
-}  // namespace strata::algorithms
-// ---- end strata/algorithms/all_gather_direct.hpp ----
-// ---- begin strata/algorithms/all_reduce_reduce_to_one.hpp ----
-// strata/algorithms/all_reduce_reduce_to_one.hpp — all-reduce through one rank.
-//
-// Computes  every rank's output = op over all ranks' inputs (in rank order), for ranks that
-//           share an address space. TF's `ReductionToOneDevice`.
-// Phases    1. reduce:    rank 0 reduces all n inputs into its own output.
-//           2. broadcast: every other rank copies rank 0's output into its own.
-// Cost      2 synchronization points. Rank 0 reads n·S bytes and writes S; every other rank
-//           reads S and writes S. Rank 0 is the bottleneck: use it where one device should own
-//           the reduction (CentralStorage) or for small S, where one pass beats splitting.
-// Requires  host memory on every rank; agreed calls (count, type, op).
-// Determinism  bit-identical results on every rank, independent of timing.
-
-#include <cstring>
-#include <span>
-
-
-namespace strata::algorithms {
-
-/// All-reduce policy: gather to rank 0, reduce there, broadcast back.
-struct AllReduceReduceToOne {
-  static constexpr std::string_view kName = "reduce_to_one";
-
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      const std::size_t count = mine.count;
-      // Phase 1: rank 0 reduces every input into its output.
-      if (link.rank() == 0 && count > 0) {
-        const auto inputs = detail::inputs_of<T>(link, 0);
-        reduce_n<T>(std::span(static_cast<T*>(mine.recv), count), inputs, mine.op);
-      }
-      link.sync();
-      // Phase 2: the others copy the result.
-      if (link.rank() != 0 && count > 0)
-        std::memcpy(mine.recv, link.call(0).recv, count * sizeof(T));
-    });
-  }
-};
-
-}  // namespace strata::algorithms
-// ---- end strata/algorithms/all_reduce_reduce_to_one.hpp ----
-// ---- begin strata/algorithms/all_reduce_scatter_gather.hpp ----
-// strata/algorithms/all_reduce_scatter_gather.hpp — all-reduce where every rank reduces a slice.
-//
-// Computes  every rank's output = op over all ranks' inputs (in rank order), for ranks that
-//           share an address space.
-// Phases    rank r reduces slice r of all n inputs (slices are ~S/n, cut on 64-byte
-//           boundaries) piece by piece, and copies each piece into every other rank's output
-//           while it is still in cache: reduce-scatter and all-gather in one pass.
-// Cost      no synchronization beyond the call's own entry and exit. Every rank reads about
-//           S bytes and writes S, so the work is spread evenly and no rank is a bottleneck:
-//           the choice for large S. Against reducing first and gathering after a barrier,
-//           that reads S/n·(n-1) bytes fewer per rank, none of them written by another core
-//           (benchmarks/RESULTS.md, 2 replicas from 4 MiB: 1.5-1.7x faster in place,
-//           1.1-1.3x out of place).
-// Requires  host memory on every rank; agreed calls (count, type, op).
-// Determinism  bit-identical results on every rank, and identical to AllReduceReduceToOne:
-//           each element is reduced in rank order by exactly one rank.
-
-#include <algorithm>
-#include <cstddef>
-#include <cstring>
-#include <span>
-#include <vector>
-
-
-namespace strata::algorithms {
-
-/// All-reduce policy: each rank reduces one slice and writes it into every rank's output.
-struct AllReduceScatterGather {
-  static constexpr std::string_view kName = "scatter_gather";
-  /// Reduced and copied at a time: small enough to stay in L2 between the two.
-  static constexpr std::size_t kPieceBytes = std::size_t{64} << 10;
-
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      const int n = link.size();
-      const int r = link.rank();
-      const auto own = detail::slice_of(mine.count, sizeof(T), n, r);
-      if (own.size() == 0) return;
-      std::vector<const T*> inputs = detail::inputs_of<T>(link, 0);
-      std::vector<T*> outputs(static_cast<std::size_t>(n));
-      for (int q = 0; q < n; ++q)
-        outputs[static_cast<std::size_t>(q)] = static_cast<T*>(link.call(q).recv);
-      T* const result = outputs[static_cast<std::size_t>(r)];
-      std::vector<const T*> piece_inputs(inputs.size());
-      constexpr std::size_t kPiece = kPieceBytes / sizeof(T);
-      for (std::size_t begin = own.begin; begin < own.end; begin += kPiece) {
-        const std::size_t size = std::min(kPiece, own.end - begin);
-        for (std::size_t q = 0; q < inputs.size(); ++q)
-          piece_inputs[q] = inputs[q] + begin;
-        reduce_n<T>(std::span(result + begin, size), piece_inputs, mine.op);
-        for (int q = 0; q < n; ++q)
-          if (q != r)
-            std::memcpy(outputs[static_cast<std::size_t>(q)] + begin, result + begin,
-                        size * sizeof(T));
-      }
-    });
-  }
-};
-
-}  // namespace strata::algorithms
-// ---- end strata/algorithms/all_reduce_scatter_gather.hpp ----
-// ---- begin strata/algorithms/broadcast_direct.hpp ----
-// strata/algorithms/broadcast_direct.hpp — broadcast by copying straight from the root.
-//
-// Computes  every rank's output = the root's input, for ranks that share an address space.
-// Phases    1. copy: every rank whose output is not the root's input copies it.
-// Cost      no synchronization point of its own. Every rank reads and writes S bytes; the
-//           root's buffer is read by n-1 ranks at once (it stays in the shared cache).
-// Requires  host memory on every rank; agreed calls (count, type, root).
-// Determinism  exact copy.
-
-#include <cstring>
-
-
-namespace strata::algorithms {
-
-struct BroadcastDirect {
-  static constexpr std::string_view kName = "direct";
-
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
-    const auto& root = link.call(mine.root);
-    const std::size_t bytes = mine.count * size_of(mine.type);
-    // Phase 1: copy from the root's input.
-    if (bytes > 0 && mine.recv != root.send) std::memcpy(mine.recv, root.send, bytes);
-  }
-};
-
-}  // namespace strata::algorithms
-// ---- end strata/algorithms/broadcast_direct.hpp ----
-// ---- begin strata/algorithms/reduce_direct.hpp ----
-// strata/algorithms/reduce_direct.hpp — reduce to a root, every rank reducing one slice.
-//
-// Computes  the root's output = op over all ranks' inputs (in rank order); other ranks'
-//           outputs are left untouched. For ranks that share an address space.
-// Phases    1. reduce: rank r reduces slice r of all n inputs into slice r of the root's
-//              output (slices ~S/n, cut on 64-byte boundaries).
-// Cost      no synchronization point of its own. Every rank reads about S bytes and writes
-//           S/n: the root is not a bottleneck.
-// Requires  host memory on every rank; agreed calls (count, type, op, root).
-// Determinism  bit-identical to the all-reduce algorithms: each element is reduced in rank
-//           order by exactly one rank.
-
-#include <span>
-
-
-namespace strata::algorithms {
-
-struct ReduceDirect {
-  static constexpr std::string_view kName = "direct";
-
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      // Phase 1: reduce my slice of every input into the root's output.
-      const auto own = detail::slice_of(mine.count, sizeof(T), link.size(), link.rank());
-      if (own.size() == 0) return;
-      const auto inputs = detail::inputs_of<T>(link, own.begin);
-      T* root_output = static_cast<T*>(link.call(mine.root).recv) + own.begin;
-      reduce_n<T>(std::span(root_output, own.size()), inputs, mine.op);
-    });
-  }
-};
-
-}  // namespace strata::algorithms
-// ---- end strata/algorithms/reduce_direct.hpp ----
-// ---- begin strata/algorithms/reduce_scatter_direct.hpp ----
-// strata/algorithms/reduce_scatter_direct.hpp — reduce-scatter, every rank reducing its block.
-//
-// Computes  rank r's output = op over all ranks' input block r (in rank order), for ranks
-//           that share an address space.
-// Phases    1. reduce: rank r reduces block r of all n inputs into its output.
-// Cost      no synchronization point of its own. Every rank reads n·B bytes and writes B
-//           (B = one output block), the minimum for a reduce-scatter.
-// Requires  host memory; agreed calls (count, type, op). In place means rank r's output is
-//           block r of its own input.
-// Determinism  bit-identical to the all-reduce algorithms on the same block.
-
-#include <span>
-
-
-namespace strata::algorithms {
-
-struct ReduceScatterDirect {
-  static constexpr std::string_view kName = "direct";
-
-  template <transport::local::SharedMemoryLink Link>
-  static void run(Link& link) {
-    const auto& mine = link.call(link.rank());
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      if (mine.count == 0) return;
-      // Phase 1: reduce block r of every input into my output.
-      const auto inputs =
-          detail::inputs_of<T>(link, static_cast<std::size_t>(link.rank()) * mine.count);
-      reduce_n<T>(std::span(static_cast<T*>(mine.recv), mine.count), inputs, mine.op);
-    });
-  }
-};
-
-}  // namespace strata::algorithms
-// ---- end strata/algorithms/reduce_scatter_direct.hpp ----
 // ---- begin strata/communicator/detail/collective_api.hpp ----
 // strata/communicator/detail/collective_api.hpp — the typed collective calls every communicator
 // offers, written once.
@@ -6485,6 +5847,473 @@ class SerialExecutor {
 
 }  // namespace strata::communicator::detail
 // ---- end strata/communicator/detail/serial_executor.hpp ----
+// ---- begin strata/communicator/local.hpp ----
+// strata/communicator/local.hpp — the in-process communicator: replicas as threads of one process.
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/transport/local/group.hpp ----
+// strata/transport/local/group.hpp — the shared state of one in-process group: where its threads
+// meet.
+//
+// The local transport moves no bytes: replicas share an address space, so algorithms read
+// their peers' buffers directly. What it provides is the meeting: every rank posts the
+// description of its call, then all ranks pass synchronization points together. It also
+// holds the group's first failure, so that one rank's timeout, mismatch or abort wakes every
+// other rank at once (fail fast) instead of leaving them to wait for their own deadlines.
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/detail/spin_wait.hpp ----
+// strata/detail/spin_wait.hpp — waiting briefly for another thread before blocking.
+
+#include <thread>
+
+// ---- begin strata/detail/usable_cpus.hpp ----
+// strata/detail/usable_cpus.hpp — how many CPUs this process, and this host's processes, may
+// run on.
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#include <unistd.h>
+#endif
+
+namespace strata::detail {
+
+/// The CPUs this process may run on: its affinity mask (taskset, cpusets, a container's
+/// cpuset), not the machine's count, which std::thread::hardware_concurrency() reports. A
+/// process confined to one core of a large machine must not size its spinning or its replica
+/// count by the machine. At least 1.
+inline int usable_cpus() noexcept {
+#if defined(__linux__)
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (::sched_getaffinity(0, sizeof mask, &mask) == 0) return std::max(1, CPU_COUNT(&mask));
+#endif
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+/// The number of CPUs in a Linux CPU list ("0-3,8,10-11", as cpuset files and
+/// /sys/devices/system/cpu/online write them; a trailing newline is allowed); nullopt when
+/// it is empty or malformed.
+inline std::optional<int> count_cpu_list(std::string_view list) noexcept {
+  while (!list.empty() && (list.back() == '\n' || list.back() == ' '))
+    list.remove_suffix(1);
+  if (list.empty()) return std::nullopt;
+  auto number = [&](unsigned& value) {
+    const auto [end, error] = std::from_chars(list.data(), list.data() + list.size(), value);
+    if (error != std::errc{}) return false;
+    list.remove_prefix(static_cast<std::size_t>(end - list.data()));
+    return true;
+  };
+  long count = 0;
+  for (;;) {
+    unsigned first = 0;
+    if (!number(first)) return std::nullopt;
+    unsigned last = first;
+    if (!list.empty() && list.front() == '-') {
+      list.remove_prefix(1);
+      if (!number(last) || last < first) return std::nullopt;
+    }
+    count += static_cast<long>(last - first) + 1;
+    if (count > 1'000'000) return std::nullopt;
+    if (list.empty()) return static_cast<int>(count);
+    if (list.front() != ',') return std::nullopt;
+    list.remove_prefix(1);
+  }
+}
+
+namespace cgroup {
+
+inline std::optional<std::string> read_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return std::nullopt;
+  return line;
+}
+
+// A cgroup path from /proc/self/cgroup's `contents`: in the v2 hierarchy ("0::/path") for an
+// empty `controller`, else in the v1 hierarchy that has it ("3:cpu,cpuacct:/path").
+inline std::optional<std::string> path_in(std::string_view contents, std::string_view controller) {
+  while (!contents.empty()) {
+    const auto newline = contents.find('\n');
+    const std::string_view line = contents.substr(0, newline);
+    contents =
+        newline == std::string_view::npos ? std::string_view() : contents.substr(newline + 1);
+    const auto first = line.find(':');
+    const auto second = first == std::string_view::npos ? first : line.find(':', first + 1);
+    if (second == std::string_view::npos) continue;
+    const std::string_view controllers = line.substr(first + 1, second - first - 1);
+    bool match = controller.empty() && line.substr(0, first) == "0" && controllers.empty();
+    for (std::string_view rest = controllers; !controller.empty() && !rest.empty();) {
+      const auto comma = rest.find(',');
+      match = match || rest.substr(0, comma) == controller;
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    if (match) return std::string(line.substr(second + 1));
+  }
+  return std::nullopt;
+}
+
+inline std::optional<std::string> path_of(std::string_view controller) {
+  std::ifstream in("/proc/self/cgroup");
+  const std::string contents{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return path_in(contents, controller);
+}
+
+// The CPUs a cgroup v2 "cpu.max" quota pays for ("max 100000": none), rounded up.
+inline std::optional<int> quota_cpus(std::string_view max) noexcept {
+  const auto space = max.find(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  long quota = 0;
+  long period = 0;
+  const std::string_view q = max.substr(0, space);
+  std::string_view p = max.substr(space + 1);
+  while (!p.empty() && p.back() == '\n')
+    p.remove_suffix(1);
+  if (std::from_chars(q.data(), q.data() + q.size(), quota).ec != std::errc{} ||
+      std::from_chars(p.data(), p.data() + p.size(), period).ec != std::errc{} || quota <= 0 ||
+      period <= 0)
+    return std::nullopt;
+  return static_cast<int>(std::max(1L, (quota + period - 1) / period));
+}
+
+}  // namespace cgroup
+
+/// The CPUs this host gives the processes of this process's container: the CPUs of its cgroup's
+/// cpuset, fewer when a CPU quota (cgroup v2 cpu.max) pays for fewer, else the online CPUs.
+/// Unlike usable_cpus(), a process's own affinity does not narrow it: ranks pinned one to a
+/// CPU still share the host's CPUs, and this says how many there are. At least 1.
+inline int count_host_cpus() {
+  int count = 0;
+#if defined(__linux__)
+  count = static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  std::optional<int> cpuset;
+  std::optional<int> quota;
+  if (const auto path = cgroup::path_of("")) {  // v2: one hierarchy
+    const std::string dir = "/sys/fs/cgroup" + (*path == "/" ? std::string() : *path);
+    if (const auto list = cgroup::read_line(dir + "/cpuset.cpus.effective"))
+      cpuset = count_cpu_list(*list);
+    if (const auto max = cgroup::read_line(dir + "/cpu.max")) quota = cgroup::quota_cpus(*max);
+  }
+  if (!cpuset)
+    if (const auto path = cgroup::path_of("cpuset")) {  // v1: the cpuset hierarchy
+      const std::string dir = "/sys/fs/cgroup/cpuset" + (*path == "/" ? std::string() : *path);
+      if (const auto list = cgroup::read_line(dir + "/cpuset.effective_cpus"))
+        cpuset = count_cpu_list(*list);
+    }
+  if (cpuset) count = std::min(count, *cpuset);
+  if (quota) count = std::min(count, *quota);
+#else
+  count = static_cast<int>(std::thread::hardware_concurrency());
+#endif
+  return std::max(1, count);
+}
+
+/// count_host_cpus(), read once per process.
+inline int host_cpus() {
+  static const int cpus = count_host_cpus();
+  return cpus;
+}
+
+}  // namespace strata::detail
+// ---- end strata/detail/usable_cpus.hpp ----
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace strata::detail {
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// How long a waiter polls before it blocks. Waking a thread blocked on a futex costs tens of
+/// microseconds (more on a VM), far more than a small collective, so waiters poll first.
+struct SpinPolicy {
+  int spins = 2000;  // pause-and-poll rounds: only when every waiter has a core of its own
+  int yields = 200;  // give-the-core-away rounds
+  // Even with a core per thread, two threads often share one: a woken thread is commonly
+  // placed on its waker's core (most condition-variable wake-ups on KVM guests), and the
+  // scheduler takes tens of milliseconds to spread them again. A waiter that spun without a
+  // break would hold the core its partner needs for all its spins at every wait;
+  // yielding after each short burst bounds that to one burst, and costs a waiter alone on
+  // its core one system call per burst.
+  static constexpr int kSpinsPerYield = 64;
+
+  /// The policy for `threads` threads that wait for each other: spinning only pays when each
+  /// has a core; oversubscribed, it steals the core the awaited thread needs, so only yield.
+  static SpinPolicy for_threads(int threads) noexcept {
+    SpinPolicy policy;
+    if (threads > usable_cpus()) policy.spins = 0;
+    return policy;
+  }
+
+  /// Polls `ready` as the policy says; true as soon as it holds, false when the caller
+  /// should block.
+  template <class Ready>
+  bool poll(Ready&& ready) const {
+    for (int i = 1; i <= spins; ++i) {
+      if (ready()) return true;
+      if (i % kSpinsPerYield == 0)
+        std::this_thread::yield();
+      else
+        cpu_relax();
+    }
+    for (int i = 0; i < yields; ++i) {
+      if (ready()) return true;
+      std::this_thread::yield();
+    }
+    return ready();
+  }
+};
+
+}  // namespace strata::detail
+// ---- end strata/detail/spin_wait.hpp ----
+
+namespace strata::transport::local {
+
+/// Shared state of one in-process group of `size` ranks.
+///
+/// Thread safety: each rank is driven by one thread at a time; different ranks call
+/// concurrently. `fail()` may be called from any thread.
+class Group {
+ public:
+  explicit Group(int size) : size_(size), arrivals_(static_cast<std::size_t>(size)) {
+    for (auto& slots : calls_)
+      slots.resize(static_cast<std::size_t>(size));
+    for (auto& arrival : arrivals_)
+      arrival.store(0, std::memory_order_relaxed);
+  }
+
+  int size() const noexcept { return size_; }
+
+  /// The call slot of `rank` for round `round`. Rounds alternate between two slot sets, so a
+  /// rank that has finished round k may post round k+1 while slower ranks still read round k;
+  /// it cannot get further ahead, because round k+1 needs every rank to arrive.
+  CollectiveCall& call(std::uint64_t round, int rank) noexcept {
+    return calls_[round & 1u][static_cast<std::size_t>(rank)];
+  }
+
+  /// Blocks until every rank has arrived at this synchronization point (all ranks pass the
+  /// same sequence of points), the deadline expires, or the group fails.
+  ///
+  /// With `opens_transfer`, releasing the point also registers every rank as working on its
+  /// peers' buffers (atomically with the release, so no rank can leave before the others are
+  /// counted); each rank then calls `end_transfer` exactly once — this function does it itself
+  /// when it throws after such a release.
+  ///
+  /// Waiting spins briefly (a collective's partners usually arrive within microseconds), then
+  /// yields, then sleeps on a condition variable, so waiting replicas do not hold a core.
+  /// @throws TimeoutError naming the ranks that have not arrived; the group fails with it.
+  /// @throws the group's failure, re-raised for this rank (see `raise_failure`).
+  void arrive_and_wait(int rank, const Deadline& deadline, std::string_view operation,
+                       bool opens_transfer = false) {
+    const std::uint64_t generation = generation_.load(std::memory_order_acquire);
+    arrivals_[static_cast<std::size_t>(rank)].store(generation + 1, std::memory_order_relaxed);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == size_ - 1) {
+      arrived_.store(0, std::memory_order_relaxed);
+      bool failed = false;
+      {
+        // Under the mutex: a rank that timed out here has either failed the group already
+        // (we see it and raise) or has not yet decided (it will see the new generation).
+        std::lock_guard lock(mutex_);
+        failed = failure_ != nullptr;
+        if (opens_transfer && !failed) {
+          in_transfer_.fetch_add(size_, std::memory_order_acq_rel);
+          transfer_generation_ = generation + 1;
+        }
+        generation_.store(generation + 1, std::memory_order_release);
+      }
+      wake_.notify_all();
+      if (failed) raise_failure(rank, operation);
+      return;
+    }
+    wait_for_generation(rank, generation, deadline, operation);
+    if (!failed_.load(std::memory_order_acquire)) return;
+    if (opens_transfer) {
+      bool opened = false;
+      {
+        std::lock_guard lock(mutex_);
+        opened = transfer_generation_ == generation + 1;
+      }
+      // Peers may already be working on this rank's buffers: wait for them to stop.
+      if (opened) end_transfer(/*failed=*/true);
+    }
+    raise_failure(rank, operation);
+  }
+
+  /// Ends the transfer an `opens_transfer` point began for this rank. After a failure, waits
+  /// until no rank is still working on buffers of the failed call, so that none of them can
+  /// touch this rank's buffers after it returns to its caller. That wait is short and bounded:
+  /// transfer phases never block except at synchronization points, and those fail at once
+  /// once the group has failed.
+  void end_transfer(bool failed) noexcept {
+    if (in_transfer_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      { std::lock_guard lock(mutex_); }
+      wake_.notify_all();
+    }
+    if (!failed) return;
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return in_transfer_.load(std::memory_order_acquire) == 0; });
+  }
+
+  /// Fails the group with `failure` unless it has failed already (the first failure wins) and
+  /// wakes every waiting rank. Later calls on any rank re-raise it.
+  void fail(std::exception_ptr failure) noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      if (failure_) return;
+      failure_ = std::move(failure);
+      failed_.store(true, std::memory_order_release);
+    }
+    wake_.notify_all();
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Throws the group's first failure as seen from `rank` in `operation`: a timeout stays a
+  /// `TimeoutError` and a mismatch a `MismatchError` on every rank (the slow or disagreeing
+  /// rank is named in the nested message); anything else becomes a `PeerFailureError`.
+  [[noreturn]] void raise_failure(int rank, std::string_view operation) const {
+    std::exception_ptr failure;
+    {
+      std::lock_guard lock(mutex_);
+      failure = failure_;
+    }
+    try {
+      std::rethrow_exception(failure);
+    } catch (const Error& error) {
+      if (error.rank() == rank && error.operation() == operation) throw;  // our own, as raised
+      // The nested message already says what to do.
+      const std::string what = fmt::format("the group failed: {}", error.what());
+      if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(rank, operation, what, "");
+      if (dynamic_cast<const MismatchError*>(&error))
+        throw MismatchError(rank, operation, what, "");
+      throw PeerFailureError(rank, operation, what, "");
+    } catch (const std::exception& error) {
+      throw PeerFailureError(rank, operation, fmt::format("the group failed: {}", error.what()));
+    }
+  }
+
+ private:
+  void wait_for_generation(int rank, std::uint64_t generation, const Deadline& deadline,
+                           std::string_view operation) {
+    auto released = [&] {
+      return generation_.load(std::memory_order_acquire) != generation ||
+             failed_.load(std::memory_order_acquire);
+    };
+    if (spin_.poll(released)) return;
+    std::unique_lock lock(mutex_);
+    if (wake_.wait_until(lock, deadline.time_point(), released)) return;
+    // Still under the mutex, so no rank can release this point while we fail the group.
+    if (failure_) return;
+    failure_ = std::make_exception_ptr(
+        TimeoutError(rank, operation,
+                     fmt::format("timed out after {} ms waiting for {} to reach the same call",
+                                 deadline.budget().count(), missing_ranks(generation))));
+    failed_.store(true, std::memory_order_release);
+    lock.unlock();
+    wake_.notify_all();
+  }
+
+  std::string missing_ranks(std::uint64_t generation) const {
+    std::string ranks;
+    int missing = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (arrivals_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed) > generation)
+        continue;
+      fmt::format_to(std::back_inserter(ranks), "{}{}", missing++ ? ", " : "", r);
+    }
+    return fmt::format("rank{} {} (of {})", missing == 1 ? "" : "s", ranks, size_);
+  }
+
+  const int size_;
+  const strata::detail::SpinPolicy spin_ = strata::detail::SpinPolicy::for_threads(size_);
+  std::array<std::vector<CollectiveCall>, 2> calls_;
+  std::vector<std::atomic<std::uint64_t>> arrivals_;  // per rank: last generation reached + 1
+  std::atomic<int> arrived_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> failed_{false};
+  std::atomic<int> in_transfer_{0};
+  std::uint64_t transfer_generation_ = 0;  // guarded by mutex_
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::exception_ptr failure_;
+};
+
+}  // namespace strata::transport::local
+// ---- end strata/transport/local/group.hpp ----
+// ---- begin strata/transport/local/link.hpp ----
+// strata/transport/local/link.hpp — one rank's SharedMemoryLink (algorithms/link.hpp) for one call.
+
+#include <cstdint>
+#include <string_view>
+
+
+namespace strata::transport::local {
+
+/// The SharedMemoryLink of one rank for one round of a `Group`.
+class Link {
+ public:
+  Link(Group& group, std::uint64_t round, int rank, const Deadline& deadline,
+       std::string_view operation) noexcept
+      : group_(&group), round_(round), rank_(rank), deadline_(deadline), operation_(operation) {}
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return group_->size(); }
+  const CollectiveCall& peer_call(int peer) const noexcept { return group_->call(round_, peer); }
+  void sync() { group_->arrive_and_wait(rank_, deadline_, operation_); }
+  /// The first synchronization point of a collective that moves data: once released, every
+  /// rank may work on every other rank's buffers until `Group::end_transfer`.
+  void open_transfer() { group_->arrive_and_wait(rank_, deadline_, operation_, true); }
+
+ private:
+  Group* group_;
+  std::uint64_t round_;
+  int rank_;
+  Deadline deadline_;
+  std::string_view operation_;
+};
+
+}  // namespace strata::transport::local
+// ---- end strata/transport/local/link.hpp ----
 
 namespace strata::communicator {
 
@@ -6509,6 +6338,8 @@ namespace strata::communicator {
 /// @throws MismatchError on every rank when ranks disagree on a call; TimeoutError when a rank
 /// does not arrive by the deadline; PeerFailureError when another rank failed or aborted;
 /// UsageError for bad spans or roots on this rank. After any of them the group is failed.
+static_assert(algorithms::SharedMemoryLink<transport::local::Link>);
+
 template <class AllReduceAlgorithm = algorithms::AllReduceScatterGather>
 class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllReduceAlgorithm>> {
   friend class detail::CollectiveApi<LocalCommunicator>;
@@ -6517,6 +6348,7 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   static constexpr std::string_view kName = "local";
   /// The largest group this communicator can form (any number of threads).
   static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  static constexpr bool kSpansProcesses = false;
   using all_reduce_algorithm = AllReduceAlgorithm;
 
   /// Creates a group of `size` ranks; element r is rank r. Hand each to its own thread.
@@ -6561,7 +6393,7 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
  private:
   struct Group {
     Group(int size, const CommunicatorOptions& opts) : rendezvous(size), options(opts) {}
-    transport::local::Rendezvous rendezvous;
+    transport::local::Group rendezvous;
     CommunicatorOptions options;
   };
 
@@ -6622,19 +6454,19 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
       check_agreement(link, rendezvous);
       switch (call.kind) {
         case Collective::all_reduce:
-          AllReduceAlgorithm::run(link);
+          AllReduceAlgorithm::run(link, call);
           break;
         case Collective::broadcast:
-          algorithms::BroadcastDirect::run(link);
+          algorithms::BroadcastDirect::run(link, call);
           break;
         case Collective::reduce:
-          algorithms::ReduceDirect::run(link);
+          algorithms::ReduceDirect::run(link, call);
           break;
         case Collective::all_gather:
-          algorithms::AllGatherDirect::run(link);
+          algorithms::AllGatherDirect::run(link, call);
           break;
         case Collective::reduce_scatter:
-          algorithms::ReduceScatterDirect::run(link);
+          algorithms::ReduceScatterDirect::run(link, call);
           break;
         case Collective::barrier:
           break;
@@ -6653,12 +6485,12 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   // Every rank runs the same comparison on the same posted calls, so either all ranks raise
   // the mismatch or none does.
   static void check_agreement(const transport::local::Link& link,
-                              transport::local::Rendezvous& rendezvous) {
-    const CollectiveCall& first = link.call(0);
+                              transport::local::Group& rendezvous) {
+    const CollectiveCall& first = link.peer_call(0);
     for (int r = 1; r < link.size(); ++r) {
-      const CollectiveCall& other = link.call(r);
+      const CollectiveCall& other = link.peer_call(r);
       if (agrees(first, other)) continue;
-      MismatchError error(link.rank(), to_string(link.call(link.rank()).kind),
+      MismatchError error(link.rank(), to_string(link.peer_call(link.rank()).kind),
                           fmt::format("ranks disagree: rank 0 called {} but rank {} called {}",
                                       describe(first), r, describe(other)));
       rendezvous.fail(std::make_exception_ptr(error));
@@ -6671,51 +6503,78 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
 
 }  // namespace strata::communicator
 // ---- end strata/communicator/local.hpp ----
-// ---- begin strata/communicator/self.hpp ----
-// strata/communicator/self.hpp — the communicator of a group of one.
+// ---- begin strata/communicator/replica_group.hpp ----
+// strata/communicator/replica_group.hpp — what a strategy needs of a communicator beyond the
+// collectives: making one communicator per replica, and, for groups that span processes,
+// which process is the chief and how per-process values combine.
 
-#include <string_view>
-#include <utility>
+#include <concepts>
+#include <span>
 #include <vector>
-
-#include <fmt/format.h>
 
 
 namespace strata::communicator {
 
-/// The communicator of a single replica (OneDevice and Default strategies): every collective
-/// is the identity or a copy — all_reduce with `mean` divides by one — but calls are still
-/// validated (spans, roots) and keep their deadlines and asynchronous forms, so code written
-/// against `Communicator` runs unchanged on one replica.
-class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToOne> {
-  using Base = LocalCommunicator<algorithms::AllReduceReduceToOne>;
+namespace detail {
 
- public:
-  static constexpr std::string_view kName = "self";
-  static constexpr int kMaxSize = 1;
-
-  /// Creates the group of one. @throws UsageError unless size == 1.
-  static std::vector<SelfCommunicator> create(int size = 1, CommunicatorOptions options = {}) {
-    if (size != 1)
-      throw UsageError(
-          -1, "SelfCommunicator::create",
-          fmt::format("a SelfCommunicator group has exactly one rank, got size {}", size),
-          "use LocalCommunicator for several replicas");
-    std::vector<SelfCommunicator> group;
-    group.push_back(SelfCommunicator(std::move(Base::create(1, options).front())));
-    return group;
-  }
-
- private:
-  explicit SelfCommunicator(Base&& base) : Base(std::move(base)) {}
+template <class C>
+concept HasMaxSize = requires {
+  { C::kMaxSize } -> std::convertible_to<int>;
 };
 
+template <class C>
+concept SaysWhetherItSpansProcesses = requires {
+  { C::kSpansProcesses } -> std::convertible_to<bool>;
+};
+
+template <class C>
+concept CreatesInProcess = requires(int replicas, CommunicatorOptions options) {
+  { C::create(replicas, options) } -> std::same_as<std::vector<C>>;
+};
+
+template <class C>
+concept CreatesForCluster = requires(int replicas, cluster::ResolvedCluster& cluster,
+                                     CommunicatorOptions options) {
+  { C::create(replicas, cluster, options) } -> std::same_as<std::vector<C>>;
+};
+
+template <class C>
+concept CombinesAcrossProcesses = requires(C& c, const C& cc, std::span<float> values,
+                                           ReduceOp op) {
+  { cc.is_chief() } -> std::convertible_to<bool>;
+  c.combine_across_workers(values, op);
+};
+
+}  // namespace detail
+
+/// C models ReplicaGroup if a strategy can build and drive the communicators of its replicas:
+///   1. C models Communicator (rank, size, the collectives, abort: a strategy aborts the group
+///      when a replica throws);
+///   2. `C::kMaxSize` (int) bounds the ranks of its group: 1 for a group of one, so that a
+///      strategy can reject a placement that runs several replicas over it;
+///   3. `C::kSpansProcesses` (bool) says whether its group reaches other processes; then
+///   4a. across processes: `C::create(local_replicas, cluster, options)` returns this
+///      process's communicators, one per local replica, for the `cluster::ResolvedCluster` the
+///      strategy resolved (a communicator never resolves a cluster itself); `is_chief()` names
+///      the process that writes checkpoints, and `combine_across_workers(values, op)` combines
+///      one value per process across the processes (Strategy::reduce);
+///   4b. in one process: `C::create(replicas, options)` returns the whole group, one per
+///      replica.
+/// Further arguments to `create` (e.g. TcpOptions) are the communicator's own settings, passed
+/// through from the strategy's constructor.
+template <class C>
+concept ReplicaGroup = Communicator<C> && detail::HasMaxSize<C> &&
+    detail::SaysWhetherItSpansProcesses<C> &&
+    (C::kSpansProcesses ? (detail::CreatesForCluster<C>&& detail::CombinesAcrossProcesses<C>)
+                        : detail::CreatesInProcess<C>);
+
 }  // namespace strata::communicator
-// ---- end strata/communicator/self.hpp ----
+// ---- end strata/communicator/replica_group.hpp ----
 // ---- begin strata/communicator/tcp.hpp ----
 // strata/communicator/tcp.hpp — the TCP communicator: ranks in separate processes or hosts.
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -6733,236 +6592,48 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 #include <unistd.h>
 
 #include <fmt/format.h>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
 
-// ---- begin strata/algorithms/all_reduce_halving_doubling.hpp ----
-// strata/algorithms/all_reduce_halving_doubling.hpp — Rabenseifner's all-reduce: a reduce-scatter
-// by recursive halving, then an all-gather by recursive doubling, for any group size.
+// ---- begin strata/transport/tcp/form_mesh.hpp ----
+// strata/transport/tcp/form_mesh.hpp — forming the full mesh of TCP connections of a group.
 //
-// Computes  every rank's output = op over all ranks' inputs.
-// Phases    Let p be the largest power of two ≤ n and e = n - p. The vector is cut into p
-//           blocks, each into pieces of at most max_message_bytes.
-//           1. fold: for r < 2e, even rank r sends its vector to r+1, which combines them;
-//              even ranks then wait. The p remaining ranks get virtual ranks 0..p-1.
-//           2. reduce-scatter, log2(p) rounds: in round k (distance d = p/2^(k+1)) each rank
-//              keeps the half of its blocks on its side of bit d of its virtual rank, sends
-//              the other half to the rank across that bit, and combines what comes back.
-//              Virtual rank v ends with block v reduced over all ranks.
-//           3. all-gather, log2(p) rounds in reverse: each rank sends the blocks it has to
-//              the rank across bit d and receives as many, straight into its output.
-//           4. unfold: odd ranks r < 2e send the result to r-1.
-//           Every piece travels as its own message, so a piece goes on to the next round as
-//           soon as it is combined: rounds overlap.
-// Cost      2·log2(p) (+2 when n is not a power of two) message latencies; 2·(p-1)/p·S bytes
-//           sent per rank, like the ring, and (p-1)/p·S combined. Between recursive doubling
-//           (log2 p hops, S·log2 p bytes) and the ring (2(n-1) hops): medium messages.
-// Requires  agreed calls; scratch of 2·S bytes at most.
-// Determinism  bit-identical on every rank: each block is combined by one rank per round
-//           (lower virtual rank's partial, higher's) and then copied.
+// The higher rank of each pair connects (connector.hpp), the lower one accepts (listener.hpp);
+// each connection passes the handshake of handshake.hpp, and the mesh is complete once every
+// peer has said kMeshReady (pending_mesh.hpp). The result is a Mesh (mesh.hpp).
+//
+// Errors: the port in use or an address that is not this host's → ConfigurationError naming
+// it; a peer that refuses this rank for a reason that retrying cannot fix (other cluster,
+// world size, tunables, cluster token) → ConfigurationError naming the peer and the reason;
+// the deadline → TimeoutError listing the ranks that did not join, and what was rejected
+// meanwhile (garbage, wrong token, ...).
 
-#include <cstddef>
-#include <string_view>
+#include <exception>
+#include <iterator>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
-namespace strata::algorithms {
-
-struct AllReduceHalvingDoubling {
-  static constexpr std::string_view kName = "halving_doubling";
-
-  template <MessageLink Link>
-  static void run(Link& link) {
-    const auto& call = link.call();
-    const int n = link.size();
-    const int r = link.rank();
-    const std::size_t element = size_of(call.type);
-    const auto* in = static_cast<const std::byte*>(call.send);
-    auto* out = static_cast<std::byte*>(call.recv);
-    if (n == 1) {
-      detail::copy_if_distinct(out, in, call.count * element);
-      return;
-    }
-
-    int p = 1;
-    int rounds = 0;
-    while (p * 2 <= n) {
-      p *= 2;
-      ++rounds;
-    }
-    const int extra = n - p;
-    const auto blocks = static_cast<std::size_t>(p);
-    const detail::Range all{0, call.count};
-    auto block = [&](std::size_t b) { return detail::part_of(all, blocks, b); };
-    const std::size_t pieces_per_block =
-        detail::segments_for((call.count + blocks - 1) / blocks, element, link.max_message_bytes());
-    // Piece x is part x % pieces_per_block of block x / pieces_per_block.
-    const std::size_t pieces = blocks * pieces_per_block;
-    auto piece = [&](std::size_t x) {
-      return detail::part_of(block(x / pieces_per_block), pieces_per_block, x % pieces_per_block);
-    };
-    // Blocks [first, last) as an element range.
-    auto span_of = [&](std::size_t first, std::size_t last) {
-      return detail::Range{block(first).begin, block(last - 1).end};
-    };
-
-    const bool folded_away = r < 2 * extra && r % 2 == 0;
-    const bool folds_in = r < 2 * extra && r % 2 == 1;
-    if (folded_away) {  // phases 1 and 4 of an even rank: hand the vector over, get the result
-      std::vector<detail::Range> parts(pieces);
-      for (std::size_t x = 0; x < pieces; ++x)
-        parts[x] = piece(x);
-      detail::fold_away(link, r + 1, in, out, parts, element);
-      return;
-    }
-    std::vector<transport::SendStep> sends;
-    std::vector<transport::RecvStep> recvs;
-    auto send_piece = [&](int peer, const std::byte* base, std::size_t x, std::ptrdiff_t after) {
-      const detail::Range part = piece(x);
-      sends.push_back({peer, base + part.begin * element, part.size() * element, after});
-    };
-    const int virtual_rank = folds_in ? r / 2 : r - extra;
-    auto real_rank = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
-
-    // What the handler of receive j does: combine the received piece with this rank's partial
-    // (`own`, its input or `out`) into `out`, or nothing (the all-gather receives in place).
-    struct Combine {
-      detail::Range part;
-      const std::byte* own = nullptr;  // nullptr: nothing to combine
-      bool received_first = false;     // the received partial belongs to the lower rank
-      bool last = false;               // the final combine of this piece: finish a mean here
-    };
-    std::vector<Combine> combines;
-    // Per piece: the receive after whose handler `out` holds this rank's partial or result
-    // (-1: nothing received yet, the partial is the input), and the send that read it from
-    // `out` (a later receive into `out` waits for that send).
-    std::vector<std::ptrdiff_t> latest(pieces, -1);
-    std::vector<std::ptrdiff_t> read_from_out(pieces, -1);
-    auto partial = [&](std::size_t x) -> const std::byte* { return latest[x] < 0 ? in : out; };
-
-    // Scratch: the folded vector, then each reduce-scatter round's half, one after another
-    // (a round's pieces may arrive before the previous round's are combined).
-    std::size_t scratch_bytes = folds_in ? call.count * element : 0;
-    for (std::size_t kept = blocks / 2; kept >= 1; kept /= 2)  // any `kept` blocks: ≤ 1 more
-      scratch_bytes += (span_of(0, kept).size() + 1) * element;
-    std::byte* region = link.scratch(scratch_bytes);
-
-    auto receive_combining = [&](int peer, std::size_t x, std::byte* base, detail::Range around,
-                                 bool received_first, bool final_round) {
-      const detail::Range part = piece(x);
-      recvs.push_back({peer, base + (part.begin - around.begin) * element, part.size() * element,
-                       -1, latest[x]});
-      combines.push_back({part, partial(x), received_first, final_round});
-      latest[x] = static_cast<std::ptrdiff_t>(recvs.size() - 1);
-    };
-
-    if (folds_in) {
-      for (std::size_t x = 0; x < pieces; ++x)
-        receive_combining(r - 1, x, region, all, /*received_first=*/true, /*final_round=*/false);
-      region += call.count * element;
-    }
-    std::size_t first = 0;
-    std::size_t last = blocks;
-    for (int k = 0; k < rounds; ++k) {
-      const auto distance = blocks >> (k + 1);
-      const int partner_virtual = virtual_rank ^ static_cast<int>(distance);
-      const int partner = real_rank(partner_virtual);
-      const std::size_t middle = first + distance;
-      const bool upper = (static_cast<std::size_t>(virtual_rank) & distance) != 0;
-      const std::size_t give_first = upper ? first : middle;
-      const std::size_t keep_first = upper ? middle : first;
-      for (std::size_t x = give_first * pieces_per_block;
-           x < (give_first + distance) * pieces_per_block; ++x) {
-        if (latest[x] >= 0 || in == out)
-          read_from_out[x] = static_cast<std::ptrdiff_t>(sends.size());
-        send_piece(partner, partial(x), x, latest[x]);
-      }
-      const detail::Range kept = span_of(keep_first, keep_first + distance);
-      for (std::size_t x = keep_first * pieces_per_block;
-           x < (keep_first + distance) * pieces_per_block; ++x)
-        receive_combining(partner, x, region, kept, partner_virtual < virtual_rank,
-                          k + 1 == rounds);
-      region += kept.size() * element;
-      first = keep_first;
-      last = keep_first + distance;
-    }
-    for (int k = rounds - 1; k >= 0; --k) {
-      const auto distance = blocks >> (k + 1);
-      const int partner = real_rank(virtual_rank ^ static_cast<int>(distance));
-      const bool upper = (static_cast<std::size_t>(virtual_rank) & distance) != 0;
-      const std::size_t partner_first = upper ? first - distance : last;
-      for (std::size_t x = first * pieces_per_block; x < last * pieces_per_block; ++x)
-        send_piece(partner, out, x, latest[x]);
-      for (std::size_t x = partner_first * pieces_per_block;
-           x < (partner_first + distance) * pieces_per_block; ++x) {
-        const detail::Range part = piece(x);
-        recvs.push_back(
-            {partner, out + part.begin * element, part.size() * element, read_from_out[x], -1});
-        combines.push_back({part});
-        latest[x] = static_cast<std::ptrdiff_t>(recvs.size() - 1);
-      }
-      first = upper ? partner_first : first;
-      last = first + 2 * distance;
-    }
-    if (folds_in)
-      for (std::size_t x = 0; x < pieces; ++x)
-        send_piece(r - 1, out, x, latest[x]);
-
-    link.transfer(sends, recvs, [&](std::size_t j) {
-      const Combine& c = combines[j];
-      if (c.own == nullptr) return;
-      detail::combine_partials(call.type, out + c.part.begin * element,
-                               c.own + c.part.begin * element, recvs[j].data, c.received_first,
-                               c.part.size(), call.op, c.last, n);
-    });
-  }
-};
-
-}  // namespace strata::algorithms
-// ---- end strata/algorithms/all_reduce_halving_doubling.hpp ----
-// ---- begin strata/transport/tcp/link.hpp ----
-// strata/transport/tcp/link.hpp — moving an algorithm's messages over the mesh, with deadlines,
-// header checks and failure propagation.
+// ---- begin strata/transport/tcp/connector.hpp ----
+// strata/transport/tcp/connector.hpp — the connecting side of forming a mesh: connecting to
+// the peers of lower ranks, with retries, and the connector's half of the handshake
+// (handshake.hpp).
 //
-// An algorithm describes one collective as a plan: the sends and receives of this rank, in
-// order per peer, each send possibly waiting for a receive (it forwards what arrived) and each
-// receive possibly waiting for a send (its reduction overwrites what the send reads). The link
-// runs the plan on the calling thread with non-blocking sockets and poll(2): every send and
-// receive of the plan progresses at once, reductions run as soon as their data is in, and
-// the kernel keeps receiving into its buffers meanwhile, so transfer and reduction overlap.
-//
-// Large calls lend their messages instead of copying them: the pages go into a pipe with
-// vmsplice(2) and from there into the socket with splice(2), so the kernel copies each byte
-// once (into the receiver's memory), not twice. That pays when the data streams from memory
-// (TcpOptions::lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the
-// receiver reads straight out of the sender's memory:
-//   - the receiver tells the sender, on the control connection, each time it has read a lent
-//     message; a sender lends a peer at most kLendWindowBytes ahead of what it has read, which
-//     also keeps the receiver's socket queue short (a queue that overflows its receive buffer
-//     gets pruned and retransmitted), and returns only once every peer has read everything;
-//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
-//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
-//     or after the peer sent something that it could only send after reading it (the ring's
-//     all-gather brings a chunk back once the peer has reduced what this rank lent);
-//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
-//     a receiver that read lent pages checks, before it returns, whether its lender said it
-//     failed in this call (within one host the abort arrives before the lender returns; across
-//     hosts, after the grace period, it may still be on its way).
-//
-// While it waits, the link watches every peer's control connection: an abort message, a
-// closed connection (a killed process) or the deadline ends the call on every rank within
-// milliseconds, with the error type of the rank that failed first.
+// Ranks start in any order: a connect that fails, or a handshake that breaks off, is retried
+// with exponential backoff and jitter until the deadline. A peer that refuses this rank for a
+// reason that retrying cannot fix (other cluster, world size, tunables, cluster token) fails
+// the forming with a ConfigurationError naming the peer and the reason.
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
-#include <mutex>
-#include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -6970,18 +6641,55 @@ struct AllReduceHalvingDoubling {
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
-#include <fmt/ranges.h>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+// ---- begin strata/transport/tcp/handshake.hpp ----
+// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
+//
+// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+//
+//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce)
+//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
+//   connector → acceptor   MAC_c
+//   acceptor → connector   Status   (accepted, or why not)
+//
+// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
+// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
+// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
+// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+//
+// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
+// given different clusters never pair up), world size, ranks and tunables (chunk size,
+// connections per peer, algorithm choice: ranks that would cut messages differently are
+// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
+// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
+// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
+// the MACs are zero and ignored; a side with a token refuses a side without one.
+//
+// Once a rank holds every connection of its mesh it sends kMeshReady on each control
+// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
+// pending_mesh.hpp).
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 // ---- begin strata/transport/tcp/frame.hpp ----
 // strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
@@ -6992,7 +6700,7 @@ struct AllReduceHalvingDoubling {
 //   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
 //   2       1     protocol version (kFrameVersion)
 //   3       1     frame type (FrameType)
-//   4       1     collective (communicator::Collective)
+//   4       1     collective (Collective)
 //   5       1     element type (DataType)
 //   6       1     reduce op (ReduceOp)
 //   7       1     flags (FrameFlag; data frames only, 0 on control frames)
@@ -7050,7 +6758,7 @@ enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout
 
 struct FrameHeader {
   FrameType type = FrameType::data;
-  communicator::Collective kind = communicator::Collective::barrier;
+  Collective kind = Collective::barrier;
   DataType element_type = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
   std::int32_t root = 0;
@@ -7155,12 +6863,11 @@ inline std::error_code make_error_code(FrameError error) noexcept {
 }
 
 /// Decodes and validates a header. Every enum is range-checked and the payload length is
-/// bounded (by `max_payload` for data frames, kMaxControlPayload otherwise) before anyone
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
 /// allocates or reads for it. `out` is written only on success.
 /// @returns an empty error_code on success, else the reason: the connection must be dropped.
 inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
-                              std::uint32_t max_payload) noexcept {
-  using communicator::Collective;
+                              std::uint32_t chunk_bytes) noexcept {
   if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
   if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
   const auto type = static_cast<std::uint8_t>(in[3]);
@@ -7176,7 +6883,7 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
   const auto flags = static_cast<std::uint8_t>(in[7]);
   if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
     return FrameError::bad_flags;
-  const std::uint32_t limit = frame_type == FrameType::data ? max_payload : kMaxControlPayload;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
   if (payload > limit) return FrameError::payload_too_large;
   out.type = frame_type;
   out.kind = static_cast<Collective>(kind);
@@ -7192,99 +6899,6 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/frame.hpp ----
-// ---- begin strata/transport/tcp/rendezvous.hpp ----
-// strata/transport/tcp/rendezvous.hpp — forming the full mesh of TCP connections of a group.
-//
-// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
-// (abort reasons, timeout notices, goodbyes) and is always at a message boundary; connections
-// 1..K carry data. The higher rank connects, the lower one accepts. Ranks start in any order:
-// connects are retried with exponential backoff and jitter until the deadline; each connection
-// passes the handshake of handshake.hpp. The listening socket binds the address given for this
-// rank (never all interfaces) and is closed once the mesh is complete, so nothing can join a
-// running group.
-//
-// A rank holding all its connections sends kMeshReady to every peer and returns once every peer
-// has sent its own: no rank starts collectives while another is still forming its mesh. So a peer
-// whose connections close before its kMeshReady died while joining (a restarted worker's first
-// incarnation): it is forgotten and its next incarnation awaited. A peer that finished joining,
-// ran ahead and failed is never mistaken for one.
-//
-// Errors: the port in use or an address that is not this host's → ConfigurationError naming
-// it; a peer that refuses this rank for a reason that retrying cannot fix (other cluster,
-// world size, tunables, cluster token) → ConfigurationError naming the peer and the reason;
-// the deadline → TimeoutError listing the ranks that did not join, and what was rejected
-// meanwhile (garbage, wrong token, ...).
-
-#include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <exception>
-#include <map>
-#include <memory>
-#include <optional>
-#include <random>
-#include <string>
-#include <string_view>
-#include <system_error>
-#include <utility>
-#include <vector>
-
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <asio/connect.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/read.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/write.hpp>
-
-// ---- begin strata/transport/tcp/handshake.hpp ----
-// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
-//
-// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
-//
-//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
-//                                    incarnation, connection index, nonce)
-//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
-//   connector → acceptor   MAC_c
-//   acceptor → connector   Status   (accepted, or why not)
-//
-// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
-// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
-// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
-// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
-// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
-//
-// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
-// given different clusters never pair up), world size, ranks and tunables (chunk size,
-// connections per peer, algorithm choice: ranks that would cut messages differently are
-// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
-// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
-// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
-// the MACs are zero and ignored; a side with a token refuses a side without one.
-//
-// Once a rank holds every connection of its mesh it sends kMeshReady on each control
-// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
-// rendezvous.hpp).
-
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <string>
-#include <string_view>
-
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
-
 
 namespace strata::transport::tcp {
 
@@ -7297,6 +6911,9 @@ inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kHelloBytes = 80;
 /// Sent once on every control connection by a rank whose mesh is complete.
 inline constexpr std::byte kMeshReady{0x52};  // 'R'
+/// How long one connection may take over its handshake (capped by the group's deadline), so a
+/// silent one cannot hold resources until the deadline.
+inline constexpr std::chrono::seconds kHandshakeTimeout{10};
 
 struct Hello {
   std::uint16_t version = kProtocolVersion;
@@ -7437,6 +7054,60 @@ inline bool same_mac(const Mac& a, const Mac& b) noexcept {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/handshake.hpp ----
+// ---- begin strata/transport/tcp/pending_mesh.hpp ----
+// strata/transport/tcp/pending_mesh.hpp — a mesh while it forms: the connections up so far,
+// each peer's incarnation, and the kMeshReady exchange that ends the forming.
+//
+// The listener (listener.hpp) and the connector (connector.hpp) hand it each connection that
+// passed its handshake. A rank holding all its connections sends kMeshReady to every peer and
+// is done once every peer has sent its own: no rank starts collectives while another is still
+// forming its mesh. So a peer whose connections close before its kMeshReady died while joining
+// (a restarted worker's first incarnation): it is forgotten and its next incarnation awaited. A
+// peer that finished joining, ran ahead and failed is never mistaken for one.
+
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
 
 namespace strata::transport::tcp {
 
@@ -7486,7 +7157,7 @@ class Mesh {
   }
 
  private:
-  friend class MeshBuilder;
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
   Mesh(int rank, int size, int data_connections)
       : rank_(rank), data_connections_(data_connections) {
     peers_.resize(static_cast<std::size_t>(size));
@@ -7499,20 +7170,22 @@ class Mesh {
   std::vector<std::vector<asio::ip::tcp::socket>> peers_;
 };
 
-/// Forms the mesh (see the file comment). Blocks until every connection is up or `deadline`.
-inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadline);
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
 
-// ---- implementation ---------------------------------------------------------------------------
+namespace strata::transport::tcp {
 
-class MeshBuilder {
+/// The state of one rank's mesh while it forms; every handler runs on the mesh's io_context.
+class PendingMesh {
  public:
-  MeshBuilder(const MeshConfig& config, Deadline deadline)
+  using tcp = asio::ip::tcp;
+
+  PendingMesh(const MeshConfig& config, Deadline deadline)
       : config_(config),
         deadline_(deadline),
         size_(static_cast<int>(config.addresses.size())),
         per_peer_(1 + config.data_connections),
-        mesh_(new Mesh(config.rank, size_, config.data_connections)),
-        acceptor_(mesh_->io_) {
+        mesh_(new Mesh(config.rank, size_, config.data_connections)) {
     std::array<std::byte, 8> incarnation{};
     random_bytes(incarnation);
     incarnation_ = detail::load_le<std::uint64_t>(incarnation.data());
@@ -7521,85 +7194,23 @@ class MeshBuilder {
     readiness_.resize(static_cast<std::size_t>(size_));
     missing_ = (size_ - 1) * per_peer_;
   }
+  PendingMesh(const PendingMesh&) = delete;
+  PendingMesh& operator=(const PendingMesh&) = delete;
 
-  std::unique_ptr<Mesh> build() {
-    // Every rank binds its own address, also one that no peer connects to (the last rank, a
-    // group of one): a foreign address or a port in use is then this rank's configuration
-    // error, not a timeout blamed on a peer, and a socket handed in is closed below with the
-    // rest instead of listening on for the life of the process.
-    listen();
-    if (missing_ == 0) {
-      std::error_code ignored;
-      acceptor_.close(ignored);
-      return std::move(mesh_);
-    }
-    for (int peer = 0; peer < config_.rank; ++peer)
-      connect_to(peer);
-    if (!complete() && !failure_) mesh_->io_.run_until(deadline_.time_point());
-    // Abandon what is still in flight and let its handlers run to release their sockets.
-    std::error_code ignored;
-    acceptor_.close(ignored);
-    for (auto& weak : attempts_)
-      if (auto attempt = weak.lock()) attempt->abandon();
-    for (auto& weak : incoming_)
-      if (auto in = weak.lock()) in->abandon();
-    mesh_->io_.restart();
-    mesh_->io_.poll();
-    if (failure_) std::rethrow_exception(failure_);
-    if (!complete()) throw timeout_error();
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == config_.rank) continue;
-      auto& sockets = mesh_->peers_[static_cast<std::size_t>(peer)];
-      if (same_host(*slots_[slot(peer, 0)])) ++mesh_->ranks_on_this_host_;
-      for (int index = 0; index < per_peer_; ++index) {
-        auto& socket = *slots_[slot(peer, index)];
-        socket.non_blocking(true);
-        sockets.push_back(std::move(socket));
-      }
-    }
-    return std::move(mesh_);
+  const MeshConfig& config() const noexcept { return config_; }
+  Deadline deadline() const noexcept { return deadline_; }
+  int size() const noexcept { return size_; }
+  /// Connections per peer: the control connection and the data connections.
+  int per_peer() const noexcept { return per_peer_; }
+  asio::io_context& io() noexcept { return mesh_->io_; }
+  const cluster::Address& address(int rank) const {
+    return config_.addresses[static_cast<std::size_t>(rank)];
   }
+  /// How a peer of a lower rank is connected to again when it left while joining (the
+  /// connector's connect_to; set before the mesh forms).
+  void on_reconnect(std::function<void(int)> reconnect) { reconnect_ = std::move(reconnect); }
 
- private:
-  using tcp = asio::ip::tcp;
-
-  // The kMeshReady exchange with one peer, over its current control connection.
-  struct Readiness {
-    bool sent = false;      // our kMeshReady is written
-    bool writing = false;   // ... or on its way
-    bool received = false;  // theirs arrived
-    bool reading = false;
-    std::uint64_t generation = 0;  // bumped when the peer is forgotten: stale handlers ignore
-  };
-
-  struct Attempt {
-    Attempt(asio::io_context& io, int p, int i) : socket(io), timer(io), peer(p), index(i) {}
-    void abandon() {
-      std::error_code ignored;
-      abandoned = true;
-      timer.cancel();
-      socket.close(ignored);
-    }
-    tcp::socket socket;
-    asio::steady_timer timer;
-    int peer;
-    int index;
-    int tries = 0;
-    bool abandoned = false;
-    Hello mine;
-    HelloBytes mine_bytes{};
-    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
-    HelloBytes theirs_bytes{};
-    Mac mac{};
-    std::array<std::byte, 1> status{};
-    std::uint64_t incarnation_seen = 0;
-    bool authentic = true;
-  };
-
-  std::size_t slot(int peer, int index) const noexcept {
-    return static_cast<std::size_t>(peer * per_peer_ + index);
-  }
-
+  /// This rank's Hello for connection `index`, with a fresh nonce.
   Hello own_hello(int index) const {
     Hello hello;
     hello.connection = static_cast<std::uint16_t>(index);
@@ -7613,15 +7224,15 @@ class MeshBuilder {
     return hello;
   }
 
-  const cluster::Address& address(int rank) const {
-    return config_.addresses[static_cast<std::size_t>(rank)];
-  }
-
+  /// Ends the forming with `error` (the first one is kept).
   void fail(std::exception_ptr error) {
     if (!failure_) failure_ = std::move(error);
     mesh_->io_.stop();
   }
+  const std::exception_ptr& failure() const noexcept { return failure_; }
 
+  /// Takes a connection that passed its handshake; once every connection is up, starts the
+  /// kMeshReady exchange.
   void established(int peer, int index, tcp::socket socket, std::uint64_t incarnation) {
     auto& known = peer_incarnation_[static_cast<std::size_t>(peer)];
     if (known != 0 && known != incarnation) {
@@ -7640,16 +7251,46 @@ class MeshBuilder {
     if (missing_ == 0) exchange_readiness();
   }
 
-  void connect_to(int peer) {
-    for (int index = 0; index < per_peer_; ++index) {
-      auto attempt = std::make_shared<Attempt>(mesh_->io_, peer, index);
-      attempts_.push_back(attempt);
-      connect(attempt);
-    }
+  /// Whether the acceptor takes the connection whose Hello is `theirs`.
+  HandshakeStatus judge(const Hello& theirs) const {
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (theirs.cluster != config_.cluster) return HandshakeStatus::other_cluster;
+    if (theirs.world_size != size_) return HandshakeStatus::world_size_differs;
+    if (theirs.rank <= config_.rank || theirs.rank >= size_ || theirs.connection >= per_peer_)
+      return HandshakeStatus::unexpected_rank;
+    if (theirs.tunables != config_.tunables) return HandshakeStatus::tunables_differ;
+    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
+    if (config_.token && !has_token) return HandshakeStatus::token_required;
+    if (!config_.token && has_token) return HandshakeStatus::token_unexpected;
+    const auto known = peer_incarnation_[static_cast<std::size_t>(theirs.rank)];
+    if (known != 0 && known != theirs.incarnation && peer_alive(theirs.rank))
+      return HandshakeStatus::stale_incarnation;
+    return HandshakeStatus::accepted;
   }
 
-  // ---- readiness (see the file comment) -----------------------------------------------------
+  /// The incarnation of `peer` whose connections this mesh holds; 0 for none.
+  std::uint64_t peer_incarnation(int peer) const noexcept {
+    return peer_incarnation_[static_cast<std::size_t>(peer)];
+  }
 
+  /// Drops every connection of `peer` and its part of the kMeshReady exchange.
+  void forget_peer(int peer) {
+    for (int index = 0; index < per_peer_; ++index) {
+      auto& socket = slots_[slot(peer, index)];
+      if (socket) {
+        socket.reset();
+        ++missing_;
+      }
+    }
+    peer_incarnation_[static_cast<std::size_t>(peer)] = 0;
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    ready = Readiness{.generation = ready.generation + 1};
+  }
+
+  /// True when this rank connects to no one and no one to it (a group of one).
+  bool alone() const noexcept { return missing_ == 0; }
+
+  /// Every connection is up and every kMeshReady sent and received.
   bool complete() const {
     if (missing_ > 0) return false;
     for (int peer = 0; peer < size_; ++peer) {
@@ -7660,50 +7301,97 @@ class MeshBuilder {
     return true;
   }
 
+  // For the timeout message: what is known of `peer`.
+  bool connected(int peer) const {
+    for (int index = 0; index < per_peer_; ++index)
+      if (!slots_[slot(peer, index)]) return false;
+    return true;
+  }
+  bool said_ready(int peer) const { return readiness_[static_cast<std::size_t>(peer)].received; }
+  const std::map<int, std::string>& departed() const noexcept { return departed_; }
+
+  /// The mesh, for a group of one.
+  std::unique_ptr<Mesh> release() { return std::move(mesh_); }
+
+  /// The complete mesh: every connection moved into it, non-blocking.
+  std::unique_ptr<Mesh> finish() {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      auto& sockets = mesh_->peers_[static_cast<std::size_t>(peer)];
+      if (same_host(*slots_[slot(peer, 0)])) ++mesh_->ranks_on_this_host_;
+      for (int index = 0; index < per_peer_; ++index) {
+        auto& socket = *slots_[slot(peer, index)];
+        socket.non_blocking(true);
+        sockets.push_back(std::move(socket));
+      }
+    }
+    return std::move(mesh_);
+  }
+
+ private:
+  // The kMeshReady exchange with one peer, over its current control connection.
+  struct Readiness {
+    bool sent = false;      // our kMeshReady is written
+    bool writing = false;   // ... or on its way
+    bool received = false;  // theirs arrived
+    bool reading = false;
+    std::uint64_t generation = 0;  // bumped when the peer is forgotten: stale handlers ignore
+  };
+
+  std::size_t slot(int peer, int index) const noexcept {
+    return static_cast<std::size_t>(peer * per_peer_ + index);
+  }
+
   void exchange_readiness() {
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == config_.rank) continue;
       auto& ready = readiness_[static_cast<std::size_t>(peer)];
       auto& control = *slots_[slot(peer, 0)];
-      const auto generation = ready.generation;
-      if (!ready.sent && !ready.writing) {
-        ready.writing = true;
-        asio::async_write(
-            control, asio::buffer(&kMeshReady, 1),
-            [this, peer, generation](std::error_code ec, std::size_t) {
-              auto& state = readiness_[static_cast<std::size_t>(peer)];
-              if (ec == asio::error::operation_aborted || state.generation != generation) return;
-              state.writing = false;
-              if (ec) return peer_left(peer);
-              state.sent = true;
-              if (complete()) mesh_->io_.stop();
-            });
-      }
-      if (!ready.received && !ready.reading) {
-        ready.reading = true;
-        auto byte = std::make_shared<std::byte>();
-        asio::async_read(
-            control, asio::buffer(byte.get(), 1),
-            [this, peer, generation, byte](std::error_code ec, std::size_t) {
-              auto& state = readiness_[static_cast<std::size_t>(peer)];
-              if (ec == asio::error::operation_aborted || state.generation != generation) return;
-              state.reading = false;
-              if (ec) return peer_left(peer);
-              if (*byte != kMeshReady) {
-                fail(std::make_exception_ptr(PeerFailureError(
-                    config_.rank, "rendezvous",
-                    fmt::format("rank {} ({}) sent a byte that is not the end of the "
-                                "handshake",
-                                peer, address(peer).to_string()),
-                    "start every rank with the same strata version")));
-                return;
-              }
-              state.received = true;
-              if (complete()) mesh_->io_.stop();
-            });
-      }
+      if (!ready.sent && !ready.writing) send_ready(peer, control);
+      if (!ready.received && !ready.reading) read_ready(peer, control);
     }
     if (complete()) mesh_->io_.stop();
+  }
+
+  void send_ready(int peer, tcp::socket& control) {
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    const auto generation = ready.generation;
+    ready.writing = true;
+    asio::async_write(control, asio::buffer(&kMeshReady, 1),
+                      [this, peer, generation](std::error_code ec, std::size_t) {
+                        auto& state = readiness_[static_cast<std::size_t>(peer)];
+                        if (ec == asio::error::operation_aborted || state.generation != generation)
+                          return;
+                        state.writing = false;
+                        if (ec) return peer_left(peer);
+                        state.sent = true;
+                        if (complete()) mesh_->io_.stop();
+                      });
+  }
+
+  void read_ready(int peer, tcp::socket& control) {
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    const auto generation = ready.generation;
+    ready.reading = true;
+    auto byte = std::make_shared<std::byte>();
+    asio::async_read(
+        control, asio::buffer(byte.get(), 1),
+        [this, peer, generation, byte](std::error_code ec, std::size_t) {
+          auto& state = readiness_[static_cast<std::size_t>(peer)];
+          if (ec == asio::error::operation_aborted || state.generation != generation) return;
+          state.reading = false;
+          if (ec) return peer_left(peer);
+          if (*byte != kMeshReady) {
+            fail(std::make_exception_ptr(PeerFailureError(
+                config_.rank, "rendezvous",
+                fmt::format("rank {} ({}) sent a byte that is not the end of the handshake", peer,
+                            address(peer).to_string()),
+                "start every rank with the same strata version")));
+            return;
+          }
+          state.received = true;
+          if (complete()) mesh_->io_.stop();
+        });
   }
 
   // The peer's connections closed before it had its whole mesh: it died while joining. Await
@@ -7711,7 +7399,7 @@ class MeshBuilder {
   void peer_left(int peer) {
     departed_[peer] = "it connected, then closed its connections before the group was complete";
     forget_peer(peer);
-    if (peer < config_.rank) connect_to(peer);
+    if (peer < config_.rank) reconnect_(peer);
   }
 
   // False when the group cannot go on (the mesh has failed).
@@ -7725,8 +7413,8 @@ class MeshBuilder {
     }
     // Loopback never queues or drops, so congestion control has nothing to find out there,
     // and a pacing algorithm (BBR, a common host default) only throttles the sender with
-    // timers: all-reduces of 4-16 MiB took 1.4-1.9x as long on a 2-core VM. Reno is built in
-    // and allowed to everyone; should the kernel refuse it anyway, its default works.
+    // timers. Reno is built in and allowed to everyone; should the kernel refuse it anyway,
+    // its default works.
     std::string_view congestion;
     if (config_.congestion_control)
       congestion = *config_.congestion_control;
@@ -7756,133 +7444,6 @@ class MeshBuilder {
     return !ec && (remote.is_loopback() || remote == local);
   }
 
-  // ---- accepting (peers with a higher rank) -------------------------------------------------
-
-  void listen() {
-    const cluster::Address& own = address(config_.rank);
-    std::error_code ec;
-    if (config_.listen_fd >= 0) {
-      tcp::endpoint local;
-      acceptor_.assign(tcp::v4(), config_.listen_fd, ec);
-      if (!ec) local = acceptor_.local_endpoint(ec);
-      if (!ec && local.address().is_v6()) {
-        // assign() needs the right protocol: re-adopt as IPv6.
-        const int fd = acceptor_.release(ec);
-        acceptor_.assign(tcp::v6(), fd, ec);
-      }
-      if (ec)
-        throw ConfigurationError(config_.rank, "rendezvous",
-                                 fmt::format("cannot adopt the listening socket for {}: {}",
-                                             own.to_string(), ec.message()),
-                                 "pass a bound, listening TCP socket or none");
-    } else {
-      tcp::resolver resolver(mesh_->io_);
-      auto endpoints =
-          resolver.resolve(own.host, std::to_string(own.port), tcp::resolver::numeric_service, ec);
-      if (ec || endpoints.empty())
-        throw ConfigurationError(
-            config_.rank, "rendezvous",
-            fmt::format("cannot resolve this rank's address {}: {}", own.to_string(), ec.message()),
-            "give each task a host name or IP address of its own machine");
-      const tcp::endpoint endpoint = endpoints.begin()->endpoint();
-      acceptor_.open(endpoint.protocol(), ec);
-      if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-      if (!ec) acceptor_.bind(endpoint, ec);
-      if (ec == asio::error::address_in_use)
-        throw ConfigurationError(
-            config_.rank, "rendezvous",
-            fmt::format("port {} of {} is already in use", own.port, own.to_string()),
-            "stop the program holding it (a previous run?) or give this task another port");
-      // asio's system category maps EADDRNOTAVAIL to no std::errc condition: compare the value.
-      if (ec == std::error_code(EADDRNOTAVAIL, asio::error::get_system_category()))
-        throw ConfigurationError(
-            config_.rank, "rendezvous",
-            fmt::format("{} is not an address of this machine", own.to_string()),
-            "check that the cluster spec gives this task its own host's address");
-      if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-      if (ec)
-        throw ConfigurationError(
-            config_.rank, "rendezvous",
-            fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
-            "check the address and port given for this task");
-    }
-    if (config_.rank < size_ - 1) accept();  // only peers of a higher rank connect here
-  }
-
-  void accept() {
-    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!ec) handshake_incoming(std::move(socket));
-      accept();
-    });
-  }
-
-  struct Incoming {
-    Incoming(tcp::socket s, asio::io_context& io) : socket(std::move(s)), timer(io) {}
-    void abandon() {
-      std::error_code ignored;
-      timer.cancel();
-      socket.close(ignored);
-    }
-    tcp::socket socket;
-    asio::steady_timer timer;
-    std::string remote;
-    HelloBytes theirs_bytes{};
-    Hello theirs;
-    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
-    Mac mac{};
-    std::array<std::byte, 1> status{};
-  };
-
-  // What was turned away, for the timeout message.
-  void reject(const std::string& remote, std::string_view why) {
-    if (rejections_.size() < 8)
-      rejections_.push_back(fmt::format("{}: {}", remote, why));
-    else
-      ++more_rejections_;
-  }
-
-  void handshake_incoming(tcp::socket socket) {
-    auto in = std::make_shared<Incoming>(std::move(socket), mesh_->io_);
-    incoming_.push_back(in);
-    std::error_code ec;
-    const auto remote = in->socket.remote_endpoint(ec);
-    in->remote = ec ? std::string("unknown peer")
-                    : fmt::format("{}:{}", remote.address().to_string(), remote.port());
-    // A connection gets a bounded time to complete its handshake, so a silent one cannot
-    // hold resources until the group's deadline.
-    in->timer.expires_at(std::min(deadline_.time_point(), Clock::now() + kHandshakeTimeout));
-    in->timer.async_wait([in](std::error_code timer_ec) {
-      if (!timer_ec) in->abandon();
-    });
-    asio::async_read(in->socket, asio::buffer(in->theirs_bytes),
-                     [this, in](std::error_code read_ec, std::size_t) {
-                       if (read_ec) {
-                         if (read_ec != asio::error::operation_aborted)
-                           reject(in->remote, "closed or timed out during the handshake");
-                         in->abandon();
-                         return;
-                       }
-                       on_incoming_hello(in);
-                     });
-  }
-
-  HandshakeStatus judge(const Hello& theirs) const {
-    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
-    if (theirs.cluster != config_.cluster) return HandshakeStatus::other_cluster;
-    if (theirs.world_size != size_) return HandshakeStatus::world_size_differs;
-    if (theirs.rank <= config_.rank || theirs.rank >= size_ || theirs.connection >= per_peer_)
-      return HandshakeStatus::unexpected_rank;
-    if (theirs.tunables != config_.tunables) return HandshakeStatus::tunables_differ;
-    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
-    if (config_.token && !has_token) return HandshakeStatus::token_required;
-    if (!config_.token && has_token) return HandshakeStatus::token_unexpected;
-    const auto known = peer_incarnation_[static_cast<std::size_t>(theirs.rank)];
-    if (known != 0 && known != theirs.incarnation && peer_alive(theirs.rank))
-      return HandshakeStatus::stale_incarnation;
-    return HandshakeStatus::accepted;
-  }
-
   // True while some established connection of `peer` is still open (a restarted process's old
   // connections are closed by its kernel).
   bool peer_alive(int peer) const {
@@ -7897,96 +7458,91 @@ class MeshBuilder {
     return true;
   }
 
-  void forget_peer(int peer) {
-    for (int index = 0; index < per_peer_; ++index) {
-      auto& socket = slots_[slot(peer, index)];
-      if (socket) {
-        socket.reset();
-        ++missing_;
-      }
+  MeshConfig config_;
+  Deadline deadline_;
+  int size_;
+  int per_peer_;
+  std::unique_ptr<Mesh> mesh_;  // before the sockets below: they are destroyed before its io
+  std::uint64_t incarnation_ = 0;
+  std::vector<std::unique_ptr<tcp::socket>> slots_;  // per (peer, connection index)
+  std::vector<std::uint64_t> peer_incarnation_;
+  int missing_ = 0;  // connections not up yet
+  std::exception_ptr failure_;
+  std::map<int, std::string> departed_;
+  std::vector<Readiness> readiness_;
+  std::function<void(int)> reconnect_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/pending_mesh.hpp ----
+
+namespace strata::transport::tcp {
+
+/// Connects this rank to the peers of lower ranks for a PendingMesh.
+class Connector {
+ public:
+  using tcp = asio::ip::tcp;
+
+  explicit Connector(PendingMesh& pending) : pending_(pending) {}
+  Connector(const Connector&) = delete;
+  Connector& operator=(const Connector&) = delete;
+
+  /// Starts connecting every connection to `peer`.
+  void connect_to(int peer) {
+    for (int index = 0; index < pending_.per_peer(); ++index) {
+      auto attempt = std::make_shared<Attempt>(pending_.io(), peer, index);
+      attempts_.push_back(attempt);
+      connect(attempt);
     }
-    peer_incarnation_[static_cast<std::size_t>(peer)] = 0;
-    auto& ready = readiness_[static_cast<std::size_t>(peer)];
-    ready = Readiness{.generation = ready.generation + 1};
   }
 
-  void on_incoming_hello(const std::shared_ptr<Incoming>& in) {
-    if (!decode(std::span<const std::byte, kHelloBytes>(in->theirs_bytes), in->theirs)) {
-      reject(in->remote, "sent bytes that are not a strata handshake");
-      in->abandon();
-      return;
+  /// Drops the attempts still in flight; their handlers release the sockets.
+  void abandon() {
+    for (auto& weak : attempts_)
+      if (auto attempt = weak.lock()) attempt->abandon();
+  }
+
+  /// Why the last connect to each peer failed, for the timeout message.
+  const std::map<int, std::string>& last_errors() const noexcept { return last_connect_error_; }
+
+ private:
+  struct Attempt {
+    Attempt(asio::io_context& io, int p, int i) : socket(io), timer(io), peer(p), index(i) {}
+    void abandon() {
+      std::error_code ignored;
+      abandoned = true;
+      timer.cancel();
+      socket.close(ignored);
     }
-    const Hello& theirs = in->theirs;
-    HandshakeStatus status = judge(theirs);
-    if (status == HandshakeStatus::accepted) {
-      const auto known = peer_incarnation_[static_cast<std::size_t>(theirs.rank)];
-      if (known != 0 && known != theirs.incarnation) forget_peer(theirs.rank);  // it restarted
-    }
-    const Hello mine = own_hello(theirs.connection);
-    const HelloBytes mine_bytes = encode(mine);
-    std::copy(mine_bytes.begin(), mine_bytes.end(), in->reply.begin());
-    in->reply[kHelloBytes] = static_cast<std::byte>(status);
+    tcp::socket socket;
+    asio::steady_timer timer;
+    int peer;
+    int index;
+    int tries = 0;
+    bool abandoned = false;
+    Hello mine;
+    HelloBytes mine_bytes{};
+    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
+    HelloBytes theirs_bytes{};
     Mac mac{};
-    if (status == HandshakeStatus::accepted && config_.token)
-      mac = handshake_mac(*config_.token, "strata-accept", in->theirs_bytes, mine_bytes);
-    std::copy(mac.begin(), mac.end(), in->reply.begin() + kHelloBytes + 1);
-    asio::async_write(
-        in->socket, asio::buffer(in->reply),
-        [this, in, status, mine_bytes](std::error_code ec, std::size_t) {
-          if (ec || status != HandshakeStatus::accepted) {
-            if (!ec)
-              reject(in->remote,
-                     fmt::format("claimed rank {}: {}", in->theirs.rank, to_string(status)));
-            in->abandon();
-            return;
-          }
-          asio::async_read(in->socket, asio::buffer(in->mac),
-                           [this, in, mine_bytes](std::error_code read_ec, std::size_t) {
-                             if (read_ec) {
-                               in->abandon();
-                               return;
-                             }
-                             on_incoming_mac(in, mine_bytes);
-                           });
-        });
-  }
-
-  void on_incoming_mac(const std::shared_ptr<Incoming>& in, const HelloBytes& mine_bytes) {
+    std::array<std::byte, 1> status{};
+    std::uint64_t incarnation_seen = 0;
     bool authentic = true;
-    if (config_.token)
-      authentic = same_mac(
-          in->mac, handshake_mac(*config_.token, "strata-connect", in->theirs_bytes, mine_bytes));
-    in->status[0] = static_cast<std::byte>(authentic ? HandshakeStatus::accepted
-                                                     : HandshakeStatus::authentication_failed);
-    asio::async_write(in->socket, asio::buffer(in->status),
-                      [this, in, authentic](std::error_code ec, std::size_t) {
-                        if (ec || !authentic) {
-                          if (!authentic)
-                            reject(in->remote,
-                                   fmt::format("claimed rank {}: {}", in->theirs.rank,
-                                               to_string(HandshakeStatus::authentication_failed)));
-                          in->abandon();
-                          return;
-                        }
-                        in->timer.cancel();
-                        established(in->theirs.rank, in->theirs.connection, std::move(in->socket),
-                                    in->theirs.incarnation);
-                      });
-  }
+  };
 
-  // ---- connecting (peers with a lower rank) -------------------------------------------------
+  const MeshConfig& config() const noexcept { return pending_.config(); }
 
   void connect(const std::shared_ptr<Attempt>& attempt) {
-    const cluster::Address& target = address(attempt->peer);
+    const cluster::Address& target = pending_.address(attempt->peer);
     std::error_code ec;
-    tcp::resolver resolver(mesh_->io_);
+    tcp::resolver resolver(pending_.io());
     auto endpoints = resolver.resolve(target.host, std::to_string(target.port),
                                       tcp::resolver::numeric_service, ec);
     if (ec || endpoints.empty()) {
       retry(attempt, fmt::format("cannot resolve {}: {}", target.to_string(), ec.message()));
       return;
     }
-    attempt->socket = tcp::socket(mesh_->io_);
+    attempt->socket = tcp::socket(pending_.io());
     asio::async_connect(attempt->socket, endpoints,
                         [this, attempt](std::error_code connect_ec, const tcp::endpoint&) {
                           if (attempt->abandoned) return;
@@ -8016,9 +7572,10 @@ class MeshBuilder {
   }
 
   void send_hello(const std::shared_ptr<Attempt>& attempt) {
-    attempt->mine = own_hello(attempt->index);
+    attempt->mine = pending_.own_hello(attempt->index);
     attempt->mine_bytes = encode(attempt->mine);
-    attempt->timer.expires_at(std::min(deadline_.time_point(), Clock::now() + kHandshakeTimeout));
+    attempt->timer.expires_at(
+        std::min(pending_.deadline().time_point(), Clock::now() + kHandshakeTimeout));
     attempt->timer.async_wait([attempt](std::error_code ec) {
       if (!ec) {
         std::error_code ignored;
@@ -8042,13 +7599,14 @@ class MeshBuilder {
   }
 
   [[noreturn]] void refused(int peer, std::string_view why) {
-    throw ConfigurationError(config_.rank, "rendezvous",
+    throw ConfigurationError(config().rank, "rendezvous",
                              fmt::format("rank {} ({}) and this rank cannot form a group: {}", peer,
-                                         address(peer).to_string(), why),
+                                         pending_.address(peer).to_string(), why),
                              "start every rank with the same cluster spec, strata version, "
                              "TCP options and STRATA_CLUSTER_TOKEN");
   }
 
+  // The acceptor's Hello, verdict and MAC arrived: check them, and answer with our MAC.
   void on_reply(const std::shared_ptr<Attempt>& attempt) {
     std::copy_n(attempt->reply.begin(), kHelloBytes, attempt->theirs_bytes.begin());
     Hello theirs;
@@ -8064,120 +7622,425 @@ class MeshBuilder {
         default:
           refused(attempt->peer, to_string(status));
       }
-      // The acceptor must be who the cluster spec says, in the same cluster, with our token.
-      if (theirs.rank != attempt->peer || theirs.world_size != size_ ||
-          theirs.cluster != config_.cluster || theirs.tunables != config_.tunables ||
-          theirs.version != kProtocolVersion)
-        refused(attempt->peer, fmt::format("it answered as rank {} of {} with other settings",
-                                           theirs.rank, theirs.world_size));
-      if (config_.token) {
-        Mac mac{};
-        std::copy_n(attempt->reply.begin() + kHelloBytes + 1, kMacBytes, mac.begin());
-        // On a wrong MAC the exchange still completes (with a MAC that cannot match), so that
-        // the acceptor, too, learns that the tokens differ and can say so.
-        attempt->authentic =
-            same_mac(mac, handshake_mac(*config_.token, "strata-accept", attempt->mine_bytes,
-                                        attempt->theirs_bytes));
-        if (attempt->authentic)
-          attempt->mac = handshake_mac(*config_.token, "strata-connect", attempt->mine_bytes,
-                                       attempt->theirs_bytes);
-      }
+      check_acceptor(attempt, theirs);
     } catch (...) {
-      fail(std::current_exception());
+      pending_.fail(std::current_exception());
       return;
     }
     attempt->incarnation_seen = theirs.incarnation;
-    asio::async_write(
-        attempt->socket, asio::buffer(attempt->mac),
-        [this, attempt](std::error_code ec, std::size_t) {
+    asio::async_write(attempt->socket, asio::buffer(attempt->mac),
+                      [this, attempt](std::error_code ec, std::size_t) {
+                        if (attempt->abandoned) return;
+                        if (ec) return retry(attempt, ec.message());
+                        read_status(attempt);
+                      });
+  }
+
+  // The acceptor must be who the cluster spec says, in the same cluster, with our token.
+  void check_acceptor(const std::shared_ptr<Attempt>& attempt, const Hello& theirs) {
+    const MeshConfig& config = this->config();
+    if (theirs.rank != attempt->peer || theirs.world_size != pending_.size() ||
+        theirs.cluster != config.cluster || theirs.tunables != config.tunables ||
+        theirs.version != kProtocolVersion)
+      refused(attempt->peer, fmt::format("it answered as rank {} of {} with other settings",
+                                         theirs.rank, theirs.world_size));
+    if (config.token) {
+      Mac mac{};
+      std::copy_n(attempt->reply.begin() + kHelloBytes + 1, kMacBytes, mac.begin());
+      // On a wrong MAC the exchange still completes (with a MAC that cannot match), so that
+      // the acceptor, too, learns that the tokens differ and can say so.
+      attempt->authentic = same_mac(mac, handshake_mac(*config.token, "strata-accept",
+                                                       attempt->mine_bytes, attempt->theirs_bytes));
+      if (attempt->authentic)
+        attempt->mac = handshake_mac(*config.token, "strata-connect", attempt->mine_bytes,
+                                     attempt->theirs_bytes);
+    }
+  }
+
+  // The acceptor's last word: accepted, or why not.
+  void read_status(const std::shared_ptr<Attempt>& attempt) {
+    asio::async_read(
+        attempt->socket, asio::buffer(attempt->status),
+        [this, attempt](std::error_code read_ec, std::size_t) {
           if (attempt->abandoned) return;
-          if (ec) return retry(attempt, ec.message());
-          asio::async_read(
-              attempt->socket, asio::buffer(attempt->status),
-              [this, attempt](std::error_code read_ec, std::size_t) {
-                if (attempt->abandoned) return;
-                if (read_ec) return retry(attempt, "the connection closed during the handshake");
-                auto final_status = static_cast<HandshakeStatus>(attempt->status[0]);
-                if (!attempt->authentic) final_status = HandshakeStatus::authentication_failed;
-                if (final_status != HandshakeStatus::accepted) {
-                  fail(std::make_exception_ptr(ConfigurationError(
-                      config_.rank, "rendezvous",
-                      fmt::format("rank {} ({}) refused this rank: {}", attempt->peer,
-                                  address(attempt->peer).to_string(), to_string(final_status)),
-                      "give every rank the same STRATA_CLUSTER_TOKEN")));
-                  return;
-                }
-                attempt->timer.cancel();
-                attempt->abandoned = true;  // done: the socket moves to the mesh
-                established(attempt->peer, attempt->index, std::move(attempt->socket),
-                            attempt->incarnation_seen);
-              });
+          if (read_ec) return retry(attempt, "the connection closed during the handshake");
+          auto final_status = static_cast<HandshakeStatus>(attempt->status[0]);
+          if (!attempt->authentic) final_status = HandshakeStatus::authentication_failed;
+          if (final_status != HandshakeStatus::accepted) {
+            pending_.fail(std::make_exception_ptr(ConfigurationError(
+                config().rank, "rendezvous",
+                fmt::format("rank {} ({}) refused this rank: {}", attempt->peer,
+                            pending_.address(attempt->peer).to_string(), to_string(final_status)),
+                "give every rank the same STRATA_CLUSTER_TOKEN")));
+            return;
+          }
+          attempt->timer.cancel();
+          attempt->abandoned = true;  // done: the socket moves to the mesh
+          pending_.established(attempt->peer, attempt->index, std::move(attempt->socket),
+                               attempt->incarnation_seen);
         });
   }
+
+  PendingMesh& pending_;
+  std::vector<std::weak_ptr<Attempt>> attempts_;
+  std::map<int, std::string> last_connect_error_;
+  std::minstd_rand random_{std::random_device{}()};
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/connector.hpp ----
+// ---- begin strata/transport/tcp/listener.hpp ----
+// strata/transport/tcp/listener.hpp — the accepting side of forming a mesh: this rank's
+// listening socket and the acceptor's half of the handshake (handshake.hpp).
+//
+// Peers of a higher rank connect here. The listening socket binds the address given for this
+// rank (never all interfaces), or adopts one already bound to it, and is closed once the mesh
+// is complete, so nothing can join a running group. Each accepted connection gets a bounded
+// time for its handshake, so a silent one cannot hold resources until the group's deadline;
+// what is turned away (garbage, another cluster, a wrong token) is remembered for the timeout
+// message.
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// Accepts the connections of the peers of higher ranks into a PendingMesh.
+class Listener {
+ public:
+  using tcp = asio::ip::tcp;
+
+  explicit Listener(PendingMesh& pending) : pending_(pending), acceptor_(pending.io()) {}
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  /// Binds (or adopts) this rank's address and starts accepting.
+  /// @throws ConfigurationError for a port in use or an address that is not this host's.
+  void listen() {
+    const MeshConfig& config = pending_.config();
+    if (config.listen_fd >= 0)
+      adopt(config.listen_fd);
+    else
+      bind();
+    if (config.rank < pending_.size() - 1) accept();  // only peers of a higher rank connect here
+  }
+
+  /// Closes the listening socket: nothing more is accepted.
+  void close() {
+    std::error_code ignored;
+    acceptor_.close(ignored);
+  }
+
+  /// Drops the handshakes still in flight; their handlers release the sockets.
+  void abandon_handshakes() {
+    for (auto& weak : incoming_)
+      if (auto in = weak.lock()) in->abandon();
+  }
+
+  /// What was turned away (at most a few), and how many more.
+  const std::vector<std::string>& rejections() const noexcept { return rejections_; }
+  int more_rejections() const noexcept { return more_rejections_; }
+
+ private:
+  struct Incoming {
+    Incoming(tcp::socket s, asio::io_context& io) : socket(std::move(s)), timer(io) {}
+    void abandon() {
+      std::error_code ignored;
+      timer.cancel();
+      socket.close(ignored);
+    }
+    tcp::socket socket;
+    asio::steady_timer timer;
+    std::string remote;
+    HelloBytes theirs_bytes{};
+    Hello theirs;
+    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
+    Mac mac{};
+    std::array<std::byte, 1> status{};
+  };
+
+  int rank() const noexcept { return pending_.config().rank; }
+
+  void adopt(int listen_fd) {
+    const cluster::Address& own = pending_.address(rank());
+    std::error_code ec;
+    tcp::endpoint local;
+    acceptor_.assign(tcp::v4(), listen_fd, ec);
+    if (!ec) local = acceptor_.local_endpoint(ec);
+    if (!ec && local.address().is_v6()) {
+      // assign() needs the right protocol: re-adopt as IPv6.
+      const int fd = acceptor_.release(ec);
+      acceptor_.assign(tcp::v6(), fd, ec);
+    }
+    if (ec)
+      throw ConfigurationError(rank(), "rendezvous",
+                               fmt::format("cannot adopt the listening socket for {}: {}",
+                                           own.to_string(), ec.message()),
+                               "pass a bound, listening TCP socket or none");
+  }
+
+  void bind() {
+    const cluster::Address& own = pending_.address(rank());
+    std::error_code ec;
+    tcp::resolver resolver(pending_.io());
+    auto endpoints =
+        resolver.resolve(own.host, std::to_string(own.port), tcp::resolver::numeric_service, ec);
+    if (ec || endpoints.empty())
+      throw ConfigurationError(
+          rank(), "rendezvous",
+          fmt::format("cannot resolve this rank's address {}: {}", own.to_string(), ec.message()),
+          "give each task a host name or IP address of its own machine");
+    const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (ec == asio::error::address_in_use)
+      throw ConfigurationError(
+          rank(), "rendezvous",
+          fmt::format("port {} of {} is already in use", own.port, own.to_string()),
+          "stop the program holding it (a previous run?) or give this task another port");
+    // asio's system category maps EADDRNOTAVAIL to no std::errc condition: compare the value.
+    if (ec == std::error_code(EADDRNOTAVAIL, asio::error::get_system_category()))
+      throw ConfigurationError(
+          rank(), "rendezvous",
+          fmt::format("{} is not an address of this machine", own.to_string()),
+          "check that the cluster spec gives this task its own host's address");
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+      throw ConfigurationError(
+          rank(), "rendezvous",
+          fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
+          "check the address and port given for this task");
+  }
+
+  void accept() {
+    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) handshake_incoming(std::move(socket));
+      accept();
+    });
+  }
+
+  // What was turned away, for the timeout message.
+  void reject(const std::string& remote, std::string_view why) {
+    if (rejections_.size() < 8)
+      rejections_.push_back(fmt::format("{}: {}", remote, why));
+    else
+      ++more_rejections_;
+  }
+
+  void handshake_incoming(tcp::socket socket) {
+    auto in = std::make_shared<Incoming>(std::move(socket), pending_.io());
+    incoming_.push_back(in);
+    std::error_code ec;
+    const auto remote = in->socket.remote_endpoint(ec);
+    in->remote = ec ? std::string("unknown peer")
+                    : fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    in->timer.expires_at(
+        std::min(pending_.deadline().time_point(), Clock::now() + kHandshakeTimeout));
+    in->timer.async_wait([in](std::error_code timer_ec) {
+      if (!timer_ec) in->abandon();
+    });
+    asio::async_read(in->socket, asio::buffer(in->theirs_bytes),
+                     [this, in](std::error_code read_ec, std::size_t) {
+                       if (read_ec) {
+                         if (read_ec != asio::error::operation_aborted)
+                           reject(in->remote, "closed or timed out during the handshake");
+                         in->abandon();
+                         return;
+                       }
+                       on_hello(in);
+                     });
+  }
+
+  // The connector's Hello arrived: answer with ours, the verdict and our MAC.
+  void on_hello(const std::shared_ptr<Incoming>& in) {
+    if (!decode(std::span<const std::byte, kHelloBytes>(in->theirs_bytes), in->theirs)) {
+      reject(in->remote, "sent bytes that are not a strata handshake");
+      in->abandon();
+      return;
+    }
+    const Hello& theirs = in->theirs;
+    HandshakeStatus status = pending_.judge(theirs);
+    if (status == HandshakeStatus::accepted) {
+      const auto known = pending_.peer_incarnation(theirs.rank);
+      if (known != 0 && known != theirs.incarnation)
+        pending_.forget_peer(theirs.rank);  // restarted
+    }
+    const MeshConfig& config = pending_.config();
+    const Hello mine = pending_.own_hello(theirs.connection);
+    const HelloBytes mine_bytes = encode(mine);
+    std::copy(mine_bytes.begin(), mine_bytes.end(), in->reply.begin());
+    in->reply[kHelloBytes] = static_cast<std::byte>(status);
+    Mac mac{};
+    if (status == HandshakeStatus::accepted && config.token)
+      mac = handshake_mac(*config.token, "strata-accept", in->theirs_bytes, mine_bytes);
+    std::copy(mac.begin(), mac.end(), in->reply.begin() + kHelloBytes + 1);
+    asio::async_write(in->socket, asio::buffer(in->reply),
+                      [this, in, status, mine_bytes](std::error_code ec, std::size_t) {
+                        if (ec || status != HandshakeStatus::accepted) {
+                          if (!ec)
+                            reject(in->remote, fmt::format("claimed rank {}: {}", in->theirs.rank,
+                                                           to_string(status)));
+                          in->abandon();
+                          return;
+                        }
+                        read_mac(in, mine_bytes);
+                      });
+  }
+
+  void read_mac(const std::shared_ptr<Incoming>& in, const HelloBytes& mine_bytes) {
+    asio::async_read(in->socket, asio::buffer(in->mac),
+                     [this, in, mine_bytes](std::error_code read_ec, std::size_t) {
+                       if (read_ec) {
+                         in->abandon();
+                         return;
+                       }
+                       on_mac(in, mine_bytes);
+                     });
+  }
+
+  // The connector's MAC arrived: say whether it proves the token, and take the connection.
+  void on_mac(const std::shared_ptr<Incoming>& in, const HelloBytes& mine_bytes) {
+    const MeshConfig& config = pending_.config();
+    bool authentic = true;
+    if (config.token)
+      authentic = same_mac(
+          in->mac, handshake_mac(*config.token, "strata-connect", in->theirs_bytes, mine_bytes));
+    in->status[0] = static_cast<std::byte>(authentic ? HandshakeStatus::accepted
+                                                     : HandshakeStatus::authentication_failed);
+    asio::async_write(in->socket, asio::buffer(in->status),
+                      [this, in, authentic](std::error_code ec, std::size_t) {
+                        if (ec || !authentic) {
+                          if (!authentic)
+                            reject(in->remote,
+                                   fmt::format("claimed rank {}: {}", in->theirs.rank,
+                                               to_string(HandshakeStatus::authentication_failed)));
+                          in->abandon();
+                          return;
+                        }
+                        in->timer.cancel();
+                        pending_.established(in->theirs.rank, in->theirs.connection,
+                                             std::move(in->socket), in->theirs.incarnation);
+                      });
+  }
+
+  PendingMesh& pending_;
+  tcp::acceptor acceptor_;
+  std::vector<std::weak_ptr<Incoming>> incoming_;
+  std::vector<std::string> rejections_;
+  int more_rejections_ = 0;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/listener.hpp ----
+
+namespace strata::transport::tcp {
+
+/// Forms the mesh (see the file comment). Blocks until every connection is up or `deadline`.
+inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadline);
+
+// ---- implementation ---------------------------------------------------------------------------
+
+/// One rank's forming of its mesh: the pending mesh, its listener and its connector.
+class MeshBuilder {
+ public:
+  MeshBuilder(const MeshConfig& config, Deadline deadline)
+      : pending_(config, deadline), listener_(pending_), connector_(pending_) {
+    pending_.on_reconnect([this](int peer) { connector_.connect_to(peer); });
+  }
+
+  std::unique_ptr<Mesh> build() {
+    // Every rank binds its own address, also one that no peer connects to (the last rank, a
+    // group of one): a foreign address or a port in use is then this rank's configuration
+    // error, not a timeout blamed on a peer, and a socket handed in is closed below with the
+    // rest instead of listening on for the life of the process.
+    listener_.listen();
+    if (pending_.alone()) {
+      listener_.close();
+      return pending_.release();
+    }
+    for (int peer = 0; peer < rank(); ++peer)
+      connector_.connect_to(peer);
+    if (!pending_.complete() && !pending_.failure())
+      pending_.io().run_until(pending_.deadline().time_point());
+    // Abandon what is still in flight and let its handlers run to release their sockets.
+    listener_.close();
+    connector_.abandon();
+    listener_.abandon_handshakes();
+    pending_.io().restart();
+    pending_.io().poll();
+    if (pending_.failure()) std::rethrow_exception(pending_.failure());
+    if (!pending_.complete()) throw timeout_error();
+    return pending_.finish();
+  }
+
+ private:
+  int rank() const noexcept { return pending_.config().rank; }
 
   TimeoutError timeout_error() const {
     std::vector<int> missing;
     std::vector<int> unready;
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == config_.rank) continue;
-      bool connected = true;
-      for (int index = 0; index < per_peer_; ++index)
-        if (!slots_[slot(peer, index)]) connected = false;
-      if (!connected)
+    for (int peer = 0; peer < pending_.size(); ++peer) {
+      if (peer == rank()) continue;
+      if (!pending_.connected(peer))
         missing.push_back(peer);
-      else if (!readiness_[static_cast<std::size_t>(peer)].received)
+      else if (!pending_.said_ready(peer))
         unready.push_back(peer);
     }
     const auto ranks = [](const std::vector<int>& list) {
       return fmt::format("{} {}", list.size() == 1 ? "rank" : "ranks", fmt::join(list, ", "));
     };
+    const auto budget = pending_.deadline().budget().count();
     std::string what;
     if (!missing.empty())
-      what = fmt::format("{} did not join the group within {} ms", ranks(missing),
-                         deadline_.budget().count());
+      what = fmt::format("{} did not join the group within {} ms", ranks(missing), budget);
     if (!unready.empty())
       fmt::format_to(std::back_inserter(what),
                      "{}{} connected but did not finish joining within {} ms (they wait for "
                      "other ranks)",
-                     what.empty() ? "" : "; ", ranks(unready), deadline_.budget().count());
+                     what.empty() ? "" : "; ", ranks(unready), budget);
     for (int peer : missing) {
-      auto found = last_connect_error_.find(peer);
-      if (found != last_connect_error_.end())
+      auto found = connector_.last_errors().find(peer);
+      if (found != connector_.last_errors().end())
         fmt::format_to(std::back_inserter(what), "; connecting to rank {} at {}: {}", peer,
-                       address(peer).to_string(), found->second);
-      auto left = departed_.find(peer);
-      if (left != departed_.end())
+                       pending_.address(peer).to_string(), found->second);
+      auto left = pending_.departed().find(peer);
+      if (left != pending_.departed().end())
         fmt::format_to(std::back_inserter(what), "; rank {}: {}", peer, left->second);
     }
-    if (!rejections_.empty())
-      fmt::format_to(std::back_inserter(what), "; turned away: {}{}", fmt::join(rejections_, "; "),
-                     more_rejections_ > 0 ? fmt::format(" (and {} more)", more_rejections_) : "");
-    return TimeoutError(config_.rank, "rendezvous", what,
+    const auto& rejections = listener_.rejections();
+    if (!rejections.empty())
+      fmt::format_to(std::back_inserter(what), "; turned away: {}{}", fmt::join(rejections, "; "),
+                     listener_.more_rejections() > 0
+                         ? fmt::format(" (and {} more)", listener_.more_rejections())
+                         : "");
+    return TimeoutError(rank(), "rendezvous", what,
                         "start every rank of the cluster (the missing ones are listed), check "
                         "their addresses, or raise the deadline (STRATA_TIMEOUT)");
   }
 
-  static constexpr std::chrono::seconds kHandshakeTimeout{10};
-
-  MeshConfig config_;
-  Deadline deadline_;
-  int size_;
-  int per_peer_;
-  std::unique_ptr<Mesh> mesh_;
-  tcp::acceptor acceptor_;
-  std::uint64_t incarnation_ = 0;
-  std::vector<std::unique_ptr<tcp::socket>> slots_;
-  std::vector<std::uint64_t> peer_incarnation_;
-  int missing_ = 0;
-  std::exception_ptr failure_;
-  std::vector<std::string> rejections_;
-  int more_rejections_ = 0;
-  std::map<int, std::string> last_connect_error_;
-  std::map<int, std::string> departed_;
-  std::vector<Readiness> readiness_;
-  std::vector<std::weak_ptr<Attempt>> attempts_;
-  std::vector<std::weak_ptr<Incoming>> incoming_;
-  std::minstd_rand random_{std::random_device{}()};
+  // Destroyed in reverse: the connector's and listener's sockets before the pending mesh's
+  // io_context.
+  PendingMesh pending_;
+  Listener listener_;
+  Connector connector_;
 };
 
 inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadline) {
@@ -8185,7 +8048,198 @@ inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadli
 }
 
 }  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/rendezvous.hpp ----
+// ---- end strata/transport/tcp/form_mesh.hpp ----
+// ---- begin strata/transport/tcp/group.hpp ----
+// strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
+// mesh, its tunables, its first failure, and what each peer said on its control connection.
+//
+// A failure anywhere fails the whole group: the first one is remembered and rethrown by every
+// later call, every peer is told why (an abort frame on the control connection, which is always
+// at a message boundary), and every connection is shut down so that peers blocked on this rank
+// wake at once. fail() may be called from any thread; it wakes a call waiting in poll(2)
+// through an eventfd.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
 
 namespace strata::transport::tcp {
 
@@ -8193,12 +8247,27 @@ namespace strata::transport::tcp {
 /// what each peer said on its control connection, the wake-up for abort().
 class Group {
  public:
-  Group(std::unique_ptr<Mesh> mesh, std::uint32_t max_payload, std::size_t lend_from_bytes)
+  /// What one peer said on its control connection.
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+    // In the current call: payload bytes this rank lent the peer, and how many of them the
+    // peer has said it read.
+    std::uint64_t lent_bytes = 0;
+    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
+    std::uint64_t released_bytes = 0;
+  };
+
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
       : mesh_(std::move(mesh)),
-        max_payload_(max_payload),
+        chunk_bytes_(chunk_bytes),
         lend_from_bytes_(lend_from_bytes),
         ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
-        peers_(static_cast<std::size_t>(mesh_->size())) {
+        peers_(static_cast<std::size_t>(mesh_->size())),
+        pipes_(mesh_->size(), mesh_->data_connections()) {
     wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (wake_fd_ < 0)
       throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
@@ -8209,17 +8278,12 @@ class Group {
   ~Group() {
     if (!failed()) say_goodbye();
     ::close(wake_fd_);
-    for (const Pipe& pipe : pipes_)
-      if (pipe.read >= 0) {
-        ::close(pipe.read);
-        ::close(pipe.write);
-      }
   }
 
   int rank() const noexcept { return mesh_->rank(); }
   int size() const noexcept { return mesh_->size(); }
   int data_connections() const noexcept { return mesh_->data_connections(); }
-  std::uint32_t max_payload() const noexcept { return max_payload_; }
+  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
   /// Calls that send at least this many bytes lend their large messages (TcpOptions).
   std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
   /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
@@ -8285,60 +8349,20 @@ class Group {
     }
   }
 
- private:
-  friend class Link;
+  // ---- for the calls that run on the group (control.hpp, channel.hpp, plan_run.hpp) ----------
 
-  struct ControlState {
-    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
-    std::size_t filled = 0;
-    bool closed = false;
-    bool departed = false;  // said goodbye: finished its collectives on purpose
-    bool heard = false;     // answered during the current timeout
-    // In the current call: payload bytes this rank lent the peer, and how many of them the
-    // peer has said it read.
-    std::uint64_t lent_bytes = 0;
-    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
-    std::uint64_t released_bytes = 0;
-  };
-
-  // Carries lent payloads from this rank's memory into one data connection.
-  struct Pipe {
-    int read = -1;
-    int write = -1;
-    std::size_t capacity = 0;
-  };
-
-  // The pipe of data connection `index` (1..K) to `peer`, made on first use; nullptr when the
-  // system has none to give (descriptor or pipe-memory limits): that connection then copies.
-  Pipe* pipe_for(int peer, int index) {
-    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size() * data_connections()));
-    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections() + index - 1)];
-    if (pipe.read < 0 && !pipe_refused_) {
-      int ends[2];
-      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
-        pipe_refused_ = true;
-        return nullptr;
-      }
-      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
-      char probe = 0;
-      iovec part{&probe, 1};
-      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
-          ::read(ends[0], &probe, 1) != 1) {
-        ::close(ends[0]);
-        ::close(ends[1]);
-        pipe_refused_ = true;
-        return nullptr;
-      }
-      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
-      // pipe memory) and then the default, 64 KiB, does.
-      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
-      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
-      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
-    }
-    return pipe.read < 0 ? nullptr : &pipe;
+  const Mesh& mesh() const noexcept { return *mesh_; }
+  ControlState& peer_state(int peer) noexcept { return peers_[static_cast<std::size_t>(peer)]; }
+  std::span<ControlState> peer_states() noexcept { return peers_; }
+  /// Readable once fail() has run: a call waiting in poll(2) watches it.
+  int wake_fd() const noexcept { return wake_fd_; }
+  /// The pipe that lends to data connection `index` (1..K) of `peer`, or nullptr (lending.hpp).
+  Pipe* pipe_for(int peer, int index) { return pipes_.pipe_for(peer, index); }
+  /// Scratch memory reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
   }
-
-  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
 
   void send_control(int peer, FrameType type, std::string_view payload) noexcept {
     send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
@@ -8369,6 +8393,7 @@ class Group {
       if (peer != rank()) send_control(peer, type, payload);
   }
 
+ private:
   void say_goodbye() noexcept {
     broadcast_control(FrameType::goodbye, {});
     for (int peer = 0; peer < size(); ++peer) {
@@ -8379,15 +8404,14 @@ class Group {
   }
 
   std::unique_ptr<Mesh> mesh_;
-  std::uint32_t max_payload_;
+  std::uint32_t chunk_bytes_;
   std::size_t lend_from_bytes_;
   bool ranks_share_cpus_;
   std::vector<ControlState> peers_;
   // Atomic: abort() sends control frames from other threads while a call advances it.
   std::atomic<std::uint64_t> sequence_{0};
   std::vector<std::byte> scratch_;
-  std::vector<Pipe> pipes_;  // per (peer, data connection)
-  bool pipe_refused_ = false;
+  Pipes pipes_;  // closed after the wake fd, before the mesh's connections
   int wake_fd_ = -1;
   std::mutex control_mutex_;
   mutable std::mutex failure_mutex_;
@@ -8396,265 +8420,78 @@ class Group {
   std::string failure_text_;
 };
 
-/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
-/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
-/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
-/// reports the closed connection.
-class SigpipeBlocked {
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/group.hpp ----
+// ---- begin strata/transport/tcp/link.hpp ----
+// strata/transport/tcp/link.hpp — moving an algorithm's messages over the mesh, with deadlines,
+// header checks and failure propagation: the TCP model of algorithms::MessageLink.
+//
+// An algorithm describes one collective as a plan: the sends and receives of this rank, in
+// order per peer, each send possibly waiting for a receive (it forwards what arrived) and each
+// receive possibly waiting for a send (its reduction overwrites what the send reads). The link
+// runs the plan on the calling thread (plan_run.hpp) over the group's data connections
+// (channel.hpp), lends large messages' pages instead of copying them (lending.hpp), and
+// watches the control connections meanwhile (control.hpp): an abort, a killed peer or the
+// deadline ends the call on every rank within milliseconds.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+
+// ---- begin strata/transport/tcp/control.hpp ----
+// strata/transport/tcp/control.hpp — one call's side of the control connections: what the
+// peers say while the call runs, and the call's failures explained.
+//
+// While it waits, a call watches every peer's control connection (connection 0): an abort
+// message, a closed connection (a killed process) or the deadline ends the call on every rank
+// within milliseconds, with the error type of the rank that failed first. The same connections
+// carry the releases of lent pages (lending.hpp), counted here per peer, and, at the deadline,
+// the question "are you alive?" whose silent peers the TimeoutError names.
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <iterator>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+
+namespace strata::transport::tcp {
+
+/// One collective call's reading of the control connections, and the errors that name it.
+class CallControl {
  public:
-  SigpipeBlocked() noexcept {
-    sigemptyset(&sigpipe_);
-    sigaddset(&sigpipe_, SIGPIPE);
-    was_pending_ = sigpipe_pending();
-    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
-  }
-  SigpipeBlocked(const SigpipeBlocked&) = delete;
-  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
-  ~SigpipeBlocked() {
-    if (!was_pending_ && sigpipe_pending()) {
-      const timespec now{};
-      ::sigtimedwait(&sigpipe_, nullptr, &now);
-    }
-    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
-  }
+  CallControl(Group& group, const CollectiveCall& call, std::uint64_t sequence, Deadline deadline)
+      : group_(group), call_(call), sequence_(sequence), deadline_(deadline) {}
 
- private:
-  static bool sigpipe_pending() noexcept {
-    sigset_t pending;
-    sigemptyset(&pending);
-    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-  }
-
-  sigset_t sigpipe_;
-  sigset_t previous_;
-  bool was_pending_ = false;
-};
-
-/// One collective call of one rank: what algorithms see (rank, size, the call) and the
-/// `transfer` that runs their plans.
-class Link {
- public:
-  /// How long a rank polls its sockets without blocking once nothing moves, before it sleeps
-  /// in poll(2): longer than a loopback round trip and than one step of a ring whose ranks
-  /// share cores, short next to a scheduler tick. Waking from poll(2) costs 80-280 µs; with
-  /// 4 ranks on 2 cores a 1-2 MiB ring's waits often pass 200 µs, and a 200 µs budget made a
-  /// 2 MiB all-reduce 1.16x slower than this one (benchmarks/RESULTS.md, thirteenth run).
-  static constexpr std::chrono::microseconds kBusyPoll{1000};
-  /// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller
-  /// ones cost less to copy than to pin page by page.
-  static constexpr std::size_t kLendBytes = std::size_t{64} << 10;
-  /// How much of its memory a rank lends one peer before that peer has read it.
-  static constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
-  /// Where ranks share CPUs, a rank hands its CPU over (sched_yield) after each message of
-  /// this size or more that it sends. Without that, it goes on with its own next messages while
-  /// the receiver, runnable on the same CPU with work that the other CPUs wait for, does not
-  /// run: with 4 ranks on 2 CPUs the ring fell, for hundreds of calls at a time, into a
-  /// schedule where both ranks of one CPU waited for the other CPU's and the CPUs took turns
-  /// instead of working at once (1 MiB, per call: p90 1033-1198 µs before, 770-821 after;
-  /// benchmarks/RESULTS.md, fifteenth run). Smaller messages are latency-bound: a system call
-  /// each is a real share.
-  static constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
-
-  Link(Group& group, const communicator::CollectiveCall& call, Deadline deadline)
-      : group_(group), call_(call), sequence_(group.next_sequence()), deadline_(deadline) {}
-
+  Group& group() const noexcept { return group_; }
+  const CollectiveCall& call() const noexcept { return call_; }
+  std::uint64_t sequence() const noexcept { return sequence_; }
+  Deadline deadline() const noexcept { return deadline_; }
   int rank() const noexcept { return group_.rank(); }
   int size() const noexcept { return group_.size(); }
-  const communicator::CollectiveCall& call() const noexcept { return call_; }
-  std::uint64_t sequence() const noexcept { return sequence_; }
-  /// The largest message the algorithms cut a collective into (TcpOptions::chunk_bytes).
-  std::size_t max_message_bytes() const noexcept { return group_.max_payload(); }
-  /// How many messages from one peer may be in flight at once (TcpOptions::
-  /// connections_per_peer): receive buffers indexed modulo this are never overwritten early.
-  int channels_per_peer() const noexcept { return group_.data_connections(); }
-  /// Scratch memory owned by the group, reused across calls; valid until the next call.
-  std::byte* scratch(std::size_t bytes) {
-    if (group_.scratch_.size() < bytes) group_.scratch_.resize(bytes);
-    return group_.scratch_.data();
-  }
-
-  /// Runs the plan: every send and receive, `on_received(j)` once receive j is complete (and
-  /// its `after_send` and `after_recv` are done). Returns when every step has completed.
-  /// @throws MismatchError when a peer's message describes another call; PeerFailureError when
-  /// a peer closed its connections or failed; TimeoutError at the deadline, naming the ranks
-  /// that did not answer. The group is failed before any of them propagates.
-  template <class OnReceived>
-  void transfer(std::span<const transport::SendStep> sends,
-                std::span<const transport::RecvStep> recvs, OnReceived&& on_received);
-
- private:
-  struct Channel {
-    int peer = 0;
-    int connection = 0;  // 1..K: which data connection to the peer
-    int fd = -1;
-    std::vector<std::size_t> sends;  // indices into the plan, in order
-    std::vector<std::size_t> recvs;
-    std::size_t next_send = 0;
-    std::size_t next_recv = 0;
-    bool started = false;    // the head send's header is built (and, if lent, counted)
-    std::size_t sent = 0;    // bytes of the head send written, header included
-    std::size_t lent = 0;    // payload bytes of the head send put into the pipe
-    bool recv_lent = false;  // the head receive's payload is lent by the peer
-    Group::Pipe* pipe = nullptr;
-    FrameBytes send_header{};
-    std::size_t header_got = 0;
-    std::size_t payload_got = 0;
-    FrameBytes recv_header{};
-  };
-
-  FrameHeader expected_header(std::size_t bytes) const noexcept {
-    FrameHeader header;
-    header.type = FrameType::data;
-    header.kind = call_.kind;
-    header.element_type = call_.type;
-    header.op = call_.op;
-    header.root = call_.root;
-    header.payload_bytes = static_cast<std::uint32_t>(bytes);
-    header.sequence = sequence_;
-    header.count = call_.count;
-    return header;
-  }
-
   std::string_view operation() const noexcept { return to_string(call_.kind); }
+  /// Set while a finished call reads its lenders' control connections (see PlanRun::run).
+  void checking_lender(bool checking) noexcept { checking_lender_ = checking; }
 
-  static bool would_block() noexcept {
-    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
-  }
-
-  // Writes as much of `step` (header and payload, one sendmsg) as the socket takes; true once
-  // all of it is written.
-  bool send_copied(Channel& channel, const SendStep& step) {
-    iovec parts[2];
-    int count = 0;
-    if (channel.sent < kFrameHeaderBytes)
-      parts[count++] = {channel.send_header.data() + channel.sent,
-                        kFrameHeaderBytes - channel.sent};
-    const std::size_t payload_sent =
-        channel.sent > kFrameHeaderBytes ? channel.sent - kFrameHeaderBytes : 0;
-    if (payload_sent < step.bytes)
-      parts[count++] = {const_cast<std::byte*>(step.data) + payload_sent,
-                        step.bytes - payload_sent};
-    msghdr message{};
-    message.msg_iov = parts;
-    message.msg_iovlen = static_cast<std::size_t>(count);
-    const auto n = ::sendmsg(channel.fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (would_block()) return false;
-      if (errno == EFAULT) bad_buffer("send");
-      peer_closed(channel.peer);
-    }
-    channel.sent += static_cast<std::size_t>(n);
-    return channel.sent == kFrameHeaderBytes + step.bytes;
-  }
-
-  // Like send_copied, but the payload's pages go to the socket through the channel's pipe
-  // instead of being copied into it.
-  bool send_lent(Channel& channel, const SendStep& step) {
-    if (channel.sent < kFrameHeaderBytes) {
-      const auto n =
-          ::send(channel.fd, channel.send_header.data() + channel.sent,
-                 kFrameHeaderBytes - channel.sent, MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
-      if (n < 0) {
-        if (would_block()) return false;
-        peer_closed(channel.peer);
-      }
-      channel.sent += static_cast<std::size_t>(n);
-      if (channel.sent < kFrameHeaderBytes) return false;
-    }
-    for (;;) {
-      const std::size_t written = channel.sent - kFrameHeaderBytes;
-      if (written == step.bytes) return true;
-      if (!fill_pipe(channel, step))
-        throw UsageError(
-            rank(), operation(),
-            fmt::format("vmsplice of the send buffer failed at byte {} of {}: {}", channel.lent,
-                        step.bytes, std::generic_category().message(errno)),
-            "pass buffers that stay valid for the whole call, or turn lending "
-            "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
-      const unsigned more = channel.lent < step.bytes ? SPLICE_F_MORE : 0;
-      const auto n = ::splice(channel.pipe->read, nullptr, channel.fd, nullptr,
-                              channel.lent - written, SPLICE_F_NONBLOCK | SPLICE_F_MOVE | more);
-      if (n < 0) {
-        if (would_block()) return false;
-        peer_closed(channel.peer);
-      }
-      if (n == 0) return false;
-      channel.sent += static_cast<std::size_t>(n);
-    }
-  }
-
-  // Lends the pipe as much of the payload as it takes; false when vmsplice(2) refused the
-  // pages (errno says why), not merely found the pipe full.
-  bool fill_pipe(Channel& channel, const SendStep& step) {
-    const Group::Pipe& pipe = *channel.pipe;
-    // The pipe counts pages, not bytes: vmsplice takes less than asked when the payload is not
-    // page-aligned, and nothing when the pipe is full.
-    const std::size_t in_pipe =
-        channel.lent - (channel.sent - std::min(channel.sent, kFrameHeaderBytes));
-    if (channel.lent == step.bytes || in_pipe >= pipe.capacity) return true;
-    iovec part{const_cast<std::byte*>(step.data) + channel.lent,
-               std::min(step.bytes - channel.lent, pipe.capacity - in_pipe)};
-    const auto n = ::vmsplice(pipe.write, &part, 1, SPLICE_F_NONBLOCK);
-    if (n > 0) channel.lent += static_cast<std::size_t>(n);
-    return n >= 0 || would_block();
-  }
-
-  [[noreturn]] void bad_buffer(std::string_view which) {
-    throw UsageError(
-        rank(), operation(),
-        fmt::format("the {} buffer is not memory this process may use (EFAULT)", which),
-        "pass buffers that stay valid for the whole call");
-  }
-
-  [[noreturn]] void peer_closed(int peer) {
-    // The peer may have said why on its control connection just before closing: give it a
-    // moment to arrive.
-    const auto until =
-        std::min(deadline_.time_point(), Clock::now() + std::chrono::milliseconds(200));
-    auto& control = group_.peers_[static_cast<std::size_t>(peer)];
-    while (!control.closed && Clock::now() < until) {
-      pollfd fd{group_.mesh_->fd(peer, 0), POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      if (::poll(&fd, 1, static_cast<int>(std::max<long long>(1, left.count()))) <= 0) break;
-      read_control(peer, /*inside_call=*/true);
-    }
-    if (control.departed)
-      throw PeerFailureError(rank(), operation(),
-                             fmt::format("rank {} closed its communicator while this rank still "
-                                         "expected data from it in collective #{}",
-                                         peer, sequence_),
-                             "every rank must call the same collectives the same number of times");
-    throw PeerFailureError(rank(), operation(),
-                           fmt::format("rank {} closed its connection in collective #{}: the "
-                                       "process exited, crashed or was killed",
-                                       peer, sequence_));
-  }
-
-  [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
-    const auto kind =
-        payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
-    std::string text;
-    if (payload.size() > 1)
-      text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
-    const std::string what = fmt::format("rank {} failed the group: {}", peer, text);
-    switch (kind) {
-      case FailureClass::mismatch:
-        throw MismatchError(rank(), operation(), what);
-      case FailureClass::timeout:
-        throw TimeoutError(rank(), operation(), what,
-                           "find the rank named above (stopped, hung, or calling other "
-                           "collectives), or raise the deadline");
-      case FailureClass::peer_failure:
-        break;
-    }
-    throw PeerFailureError(rank(), operation(), what);
-  }
-
-  // Reads whatever control frames `peer` sent; raises on an abort message or on a close
-  // without goodbye.
-  void read_control(int peer, bool inside_call) {
-    auto& state = group_.peers_[static_cast<std::size_t>(peer)];
-    const int fd = group_.mesh_->fd(peer, 0);
+  /// Reads whatever control frames `peer` sent; raises on an abort message or on a close
+  /// without goodbye.
+  void read(int peer, bool inside_call) {
+    auto& state = group_.peer_state(peer);
+    const int fd = group_.mesh().fd(peer, 0);
     while (!state.closed) {
       std::size_t want = kFrameHeaderBytes;
       FrameHeader header;
@@ -8686,147 +8523,63 @@ class Link {
       const std::span<const std::byte> payload(state.buffer.data() + kFrameHeaderBytes,
                                                header.payload_bytes);
       state.filled = 0;
-      switch (header.type) {
-        case FrameType::abort:
-          state.closed = true;
-          // Control frames carry how many calls their sender had begun: a lender that failed
-          // in a later call than this one is that call's news.
-          if (checking_lender_ && header.sequence > sequence_ + 1) {
-            try {
-              raise_abort(peer, payload);
-            } catch (const Error&) {
-              group_.fail(std::current_exception());
-            }
-            return;
-          }
-          raise_abort(peer, payload);
-        case FrameType::timeout_notice:
-          state.heard = true;
-          if (inside_call) group_.send_control(peer, FrameType::alive, {});
-          break;
-        case FrameType::alive:
-          state.heard = true;
-          break;
-        case FrameType::goodbye:
-          state.departed = true;
-          break;
-        case FrameType::release:
-          // Releases count up within the call that lent: believing any other would hand back
-          // memory the peer may still read, or wait for a release that never comes.
-          if (header.sequence != sequence_ || header.count > state.lent_bytes ||
-              header.count < state.released_bytes) {
-            state.closed = true;
-            throw PeerFailureError(
-                rank(), operation(),
-                fmt::format("rank {} said it had read {} bytes this rank lent it in collective "
-                            "#{}, but in collective #{} this rank lent it {} bytes, of which it "
-                            "had read {}",
-                            peer, header.count, header.sequence, sequence_, state.lent_bytes,
-                            state.released_bytes),
-                "run the same strata version on every rank");
-          }
-          state.released_bytes = header.count;
-          break;
-        case FrameType::data:
-          state.closed = true;
-          throw PeerFailureError(rank(), operation(),
-                                 fmt::format("rank {} sent data on its control connection", peer));
-      }
+      if (!on_frame(peer, header, payload, inside_call)) return;
     }
   }
 
-  [[noreturn]] void peer_closed_control(int peer) {
-    throw PeerFailureError(rank(), operation(),
-                           fmt::format("rank {} closed its connections without saying why in "
-                                       "collective #{}: the process exited, crashed or was killed",
-                                       peer, sequence_));
-  }
-
-  [[noreturn]] void mismatch(int peer, const FrameHeader& got) {
-    if (got.sequence != sequence_)
-      throw MismatchError(
-          rank(), operation(),
-          fmt::format("rank {} sent data for its collective #{} ({}) while this rank is in "
-                      "collective #{} ({})",
-                      peer, got.sequence, describe_header(got), sequence_, describe(call_)),
-          "every rank must call the same collectives in the same order; one rank called more "
-          "or fewer than the others");
-    throw MismatchError(
-        rank(), operation(),
-        fmt::format("ranks disagree on collective #{}: this rank (rank {}) called "
-                    "{} but rank {} called {}",
-                    sequence_, rank(), describe(call_), peer, describe_header(got)));
-  }
-
-  static std::string describe_header(const FrameHeader& header) {
-    communicator::CollectiveCall call;
-    call.kind = header.kind;
-    call.type = header.element_type;
-    call.count = static_cast<std::size_t>(header.count);
-    call.op = header.op;
-    call.root = header.root;
-    return describe(call);
-  }
-
-  // Checks a received header against this rank's call and the expected message size; returns
-  // its flags.
-  std::uint8_t check_header(int peer, const Channel& channel, std::size_t expected_bytes) {
-    FrameHeader got;
-    if (auto ec = decode(channel.recv_header, got, group_.max_payload()))
-      throw PeerFailureError(rank(), operation(),
-                             fmt::format("rank {} sent an invalid message ({}); the connection "
-                                         "carries something other than strata",
-                                         peer, ec.message()));
-    if (got.type != FrameType::data)
-      throw PeerFailureError(
-          rank(), operation(),
-          fmt::format("rank {} sent a control message on a data connection", peer));
-    const FrameHeader want = expected_header(expected_bytes);
-    communicator::CollectiveCall theirs;
-    theirs.kind = got.kind;
-    theirs.type = got.element_type;
-    theirs.count = static_cast<std::size_t>(got.count);
-    theirs.op = got.op;
-    theirs.root = got.root;
-    if (got.sequence != want.sequence || !agrees(call_, theirs)) mismatch(peer, got);
-    if (got.payload_bytes != want.payload_bytes)
-      throw PeerFailureError(
-          rank(), operation(),
-          fmt::format("rank {} sent a {}-byte message where this rank expected {} bytes", peer,
-                      got.payload_bytes, want.payload_bytes),
-          "run the same strata version on every rank");
-    return got.flags;
-  }
-
-  // Reads the control connections that have something to say, waiting at most `timeout_ms`.
-  void poll_control(int timeout_ms) {
+  /// Reads the control connections that have something to say, waiting at most `timeout_ms`.
+  void poll(int timeout_ms) {
     std::vector<pollfd> fds;
     std::vector<int> owners;
     for (int peer = 0; peer < size(); ++peer) {
-      if (peer == rank() || group_.peers_[static_cast<std::size_t>(peer)].closed) continue;
-      fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+      if (peer == rank() || group_.peer_state(peer).closed) continue;
+      fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
       owners.push_back(peer);
     }
     if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
     try {
       for (std::size_t i = 0; i < fds.size(); ++i)
-        if (fds[i].revents != 0) read_control(owners[i], /*inside_call=*/true);
+        if (fds[i].revents != 0) read(owners[i], /*inside_call=*/true);
     } catch (...) {
       group_.fail(std::current_exception());
       throw;
     }
   }
 
-  // Payload bytes this rank lent `peer` in this call that the peer has not read yet.
+  /// Payload bytes this rank lent `peer` in this call that the peer has not read yet.
   std::uint64_t unreleased(int peer) const noexcept {
-    const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
-    return state.lent_bytes - state.released_bytes;  // read_control keeps released <= lent
+    const auto& state = group_.peer_state(peer);
+    return state.lent_bytes - state.released_bytes;  // read() keeps released <= lent
   }
 
-  // After a failure, before the caller gets its buffer back: waits, for a grace period at
-  // most, until each peer has read what this rank lent it or has failed too (its abort or its
-  // closed connection: it reads no more). A peer still reading then gets the pages as they
-  // were; one that reads after the grace sees this rank's abort first (see transfer).
+  /// A data connection to `peer` closed: says why, from what the peer said on its control
+  /// connection just before closing (given a moment to arrive).
+  [[noreturn]] void peer_closed(int peer) {
+    const auto until =
+        std::min(deadline_.time_point(), Clock::now() + std::chrono::milliseconds(200));
+    auto& control = group_.peer_state(peer);
+    while (!control.closed && Clock::now() < until) {
+      pollfd fd{group_.mesh().fd(peer, 0), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (::poll(&fd, 1, static_cast<int>(std::max<long long>(1, left.count()))) <= 0) break;
+      read(peer, /*inside_call=*/true);
+    }
+    if (control.departed)
+      throw PeerFailureError(rank(), operation(),
+                             fmt::format("rank {} closed its communicator while this rank still "
+                                         "expected data from it in collective #{}",
+                                         peer, sequence_),
+                             "every rank must call the same collectives the same number of times");
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connection in collective #{}: the "
+                                       "process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  /// After a failure, before the caller gets its buffer back: waits, for a grace period at
+  /// most, until each peer has read what this rank lent it or has failed too (its abort or its
+  /// closed connection: it reads no more). A peer still reading then gets the pages as they
+  /// were; one that reads after the grace sees this rank's abort first (see PlanRun::run).
   void await_releases_after_failure() noexcept {
     const auto until = Clock::now() + failure_grace();
     try {
@@ -8834,11 +8587,11 @@ class Link {
         std::vector<pollfd> fds;
         std::vector<int> owners;
         for (int peer = 0; peer < size(); ++peer) {
-          const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+          const auto& state = group_.peer_state(peer);
           // Only a message sent whole can be read, and released.
           if (peer == rank() || state.closed || state.released_bytes >= state.lent_sent_bytes)
             continue;
-          fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+          fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
           owners.push_back(peer);
         }
         const auto left =
@@ -8848,7 +8601,7 @@ class Link {
         for (std::size_t i = 0; i < fds.size(); ++i) {
           if (fds[i].revents == 0) continue;
           try {
-            read_control(owners[i], /*inside_call=*/true);
+            read(owners[i], /*inside_call=*/true);
           } catch (const Error&) {  // the peer failed too: it marked itself closed
           }
         }
@@ -8857,34 +8610,23 @@ class Link {
     }
   }
 
-  // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
-  std::chrono::milliseconds failure_grace() const noexcept {
-    return std::clamp<std::chrono::milliseconds>(
-        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
-  }
-
+  /// The deadline passed: asks every peer whether it is alive and raises a TimeoutError that
+  /// names the silent ones and those this rank was `waiting_for`.
   [[noreturn]] void timed_out(const std::vector<int>& waiting_for) {
     // Ask every peer whether it is alive; those inside a call answer at once. The silent ones
     // are the stalled ranks, which is what the message must name.
-    for (auto& state : group_.peers_)
+    for (auto& state : group_.peer_states())
       state.heard = false;
     group_.broadcast_control(FrameType::timeout_notice, {});
     const auto until = Clock::now() + failure_grace();
-    auto unheard = [&] {
-      for (int peer = 0; peer < size(); ++peer) {
-        const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
-        if (peer != rank() && !state.closed && !state.heard) return true;
-      }
-      return false;
-    };
     while (unheard()) {
       // Every peer's control connection, not only the unheard ones': a peer whose deadline
       // expired just after this rank's asks too, and must get its answer.
       std::vector<pollfd> fds;
       std::vector<int> owners;
       for (int peer = 0; peer < size(); ++peer) {
-        if (peer == rank() || group_.peers_[static_cast<std::size_t>(peer)].closed) continue;
-        fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
+        if (peer == rank() || group_.peer_state(peer).closed) continue;
+        fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
         owners.push_back(peer);
       }
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
@@ -8892,21 +8634,122 @@ class Link {
       if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
       for (std::size_t i = 0; i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
-        if (!group_.peers_[static_cast<std::size_t>(owners[i])].heard) {
-          read_control(owners[i], /*inside_call=*/true);
+        if (!group_.peer_state(owners[i]).heard) {
+          read(owners[i], /*inside_call=*/true);
           continue;
         }
         // A peer that has answered is read only to answer it: that it then timed out too,
         // and said so or closed, is not this rank's report.
         try {
-          read_control(owners[i], /*inside_call=*/true);
+          read(owners[i], /*inside_call=*/true);
         } catch (const Error&) {
         }
       }
     }
+    throw TimeoutError(rank(), operation(), timeout_text(waiting_for));
+  }
+
+ private:
+  // One whole frame from `peer`'s control connection; false once nothing more is to be read
+  // from it in this call.
+  bool on_frame(int peer, const FrameHeader& header, std::span<const std::byte> payload,
+                bool inside_call) {
+    auto& state = group_.peer_state(peer);
+    switch (header.type) {
+      case FrameType::abort:
+        state.closed = true;
+        // Control frames carry how many calls their sender had begun: a lender that failed
+        // in a later call than this one is that call's news.
+        if (checking_lender_ && header.sequence > sequence_ + 1) {
+          try {
+            raise_abort(peer, payload);
+          } catch (const Error&) {
+            group_.fail(std::current_exception());
+          }
+          return false;
+        }
+        raise_abort(peer, payload);
+      case FrameType::timeout_notice:
+        state.heard = true;
+        if (inside_call) group_.send_control(peer, FrameType::alive, {});
+        break;
+      case FrameType::alive:
+        state.heard = true;
+        break;
+      case FrameType::goodbye:
+        state.departed = true;
+        break;
+      case FrameType::release:
+        // Releases count up within the call that lent: believing any other would hand back
+        // memory the peer may still read, or wait for a release that never comes.
+        if (header.sequence != sequence_ || header.count > state.lent_bytes ||
+            header.count < state.released_bytes) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              fmt::format("rank {} said it had read {} bytes this rank lent it in collective "
+                          "#{}, but in collective #{} this rank lent it {} bytes, of which it "
+                          "had read {}",
+                          peer, header.count, header.sequence, sequence_, state.lent_bytes,
+                          state.released_bytes),
+              "run the same strata version on every rank");
+        }
+        state.released_bytes = header.count;
+        break;
+      case FrameType::data:
+        state.closed = true;
+        throw PeerFailureError(rank(), operation(),
+                               fmt::format("rank {} sent data on its control connection", peer));
+    }
+    return true;
+  }
+
+  [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
+    const auto kind =
+        payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
+    std::string text;
+    if (payload.size() > 1)
+      text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
+    const std::string what = fmt::format("rank {} failed the group: {}", peer, text);
+    switch (kind) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation(), what);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation(), what,
+                           "find the rank named above (stopped, hung, or calling other "
+                           "collectives), or raise the deadline");
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation(), what);
+  }
+
+  [[noreturn]] void peer_closed_control(int peer) {
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connections without saying why in "
+                                       "collective #{}: the process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
+  std::chrono::milliseconds failure_grace() const noexcept {
+    return std::clamp<std::chrono::milliseconds>(
+        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
+  }
+
+  // Some peer has not answered this rank's timeout notice yet.
+  bool unheard() {
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peer_state(peer);
+      if (peer != rank() && !state.closed && !state.heard) return true;
+    }
+    return false;
+  }
+
+  std::string timeout_text(const std::vector<int>& waiting_for) {
     std::vector<int> silent;
     for (int peer = 0; peer < size(); ++peer) {
-      const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
+      const auto& state = group_.peer_state(peer);
       if (peer != rank() && !state.heard && !state.departed) silent.push_back(peer);
     }
     std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
@@ -8923,318 +8766,830 @@ class Link {
         fmt::format_to(std::back_inserter(what),
                        "; rank {} had not read {} of the bytes this rank lent it", peer,
                        unreleased(peer));
-    throw TimeoutError(rank(), operation(), what);
+    return what;
   }
 
   Group& group_;
-  communicator::CollectiveCall call_;
+  CollectiveCall call_;
   std::uint64_t sequence_;
   Deadline deadline_;
-  // Set while a finished call reads its lenders' control connections (see transfer).
   bool checking_lender_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/control.hpp ----
+// ---- begin strata/transport/tcp/plan_run.hpp ----
+// strata/transport/tcp/plan_run.hpp — running one plan (transport/plan.hpp) over the group's
+// data connections, on the calling thread.
+//
+// Every send and receive of the plan progresses at once, with non-blocking sockets and
+// poll(2): each turn of the loop posts what every channel (channel.hpp) can send and receive,
+// runs the handlers whose dependencies are done, and, when nothing moved, waits for the
+// sockets, the control connections (control.hpp), abort() or the deadline. Reductions thus run
+// as soon as their data is in while the kernel keeps receiving into its buffers: transfer and
+// reduction overlap.
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <poll.h>
+#include <sched.h>
+
+// ---- begin strata/transport/tcp/channel.hpp ----
+// strata/transport/tcp/channel.hpp — one data connection in one call: its share of the plan
+// and the non-blocking socket I/O that moves it.
+//
+// Channel (peer, k) carries the peer's messages number k, k + K, k + 2K, ... in each direction
+// (K data connections per peer); both ends count the same way, so messages between two ranks
+// keep their order per channel and need no tag. Every message is a frame header (frame.hpp)
+// followed by its payload. A send goes out in one sendmsg when copied, or header first and then
+// the payload's pages through the channel's pipe when lent (lending.hpp). A receive reads header
+// and payload in one recvmsg, checks the header against this rank's call, and reads the rest of
+// the payload straight into its destination.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <fmt/format.h>
+
+
+namespace strata::transport::tcp {
+
+/// The header of this call's data messages of `bytes` payload bytes.
+inline FrameHeader data_header(const CallControl& control, std::size_t bytes) noexcept {
+  const CollectiveCall& call = control.call();
+  FrameHeader header;
+  header.type = FrameType::data;
+  header.kind = call.kind;
+  header.element_type = call.type;
+  header.op = call.op;
+  header.root = call.root;
+  header.payload_bytes = static_cast<std::uint32_t>(bytes);
+  header.sequence = control.sequence();
+  header.count = call.count;
+  return header;
+}
+
+/// One data connection's progress through the plan of one call.
+struct Channel {
+  int peer = 0;
+  int connection = 0;  // 1..K: which data connection to the peer
+  int fd = -1;
+  std::vector<std::size_t> sends;  // indices into the plan, in order
+  std::vector<std::size_t> recvs;
+  std::size_t next_send = 0;
+  std::size_t next_recv = 0;
+  bool started = false;    // the head send's header is built (and, if lent, counted)
+  std::size_t sent = 0;    // bytes of the head send written, header included
+  std::size_t lent = 0;    // payload bytes of the head send put into the pipe
+  bool recv_lent = false;  // the head receive's payload is lent by the peer
+  Pipe* pipe = nullptr;
+  FrameBytes send_header{};
+  std::size_t header_got = 0;
+  std::size_t payload_got = 0;
+  FrameBytes recv_header{};
+
+  static bool would_block() noexcept {
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  }
+
+  // Writes as much of `step` (header and payload, one sendmsg) as the socket takes; true once
+  // all of it is written.
+  bool send_copied(const SendStep& step, CallControl& control) {
+    iovec parts[2];
+    int count = 0;
+    if (sent < kFrameHeaderBytes)
+      parts[count++] = {send_header.data() + sent, kFrameHeaderBytes - sent};
+    const std::size_t payload_sent = sent > kFrameHeaderBytes ? sent - kFrameHeaderBytes : 0;
+    if (payload_sent < step.bytes)
+      parts[count++] = {const_cast<std::byte*>(step.data) + payload_sent,
+                        step.bytes - payload_sent};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = static_cast<std::size_t>(count);
+    const auto n = ::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (would_block()) return false;
+      if (errno == EFAULT) bad_buffer(control, "send");
+      control.peer_closed(peer);
+    }
+    sent += static_cast<std::size_t>(n);
+    return sent == kFrameHeaderBytes + step.bytes;
+  }
+
+  // Like send_copied, but the payload's pages go to the socket through the channel's pipe
+  // instead of being copied into it.
+  bool send_lent(const SendStep& step, CallControl& control) {
+    if (sent < kFrameHeaderBytes) {
+      const auto n = ::send(fd, send_header.data() + sent, kFrameHeaderBytes - sent,
+                            MSG_NOSIGNAL | MSG_DONTWAIT | MSG_MORE);
+      if (n < 0) {
+        if (would_block()) return false;
+        control.peer_closed(peer);
+      }
+      sent += static_cast<std::size_t>(n);
+      if (sent < kFrameHeaderBytes) return false;
+    }
+    for (;;) {
+      const std::size_t written = sent - kFrameHeaderBytes;
+      if (written == step.bytes) return true;
+      if (!fill_pipe(step))
+        throw UsageError(control.rank(), control.operation(),
+                         fmt::format("vmsplice of the send buffer failed at byte {} of {}: {}",
+                                     lent, step.bytes, std::generic_category().message(errno)),
+                         "pass buffers that stay valid for the whole call, or turn lending "
+                         "off (TcpOptions::lend_from_bytes = SIZE_MAX)");
+      const unsigned more = lent < step.bytes ? SPLICE_F_MORE : 0;
+      const auto n = ::splice(pipe->read, nullptr, fd, nullptr, lent - written,
+                              SPLICE_F_NONBLOCK | SPLICE_F_MOVE | more);
+      if (n < 0) {
+        if (would_block()) return false;
+        control.peer_closed(peer);
+      }
+      if (n == 0) return false;
+      sent += static_cast<std::size_t>(n);
+    }
+  }
+
+  // Lends the pipe as much of the payload as it takes; false when vmsplice(2) refused the
+  // pages (errno says why), not merely found the pipe full.
+  bool fill_pipe(const SendStep& step) {
+    // The pipe counts pages, not bytes: vmsplice takes less than asked when the payload is not
+    // page-aligned, and nothing when the pipe is full.
+    const std::size_t in_pipe = lent - (sent - std::min(sent, kFrameHeaderBytes));
+    if (lent == step.bytes || in_pipe >= pipe->capacity) return true;
+    iovec part{const_cast<std::byte*>(step.data) + lent,
+               std::min(step.bytes - lent, pipe->capacity - in_pipe)};
+    const auto n = ::vmsplice(pipe->write, &part, 1, SPLICE_F_NONBLOCK);
+    if (n > 0) lent += static_cast<std::size_t>(n);
+    return n >= 0 || would_block();
+  }
+
+  // Reads the head receive's header, and as much of its payload as came with it; true once the
+  // header is in and agrees with this rank's call.
+  bool receive_header(const RecvStep& step, CallControl& control) {
+    // Header and payload in one recvmsg: a small message costs one system call. The payload
+    // lands before its header is checked, but a header that does not match fails the call, and
+    // the destination belongs to this call either way.
+    iovec parts[2] = {{recv_header.data() + header_got, kFrameHeaderBytes - header_got},
+                      {step.data, step.bytes}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = step.bytes == 0 ? 1 : 2;
+    const auto n = ::recvmsg(fd, &message, MSG_DONTWAIT);
+    if (n == 0) control.peer_closed(peer);
+    if (n < 0) {
+      if (would_block()) return false;
+      if (errno == EFAULT) bad_buffer(control, "receive");
+      control.peer_closed(peer);
+    }
+    const auto got = static_cast<std::size_t>(n);
+    const std::size_t header_part = std::min(got, kFrameHeaderBytes - header_got);
+    header_got += header_part;
+    payload_got = got - header_part;
+    if (header_got < kFrameHeaderBytes) return false;
+    recv_lent =
+        (check_header(control, step.bytes) & static_cast<std::uint8_t>(FrameFlag::lent)) != 0;
+    return true;
+  }
+
+  // Reads the rest of the head receive's payload; true once all of it is in.
+  bool receive_payload(const RecvStep& step, CallControl& control) {
+    const auto n = ::recv(fd, step.data + payload_got, step.bytes - payload_got, MSG_DONTWAIT);
+    if (n == 0) control.peer_closed(peer);
+    if (n < 0) {
+      if (would_block()) return false;
+      if (errno == EFAULT) bad_buffer(control, "receive");
+      control.peer_closed(peer);
+    }
+    payload_got += static_cast<std::size_t>(n);
+    return payload_got >= step.bytes;
+  }
+
+ private:
+  // Checks the received header against this rank's call and the expected message size;
+  // returns its flags.
+  std::uint8_t check_header(const CallControl& control, std::size_t expected_bytes) const {
+    FrameHeader got;
+    if (auto ec = decode(recv_header, got, control.group().chunk_bytes()))
+      throw PeerFailureError(control.rank(), control.operation(),
+                             fmt::format("rank {} sent an invalid message ({}); the connection "
+                                         "carries something other than strata",
+                                         peer, ec.message()));
+    if (got.type != FrameType::data)
+      throw PeerFailureError(
+          control.rank(), control.operation(),
+          fmt::format("rank {} sent a control message on a data connection", peer));
+    const FrameHeader want = data_header(control, expected_bytes);
+    CollectiveCall theirs;
+    theirs.kind = got.kind;
+    theirs.type = got.element_type;
+    theirs.count = static_cast<std::size_t>(got.count);
+    theirs.op = got.op;
+    theirs.root = got.root;
+    if (got.sequence != want.sequence || !agrees(control.call(), theirs)) mismatch(control, got);
+    if (got.payload_bytes != want.payload_bytes)
+      throw PeerFailureError(
+          control.rank(), control.operation(),
+          fmt::format("rank {} sent a {}-byte message where this rank expected {} bytes", peer,
+                      got.payload_bytes, want.payload_bytes),
+          "run the same strata version on every rank");
+    return got.flags;
+  }
+
+  [[noreturn]] void mismatch(const CallControl& control, const FrameHeader& got) const {
+    const std::uint64_t sequence = control.sequence();
+    if (got.sequence != sequence)
+      throw MismatchError(
+          control.rank(), control.operation(),
+          fmt::format("rank {} sent data for its collective #{} ({}) while this rank is in "
+                      "collective #{} ({})",
+                      peer, got.sequence, describe_header(got), sequence, describe(control.call())),
+          "every rank must call the same collectives in the same order; one rank called more "
+          "or fewer than the others");
+    throw MismatchError(control.rank(), control.operation(),
+                        fmt::format("ranks disagree on collective #{}: this rank (rank {}) called "
+                                    "{} but rank {} called {}",
+                                    sequence, control.rank(), describe(control.call()), peer,
+                                    describe_header(got)));
+  }
+
+  static std::string describe_header(const FrameHeader& header) {
+    CollectiveCall call;
+    call.kind = header.kind;
+    call.type = header.element_type;
+    call.count = static_cast<std::size_t>(header.count);
+    call.op = header.op;
+    call.root = header.root;
+    return describe(call);
+  }
+
+  [[noreturn]] static void bad_buffer(const CallControl& control, std::string_view which) {
+    throw UsageError(
+        control.rank(), control.operation(),
+        fmt::format("the {} buffer is not memory this process may use (EFAULT)", which),
+        "pass buffers that stay valid for the whole call");
+  }
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/channel.hpp ----
+
+namespace strata::transport::tcp {
+
+/// How long a rank polls its sockets without blocking once nothing moves, before it sleeps in
+/// poll(2): longer than a loopback round trip and than one step of a ring whose ranks share
+/// cores, short next to a scheduler tick. Waking from a sleeping poll(2) costs more than most
+/// such waits last (benchmarks/RESULTS.md).
+inline constexpr std::chrono::microseconds kBusyPoll{1000};
+/// Where ranks share CPUs, a rank hands its CPU over (sched_yield) after each message of this
+/// size or more that it sends. Without that, it goes on with its own next messages while the
+/// receiver, runnable on the same CPU with work that the other CPUs wait for, does not run: the
+/// ring fell into schedules where the CPUs took turns instead of working at once
+/// (benchmarks/RESULTS.md). Smaller messages are latency-bound: a system call each is a real
+/// share.
+inline constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
+
+/// One run of a plan: the channels' progress, which steps are done, and the loop that drives
+/// them. `on_received(j)` runs once receive j is complete and its `after_send` and `after_recv`
+/// are done.
+template <class OnReceived>
+class PlanRun {
+ public:
+  PlanRun(CallControl& control, std::span<const SendStep> sends, std::span<const RecvStep> recvs,
+          OnReceived& on_received)
+      : control_(control),
+        group_(control.group()),
+        sends_(sends),
+        recvs_(recvs),
+        on_received_(on_received) {}
+  PlanRun(const PlanRun&) = delete;
+  PlanRun& operator=(const PlanRun&) = delete;
+
+  /// Returns when every step has completed and every peer has read what this rank lent it.
+  /// The group is failed before any error propagates.
+  void run() {
+    assign_channels();
+    std::optional<SigpipeBlocked> sigpipe_blocked;
+    if (attach_pipes()) sigpipe_blocked.emplace();
+    start_lending();
+    send_done_.assign(sends_.size(), 0);
+    recv_processed_.assign(recvs_.size(), 0);
+    sends_left_ = sends_.size();
+    recvs_left_ = recvs_.size();
+    busy_until_ = Clock::now() + kBusyPoll;
+    try {
+      while (sends_left_ > 0 || recvs_left_ > 0 || awaiting_release()) {
+        if (group_.failed()) group_.raise_failure(control_.operation());
+        if (advance() || (sends_left_ == 0 && recvs_left_ == 0 && !awaiting_release())) {
+          busy_until_ = Clock::now() + kBusyPoll;
+          continue;
+        }
+        wait();
+      }
+      check_lenders();
+    } catch (...) {
+      control_.checking_lender(false);
+      group_.fail(std::current_exception());
+      if (awaiting_release()) control_.await_releases_after_failure();
+      throw;
+    }
+  }
+
+ private:
+  // ---- setting up ---------------------------------------------------------------------------
+
+  Channel& channel_of(int peer, std::size_t ordinal) {
+    const auto data_connections = static_cast<std::size_t>(group_.data_connections());
+    return channels_[static_cast<std::size_t>(peer) * data_connections +
+                     ordinal % data_connections];
+  }
+
+  // Deals the plan's steps to the channels (channel.hpp: message n to a peer goes on its
+  // channel n mod K) and keeps the channels that carry any.
+  void assign_channels() {
+    const int data_connections = group_.data_connections();
+    channels_.resize(static_cast<std::size_t>(control_.size() * data_connections));
+    std::vector<std::size_t> send_ordinal(static_cast<std::size_t>(control_.size()), 0);
+    std::vector<std::size_t> recv_ordinal(static_cast<std::size_t>(control_.size()), 0);
+    for (std::size_t i = 0; i < sends_.size(); ++i)
+      channel_of(sends_[i].peer, send_ordinal[static_cast<std::size_t>(sends_[i].peer)]++)
+          .sends.push_back(i);
+    for (std::size_t j = 0; j < recvs_.size(); ++j)
+      channel_of(recvs_[j].peer, recv_ordinal[static_cast<std::size_t>(recvs_[j].peer)]++)
+          .recvs.push_back(j);
+    for (int peer = 0; peer < control_.size(); ++peer)
+      for (int k = 0; k < data_connections; ++k) {
+        auto& channel = channels_[static_cast<std::size_t>(peer * data_connections + k)];
+        channel.peer = peer;
+        channel.connection = 1 + k;
+        channel.fd = peer == control_.rank() ? -1 : group_.mesh().fd(peer, channel.connection);
+      }
+    std::erase_if(channels_, [](const Channel& c) { return c.sends.empty() && c.recvs.empty(); });
+  }
+
+  // Chooses the sends to lend (lending.hpp) and gives their channels a pipe; a channel that
+  // gets none copies. True when anything is lent.
+  bool attach_pipes() {
+    lend_ = lendable_sends(sends_, recvs_, group_.lend_from_bytes());
+    bool lends = false;
+    for (auto& channel : channels_) {
+      if (channel.fd < 0 || std::none_of(channel.sends.begin(), channel.sends.end(),
+                                         [&](std::size_t i) { return lend_[i] != 0; }))
+        continue;
+      channel.pipe = group_.pipe_for(channel.peer, channel.connection);
+      if (channel.pipe != nullptr) {
+        lends = true;
+        continue;
+      }
+      for (const std::size_t i : channel.sends)  // no pipe to be had: this connection copies
+        lend_[i] = 0;
+    }
+    return lends;
+  }
+
+  // Per peer: payload bytes read from it out of its memory. What this rank lent each peer, and
+  // what the peer read of it, the control connections' state counts (CallControl::read checks
+  // it).
+  void start_lending() {
+    read_lent_.assign(static_cast<std::size_t>(control_.size()), 0);
+    for (auto& state : group_.peer_states()) {
+      state.lent_bytes = 0;
+      state.lent_sent_bytes = 0;
+      state.released_bytes = 0;
+    }
+  }
+
+  // ---- dependencies -------------------------------------------------------------------------
+
+  bool awaiting_release() const {
+    for (int peer = 0; peer < control_.size(); ++peer)
+      if (control_.unreleased(peer) > 0) return true;
+    return false;
+  }
+
+  // A lent send starts only while the peer has read all but kLendWindowBytes of what it was
+  // lent: the receiver's socket then never holds more than that of this rank's pages.
+  bool window_full(const Channel& channel, std::size_t i) const {
+    if (lend_[i] == 0 || channel.started) return false;
+    const std::uint64_t outstanding = control_.unreleased(channel.peer);
+    return outstanding > 0 && outstanding + sends_[i].bytes > kLendWindowBytes;
+  }
+
+  bool send_ready(std::size_t i) const {
+    return sends_[i].after_recv < 0 ||
+           recv_processed_[static_cast<std::size_t>(sends_[i].after_recv)] != 0;
+  }
+
+  bool handler_ready(std::size_t j) const {
+    const RecvStep& step = recvs_[j];
+    return (step.after_send < 0 || send_done_[static_cast<std::size_t>(step.after_send)] != 0) &&
+           (step.after_recv < 0 || recv_processed_[static_cast<std::size_t>(step.after_recv)] != 0);
+  }
+
+  void process(std::size_t j) {
+    on_received_(j);
+    recv_processed_[j] = 1;
+    --recvs_left_;
+  }
+
+  // Runs the handlers of receives that were in but waited for a send or another handler; true
+  // when any ran.
+  bool process_deferred() {
+    if (deferred_.empty()) return false;
+    const auto before = deferred_.size();
+    std::erase_if(deferred_, [&](std::size_t j) {
+      if (!handler_ready(j)) return false;
+      process(j);
+      return true;
+    });
+    return deferred_.size() != before;
+  }
+
+  // ---- moving data --------------------------------------------------------------------------
+
+  // One turn over every channel and the waiting handlers; true when anything moved.
+  bool advance() {
+    bool progressed = false;
+    for (auto& channel : channels_) {
+      if (post_sends(channel)) progressed = true;
+      if (post_receives(channel)) progressed = true;
+    }
+    if (process_deferred()) progressed = true;
+    return progressed;
+  }
+
+  // Sends: as much as the socket takes.
+  bool post_sends(Channel& channel) {
+    bool progressed = false;
+    while (channel.next_send < channel.sends.size()) {
+      const std::size_t i = channel.sends[channel.next_send];
+      if (!send_ready(i)) break;
+      if (window_full(channel, i)) {
+        control_.read(channel.peer, /*inside_call=*/true);  // a release may be waiting
+        if (window_full(channel, i)) break;
+      }
+      const SendStep& step = sends_[i];
+      if (!channel.started) start_send(channel, i);
+      if (!(lend_[i] != 0 ? channel.send_lent(step, control_)
+                          : channel.send_copied(step, control_)))
+        break;
+      on_send_done(channel, i);
+      progressed = true;
+    }
+    return progressed;
+  }
+
+  // Builds the head send's header, "lent" only once the first part of the payload is in the
+  // pipe: pages vmsplice(2) cannot pin (device or I/O mappings) are copied instead.
+  void start_send(Channel& channel, std::size_t i) {
+    const SendStep& step = sends_[i];
+    if (lend_[i] != 0 && !channel.fill_pipe(step)) lend_[i] = 0;
+    FrameHeader header = data_header(control_, step.bytes);
+    if (lend_[i] != 0) {
+      header.flags = static_cast<std::uint8_t>(FrameFlag::lent);
+      group_.peer_state(channel.peer).lent_bytes += step.bytes;
+    }
+    channel.send_header = encode(header);
+    channel.started = true;
+  }
+
+  void on_send_done(Channel& channel, std::size_t i) {
+    const SendStep& step = sends_[i];
+    if (lend_[i] != 0) group_.peer_state(channel.peer).lent_sent_bytes += step.bytes;
+    // The peer's releases, read as its lent messages go out: left unread until the end of a
+    // long call they could fill the control connection, and one would be lost.
+    if (lend_[i] != 0) control_.read(channel.peer, /*inside_call=*/true);
+    channel.started = false;
+    channel.sent = 0;
+    channel.lent = 0;
+    ++channel.next_send;
+    send_done_[i] = 1;
+    --sends_left_;
+    if (step.bytes >= kYieldAfterSendBytes && group_.ranks_share_cpus()) ::sched_yield();
+  }
+
+  // Receives: the header first, checked against this rank's call, then the payload straight
+  // into its destination.
+  bool post_receives(Channel& channel) {
+    bool progressed = false;
+    while (channel.next_recv < channel.recvs.size()) {
+      const std::size_t j = channel.recvs[channel.next_recv];
+      const RecvStep& step = recvs_[j];
+      if (channel.header_got < kFrameHeaderBytes && !channel.receive_header(step, control_)) break;
+      if (channel.payload_got < step.bytes && !channel.receive_payload(step, control_)) break;
+      on_message_in(channel, j);
+      progressed = true;
+    }
+    return progressed;
+  }
+
+  // Receive j is in: release it if it was lent, and run its handler or defer it.
+  void on_message_in(Channel& channel, std::size_t j) {
+    channel.header_got = 0;
+    channel.payload_got = 0;
+    ++channel.next_recv;
+    if (channel.recv_lent) {
+      auto& read = read_lent_[static_cast<std::size_t>(channel.peer)];
+      read += recvs_[j].bytes;
+      group_.send_control(channel.peer, FrameType::release, {}, control_.sequence(), read);
+    }
+    if (!handler_ready(j)) {
+      deferred_.push_back(j);
+      return;
+    }
+    process(j);
+  }
+
+  // ---- waiting ------------------------------------------------------------------------------
+
+  // Nothing moved: wait for the sockets, the control connections, abort() or the deadline.
+  void wait() {
+    collect_poll_set();
+    const int ready = poll_ready();
+    if (ready < 0 && errno == EINTR) return;
+    if (ready == 0 && control_.deadline().expired()) on_deadline();
+    for (std::size_t k = 0; k < fds_.size(); ++k)
+      if (fd_peer_[k] >= 0 && fds_[k].revents != 0)
+        control_.read(fd_peer_[k], /*inside_call=*/true);
+  }
+
+  // The wake fd, every open control connection, and the data connections that wait to send or
+  // receive.
+  void collect_poll_set() {
+    fds_.clear();
+    fd_peer_.clear();
+    fds_.push_back({group_.wake_fd(), POLLIN, 0});
+    fd_peer_.push_back(-1);
+    for (int peer = 0; peer < control_.size(); ++peer) {
+      if (peer == control_.rank() || group_.peer_state(peer).closed) continue;
+      fds_.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+      fd_peer_.push_back(peer);
+    }
+    for (std::size_t c = 0; c < channels_.size(); ++c) {
+      const auto& channel = channels_[c];
+      short events = 0;
+      if (channel.next_recv < channel.recvs.size()) events |= POLLIN;
+      if (channel.next_send < channel.sends.size() &&
+          send_ready(channel.sends[channel.next_send]) &&
+          !window_full(channel, channel.sends[channel.next_send]))
+        events |= POLLOUT;
+      if (events == 0) continue;
+      fds_.push_back({channel.fd, events, 0});
+      fd_peer_.push_back(-2 - static_cast<int>(c));
+    }
+  }
+
+  // poll(2) over the poll set: without sleeping until busy_until_, then sleeping up to the
+  // deadline. Returns what poll(2) returned (errno tells an interruption).
+  int poll_ready() {
+    // A peer's answer usually comes within microseconds, and waking from a sleeping poll(2)
+    // costs far more: ask first without sleeping, yielding in between so that ranks sharing a
+    // core (more ranks than cores) run. Asking poll(2), not retrying recv(2), matters: recv
+    // takes the socket lock that the sender's softirq needs to deliver the data.
+    int ready = 0;
+    while (Clock::now() < busy_until_) {
+      ready = ::poll(fds_.data(), fds_.size(), 0);
+      if (ready != 0) break;
+      ::sched_yield();
+    }
+    if (ready == 0) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+          control_.deadline().time_point() - Clock::now());
+      ready = left.count() <= 0
+                  ? 0
+                  : ::poll(fds_.data(), fds_.size(),
+                           static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
+    }
+    return ready;
+  }
+
+  // The deadline passed: name the peers this rank was waiting for.
+  [[noreturn]] void on_deadline() {
+    std::vector<int> waiting_for;
+    for (const auto& channel : channels_)
+      if (channel.next_recv < channel.recvs.size() || channel.next_send < channel.sends.size())
+        waiting_for.push_back(channel.peer);
+    for (int peer = 0; peer < control_.size(); ++peer)
+      if (control_.unreleased(peer) > 0) waiting_for.push_back(peer);
+    std::sort(waiting_for.begin(), waiting_for.end());
+    waiting_for.erase(std::unique(waiting_for.begin(), waiting_for.end()), waiting_for.end());
+    control_.timed_out(waiting_for);
+  }
+
+  // A lender that failed returns without waiting for every release (at most a grace period),
+  // and its caller may then overwrite pages this rank read last. It says so before it returns:
+  // what this rank read may be wrong if that word is here now.
+  void check_lenders() {
+    control_.checking_lender(true);
+    for (int peer = 0; peer < control_.size(); ++peer)
+      if (read_lent_[static_cast<std::size_t>(peer)] > 0) control_.read(peer, /*inside_call=*/true);
+  }
+
+  CallControl& control_;
+  Group& group_;
+  std::span<const SendStep> sends_;
+  std::span<const RecvStep> recvs_;
+  OnReceived& on_received_;
+  std::vector<Channel> channels_;
+  std::vector<char> lend_;                // per send: lent (1) or copied (0)
+  std::vector<std::uint64_t> read_lent_;  // per peer: payload bytes read out of its memory
+  std::vector<char> send_done_;
+  std::vector<char> recv_processed_;  // handler run
+  std::size_t sends_left_ = 0;
+  std::size_t recvs_left_ = 0;
+  std::vector<std::size_t> deferred_;  // receives that are in but wait for their send
+  std::vector<pollfd> fds_;
+  std::vector<int> fd_peer_;  // -1: the wake fd; peer for control fds; -2 - index for channels
+  Clock::time_point busy_until_{};
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/plan_run.hpp ----
+
+namespace strata::transport::tcp {
+
+/// One collective call of one rank: what algorithms see (rank, size, the call) and the
+/// `transfer` that runs their plans.
+class Link {
+ public:
+  /// The link's tunables, named where the code that uses them lives: plan_run.hpp (polling,
+  /// yielding) and lending.hpp (what is lent, how far ahead).
+  static constexpr std::chrono::microseconds kBusyPoll = tcp::kBusyPoll;
+  static constexpr std::size_t kLendBytes = tcp::kLendBytes;
+  static constexpr std::uint64_t kLendWindowBytes = tcp::kLendWindowBytes;
+  static constexpr std::size_t kYieldAfterSendBytes = tcp::kYieldAfterSendBytes;
+
+  Link(Group& group, const CollectiveCall& call, Deadline deadline)
+      : group_(group), control_(group, call, group.next_sequence(), deadline) {}
+
+  int rank() const noexcept { return group_.rank(); }
+  int size() const noexcept { return group_.size(); }
+  std::uint64_t sequence() const noexcept { return control_.sequence(); }
+  /// The largest message the algorithms cut a collective into (TcpOptions::chunk_bytes).
+  std::size_t chunk_bytes() const noexcept { return group_.chunk_bytes(); }
+  /// How many messages from one peer may be in flight at once (TcpOptions::
+  /// connections_per_peer): receive buffers indexed modulo this are never overwritten early.
+  int channels_per_peer() const noexcept { return group_.data_connections(); }
+  /// Scratch memory owned by the group, reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) { return group_.scratch(bytes); }
+
+  /// Runs the plan: every send and receive, `on_received(j)` once receive j is complete (and
+  /// its `after_send` and `after_recv` are done). Returns when every step has completed.
+  /// @throws MismatchError when a peer's message describes another call; PeerFailureError when
+  /// a peer closed its connections or failed; TimeoutError at the deadline, naming the ranks
+  /// that did not answer. The group is failed before any of them propagates.
+  template <class OnReceived>
+  void transfer(std::span<const transport::SendStep> sends,
+                std::span<const transport::RecvStep> recvs, OnReceived&& on_received);
+
+ private:
+  Group& group_;
+  CallControl control_;
 };
 
 template <class OnReceived>
 void Link::transfer(std::span<const transport::SendStep> sends,
                     std::span<const transport::RecvStep> recvs, OnReceived&& on_received) {
-  if (group_.failed()) group_.raise_failure(operation());
+  if (group_.failed()) group_.raise_failure(control_.operation());
   // A peer may have failed the group while this rank was away (a broadcast root returns
   // without hearing from anyone): a plan that receives learns it from the closed data
   // connections and, when it waits, from the control connections it polls; one that only
-  // sends asks now, rather than succeed on a failed group. (The question is a system call,
-  // 5-10% of a small all-reduce.)
-  if (recvs.empty()) poll_control(0);
-  const int data_connections = group_.data_connections();
-  // Channel (peer, k) carries the peer's messages number k, k + K, k + 2K, ... in each
-  // direction; both ends count the same way.
-  std::vector<Channel> channels(static_cast<std::size_t>(size() * data_connections));
-  auto channel_of = [&](int peer, std::size_t ordinal) -> Channel& {
-    return channels[static_cast<std::size_t>(peer * data_connections) +
-                    ordinal % static_cast<std::size_t>(data_connections)];
-  };
-  {
-    std::vector<std::size_t> send_ordinal(static_cast<std::size_t>(size()), 0);
-    std::vector<std::size_t> recv_ordinal(static_cast<std::size_t>(size()), 0);
-    for (std::size_t i = 0; i < sends.size(); ++i)
-      channel_of(sends[i].peer, send_ordinal[static_cast<std::size_t>(sends[i].peer)]++)
-          .sends.push_back(i);
-    for (std::size_t j = 0; j < recvs.size(); ++j)
-      channel_of(recvs[j].peer, recv_ordinal[static_cast<std::size_t>(recvs[j].peer)]++)
-          .recvs.push_back(j);
-    for (int peer = 0; peer < size(); ++peer)
-      for (int k = 0; k < data_connections; ++k) {
-        auto& channel = channels[static_cast<std::size_t>(peer * data_connections + k)];
-        channel.peer = peer;
-        channel.connection = 1 + k;
-        channel.fd = peer == rank() ? -1 : group_.mesh_->fd(peer, channel.connection);
-      }
-  }
-  std::erase_if(channels, [](const Channel& c) { return c.sends.empty() && c.recvs.empty(); });
-
-  // In a call that sends lend_from_bytes() or more, large sends are lent unless a receive
-  // waits for them: such a receive overwrites what the send read, which the peer may not have
-  // read yet.
-  std::vector<char> lend(sends.size(), 0);
-  std::size_t send_bytes = 0;
-  for (const SendStep& step : sends)
-    send_bytes += step.bytes;
-  if (send_bytes >= group_.lend_from_bytes())
-    for (std::size_t i = 0; i < sends.size(); ++i)
-      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
-  for (const RecvStep& step : recvs)
-    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
-  bool lends = false;
-  for (auto& channel : channels) {
-    if (channel.fd < 0 || std::none_of(channel.sends.begin(), channel.sends.end(),
-                                       [&](std::size_t i) { return lend[i] != 0; }))
-      continue;
-    channel.pipe = group_.pipe_for(channel.peer, channel.connection);
-    if (channel.pipe != nullptr) {
-      lends = true;
-      continue;
-    }
-    for (const std::size_t i : channel.sends)  // no pipe to be had: this connection copies
-      lend[i] = 0;
-  }
-  std::optional<SigpipeBlocked> sigpipe_blocked;
-  if (lends) sigpipe_blocked.emplace();
-  // Per peer: payload bytes read from it out of its memory. What this rank lent each peer, and
-  // what the peer read of it, the control connections' state counts (read_control checks it).
-  std::vector<std::uint64_t> read_lent(static_cast<std::size_t>(size()), 0);
-  for (auto& state : group_.peers_) {
-    state.lent_bytes = 0;
-    state.lent_sent_bytes = 0;
-    state.released_bytes = 0;
-  }
-  auto awaiting_release = [&] {
-    for (int peer = 0; peer < size(); ++peer)
-      if (unreleased(peer) > 0) return true;
-    return false;
-  };
-  // A lent send starts only while the peer has read all but kLendWindowBytes of what it was
-  // lent: the receiver's socket then never holds more than that of this rank's pages.
-  auto window_full = [&](const Channel& channel, std::size_t i) {
-    if (lend[i] == 0 || channel.started) return false;
-    const std::uint64_t outstanding = unreleased(channel.peer);
-    return outstanding > 0 && outstanding + sends[i].bytes > kLendWindowBytes;
-  };
-
-  std::vector<char> send_done(sends.size(), 0);
-  std::vector<char> recv_in(recvs.size(), 0);
-  std::vector<char> recv_processed(recvs.size(), 0);
-  std::size_t sends_left = sends.size();
-  std::size_t recvs_left = recvs.size();
-  std::vector<std::size_t> deferred;  // receives that are in but wait for their send
-
-  auto send_ready = [&](std::size_t i) {
-    return sends[i].after_recv < 0 ||
-           recv_processed[static_cast<std::size_t>(sends[i].after_recv)] != 0;
-  };
-  auto process = [&](std::size_t j) {
-    on_received(j);
-    recv_processed[j] = 1;
-    --recvs_left;
-  };
-  auto handler_ready = [&](std::size_t j) {
-    const RecvStep& step = recvs[j];
-    return (step.after_send < 0 || send_done[static_cast<std::size_t>(step.after_send)] != 0) &&
-           (step.after_recv < 0 || recv_processed[static_cast<std::size_t>(step.after_recv)] != 0);
-  };
-  auto try_process = [&](std::size_t j) {
-    if (!handler_ready(j)) {
-      deferred.push_back(j);
-      return;
-    }
-    process(j);
-  };
-
-  std::vector<pollfd> fds;
-  std::vector<int> fd_peer;  // -1: the wake fd; peer for control fds; -2 - index for channels
-  auto busy_until = Clock::now() + kBusyPoll;
-  try {
-    while (sends_left > 0 || recvs_left > 0 || awaiting_release()) {
-      if (group_.failed()) group_.raise_failure(operation());
-      bool progressed = false;
-      for (auto& channel : channels) {
-        // Sends: as much as the socket takes.
-        while (channel.next_send < channel.sends.size()) {
-          const std::size_t i = channel.sends[channel.next_send];
-          if (!send_ready(i)) break;
-          if (window_full(channel, i)) {
-            read_control(channel.peer, /*inside_call=*/true);  // a release may be waiting
-            if (window_full(channel, i)) break;
-          }
-          const SendStep& step = sends[i];
-          if (!channel.started) {
-            // Pages vmsplice(2) cannot pin (device or I/O mappings) are copied instead: the
-            // first part goes into the pipe before the header says "lent".
-            if (lend[i] != 0 && !fill_pipe(channel, step)) lend[i] = 0;
-            FrameHeader header = expected_header(step.bytes);
-            if (lend[i] != 0) {
-              header.flags = static_cast<std::uint8_t>(FrameFlag::lent);
-              group_.peers_[static_cast<std::size_t>(channel.peer)].lent_bytes += step.bytes;
-            }
-            channel.send_header = encode(header);
-            channel.started = true;
-          }
-          if (!(lend[i] != 0 ? send_lent(channel, step) : send_copied(channel, step))) break;
-          if (lend[i] != 0)
-            group_.peers_[static_cast<std::size_t>(channel.peer)].lent_sent_bytes += step.bytes;
-          // The peer's releases, read as its lent messages go out: left unread until the end
-          // of a long call they could fill the control connection, and one would be lost.
-          if (lend[i] != 0) read_control(channel.peer, /*inside_call=*/true);
-          channel.started = false;
-          channel.sent = 0;
-          channel.lent = 0;
-          ++channel.next_send;
-          send_done[i] = 1;
-          --sends_left;
-          progressed = true;
-          if (step.bytes >= kYieldAfterSendBytes && group_.ranks_share_cpus()) ::sched_yield();
-        }
-        // Receives: the header first, checked against this rank's call, then the payload
-        // straight into its destination.
-        while (channel.next_recv < channel.recvs.size()) {
-          const std::size_t j = channel.recvs[channel.next_recv];
-          const RecvStep& step = recvs[j];
-          if (channel.header_got < kFrameHeaderBytes) {
-            // Header and payload in one recvmsg: a small message costs one system call. The
-            // payload lands before its header is checked, but a header that does not match
-            // fails the call, and the destination belongs to this call either way.
-            iovec parts[2] = {{channel.recv_header.data() + channel.header_got,
-                               kFrameHeaderBytes - channel.header_got},
-                              {step.data, step.bytes}};
-            msghdr message{};
-            message.msg_iov = parts;
-            message.msg_iovlen = step.bytes == 0 ? 1 : 2;
-            const auto n = ::recvmsg(channel.fd, &message, MSG_DONTWAIT);
-            if (n == 0) peer_closed(channel.peer);
-            if (n < 0) {
-              if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-              if (errno == EFAULT) bad_buffer("receive");
-              peer_closed(channel.peer);
-            }
-            const auto got = static_cast<std::size_t>(n);
-            const std::size_t header_part = std::min(got, kFrameHeaderBytes - channel.header_got);
-            channel.header_got += header_part;
-            channel.payload_got = got - header_part;
-            if (channel.header_got < kFrameHeaderBytes) break;
-            channel.recv_lent = (check_header(channel.peer, channel, step.bytes) &
-                                 static_cast<std::uint8_t>(FrameFlag::lent)) != 0;
-          }
-          if (channel.payload_got < step.bytes) {
-            const auto n = ::recv(channel.fd, step.data + channel.payload_got,
-                                  step.bytes - channel.payload_got, MSG_DONTWAIT);
-            if (n == 0) peer_closed(channel.peer);
-            if (n < 0) {
-              if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-              if (errno == EFAULT) bad_buffer("receive");
-              peer_closed(channel.peer);
-            }
-            channel.payload_got += static_cast<std::size_t>(n);
-            if (channel.payload_got < step.bytes) break;
-          }
-          channel.header_got = 0;
-          channel.payload_got = 0;
-          ++channel.next_recv;
-          if (channel.recv_lent) {
-            auto& read = read_lent[static_cast<std::size_t>(channel.peer)];
-            read += step.bytes;
-            group_.send_control(channel.peer, FrameType::release, {}, sequence_, read);
-          }
-          recv_in[j] = 1;
-          try_process(j);
-          progressed = true;
-        }
-      }
-      if (!deferred.empty()) {
-        const auto before = deferred.size();
-        std::erase_if(deferred, [&](std::size_t j) {
-          if (!handler_ready(j)) return false;
-          process(j);
-          return true;
-        });
-        progressed = progressed || deferred.size() != before;
-      }
-      if (progressed || (sends_left == 0 && recvs_left == 0 && !awaiting_release())) {
-        busy_until = Clock::now() + kBusyPoll;
-        continue;
-      }
-
-      // Nothing moved: wait for the sockets, the control connections, abort() or the deadline.
-      fds.clear();
-      fd_peer.clear();
-      fds.push_back({group_.wake_fd_, POLLIN, 0});
-      fd_peer.push_back(-1);
-      for (int peer = 0; peer < size(); ++peer) {
-        const auto& state = group_.peers_[static_cast<std::size_t>(peer)];
-        if (peer == rank() || state.closed) continue;
-        fds.push_back({group_.mesh_->fd(peer, 0), POLLIN, 0});
-        fd_peer.push_back(peer);
-      }
-      for (std::size_t c = 0; c < channels.size(); ++c) {
-        const auto& channel = channels[c];
-        short events = 0;
-        if (channel.next_recv < channel.recvs.size()) events |= POLLIN;
-        if (channel.next_send < channel.sends.size() &&
-            send_ready(channel.sends[channel.next_send]) &&
-            !window_full(channel, channel.sends[channel.next_send]))
-          events |= POLLOUT;
-        if (events == 0) continue;
-        fds.push_back({channel.fd, events, 0});
-        fd_peer.push_back(-2 - static_cast<int>(c));
-      }
-      // A peer's answer usually comes within microseconds, and waking from a sleeping poll(2)
-      // costs far more: ask first without sleeping, yielding in between so that ranks sharing
-      // a core (more ranks than cores) run. Asking poll(2), not retrying recv(2), matters:
-      // recv takes the socket lock that the sender's softirq needs to deliver the data.
-      int ready = 0;
-      while (Clock::now() < busy_until) {
-        ready = ::poll(fds.data(), fds.size(), 0);
-        if (ready != 0) break;
-        ::sched_yield();
-      }
-      if (ready == 0) {
-        const auto left =
-            std::chrono::ceil<std::chrono::milliseconds>(deadline_.time_point() - Clock::now());
-        ready = left.count() <= 0
-                    ? 0
-                    : ::poll(fds.data(), fds.size(),
-                             static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
-      }
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready == 0 && deadline_.expired()) {
-        std::vector<int> waiting_for;
-        for (const auto& channel : channels)
-          if (channel.next_recv < channel.recvs.size() || channel.next_send < channel.sends.size())
-            waiting_for.push_back(channel.peer);
-        for (int peer = 0; peer < size(); ++peer)
-          if (unreleased(peer) > 0) waiting_for.push_back(peer);
-        std::sort(waiting_for.begin(), waiting_for.end());
-        waiting_for.erase(std::unique(waiting_for.begin(), waiting_for.end()), waiting_for.end());
-        timed_out(waiting_for);
-      }
-      for (std::size_t k = 0; k < fds.size(); ++k)
-        if (fd_peer[k] >= 0 && fds[k].revents != 0) read_control(fd_peer[k], /*inside_call=*/true);
-    }
-    // A lender that failed returns without waiting for every release (at most a grace
-    // period), and its caller may then overwrite pages this rank read last. It says so before
-    // it returns: what this rank read may be wrong if that word is here now.
-    checking_lender_ = true;
-    for (int peer = 0; peer < size(); ++peer)
-      if (read_lent[static_cast<std::size_t>(peer)] > 0) read_control(peer, /*inside_call=*/true);
-  } catch (...) {
-    checking_lender_ = false;
-    group_.fail(std::current_exception());
-    if (awaiting_release()) await_releases_after_failure();
-    throw;
-  }
+  // sends asks now, rather than succeed on a failed group. (The question costs a system call,
+  // a visible share of a small all-reduce: only plans that receive nothing ask.)
+  if (recvs.empty()) control_.poll(0);
+  PlanRun<std::remove_reference_t<OnReceived>> run(control_, sends, recvs, on_received);
+  run.run();
 }
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/link.hpp ----
+// ---- begin strata/transport/tcp/route.hpp ----
+// strata/transport/tcp/route.hpp — host names, endpoints and the route toward a peer.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// "host:port", with brackets around IPv6 addresses.
+inline std::string endpoint_text(std::string_view host, std::uint16_t port) {
+  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+/// The endpoints of `host:port` (an address is used as is, without a lookup).
+template <class Protocol>
+std::vector<typename Protocol::endpoint> resolve_endpoints(const std::string& host,
+                                                           std::uint16_t port,
+                                                           std::error_code& ec) {
+  ec.clear();
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (!ec) return {typename Protocol::endpoint(address, port)};
+  ec.clear();
+  asio::io_context io;
+  typename Protocol::resolver resolver(io);
+  const auto results =
+      resolver.resolve(host, std::to_string(port), asio::ip::resolver_base::numeric_service, ec);
+  std::vector<typename Protocol::endpoint> endpoints;
+  if (ec) return endpoints;
+  for (const auto& entry : results)
+    endpoints.push_back(entry.endpoint());
+  if (endpoints.empty()) ec = asio::error::host_not_found;
+  return endpoints;
+}
+
+/// The address of this host's interface that routes toward `host`, as text ("10.0.0.7"),
+/// for publishing an address the other ranks can reach. Uses a connected UDP socket: the
+/// kernel picks the route, and no packet is sent. For 127.0.0.1 it returns 127.0.0.1.
+///
+/// `port` only completes the destination (0 is replaced by 9, since some systems refuse to
+/// connect to port 0). A host name is resolved with the system resolver, which blocks for as
+/// long as the system's own resolver timeouts allow.
+/// @throws ConfigurationError (rank -1, operation "local_address_toward") when `host` cannot
+///   be resolved or no route leads to it.
+inline std::string local_address_toward(std::string_view host, std::uint16_t port) {
+  using asio::ip::udp;
+  const auto fail = [&](const std::error_code& ec) {
+    return ConfigurationError(
+        -1, "local_address_toward",
+        fmt::format("cannot find this host's address toward {}: {}", endpoint_text(host, port),
+                    ec.message()),
+        "check that the store's host (MASTER_ADDR) is spelled right and reachable from here");
+  };
+  std::error_code ec;
+  const auto endpoints =
+      resolve_endpoints<udp>(std::string(host), port == 0 ? std::uint16_t{9} : port, ec);
+  if (ec) throw fail(ec);
+  asio::io_context io{1};
+  for (const auto& endpoint : endpoints) {
+    udp::socket socket(io);
+    // connect() on a datagram socket only asks the kernel for a route; nothing is sent.
+    socket.open(endpoint.protocol(), ec);
+    if (!ec) socket.connect(endpoint, ec);
+    if (ec) continue;
+    const udp::endpoint local = socket.local_endpoint(ec);
+    if (!ec) return local.address().to_string();
+  }
+  throw fail(ec);
+}
+
+/// A listening socket on 127.0.0.1, on a port the kernel picked, and its address: a rank of a
+/// group formed inside one process (tests, benchmarks) before its peers know where it listens.
+struct LoopbackListener {
+  cluster::Address address;
+  int fd = -1;  ///< owned by the caller
+};
+
+/// @throws ConfigurationError when no loopback port can be bound.
+inline LoopbackListener listen_on_loopback() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"), 0);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(-1, "listen_on_loopback",
+                             fmt::format("cannot listen on 127.0.0.1: {}", ec.message()),
+                             "check that the loopback interface is up");
+  return {{"127.0.0.1", acceptor.local_endpoint().port()}, acceptor.release()};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/route.hpp ----
 
 namespace strata::communicator {
+
+static_assert(algorithms::MessageLink<transport::tcp::Link>);
 
 /// Which all-reduce algorithm the TCP communicator runs (TF's CommunicationImplementation:
 /// AUTO picks by message size, RING forces the ring).
@@ -9245,19 +9600,17 @@ enum class TcpAllReduce : std::uint8_t {
   halving_doubling,    ///< recursive halving, then doubling: the ring's bytes in 2·log2 n hops
 };
 
-constexpr std::string_view to_string(TcpAllReduce choice) noexcept {
-  switch (choice) {
-    case TcpAllReduce::automatic:
-      return "automatic";
-    case TcpAllReduce::ring:
-      return "ring";
-    case TcpAllReduce::recursive_doubling:
-      return "recursive_doubling";
-    case TcpAllReduce::halving_doubling:
-      return "halving_doubling";
-  }
-  return "invalid";
-}
+}  // namespace strata::communicator
+
+template <>
+struct strata::EnumNames<strata::communicator::TcpAllReduce> {
+  static constexpr std::array<std::string_view, 4> kNames{"automatic", "ring", "recursive_doubling",
+                                                          "halving_doubling"};
+};
+
+namespace strata::communicator {
+
+using strata::to_string;
 
 /// Tunables of the TCP communicator. Every rank must use the same values for the first four
 /// (the handshake refuses ranks that differ: they would cut messages differently).
@@ -9271,16 +9624,15 @@ struct TcpOptions {
   /// at most this; the ring above. Recursive doubling takes fewer hops but its busiest rank
   /// sends S·⌈log2 n⌉ bytes, the ring's 2·S·(n−1)/n, and the group as a whole sends and adds
   /// n·S·⌈log2 n⌉: where ranks share cores that total is what costs, so the crossover falls
-  /// faster than the bytes per rank. Measured on loopback (benchmarks/RESULTS.md), it lies at
-  /// 512 KiB–1 MiB with 2 ranks, about 128 KiB with 3 and 64–128 KiB with 4 (2-vCPU Intel
-  /// VM); the rule switches at 512, 128 and 85 KiB.
+  /// faster than the bytes per rank. The default puts the switch at 512, 128 and 85 KiB for
+  /// 2, 3 and 4 ranks, where it was measured on loopback (docs/performance.md).
   std::size_t small_message_bytes = 512 * 1024;
   /// A call that sends at least this many bytes lends its buffers' pages to the kernel
   /// instead of copying them into socket buffers (messages of 64 KiB and more; see
-  /// transport/tcp/link.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
+  /// transport/tcp/lending.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
   /// and a release from the receiver per message. Whether that pays depends on the machine
-  /// (benchmarks/RESULTS.md: from 32 MiB, in place, 15-26% faster on one 2-vCPU VM and 15-25%
-  /// slower on another), so strata copies unless told: measure with `strata-perf --lend-from`.
+  /// (faster on some, slower on others: docs/performance.md), so strata copies unless told:
+  /// measure with `strata-perf --lend-from`.
   /// 0 lends every large message; SIZE_MAX (the default) none.
   std::size_t lend_from_bytes = SIZE_MAX;
   /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
@@ -9330,7 +9682,7 @@ inline TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
 /// One rank of a group that communicates over TCP: one process (or thread) per rank, on one
 /// host or many.
 ///
-/// Construction forms the group (transport/tcp/rendezvous.hpp): every rank connects to every
+/// Construction forms the group (transport/tcp/form_mesh.hpp): every rank connects to every
 /// other, in any start order, within the deadline. Collectives then run pipelined algorithms
 /// over those connections: ring all-reduce (recursive doubling for small messages),
 /// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. Each message
@@ -9353,6 +9705,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
  public:
   static constexpr std::string_view kName = "tcp";
   static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  /// `create(n)` makes all n ranks in this process (loopback); other processes join through
+  /// the constructor, with the membership their resolver found.
+  static constexpr bool kSpansProcesses = false;
 
   /// Joins the group described by `membership`. Blocks until every rank has joined.
   /// @throws ConfigurationError for bad options or addresses (port in use, not this host's
@@ -9399,14 +9754,12 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
       throw UsageError(-1, "TcpCommunicator::create",
                        fmt::format("a group needs at least one rank, got size {}", size),
                        "pass the number of ranks");
-    asio::io_context io;
     std::vector<cluster::Address> addresses;
     std::vector<int> fds;
     for (int r = 0; r < size; ++r) {
-      asio::ip::tcp::acceptor acceptor(
-          io, asio::ip::tcp::endpoint(asio::ip::make_address_v4("127.0.0.1"), 0));
-      addresses.push_back({"127.0.0.1", acceptor.local_endpoint().port()});
-      fds.push_back(acceptor.release());
+      auto listener = transport::tcp::listen_on_loopback();
+      addresses.push_back(listener.address);
+      fds.push_back(listener.fd);
     }
     std::vector<std::optional<TcpCommunicator>> slots(static_cast<std::size_t>(size));
     std::vector<std::exception_ptr> failures(static_cast<std::size_t>(size));
@@ -9492,9 +9845,7 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   }
 
   static std::optional<std::string> token_from_environment() {
-    const char* token = std::getenv("STRATA_CLUSTER_TOKEN");  // NOLINT(concurrency-mt-unsafe)
-    if (token == nullptr || *token == '\0') return std::nullopt;
-    return std::string(token);
+    return environment_variable("STRATA_CLUSTER_TOKEN");
   }
 
   static std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {
@@ -9555,31 +9906,31 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
         case Collective::all_reduce:
           switch (all_reduce_algorithm(state.tcp, call, group.size())) {
             case TcpAllReduce::recursive_doubling:
-              algorithms::AllReduceRecursiveDoubling::run(link);
+              algorithms::AllReduceRecursiveDoubling::run(link, call);
               break;
             case TcpAllReduce::halving_doubling:
-              algorithms::AllReduceHalvingDoubling::run(link);
+              algorithms::AllReduceHalvingDoubling::run(link, call);
               break;
             case TcpAllReduce::automatic:  // all_reduce_algorithm decided
             case TcpAllReduce::ring:
-              algorithms::AllReduceRing::run(link);
+              algorithms::AllReduceRing::run(link, call);
               break;
           }
           break;
         case Collective::broadcast:
-          algorithms::BroadcastRing::run(link);
+          algorithms::BroadcastRing::run(link, call);
           break;
         case Collective::reduce:
-          algorithms::ReduceRing::run(link);
+          algorithms::ReduceRing::run(link, call);
           break;
         case Collective::all_gather:
-          algorithms::AllGatherRing::run(link);
+          algorithms::AllGatherRing::run(link, call);
           break;
         case Collective::reduce_scatter:
-          algorithms::ReduceScatterRing::run(link);
+          algorithms::ReduceScatterRing::run(link, call);
           break;
         case Collective::barrier:
-          algorithms::BarrierDissemination::run(link);
+          algorithms::BarrierDissemination::run(link, call);
           break;
       }
     } catch (...) {
@@ -9603,15 +9954,371 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
 };
 
 }  // namespace strata::communicator
-
-template <>
-struct fmt::formatter<strata::communicator::TcpAllReduce> : fmt::formatter<std::string_view> {
-  template <class FormatContext>
-  auto format(strata::communicator::TcpAllReduce choice, FormatContext& ctx) const {
-    return fmt::formatter<std::string_view>::format(strata::communicator::to_string(choice), ctx);
-  }
-};
 // ---- end strata/communicator/tcp.hpp ----
+
+namespace strata::communicator {
+
+/// k replicas (threads) in each of n worker processes, as one group of k·n ranks: TF's
+/// MultiWorkerMirroredStrategy, where "each worker may have zero or more devices".
+///
+/// Rank g = worker · k + local replica. Each collective runs in three stages: among the local
+/// replicas (LocalCommunicator, no copies beyond the algorithm's), across workers between the
+/// local replicas 0 (TcpCommunicator), and back to the local replicas:
+///   all_reduce      local reduce to replica 0 → TCP all-reduce → local broadcast
+///   broadcast       local broadcast on the root's worker → TCP broadcast → local broadcast
+///   reduce          local reduce → TCP reduce to the root's worker → hand-over to the root
+///   all_gather      local all-gather into the worker's k blocks → TCP all-gather → local
+///                   broadcast
+///   reduce_scatter  local reduce → TCP reduce-scatter of k-block slices → local hand-out
+///   barrier         local barrier → TCP barrier → local barrier
+/// `mean` is a sum divided once, by k·n, at the end. All ranks agree bit for bit where the
+/// flat collective would (the results are computed once and copied).
+///
+/// Failures: an error on any replica of any worker fails both the local group and the TCP
+/// group, so every replica of every worker raises.
+template <class Inter = TcpCommunicator>
+class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommunicator<Inter>> {
+  friend class detail::CollectiveApi<HierarchicalCommunicator>;
+  using Intra = LocalCommunicator<>;
+
+ public:
+  static constexpr std::string_view kName = "hierarchical";
+  static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  static constexpr bool kSpansProcesses = true;
+
+  /// The local replicas of this process in `cluster` (as `strata::resolve_cluster()` found it:
+  /// TF_CONFIG, torchrun, OpenMPI, SLURM, or a one-worker cluster); element l is local replica
+  /// l. Takes over the cluster's listening socket, if any. Every worker must run the same
+  /// number of replicas and the same `tcp` options.
+  /// @throws ConfigurationError when workers run different numbers of replicas, or as
+  /// membership_of and TcpCommunicator do.
+  static std::vector<HierarchicalCommunicator> create(int local_replicas,
+                                                      cluster::ResolvedCluster& resolved,
+                                                      CommunicatorOptions options = {},
+                                                      TcpOptions tcp = {}) {
+    const bool chief = resolved.is_chief();
+    Inter inter(membership_of(resolved), std::move(tcp), options);
+    return create(local_replicas, std::move(inter), options, chief);
+  }
+
+  /// The local replicas of this process over an existing cross-worker communicator.
+  static std::vector<HierarchicalCommunicator> create(int local_replicas, Inter inter,
+                                                      CommunicatorOptions options, bool chief) {
+    if (local_replicas < 1)
+      throw UsageError(inter.rank(), "HierarchicalCommunicator::create",
+                       fmt::format("a worker needs at least one replica, got {}", local_replicas),
+                       "pass a positive number of local replicas");
+    // Ranks are numbered worker · k + replica: every worker must agree on k.
+    std::int64_t k[2] = {local_replicas, -local_replicas};
+    inter.all_reduce(std::span<std::int64_t>(k), ReduceOp::max);
+    if (k[0] != -k[1])
+      throw ConfigurationError(inter.rank(), "HierarchicalCommunicator::create",
+                               fmt::format("workers run between {} and {} local replicas (this "
+                                           "worker {})",
+                                           -k[1], k[0], local_replicas),
+                               "start every worker with the same number of local replicas "
+                               "(STRATA_LOCAL_REPLICAS or --local-replicas)");
+    auto shared = std::make_shared<Shared>(std::move(inter), chief);
+    auto locals = Intra::create(local_replicas, options);
+    std::vector<HierarchicalCommunicator> ranks;
+    for (auto& local : locals)
+      ranks.push_back(HierarchicalCommunicator(shared, std::move(local)));
+    return ranks;
+  }
+
+  HierarchicalCommunicator(HierarchicalCommunicator&&) noexcept = default;
+  HierarchicalCommunicator& operator=(HierarchicalCommunicator&&) noexcept = default;
+  ~HierarchicalCommunicator() = default;
+
+  int rank() const noexcept { return worker_rank() * local_size() + local_rank(); }
+  int size() const noexcept { return num_workers() * local_size(); }
+  int local_rank() const noexcept { return state_->local.rank(); }
+  int local_size() const noexcept { return state_->local.size(); }
+  int worker_rank() const noexcept { return state_->shared->inter.rank(); }
+  int num_workers() const noexcept { return state_->shared->inter.size(); }
+  /// The chief worker (TF's rule: the chief task, else worker 0) writes checkpoints and logs.
+  bool is_chief() const noexcept { return state_->shared->chief; }
+  const CommunicatorOptions& options() const noexcept { return state_->local.options(); }
+  /// The communicator between the workers (its options, e.g. `tcp_options()`).
+  const Inter& inter_worker() const noexcept { return state_->shared->inter; }
+
+  // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
+  // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
+
+  /// Fails the local group and the cross-worker group: every replica of every worker raises.
+  void abort(std::string_view reason) noexcept {
+    state_->local.abort(reason);
+    state_->shared->inter.abort(reason);
+  }
+
+  /// Combines one value per process across the workers (op over workers), from the thread
+  /// that drives the strategy between steps: Strategy::reduce uses it to reduce per-replica
+  /// results over the whole cluster.
+  template <Element T>
+  void combine_across_workers(std::span<T> values, ReduceOp op) {
+    state_->shared->inter.all_reduce(values, op);
+  }
+
+ private:
+  struct Shared {
+    Shared(Inter i, bool c) : inter(std::move(i)), chief(c) {}
+    Inter inter;
+    bool chief;
+  };
+  struct State {
+    State(std::shared_ptr<Shared> s, Intra l) : shared(std::move(s)), local(std::move(l)) {}
+    std::shared_ptr<Shared> shared;
+    Intra local;
+    std::vector<std::byte> scratch;
+    std::vector<std::byte> handover;
+    detail::SerialExecutor executor;  // last: destroyed first, finishing queued calls
+  };
+
+  HierarchicalCommunicator(std::shared_ptr<Shared> shared, Intra local)
+      : state_(std::make_unique<State>(std::move(shared), std::move(local))) {}
+
+  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
+                               std::string_view what_to_do) {
+    UsageError error(rank(), to_string(kind), what, what_to_do);
+    abort(error.what());
+    throw error;
+  }
+
+  void run(const CollectiveCall& call, const CallOptions& options) {
+    state_->executor.drain();
+    execute(*state_, call, options);
+  }
+
+  Work submit(const CollectiveCall& call, const CallOptions& options) {
+    auto work = std::make_shared<detail::WorkState>();
+    State* state = state_.get();
+    state->executor.post([state, call, options, work] {
+      try {
+        execute(*state, call, options);
+        work->complete();
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+    });
+    return Work(std::move(work));
+  }
+
+  static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
+    try {
+      dispatch(state, call, options);
+    } catch (const std::exception& error) {
+      // One failed stage (a strata::Error, or std::bad_alloc) must release every replica of
+      // every worker.
+      state.local.abort(error.what());
+      state.shared->inter.abort(error.what());
+      throw;
+    }
+  }
+
+  template <class T>
+  static std::span<T> span_of(void* data, std::size_t count) {
+    return {static_cast<T*>(data), data == nullptr ? 0 : count};
+  }
+  template <class T>
+  static std::span<const T> cspan_of(const void* data, std::size_t count) {
+    return {static_cast<const T*>(data), data == nullptr ? 0 : count};
+  }
+
+  template <class T>
+  static std::span<T> scratch(std::vector<std::byte>& buffer, std::size_t count) {
+    if (buffer.size() < count * sizeof(T)) buffer.resize(count * sizeof(T));
+    return {reinterpret_cast<T*>(buffer.data()), count};
+  }
+
+  static void dispatch(State& state, const CollectiveCall& call, const CallOptions& options) {
+    visit_data_type(call.type,
+                    [&]<class T>(std::type_identity<T>) { run_typed<T>(state, call, options); });
+  }
+
+  template <class T>
+  static void run_typed(State& state, const CollectiveCall& call, const CallOptions& options) {
+    Stages<T> stages(state, call, options);
+    switch (call.kind) {
+      case Collective::all_reduce:
+        stages.all_reduce();
+        break;
+      case Collective::broadcast:
+        stages.broadcast();
+        break;
+      case Collective::reduce:
+        stages.reduce();
+        break;
+      case Collective::all_gather:
+        stages.all_gather();
+        break;
+      case Collective::reduce_scatter:
+        stages.reduce_scatter();
+        break;
+      case Collective::barrier:
+        stages.barrier();
+        break;
+    }
+  }
+
+  /// One call's three stages (local, across workers, local), one member function per
+  /// collective, over what they share.
+  template <class T>
+  struct Stages {
+    Stages(State& s, const CollectiveCall& c, const CallOptions& o)
+        : state(s),
+          call(c),
+          options(o),
+          local(s.local),
+          inter(s.shared->inter),
+          leader(local.rank() == 0),
+          k(local.size()),
+          n(inter.size()),
+          count(c.count),
+          partial(c.op == ReduceOp::mean ? ReduceOp::sum : c.op),
+          waiting(o) {
+      // Replicas wait in the local stages while replica 0 talks to the other workers: their
+      // budget covers both stages, and a failure there reaches them through abort().
+      waiting.timeout = 2 * o.timeout.value_or(local.options().timeout);
+    }
+
+    void finish_mean(std::span<T> data) const {
+      if (call.op == ReduceOp::mean && !data.empty())
+        divide<T>(data, static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
+    }
+
+    void all_reduce() {
+      auto out = span_of<T>(call.recv, count);
+      local.reduce(cspan_of<T>(call.send, count), leader ? out : std::span<T>{}, partial, 0,
+                   options);
+      if (leader) {
+        inter.all_reduce(out, partial, options);
+        finish_mean(out);
+      }
+      local.broadcast(out, 0, waiting);
+    }
+
+    void broadcast() {
+      const int root_worker = call.root / k;
+      const int root_local = call.root % k;
+      auto out = span_of<T>(call.recv, count);
+      if (inter.rank() == root_worker) {
+        local.broadcast(cspan_of<T>(call.send, count), out, root_local, options);
+        if (leader) inter.broadcast(out, root_worker, options);
+      } else {
+        if (leader) inter.broadcast(out, root_worker, options);
+        local.broadcast(out, 0, waiting);
+      }
+    }
+
+    void reduce() {
+      const int root_worker = call.root / k;
+      const int root_local = call.root % k;
+      auto sum = scratch<T>(state.scratch, leader ? count : 0);
+      local.reduce(cspan_of<T>(call.send, count), sum, partial, 0, options);
+      if (leader) inter.reduce(sum, partial, root_worker, options);
+      if (inter.rank() != root_worker) return;
+      // Only the root's output changes: the result reaches it through a scratch buffer.
+      auto copy = scratch<T>(state.handover, count);
+      if (leader) std::copy(sum.begin(), sum.end(), copy.begin());
+      local.broadcast(copy, 0, waiting);
+      if (local.rank() == root_local) {
+        auto out = span_of<T>(call.recv, count);
+        std::copy(copy.begin(), copy.end(), out.begin());
+        finish_mean(out);
+      }
+    }
+
+    void all_gather() {
+      auto out = span_of<T>(call.recv, count * static_cast<std::size_t>(k * n));
+      auto mine = out.subspan(static_cast<std::size_t>(inter.rank() * k) * count,
+                              static_cast<std::size_t>(k) * count);
+      local.all_gather(cspan_of<T>(call.send, count), mine, options);
+      if (leader) inter.all_gather(out, options);
+      local.broadcast(out, 0, waiting);
+    }
+
+    void reduce_scatter() {
+      const std::size_t total = count * static_cast<std::size_t>(k * n);
+      auto sum = scratch<T>(state.scratch, leader ? total : 0);
+      local.reduce(cspan_of<T>(call.send, total), sum, partial, 0, options);
+      const std::size_t slice = count * static_cast<std::size_t>(k);
+      auto worker_slice = scratch<T>(state.handover, slice);
+      if (leader) {
+        inter.reduce_scatter(std::span<const T>(sum), worker_slice, partial, options);
+        finish_mean(worker_slice);
+      }
+      local.broadcast(worker_slice, 0, waiting);
+      auto out = span_of<T>(call.recv, count);
+      auto block = worker_slice.subspan(static_cast<std::size_t>(local.rank()) * count, count);
+      std::copy(block.begin(), block.end(), out.begin());
+    }
+
+    void barrier() {
+      local.barrier(options);
+      if (leader) inter.barrier(options);
+      local.barrier(waiting);
+    }
+
+    State& state;
+    const CollectiveCall& call;
+    const CallOptions& options;
+    Intra& local;
+    Inter& inter;
+    const bool leader;
+    const int k;  // replicas per worker
+    const int n;  // workers
+    const std::size_t count;
+    const ReduceOp partial;  // what the stages combine with: a mean is a sum until the end
+    CallOptions waiting;
+  };
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::communicator
+// ---- end strata/communicator/hierarchical.hpp ----
+// ---- begin strata/communicator/self.hpp ----
+// strata/communicator/self.hpp — the communicator of a group of one.
+
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::communicator {
+
+/// The communicator of a single replica (OneDevice and Default strategies): every collective
+/// is the identity or a copy — all_reduce with `mean` divides by one — but calls are still
+/// validated (spans, roots) and keep their deadlines and asynchronous forms, so code written
+/// against `Communicator` runs unchanged on one replica.
+class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToOne> {
+  using Base = LocalCommunicator<algorithms::AllReduceReduceToOne>;
+
+ public:
+  static constexpr std::string_view kName = "self";
+  static constexpr int kMaxSize = 1;
+  static constexpr bool kSpansProcesses = false;
+
+  /// Creates the group of one. @throws UsageError unless size == 1.
+  static std::vector<SelfCommunicator> create(int size = 1, CommunicatorOptions options = {}) {
+    if (size != 1)
+      throw UsageError(
+          -1, "SelfCommunicator::create",
+          fmt::format("a SelfCommunicator group has exactly one rank, got size {}", size),
+          "use LocalCommunicator for several replicas");
+    std::vector<SelfCommunicator> group;
+    group.push_back(SelfCommunicator(std::move(Base::create(1, options).front())));
+    return group;
+  }
+
+ private:
+  explicit SelfCommunicator(Base&& base) : Base(std::move(base)) {}
+};
+
+}  // namespace strata::communicator
+// ---- end strata/communicator/self.hpp ----
 
 // ---- begin strata/data/batch_split.hpp ----
 // strata/data/batch_split.hpp — splitting one global batch over the replicas in sync.
@@ -10659,105 +11366,30 @@ struct Sgd {
 #include <limits>
 #include <string_view>
 
-namespace strata::placement {
+// ---- begin strata/placement/copies.hpp ----
+// strata/placement/copies.hpp — the two storage schemes of the in-process placements: a copy
+// of every variable per replica, or one copy all replicas share.
 
-/// tf.distribute's CentralStorageStrategy placement: variables live once, on the host;
-/// every replica reads that copy, gradients are reduced into one place and the update is
-/// applied once. Saves memory per replica at the cost of funnelling updates through one copy.
-struct CentralStorage {
-  static constexpr std::string_view kName = "CentralStorage";
-  static constexpr int kMaxReplicas = std::numeric_limits<int>::max();
-  static constexpr bool kCopyPerReplica = false;
-};
-
-}  // namespace strata::placement
-// ---- end strata/placement/central_storage.hpp ----
-// ---- begin strata/placement/default.hpp ----
-// strata/placement/default.hpp — the pass-through placement of the default strategy.
-
-#include <string_view>
-
-namespace strata::placement {
-
-/// tf.distribute's default strategy: no distribution at all. `run` calls the function on the
-/// calling thread, reductions are the identity, variables are plain buffers. What code gets
-/// when it is written against the strategy API but nobody chose a strategy.
-struct Default {
-  static constexpr std::string_view kName = "Default";
-  static constexpr int kMaxReplicas = 1;
-  static constexpr bool kCopyPerReplica = false;
-};
-
-}  // namespace strata::placement
-// ---- end strata/placement/default.hpp ----
-// ---- begin strata/placement/mirrored.hpp ----
-// strata/placement/mirrored.hpp — a full copy of every variable on every replica.
-
-#include <limits>
-#include <string_view>
-
-namespace strata::placement {
-
-/// tf.distribute's MirroredStrategy placement: each replica owns a full copy of every
-/// variable; gradients are all-reduced and every replica applies the same update to its own
-/// copy, so the copies stay identical (bit for bit: every replica receives the same reduced
-/// gradient and runs the same optimizer arithmetic).
-struct Mirrored {
-  static constexpr std::string_view kName = "Mirrored";
-  static constexpr int kMaxReplicas = std::numeric_limits<int>::max();
-  static constexpr bool kCopyPerReplica = true;
-};
-
-}  // namespace strata::placement
-// ---- end strata/placement/mirrored.hpp ----
-// ---- begin strata/placement/one_device.hpp ----
-// strata/placement/one_device.hpp — everything on one device, one replica.
-
-#include <string_view>
-
-namespace strata::placement {
-
-/// tf.distribute's OneDeviceStrategy placement: a single replica owns every variable. Useful
-/// to run the training loop written for a distributed strategy on one device unchanged.
-struct OneDevice {
-  static constexpr std::string_view kName = "OneDevice";
-  static constexpr int kMaxReplicas = 1;
-  static constexpr bool kCopyPerReplica = false;
-};
-
-}  // namespace strata::placement
-// ---- end strata/placement/one_device.hpp ----
-// ---- begin strata/placement/placement.hpp ----
-// strata/placement/placement.hpp — the Placement concept: where variables live.
-
+#include <algorithm>
 #include <concepts>
+#include <cstddef>
+#include <span>
+
+// ---- begin strata/placement/placement.hpp ----
+// strata/placement/placement.hpp — the Placement concept: where variables live and how a
+// replica reads and updates them.
+
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <span>
 #include <string_view>
 
-namespace strata::placement {
-
-/// P models Placement if:
-///   1. `P::kName` (convertible to std::string_view) names it in messages;
-///   2. `P::kMaxReplicas` (int) bounds the replicas it can run: 1 for single-device placements,
-///      so that a strategy can reject a communicator between replicas that would never be used;
-///   3. `P::kCopyPerReplica` (bool) says whether every replica owns a copy of each variable
-///      (true: Mirrored — replicas must then apply identical updates at every step to stay
-///      equal) or all replicas share one copy (false: CentralStorage, OneDevice, Default —
-///      one replica applies the update and the others wait for it).
-/// It leaves out devices (a later GPU placement maps replicas to CUDA devices) and sharding
-/// over parameter servers, which bring their own requirements.
-template <class P>
-concept Placement = requires {
-  { P::kName } -> std::convertible_to<std::string_view>;
-  { P::kMaxReplicas } -> std::convertible_to<int>;
-  { P::kCopyPerReplica } -> std::convertible_to<bool>;
-};
-
-}  // namespace strata::placement
-// ---- end strata/placement/placement.hpp ----
 // ---- begin strata/placement/variable.hpp ----
 // strata/placement/variable.hpp — distributed variables: storage that follows the placement.
 
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <span>
@@ -10777,19 +11409,17 @@ namespace strata::placement {
 ///   only_first_replica  the value of replica 0 is taken, the others are ignored.
 enum class VariableAggregation { none, sum, mean, only_first_replica };
 
-constexpr std::string_view to_string(VariableAggregation aggregation) noexcept {
-  switch (aggregation) {
-    case VariableAggregation::none:
-      return "none";
-    case VariableAggregation::sum:
-      return "sum";
-    case VariableAggregation::mean:
-      return "mean";
-    case VariableAggregation::only_first_replica:
-      return "only_first_replica";
-  }
-  return "invalid";
-}
+}  // namespace strata::placement
+
+template <>
+struct strata::EnumNames<strata::placement::VariableAggregation> {
+  static constexpr std::array<std::string_view, 4> kNames{"none", "sum", "mean",
+                                                          "only_first_replica"};
+};
+
+namespace strata::placement {
+
+using strata::to_string;
 
 /// A variable created through a strategy: `num_copies()` buffers of `size()` elements, one per
 /// replica under Mirrored, one shared by every replica otherwise, with the optimizer state
@@ -10874,6 +11504,213 @@ class Variable {
 }  // namespace strata::placement
 // ---- end strata/placement/variable.hpp ----
 
+namespace strata::placement {
+
+/// Where a placement applies an update: what a sync policy must deliver to whom.
+enum class UpdateSite : std::uint8_t {
+  /// Every replica applies the update to a copy of its own, so every replica needs the
+  /// aggregated gradient, and all must apply the same one to stay equal (Mirrored).
+  every_replica,
+  /// Replica 0 applies the update once, to storage every replica reads, so replica 0 needs the
+  /// aggregated gradient and the others must not read until it has applied it (CentralStorage,
+  /// OneDevice, Default).
+  one_replica,
+};
+
+}  // namespace strata::placement
+
+template <>
+struct strata::EnumNames<strata::placement::UpdateSite> {
+  static constexpr std::array<std::string_view, 2> kNames{"every_replica", "one_replica"};
+};
+
+namespace strata::placement {
+
+namespace detail {
+
+/// The members a placement has for variables of element type T.
+template <class P, class T>
+concept PlacesVariablesOf = requires(typename P::template variable_type<T>& variable,
+                                     const typename P::template variable_type<T>& cvariable,
+                                     int local_replicas, int local_replica,
+                                     std::span<const T> values, VariableAggregation aggregation,
+                                     const optim::Sgd& optimizer) {
+  {
+    P::template create<T>(local_replicas, values, aggregation)
+    } -> std::same_as<typename P::template variable_type<T>>;
+  { cvariable.size() } -> std::convertible_to<std::size_t>;
+  { cvariable.aggregation() } -> std::same_as<VariableAggregation>;
+  { cvariable.read() } -> std::convertible_to<std::span<const T>>;
+  variable.assign(values);
+  { P::read(cvariable, local_replica) } -> std::convertible_to<std::span<const T>>;
+  { P::write_target(variable, local_replica) } -> std::convertible_to<std::span<T>>;
+  P::apply(variable, local_replica, optimizer, values);
+};
+
+}  // namespace detail
+
+/// P models Placement if:
+///   1. `P::kName` (convertible to std::string_view) names it in messages;
+///   2. `P::kMaxReplicas` (int) bounds the replicas it runs in one process: 1 for single-device
+///      placements, so that a strategy can reject a communicator between replicas that would
+///      never be used;
+///   3. `P::kUpdateSite` (UpdateSite) says where an update is applied, which is all a sync
+///      policy needs to know to deliver gradients: to every replica, or to replica 0 with the
+///      others waiting;
+///   4. for T = float and double, `P::variable_type<T>` is the variable it creates with
+///      `P::create<T>(local_replicas, initial, aggregation)`: the placement owns where values
+///      and optimizer slots live. A variable tells its `size()` and `aggregation()`, and outside
+///      `Strategy::run` reads (`read()`) and sets (`assign(values)`) the model's value;
+///   5. `P::read(variable, local_replica)` is what a replica reads,
+///      `P::write_target(variable, local_replica)` the storage it writes when the variable is
+///      assigned (empty when the replica writes none), and
+///      `P::apply(variable, local_replica, optimizer, gradient)` applies the replica's part of
+///      an update, given the gradient the sync policy aggregated.
+/// It leaves out devices (a GPU placement maps replicas to CUDA devices) and when gradients
+/// meet (the sync policy's), and how values cross processes (the communicator's).
+template <class P>
+concept Placement = requires {
+  { P::kName } -> std::convertible_to<std::string_view>;
+  { P::kMaxReplicas } -> std::convertible_to<int>;
+  { P::kUpdateSite } -> std::convertible_to<UpdateSite>;
+}
+&&detail::PlacesVariablesOf<P, float>&& detail::PlacesVariablesOf<P, double>;
+
+}  // namespace strata::placement
+// ---- end strata/placement/placement.hpp ----
+
+namespace strata::placement {
+
+/// Every replica owns a full copy of each variable and applies every update to it itself
+/// (Mirrored): the copies stay equal because every replica applies the same aggregated
+/// gradient with the same arithmetic.
+struct CopyPerReplica {
+  static constexpr UpdateSite kUpdateSite = UpdateSite::every_replica;
+
+  template <std::floating_point T>
+  using variable_type = Variable<T>;
+
+  template <std::floating_point T>
+  static Variable<T> create(int local_replicas, std::span<const T> initial,
+                            VariableAggregation aggregation) {
+    return Variable<T>(static_cast<std::size_t>(local_replicas), initial, aggregation);
+  }
+  template <std::floating_point T>
+  static std::span<const T> read(const Variable<T>& variable, int local_replica) noexcept {
+    return variable.copy(static_cast<std::size_t>(local_replica));
+  }
+  template <std::floating_point T>
+  static std::span<T> write_target(Variable<T>& variable, int local_replica) noexcept {
+    return variable.copy(static_cast<std::size_t>(local_replica));
+  }
+  template <class O, std::floating_point T>
+  static void apply(Variable<T>& variable, int local_replica, const O& optimizer,
+                    std::span<const T> gradient) {
+    const auto copy = static_cast<std::size_t>(local_replica);
+    optimizer.apply(variable.copy(copy), gradient, variable.optimizer_state(copy, optimizer));
+  }
+};
+
+/// One copy of each variable that every replica reads; replica 0 applies each update once
+/// (CentralStorage, OneDevice, Default).
+struct SharedCopy {
+  static constexpr UpdateSite kUpdateSite = UpdateSite::one_replica;
+
+  template <std::floating_point T>
+  using variable_type = Variable<T>;
+
+  template <std::floating_point T>
+  static Variable<T> create(int /*local_replicas*/, std::span<const T> initial,
+                            VariableAggregation aggregation) {
+    return Variable<T>(1, initial, aggregation);
+  }
+  template <std::floating_point T>
+  static std::span<const T> read(const Variable<T>& variable, int /*local_replica*/) noexcept {
+    return variable.copy(0);
+  }
+  template <std::floating_point T>
+  static std::span<T> write_target(Variable<T>& variable, int local_replica) noexcept {
+    return local_replica == 0 ? variable.copy(0) : std::span<T>{};
+  }
+  template <class O, std::floating_point T>
+  static void apply(Variable<T>& variable, int local_replica, const O& optimizer,
+                    std::span<const T> gradient) {
+    if (local_replica == 0)
+      optimizer.apply(variable.copy(0), gradient, variable.optimizer_state(0, optimizer));
+  }
+};
+
+}  // namespace strata::placement
+// ---- end strata/placement/copies.hpp ----
+
+namespace strata::placement {
+
+/// tf.distribute's CentralStorageStrategy placement: variables live once, on the host;
+/// every replica reads that copy, gradients are reduced into one place and the update is
+/// applied once. Saves memory per replica at the cost of funnelling updates through one copy.
+struct CentralStorage : SharedCopy {
+  static constexpr std::string_view kName = "CentralStorage";
+  static constexpr int kMaxReplicas = std::numeric_limits<int>::max();
+};
+
+}  // namespace strata::placement
+// ---- end strata/placement/central_storage.hpp ----
+// ---- begin strata/placement/default.hpp ----
+// strata/placement/default.hpp — the pass-through placement of the default strategy.
+
+#include <string_view>
+
+
+namespace strata::placement {
+
+/// tf.distribute's default strategy: no distribution at all. `run` calls the function on the
+/// calling thread, reductions are the identity, variables are plain buffers. What code gets
+/// when it is written against the strategy API but nobody chose a strategy.
+struct Default : SharedCopy {
+  static constexpr std::string_view kName = "Default";
+  static constexpr int kMaxReplicas = 1;
+};
+
+}  // namespace strata::placement
+// ---- end strata/placement/default.hpp ----
+// ---- begin strata/placement/mirrored.hpp ----
+// strata/placement/mirrored.hpp — a full copy of every variable on every replica.
+
+#include <limits>
+#include <string_view>
+
+
+namespace strata::placement {
+
+/// tf.distribute's MirroredStrategy placement: each replica owns a full copy of every
+/// variable; gradients are all-reduced and every replica applies the same update to its own
+/// copy, so the copies stay identical (bit for bit: every replica receives the same reduced
+/// gradient and runs the same optimizer arithmetic).
+struct Mirrored : CopyPerReplica {
+  static constexpr std::string_view kName = "Mirrored";
+  static constexpr int kMaxReplicas = std::numeric_limits<int>::max();
+};
+
+}  // namespace strata::placement
+// ---- end strata/placement/mirrored.hpp ----
+// ---- begin strata/placement/one_device.hpp ----
+// strata/placement/one_device.hpp — everything on one device, one replica.
+
+#include <string_view>
+
+
+namespace strata::placement {
+
+/// tf.distribute's OneDeviceStrategy placement: a single replica owns every variable. Useful
+/// to run the training loop written for a distributed strategy on one device unchanged.
+struct OneDevice : SharedCopy {
+  static constexpr std::string_view kName = "OneDevice";
+  static constexpr int kMaxReplicas = 1;
+};
+
+}  // namespace strata::placement
+// ---- end strata/placement/one_device.hpp ----
+
 // ---- begin strata/strategies.hpp ----
 // strata/strategies.hpp — the familiar tf.distribute names, as Strategy compositions.
 //
@@ -10887,313 +11724,6 @@ class Variable {
 //
 // Switching strategy is changing one alias; the training loop stays as it is.
 
-// ---- begin strata/communicator/hierarchical.hpp ----
-// strata/communicator/hierarchical.hpp — replicas in each process × processes over TCP.
-
-#include <cstddef>
-#include <cstdlib>
-#include <exception>
-#include <limits>
-#include <memory>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-#include <fmt/format.h>
-
-
-namespace strata::communicator {
-
-/// k replicas (threads) in each of n worker processes, as one group of k·n ranks: TF's
-/// MultiWorkerMirroredStrategy, where "each worker may have zero or more devices".
-///
-/// Rank g = worker · k + local replica. Each collective runs in three stages: among the local
-/// replicas (LocalCommunicator, no copies beyond the algorithm's), across workers between the
-/// local replicas 0 (TcpCommunicator), and back to the local replicas:
-///   all_reduce      local reduce to replica 0 → TCP all-reduce → local broadcast
-///   broadcast       local broadcast on the root's worker → TCP broadcast → local broadcast
-///   reduce          local reduce → TCP reduce to the root's worker → hand-over to the root
-///   all_gather      local all-gather into the worker's k blocks → TCP all-gather → local
-///                   broadcast
-///   reduce_scatter  local reduce → TCP reduce-scatter of k-block slices → local hand-out
-///   barrier         local barrier → TCP barrier → local barrier
-/// `mean` is a sum divided once, by k·n, at the end. All ranks agree bit for bit where the
-/// flat collective would (the results are computed once and copied).
-///
-/// Failures: an error on any replica of any worker fails both the local group and the TCP
-/// group, so every replica of every worker raises.
-template <class Inter = TcpCommunicator>
-class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommunicator<Inter>> {
-  friend class detail::CollectiveApi<HierarchicalCommunicator>;
-  using Intra = LocalCommunicator<>;
-
- public:
-  static constexpr std::string_view kName = "hierarchical";
-  static constexpr int kMaxSize = std::numeric_limits<int>::max();
-
-  /// The local replicas of this process in the cluster that `resolve_cluster()` finds
-  /// (TF_CONFIG, torchrun, OpenMPI, SLURM, or a one-worker cluster); element l is local
-  /// replica l. Every worker must run the same number of replicas and the same `tcp` options.
-  /// @throws ConfigurationError when workers run different numbers of replicas, or as
-  /// resolve_cluster and TcpCommunicator do.
-  static std::vector<HierarchicalCommunicator> create(int local_replicas,
-                                                      CommunicatorOptions options = {},
-                                                      TcpOptions tcp = {}) {
-    auto resolved = cluster::resolve_cluster();
-    const bool chief = resolved.is_chief();
-    Inter inter(membership_of(resolved), std::move(tcp), options);
-    return create(local_replicas, std::move(inter), options, chief);
-  }
-
-  /// The local replicas of this process over an existing cross-worker communicator.
-  static std::vector<HierarchicalCommunicator> create(int local_replicas, Inter inter,
-                                                      CommunicatorOptions options, bool chief) {
-    if (local_replicas < 1)
-      throw UsageError(inter.rank(), "HierarchicalCommunicator::create",
-                       fmt::format("a worker needs at least one replica, got {}", local_replicas),
-                       "pass a positive number of local replicas");
-    // Ranks are numbered worker · k + replica: every worker must agree on k.
-    std::int64_t k[2] = {local_replicas, -local_replicas};
-    inter.all_reduce(std::span<std::int64_t>(k), ReduceOp::max);
-    if (k[0] != -k[1])
-      throw ConfigurationError(inter.rank(), "HierarchicalCommunicator::create",
-                               fmt::format("workers run between {} and {} local replicas (this "
-                                           "worker {})",
-                                           -k[1], k[0], local_replicas),
-                               "start every worker with the same number of local replicas "
-                               "(STRATA_LOCAL_REPLICAS or --local-replicas)");
-    auto shared = std::make_shared<Shared>(std::move(inter), chief);
-    auto locals = Intra::create(local_replicas, options);
-    std::vector<HierarchicalCommunicator> ranks;
-    for (auto& local : locals)
-      ranks.push_back(HierarchicalCommunicator(shared, std::move(local)));
-    return ranks;
-  }
-
-  /// Default number of local replicas: STRATA_LOCAL_REPLICAS (set by strata-launch
-  /// --local-replicas), else 1, as TF's MultiWorkerMirroredStrategy on CPUs.
-  static int default_replicas() {
-    const char* text = std::getenv("STRATA_LOCAL_REPLICAS");  // NOLINT(concurrency-mt-unsafe)
-    if (text == nullptr || *text == '\0') return 1;
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    if (*end != '\0' || value < 1 || value > 4096)
-      throw ConfigurationError(-1, "STRATA_LOCAL_REPLICAS",
-                               fmt::format("'{}' is not a number of replicas", text),
-                               "set a positive integer, e.g. STRATA_LOCAL_REPLICAS=2");
-    return static_cast<int>(value);
-  }
-
-  HierarchicalCommunicator(HierarchicalCommunicator&&) noexcept = default;
-  HierarchicalCommunicator& operator=(HierarchicalCommunicator&&) noexcept = default;
-  ~HierarchicalCommunicator() = default;
-
-  int rank() const noexcept { return worker_rank() * local_size() + local_rank(); }
-  int size() const noexcept { return num_workers() * local_size(); }
-  int local_rank() const noexcept { return state_->local.rank(); }
-  int local_size() const noexcept { return state_->local.size(); }
-  int worker_rank() const noexcept { return state_->shared->inter.rank(); }
-  int num_workers() const noexcept { return state_->shared->inter.size(); }
-  /// The chief worker (TF's rule: the chief task, else worker 0) writes checkpoints and logs.
-  bool is_chief() const noexcept { return state_->shared->chief; }
-  const CommunicatorOptions& options() const noexcept { return state_->local.options(); }
-  /// The communicator between the workers (its options, e.g. `tcp_options()`).
-  const Inter& inter_worker() const noexcept { return state_->shared->inter; }
-
-  // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
-  // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
-
-  /// Fails the local group and the cross-worker group: every replica of every worker raises.
-  void abort(std::string_view reason) noexcept {
-    state_->local.abort(reason);
-    state_->shared->inter.abort(reason);
-  }
-
-  /// Combines one value per process across the workers (op over workers), from the thread
-  /// that drives the strategy between steps: Strategy::reduce uses it to reduce per-replica
-  /// results over the whole cluster.
-  template <Element T>
-  void combine_across_workers(std::span<T> values, ReduceOp op) {
-    state_->shared->inter.all_reduce(values, op);
-  }
-
- private:
-  struct Shared {
-    Shared(Inter i, bool c) : inter(std::move(i)), chief(c) {}
-    Inter inter;
-    bool chief;
-  };
-  struct State {
-    State(std::shared_ptr<Shared> s, Intra l) : shared(std::move(s)), local(std::move(l)) {}
-    std::shared_ptr<Shared> shared;
-    Intra local;
-    std::vector<std::byte> scratch;
-    std::vector<std::byte> handover;
-    detail::SerialExecutor executor;  // last: destroyed first, finishing queued calls
-  };
-
-  HierarchicalCommunicator(std::shared_ptr<Shared> shared, Intra local)
-      : state_(std::make_unique<State>(std::move(shared), std::move(local))) {}
-
-  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
-                               std::string_view what_to_do) {
-    UsageError error(rank(), to_string(kind), what, what_to_do);
-    abort(error.what());
-    throw error;
-  }
-
-  void run(const CollectiveCall& call, const CallOptions& options) {
-    state_->executor.drain();
-    execute(*state_, call, options);
-  }
-
-  Work submit(const CollectiveCall& call, const CallOptions& options) {
-    auto work = std::make_shared<detail::WorkState>();
-    State* state = state_.get();
-    state->executor.post([state, call, options, work] {
-      try {
-        execute(*state, call, options);
-        work->complete();
-      } catch (...) {
-        work->complete(std::current_exception());
-      }
-    });
-    return Work(std::move(work));
-  }
-
-  static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
-    try {
-      dispatch(state, call, options);
-    } catch (const std::exception& error) {
-      // One failed stage (a strata::Error, or std::bad_alloc) must release every replica of
-      // every worker.
-      state.local.abort(error.what());
-      state.shared->inter.abort(error.what());
-      throw;
-    }
-  }
-
-  template <class T>
-  static std::span<T> span_of(void* data, std::size_t count) {
-    return {static_cast<T*>(data), data == nullptr ? 0 : count};
-  }
-  template <class T>
-  static std::span<const T> cspan_of(const void* data, std::size_t count) {
-    return {static_cast<const T*>(data), data == nullptr ? 0 : count};
-  }
-
-  template <class T>
-  static std::span<T> scratch(std::vector<std::byte>& buffer, std::size_t count) {
-    if (buffer.size() < count * sizeof(T)) buffer.resize(count * sizeof(T));
-    return {reinterpret_cast<T*>(buffer.data()), count};
-  }
-
-  static void dispatch(State& state, const CollectiveCall& call, const CallOptions& options) {
-    visit_data_type(call.type,
-                    [&]<class T>(std::type_identity<T>) { run_typed<T>(state, call, options); });
-  }
-
-  template <class T>
-  static void run_typed(State& state, const CollectiveCall& call, const CallOptions& options) {
-    auto& local = state.local;
-    auto& inter = state.shared->inter;
-    const bool leader = local.rank() == 0;
-    const int k = local.size();
-    const int n = inter.size();
-    const ReduceOp partial = call.op == ReduceOp::mean ? ReduceOp::sum : call.op;
-    // Replicas wait in the local stages while replica 0 talks to the other workers: their
-    // budget covers both stages, and a failure there reaches them through abort().
-    CallOptions waiting = options;
-    waiting.timeout = 2 * options.timeout.value_or(local.options().timeout);
-    auto finish_mean = [&](std::span<T> data) {
-      if (call.op == ReduceOp::mean && !data.empty())
-        divide<T>(data, static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
-    };
-    const std::size_t count = call.count;
-    switch (call.kind) {
-      case Collective::all_reduce: {
-        auto out = span_of<T>(call.recv, count);
-        local.reduce(cspan_of<T>(call.send, count), leader ? out : std::span<T>{}, partial, 0,
-                     options);
-        if (leader) {
-          inter.all_reduce(out, partial, options);
-          finish_mean(out);
-        }
-        local.broadcast(out, 0, waiting);
-        break;
-      }
-      case Collective::broadcast: {
-        const int root_worker = call.root / k;
-        const int root_local = call.root % k;
-        auto out = span_of<T>(call.recv, count);
-        if (inter.rank() == root_worker) {
-          local.broadcast(cspan_of<T>(call.send, count), out, root_local, options);
-          if (leader) inter.broadcast(out, root_worker, options);
-        } else {
-          if (leader) inter.broadcast(out, root_worker, options);
-          local.broadcast(out, 0, waiting);
-        }
-        break;
-      }
-      case Collective::reduce: {
-        const int root_worker = call.root / k;
-        const int root_local = call.root % k;
-        auto sum = scratch<T>(state.scratch, leader ? count : 0);
-        local.reduce(cspan_of<T>(call.send, count), sum, partial, 0, options);
-        if (leader) inter.reduce(sum, partial, root_worker, options);
-        if (inter.rank() == root_worker) {
-          // Only the root's output changes: the result reaches it through a scratch buffer.
-          auto copy = scratch<T>(state.handover, count);
-          if (leader) std::copy(sum.begin(), sum.end(), copy.begin());
-          local.broadcast(copy, 0, waiting);
-          if (local.rank() == root_local) {
-            auto out = span_of<T>(call.recv, count);
-            std::copy(copy.begin(), copy.end(), out.begin());
-            finish_mean(out);
-          }
-        }
-        break;
-      }
-      case Collective::all_gather: {
-        auto out = span_of<T>(call.recv, count * static_cast<std::size_t>(k * n));
-        auto mine = out.subspan(static_cast<std::size_t>(inter.rank() * k) * count,
-                                static_cast<std::size_t>(k) * count);
-        local.all_gather(cspan_of<T>(call.send, count), mine, options);
-        if (leader) inter.all_gather(out, options);
-        local.broadcast(out, 0, waiting);
-        break;
-      }
-      case Collective::reduce_scatter: {
-        const std::size_t total = count * static_cast<std::size_t>(k * n);
-        auto sum = scratch<T>(state.scratch, leader ? total : 0);
-        local.reduce(cspan_of<T>(call.send, total), sum, partial, 0, options);
-        const std::size_t slice = count * static_cast<std::size_t>(k);
-        auto worker_slice = scratch<T>(state.handover, slice);
-        if (leader) {
-          inter.reduce_scatter(std::span<const T>(sum), worker_slice, partial, options);
-          finish_mean(worker_slice);
-        }
-        local.broadcast(worker_slice, 0, waiting);
-        auto out = span_of<T>(call.recv, count);
-        auto block = worker_slice.subspan(static_cast<std::size_t>(local.rank()) * count, count);
-        std::copy(block.begin(), block.end(), out.begin());
-        break;
-      }
-      case Collective::barrier:
-        local.barrier(options);
-        if (leader) inter.barrier(options);
-        local.barrier(waiting);
-        break;
-    }
-  }
-
-  std::unique_ptr<State> state_;
-};
-
-}  // namespace strata::communicator
-// ---- end strata/communicator/hierarchical.hpp ----
 // ---- begin strata/strategy.hpp ----
 // strata/strategy.hpp — Strategy<Placement, Communicator, Sync>: tf.distribute for C++ trainers.
 //
@@ -11330,6 +11860,959 @@ class ReplicaPool {
 
 }  // namespace strata::detail
 // ---- end strata/detail/replica_pool.hpp ----
+// ---- begin strata/resolve.hpp ----
+// strata/resolve.hpp — one call that finds this process's cluster, whatever launched it.
+//
+// `cluster::resolve_cluster` parses TF_CONFIG and the launchers' variables; ranks started by
+// torchrun, OpenMPI or SLURM must also exchange their addresses over the network, which this
+// layer wires in: the TCP address store (transport/tcp/address_exchange.hpp).
+
+#include <utility>
+
+// ---- begin strata/transport/tcp/address_exchange.hpp ----
+// strata/transport/tcp/address_exchange.hpp — how ranks of torchrun, OpenMPI and SLURM learn
+// where the others listen.
+//
+// Those launchers say where rank 0 runs, not where the other ranks listen. Each rank binds a
+// listening socket on the interface that routes toward the master, on a port the kernel picks,
+// and publishes it through the address store rank 0 serves (store.hpp). The socket stays bound
+// and is handed to the communicator, so no other program can take the port in between.
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+// ---- begin strata/transport/tcp/store.hpp ----
+// strata/transport/tcp/store.hpp — a one-shot address store: every rank publishes one short
+// string and learns everyone's.
+//
+// The torchrun, OpenMPI and SLURM resolvers know each process's rank and where rank 0 runs,
+// but not where the other ranks listen. Each rank binds its own listening socket, then calls
+// `exchange` with "host:port"; rank 0 serves a tiny TCP store on the master address for the
+// duration of the call, the others connect to it, and everyone leaves with the full table.
+//
+// Wire protocol (all integers big-endian; every length is checked before anything is
+// allocated for it):
+//
+//   request, client → rank 0:  magic u32 | version u16 | kind u16 (1 = register)
+//                              | rank u32 | world_size u32 | value_len u32 | value
+//   reply,   rank 0 → client:  magic u32 | version u16 | status u16 | world_size u32
+//                              | body_len u32 | body
+//     status 0 (ok):     body = world_size × (len u32 | bytes), in rank order
+//     any other status:  body = a message saying why the exchange failed
+//
+// After its request a client sends nothing more; rank 0 reads on, so that a client which
+// disconnects is forgotten and may register again (a retry after a broken connection).
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/transport/tcp/detail/store_client.hpp ----
+// strata/transport/tcp/detail/store_client.hpp — the other ranks' side of the address store.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+// ---- begin strata/transport/tcp/detail/store_protocol.hpp ----
+// strata/transport/tcp/detail/store_protocol.hpp — the address store's messages on the wire
+// (the layout is in transport/tcp/store.hpp).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace strata::transport::tcp::detail::store {
+
+inline constexpr std::uint32_t kMagic = 0x53545253;  // "STRS"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kKindRegister = 1;
+inline constexpr std::size_t kRequestBytes = 20;
+inline constexpr std::size_t kReplyHeaderBytes = 16;
+inline constexpr std::size_t kMaxMessageBytes = 4096;
+
+enum class Status : std::uint16_t {
+  kOk = 0,
+  kWorldSizeMismatch = 1,
+  kDuplicateRank = 2,
+  kTimedOut = 3,
+  kVersionMismatch = 4,
+};
+
+/// A client has this long to send its request once connected: real clients send it at once,
+/// so only stalled or hostile connections hit it, and each holds a socket until it does.
+inline constexpr std::chrono::milliseconds kRequestTimeout{5000};
+/// Rank 0's replies get at least this long to leave, even when the last rank registered just
+/// before the deadline.
+inline constexpr std::chrono::milliseconds kReplyGrace{1000};
+/// Connections that have not registered yet beyond this many are closed at once, so that a
+/// flood cannot exhaust rank 0's file descriptors.
+inline constexpr std::size_t kMaxPendingConnections = 256;
+inline constexpr std::chrono::milliseconds kFirstBackoff{10};
+inline constexpr std::chrono::milliseconds kMaxBackoff{1000};
+
+inline constexpr std::string_view kRaiseTimeout =
+    "raise the timeout (StoreOptions::timeout or STRATA_TIMEOUT)";
+
+inline void put_u16(std::uint8_t* out, std::uint16_t v) noexcept {
+  out[0] = static_cast<std::uint8_t>(v >> 8);
+  out[1] = static_cast<std::uint8_t>(v);
+}
+inline void put_u32(std::uint8_t* out, std::uint32_t v) noexcept {
+  for (int i = 0; i < 4; ++i)
+    out[i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
+}
+inline std::uint16_t get_u16(const std::uint8_t* in) noexcept {
+  return static_cast<std::uint16_t>((in[0] << 8) | in[1]);
+}
+inline std::uint32_t get_u32(const std::uint8_t* in) noexcept {
+  return (std::uint32_t{in[0]} << 24) | (std::uint32_t{in[1]} << 16) | (std::uint32_t{in[2]} << 8) |
+         std::uint32_t{in[3]};
+}
+
+inline void put_reply_header(std::uint8_t* out, Status status, std::uint32_t world_size,
+                             std::size_t body_bytes) noexcept {
+  put_u32(out, kMagic);
+  put_u16(out + 4, kVersion);
+  put_u16(out + 6, static_cast<std::uint16_t>(status));
+  put_u32(out + 8, world_size);
+  put_u32(out + 12, static_cast<std::uint32_t>(body_bytes));
+}
+
+inline std::vector<std::uint8_t> reply_header(Status status, std::uint32_t world_size,
+                                              std::size_t body_bytes) {
+  std::vector<std::uint8_t> out(kReplyHeaderBytes);
+  put_reply_header(out.data(), status, world_size, body_bytes);
+  return out;
+}
+
+inline std::vector<std::uint8_t> error_reply(Status status, std::uint32_t world_size,
+                                             std::string_view message) {
+  message = message.substr(0, kMaxMessageBytes);
+  // Sized once and filled in place: g++ 12 reports false -Warray-bounds and
+  // -Wstringop-overflow inside an inlined vector::insert or resize here.
+  std::vector<std::uint8_t> out(kReplyHeaderBytes + message.size());
+  put_reply_header(out.data(), status, world_size, message.size());
+  if (!message.empty()) std::memcpy(out.data() + kReplyHeaderBytes, message.data(), message.size());
+  return out;
+}
+
+/// "rank 2" / "ranks 2, 5" / "ranks 1, 2, ..., 16 and 84 more".
+inline std::string rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t kMaxListed = 16;
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size() && i < kMaxListed; ++i)
+    fmt::format_to(std::back_inserter(text), "{}{}", i == 0 ? "" : ", ", ranks[i]);
+  if (ranks.size() > kMaxListed)
+    fmt::format_to(std::back_inserter(text), " and {} more", ranks.size() - kMaxListed);
+  return text;
+}
+
+}  // namespace strata::transport::tcp::detail::store
+// ---- end strata/transport/tcp/detail/store_protocol.hpp ----
+// ---- begin strata/transport/tcp/store_options.hpp ----
+// strata/transport/tcp/store_options.hpp — where the address store is served and who calls it.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+
+namespace strata::transport::tcp {
+
+/// The longest value one rank may publish through `exchange`, in bytes.
+inline constexpr std::size_t kMaxStoreValueBytes = 1024;
+/// The largest world size `exchange` accepts (it bounds what rank 0 and every client
+/// allocate for the table).
+inline constexpr int kMaxStoreWorldSize = 1 << 20;
+
+/// Where the store is served and who is calling. Plain data: set the fields you care about.
+struct StoreOptions {
+  /// Address or host name where rank 0 serves the store (e.g. `LauncherEnvironment::
+  /// master_addr`). Rank 0 binds exactly this address, never all interfaces, so it must be
+  /// an address of rank 0's host that the other ranks can reach (beware host names that
+  /// /etc/hosts maps to 127.0.1.1 when ranks span hosts).
+  std::string host;
+  /// TCP port of the store (e.g. `LauncherEnvironment::master_port`); not 0 unless
+  /// `world_size` is 1.
+  std::uint16_t port = 0;
+  /// The calling process's rank in [0, world_size).
+  int rank = 0;
+  /// Number of ranks taking part; every rank must pass the same value.
+  int world_size = 1;
+  /// Budget of the whole call: rank 0 waits this long for every rank to register, the
+  /// others this long to reach rank 0 and get the table. Defaults to `STRATA_TIMEOUT` when
+  /// set, else 60 s (see `strata::default_timeout`).
+  std::chrono::milliseconds timeout = default_timeout();
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/store_options.hpp ----
+
+namespace strata::transport::tcp::detail::store {
+
+using asio::ip::tcp;
+
+/// Runs one asynchronous operation on `socket` until it completes or `until` passes; on
+/// timeout the socket is closed, which completes the operation with an error, and
+/// `timed_out` is set.
+template <class Start>
+std::error_code run_until(asio::io_context& io, tcp::socket& socket, Clock::time_point until,
+                          bool& timed_out, Start&& start) {
+  std::optional<std::error_code> result;
+  bool timer_done = false;
+  timed_out = false;
+  asio::steady_timer timer(io, until);
+  timer.async_wait([&](const std::error_code& ec) {
+    timer_done = true;
+    if (!ec && !result) {
+      timed_out = true;
+      std::error_code ignored;
+      socket.close(ignored);
+    }
+  });
+  std::forward<Start>(start)([&](const std::error_code& ec) {
+    result = ec;
+    timer.cancel();
+  });
+  io.restart();
+  while (!result || !timer_done)
+    io.run_one();
+  return *result;
+}
+
+/// One connection to the store, each step bounded by the attempt's deadline.
+class StoreConnection {
+ public:
+  explicit StoreConnection(Clock::time_point until) : until_(until) {}
+
+  /// Whether the last step ran out of time.
+  bool timed_out() const noexcept { return timed_out_; }
+
+  std::error_code connect(const std::vector<tcp::endpoint>& endpoints) {
+    return run_until(io_, socket_, until_, timed_out_, [&](auto done) {
+      asio::async_connect(socket_, endpoints,
+                          [done](const std::error_code& e, const tcp::endpoint&) { done(e); });
+    });
+  }
+
+  std::error_code write(asio::const_buffer bytes) {
+    return run_until(io_, socket_, until_, timed_out_, [&](auto done) {
+      asio::async_write(socket_, bytes, [done](const std::error_code& e, std::size_t) { done(e); });
+    });
+  }
+
+  std::error_code read(asio::mutable_buffer bytes) {
+    return run_until(io_, socket_, until_, timed_out_, [&](auto done) {
+      asio::async_read(socket_, bytes, [done](const std::error_code& e, std::size_t) { done(e); });
+    });
+  }
+
+ private:
+  asio::io_context io_{1};
+  tcp::socket socket_{io_};
+  Clock::time_point until_;
+  bool timed_out_ = false;
+};
+
+/// Why a step of an attempt failed, when trying again may help.
+inline std::string retry_reason(std::string_view step, const std::error_code& error,
+                                bool timed_out) {
+  if (timed_out) return fmt::format("{} timed out", step);
+  if (error == asio::error::eof || error == asio::error::connection_reset ||
+      error == asio::error::broken_pipe)
+    return "the store closed the connection";
+  return fmt::format("{}: {}", step, error.message());
+}
+
+inline ConfigurationError not_a_store(const StoreOptions& options, std::string_view where,
+                                      std::string_view why) {
+  return ConfigurationError(
+      options.rank, "store",
+      fmt::format("the service at {} is not a strata store of this version: {}", where, why),
+      "check the store's address and port (MASTER_ADDR, MASTER_PORT or STRATA_STORE_PORT): "
+      "another program may hold that port");
+}
+
+[[noreturn]] inline void throw_no_answer(const StoreOptions& options, std::string_view where,
+                                         const Deadline& deadline) {
+  throw TimeoutError(
+      options.rank, "store",
+      fmt::format("registered with the store at {}, but it did not answer within {} ms", where,
+                  deadline.budget().count()),
+      "rank 0 answers once every rank has registered: look for a rank that was not started "
+      "or points at another store, or raise the timeout (StoreOptions::timeout or "
+      "STRATA_TIMEOUT)");
+}
+
+/// What a reply's header announces, once it is known to come from a store of this version.
+struct ReplyHeader {
+  Status status;
+  std::uint32_t body_bytes;
+};
+
+inline ReplyHeader check_reply_header(const std::array<std::uint8_t, kReplyHeaderBytes>& header,
+                                      const StoreOptions& options, std::string_view where) {
+  if (get_u32(header.data()) != kMagic)
+    throw not_a_store(options, where, "its reply has the wrong magic number");
+  if (get_u16(header.data() + 4) != kVersion)
+    throw not_a_store(options, where,
+                      fmt::format("it speaks protocol version {}, this rank speaks version {}",
+                                  get_u16(header.data() + 4), kVersion));
+  const auto status = static_cast<Status>(get_u16(header.data() + 6));
+  const std::uint32_t world_size = get_u32(header.data() + 8);
+  const std::uint32_t body_bytes = get_u32(header.data() + 12);
+  const std::size_t max_body =
+      status == Status::kOk
+          ? static_cast<std::size_t>(options.world_size) * (4 + kMaxStoreValueBytes)
+          : kMaxMessageBytes;
+  if (body_bytes > max_body)
+    throw not_a_store(options, where, fmt::format("its reply announces {} bytes", body_bytes));
+  if (status == Status::kOk && world_size != static_cast<std::uint32_t>(options.world_size))
+    throw not_a_store(options, where,
+                      fmt::format("it answered with a table of {} ranks instead of {}", world_size,
+                                  options.world_size));
+  return {status, body_bytes};
+}
+
+/// Raises what rank 0's store reported instead of the table.
+[[noreturn]] inline void throw_store_gave_up(Status status, const std::vector<std::uint8_t>& body,
+                                             const StoreOptions& options, std::string_view where) {
+  const std::string why(body.begin(), body.end());
+  const std::string happened = fmt::format("the store at {} gave up: {}", where, why);
+  switch (status) {
+    case Status::kTimedOut:
+      throw TimeoutError(options.rank, "store", happened,
+                         "check that every rank was started, with the same store address and "
+                         "world size, or raise the timeout (StoreOptions::timeout or "
+                         "STRATA_TIMEOUT)");
+    case Status::kWorldSizeMismatch:
+      throw ConfigurationError(options.rank, "store", happened,
+                               "start every rank with the same world size");
+    case Status::kDuplicateRank:
+      throw ConfigurationError(options.rank, "store", happened,
+                               "give every process its own rank: two processes claim the same "
+                               "one (or two jobs share the store's port)");
+    case Status::kVersionMismatch:
+      throw ConfigurationError(options.rank, "store", happened,
+                               "build every rank against the same strata version");
+    default:
+      throw not_a_store(options, where,
+                        fmt::format("unknown status {}", static_cast<unsigned>(status)));
+  }
+}
+
+/// The table of a successful reply: one length-prefixed value per rank, nothing after.
+inline std::vector<std::string> parse_table(const std::vector<std::uint8_t>& body,
+                                            const StoreOptions& options, std::string_view where) {
+  std::vector<std::string> values;
+  values.reserve(static_cast<std::size_t>(options.world_size));
+  std::size_t pos = 0;
+  for (int r = 0; r < options.world_size; ++r) {
+    if (body.size() - pos < 4) throw not_a_store(options, where, "its table is truncated");
+    const std::uint32_t length = get_u32(body.data() + pos);
+    pos += 4;
+    if (length > kMaxStoreValueBytes || body.size() - pos < length)
+      throw not_a_store(options, where, "its table holds an invalid length");
+    values.emplace_back(reinterpret_cast<const char*>(body.data() + pos), length);
+    pos += length;
+  }
+  if (pos != body.size()) throw not_a_store(options, where, "its table has trailing bytes");
+  return values;
+}
+
+/// One attempt of a non-zero rank: connect, register, read the reply. Returns the table, or
+/// nullopt with the reason to try again in `retry_why`; throws when retrying cannot help.
+inline std::optional<std::vector<std::string>> attempt(const StoreOptions& options,
+                                                       const std::vector<std::uint8_t>& request,
+                                                       const Deadline& deadline,
+                                                       std::string& retry_why) {
+  const std::string where = endpoint_text(options.host, options.port);
+  std::error_code ec;
+  const auto endpoints = resolve_endpoints<tcp>(options.host, options.port, ec);
+  if (ec) {
+    retry_why = fmt::format("cannot resolve {}: {}", options.host, ec.message());
+    return std::nullopt;
+  }
+  StoreConnection connection(deadline.time_point());
+  auto failed = [&](std::string_view step, const std::error_code& error) {
+    retry_why = retry_reason(step, error, connection.timed_out());
+    return std::nullopt;
+  };
+  ec = connection.connect(endpoints);
+  if (ec) return failed("connect", ec);
+  ec = connection.write(asio::buffer(request));
+  if (ec) return failed("send", ec);
+  std::array<std::uint8_t, kReplyHeaderBytes> header{};
+  ec = connection.read(asio::buffer(header));
+  if (connection.timed_out()) throw_no_answer(options, where, deadline);
+  if (ec) return failed("receive", ec);
+  const ReplyHeader reply = check_reply_header(header, options, where);
+  std::vector<std::uint8_t> body(reply.body_bytes);
+  ec = connection.read(asio::buffer(body));
+  if (ec) return failed("receive", ec);
+  if (reply.status != Status::kOk) throw_store_gave_up(reply.status, body, options, where);
+  return parse_table(body, options, where);
+}
+
+inline std::vector<std::string> register_with(const StoreOptions& options, std::string_view value,
+                                              const Deadline& deadline) {
+  // Sized once and filled in place: g++ 12 at -O3 reports a false -Warray-bounds inside an
+  // inlined vector::insert here.
+  std::vector<std::uint8_t> request(kRequestBytes + value.size());
+  put_u32(request.data(), kMagic);
+  put_u16(request.data() + 4, kVersion);
+  put_u16(request.data() + 6, kKindRegister);
+  put_u32(request.data() + 8, static_cast<std::uint32_t>(options.rank));
+  put_u32(request.data() + 12, static_cast<std::uint32_t>(options.world_size));
+  put_u32(request.data() + 16, static_cast<std::uint32_t>(value.size()));
+  if (!value.empty()) std::memcpy(request.data() + kRequestBytes, value.data(), value.size());
+
+  // Jitter spreads the reconnects of many ranks waiting for the same rank 0.
+  std::minstd_rand random(std::random_device{}() ^ static_cast<unsigned>(options.rank));
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  auto backoff = kFirstBackoff;
+  std::string why = "no attempt was made";
+  while (!deadline.expired()) {
+    if (auto values = attempt(options, request, deadline, why)) return std::move(*values);
+    const auto pause = std::chrono::duration_cast<Clock::duration>(backoff * jitter(random));
+    std::this_thread::sleep_until(std::min(Clock::now() + pause, deadline.time_point()));
+    backoff = std::min(backoff * 2, kMaxBackoff);
+  }
+  throw TimeoutError(
+      options.rank, "store",
+      fmt::format("could not reach the store at {} within {} ms (last attempt: {})",
+                  endpoint_text(options.host, options.port), deadline.budget().count(), why),
+      "check that rank 0 is running and that every rank uses its address and port (MASTER_ADDR, "
+      "MASTER_PORT or STRATA_STORE_PORT), or raise the timeout (StoreOptions::timeout or "
+      "STRATA_TIMEOUT)");
+}
+
+}  // namespace strata::transport::tcp::detail::store
+// ---- end strata/transport/tcp/detail/store_client.hpp ----
+// ---- begin strata/transport/tcp/detail/store_server.hpp ----
+// strata/transport/tcp/detail/store_server.hpp — rank 0's side of the address store.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+
+namespace strata::transport::tcp::detail::store {
+
+using asio::ip::tcp;
+
+/// Rank 0's side: serves the store until every rank has registered, the deadline passes, or
+/// the exchange fails. Single-threaded: every handler runs inside `run()`.
+class Server {
+ public:
+  Server(const StoreOptions& options, std::string_view own_value, const Deadline& deadline)
+      : options_(options),
+        deadline_(deadline),
+        where_(endpoint_text(options.host, options.port)),
+        acceptor_(io_),
+        deadline_timer_(io_),
+        retry_timer_(io_),
+        reply_timer_(io_),
+        values_(static_cast<std::size_t>(options.world_size)),
+        registered_(static_cast<std::size_t>(options.world_size)) {
+    values_[0] = std::string(own_value);
+    registered_count_ = 1;
+  }
+
+  std::vector<std::string> run() {
+    bind();
+    accept();
+    deadline_timer_.expires_at(deadline_.time_point());
+    deadline_timer_.async_wait([this](const std::error_code& ec) {
+      if (!ec && phase_ == Phase::kCollecting) time_out();
+    });
+    // Timers end every phase; this bound only guards against a bug leaving us waiting.
+    const auto hard_stop =
+        std::max(deadline_.time_point(), Clock::now()) + kReplyGrace + std::chrono::seconds(1);
+    while (phase_ != Phase::kDone) {
+      if (io_.run_one_until(hard_stop) == 0) break;
+    }
+    close_all();
+    if (failure_) std::rethrow_exception(failure_);
+    if (phase_ != Phase::kDone)
+      throw TimeoutError(0, "store",
+                         fmt::format("the store at {} did not finish within {} ms", where_,
+                                     deadline_.budget().count()),
+                         kRaiseTimeout);
+    std::vector<std::string> result;
+    result.reserve(values_.size());
+    for (auto& value : values_)
+      result.push_back(std::move(*value));
+    return result;
+  }
+
+ private:
+  enum class Phase { kCollecting, kReplying, kDone };
+
+  struct Connection {
+    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    std::array<std::uint8_t, kRequestBytes> request{};
+    std::string value;
+    std::array<std::uint8_t, 1> probe{};
+    int rank = -1;
+  };
+  using ConnectionPtr = std::shared_ptr<Connection>;
+
+  void bind() {
+    const std::string_view kOtherPort =
+        "choose another port (MASTER_PORT or STRATA_STORE_PORT) or stop the process that holds "
+        "it";
+    const std::string_view kLocalAddress =
+        "the store's host (MASTER_ADDR) must name an address of rank 0's own host";
+    std::error_code ec;
+    const auto endpoints = resolve_endpoints<tcp>(options_.host, options_.port, ec);
+    if (ec)
+      throw ConfigurationError(
+          0, "store", fmt::format("cannot resolve the store's host {}: {}", where_, ec.message()),
+          kLocalAddress);
+    std::error_code first_error;
+    for (const auto& endpoint : endpoints) {
+      if (endpoint.address().is_unspecified())
+        throw ConfigurationError(
+            0, "store",
+            fmt::format("{} names every interface, not a host the other ranks can reach", where_),
+            "set the store's host (MASTER_ADDR) to an address of rank 0's host");
+      std::error_code attempt;
+      acceptor_.open(endpoint.protocol(), attempt);
+      // Lets a restarted job rebind while the previous run's connections sit in TIME_WAIT;
+      // on Linux it does not let two live listeners share the port.
+      if (!attempt) acceptor_.set_option(tcp::acceptor::reuse_address(true), attempt);
+      if (!attempt) acceptor_.bind(endpoint, attempt);
+      if (!attempt) acceptor_.listen(asio::socket_base::max_listen_connections, attempt);
+      if (!attempt) return;
+      std::error_code ignored;
+      acceptor_.close(ignored);
+      if (!first_error) first_error = attempt;
+    }
+    if (first_error == asio::error::address_in_use)
+      throw ConfigurationError(
+          0, "store",
+          fmt::format("cannot serve the store on {}: the port is already in use", where_),
+          kOtherPort);
+    if (first_error == std::error_code(EADDRNOTAVAIL, asio::error::get_system_category()))
+      throw ConfigurationError(
+          0, "store",
+          fmt::format("cannot serve the store on {}: the address is not one of this host's",
+                      where_),
+          kLocalAddress);
+    throw ConfigurationError(
+        0, "store", fmt::format("cannot serve the store on {}: {}", where_, first_error.message()),
+        kOtherPort);
+  }
+
+  void accept() {
+    acceptor_.async_accept([this](const std::error_code& ec, tcp::socket socket) {
+      if (phase_ != Phase::kCollecting) return;
+      if (ec) {
+        if (ec == asio::error::operation_aborted) return;
+        // Out of descriptors or a connection reset before it was accepted: try again shortly
+        // rather than spinning.
+        retry_timer_.expires_after(std::chrono::milliseconds(10));
+        retry_timer_.async_wait([this](const std::error_code& timer_ec) {
+          if (!timer_ec && phase_ == Phase::kCollecting) accept();
+        });
+        return;
+      }
+      if (pending_.size() < kMaxPendingConnections) {
+        read_request(std::make_shared<Connection>(std::move(socket)));
+      } else {
+        std::error_code ignored;
+        socket.close(ignored);
+      }
+      accept();
+    });
+  }
+
+  void read_request(const ConnectionPtr& connection) {
+    pending_.insert(connection);
+    connection->timer.expires_at(std::min(Clock::now() + kRequestTimeout, deadline_.time_point()));
+    connection->timer.async_wait([this, connection](const std::error_code& ec) {
+      if (!ec && phase_ == Phase::kCollecting) drop(connection);
+    });
+    asio::async_read(connection->socket, asio::buffer(connection->request),
+                     [this, connection](const std::error_code& ec, std::size_t) {
+                       if (phase_ != Phase::kCollecting) return;
+                       if (ec) return drop(connection);
+                       on_request(connection);
+                     });
+  }
+
+  void on_request(const ConnectionPtr& connection) {
+    const std::uint8_t* in = connection->request.data();
+    if (get_u32(in) != kMagic) return drop(connection);  // not one of ours
+    if (get_u16(in + 4) != kVersion) {
+      // A rank built against another protocol version: tell it why, and go on without it.
+      auto reply = std::make_shared<std::vector<std::uint8_t>>(error_reply(
+          Status::kVersionMismatch, static_cast<std::uint32_t>(options_.world_size),
+          fmt::format("the store at {} speaks protocol version {}, the rank speaks version {}",
+                      where_, kVersion, get_u16(in + 4))));
+      pending_.erase(connection);
+      asio::async_write(connection->socket, asio::buffer(*reply),
+                        [connection, reply](const std::error_code&, std::size_t) {
+                          std::error_code ignored;
+                          connection->socket.close(ignored);
+                        });
+      return;
+    }
+    if (get_u16(in + 6) != kKindRegister) return drop(connection);
+    const std::uint32_t rank = get_u32(in + 8);
+    const std::uint32_t world_size = get_u32(in + 12);
+    const std::uint32_t value_bytes = get_u32(in + 16);
+    if (world_size != static_cast<std::uint32_t>(options_.world_size)) {
+      const std::string why = fmt::format(
+          "rank {} registered with world size {}, but the store at {} (rank 0) has world size "
+          "{}",
+          rank, world_size, where_, options_.world_size);
+      return fail(std::make_exception_ptr(ConfigurationError(
+                      0, "store", why, "start every rank with the same world size")),
+                  Status::kWorldSizeMismatch, why, connection);
+    }
+    if (rank >= world_size || value_bytes > kMaxStoreValueBytes) return drop(connection);
+    connection->rank = static_cast<int>(rank);
+    connection->value.resize(value_bytes);
+    asio::async_read(connection->socket, asio::buffer(connection->value),
+                     [this, connection](const std::error_code& ec, std::size_t) {
+                       if (phase_ != Phase::kCollecting) return;
+                       if (ec) return drop(connection);
+                       on_register(connection);
+                     });
+  }
+
+  void on_register(const ConnectionPtr& connection) {
+    const auto rank = static_cast<std::size_t>(connection->rank);
+    if (rank == 0 || registered_[rank]) {
+      const std::string why =
+          fmt::format("rank {} registered twice with the store at {}", rank, where_);
+      constexpr std::string_view kWhatToDo =
+          "give every process its own rank: two processes claim the same one (or two jobs share "
+          "the store's port)";
+      return fail(std::make_exception_ptr(ConfigurationError(0, "store", why, kWhatToDo)),
+                  Status::kDuplicateRank, why, connection);
+    }
+    pending_.erase(connection);
+    connection->timer.cancel();
+    registered_[rank] = connection;
+    values_[rank] = std::move(connection->value);
+    if (++registered_count_ == options_.world_size) return succeed();
+    // Clients send nothing after registering, so this read completes only when the client
+    // goes away (or misbehaves): forget it then, so that a retry can register again.
+    connection->socket.async_read_some(asio::buffer(connection->probe),
+                                       [this, connection](const std::error_code&, std::size_t) {
+                                         if (phase_ != Phase::kCollecting) return;
+                                         const auto r = static_cast<std::size_t>(connection->rank);
+                                         if (registered_[r] != connection) return;
+                                         registered_[r].reset();
+                                         values_[r].reset();
+                                         --registered_count_;
+                                         std::error_code ignored;
+                                         connection->socket.close(ignored);
+                                       });
+  }
+
+  void drop(const ConnectionPtr& connection) {
+    pending_.erase(connection);
+    std::error_code ignored;
+    connection->socket.close(ignored);
+    connection->timer.cancel();
+  }
+
+  void time_out() {
+    std::vector<int> missing;
+    for (std::size_t r = 0; r < values_.size(); ++r)
+      if (!values_[r]) missing.push_back(static_cast<int>(r));
+    const std::string why = fmt::format("{} did not register with the store at {} within {} ms",
+                                        rank_list(missing), where_, deadline_.budget().count());
+    constexpr std::string_view kWhatToDo =
+        "check that every rank was started, with the same store address and world size, or "
+        "raise the timeout (StoreOptions::timeout or STRATA_TIMEOUT)";
+    fail(std::make_exception_ptr(TimeoutError(0, "store", why, kWhatToDo)), Status::kTimedOut, why,
+         nullptr);
+  }
+
+  // Ends the collection with an error: every registered rank (and `culprit`) is told why.
+  void fail(std::exception_ptr failure, Status status, std::string_view why,
+            const ConnectionPtr& culprit) {
+    failure_ = std::move(failure);
+    reply_ = error_reply(status, static_cast<std::uint32_t>(options_.world_size), why);
+    std::vector<ConnectionPtr> targets;
+    for (const auto& connection : registered_)
+      if (connection) targets.push_back(connection);
+    if (culprit) {
+      pending_.erase(culprit);
+      targets.push_back(culprit);
+    }
+    send_replies(std::move(targets), Clock::now() + kReplyGrace);
+  }
+
+  void succeed() {
+    std::size_t body_bytes = 0;
+    for (const auto& value : values_)
+      body_bytes += 4 + value->size();
+    reply_ = reply_header(Status::kOk, static_cast<std::uint32_t>(options_.world_size), body_bytes);
+    reply_.reserve(kReplyHeaderBytes + body_bytes);
+    for (const auto& value : values_) {
+      std::array<std::uint8_t, 4> length{};
+      put_u32(length.data(), static_cast<std::uint32_t>(value->size()));
+      reply_.insert(reply_.end(), length.begin(), length.end());
+      reply_.insert(reply_.end(), value->begin(), value->end());
+    }
+    std::vector<ConnectionPtr> targets;
+    for (const auto& connection : registered_)
+      if (connection) targets.push_back(connection);
+    send_replies(std::move(targets), std::max(Clock::now() + kReplyGrace, deadline_.time_point()));
+  }
+
+  void send_replies(std::vector<ConnectionPtr> targets, Clock::time_point until) {
+    phase_ = Phase::kReplying;
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    deadline_timer_.cancel();
+    retry_timer_.cancel();
+    for (const auto& connection : pending_) {
+      connection->socket.close(ignored);
+      connection->timer.cancel();
+    }
+    pending_.clear();
+    outstanding_writes_ = targets.size();
+    if (outstanding_writes_ == 0) {
+      phase_ = Phase::kDone;
+      return;
+    }
+    reply_timer_.expires_at(until);
+    reply_timer_.async_wait([this, targets](const std::error_code& ec) {
+      if (ec || phase_ != Phase::kReplying) return;
+      // Ranks that do not take their reply in time fail on their own deadline.
+      std::error_code close_ignored;
+      for (const auto& connection : targets)
+        connection->socket.close(close_ignored);
+    });
+    for (const auto& connection : targets) {
+      asio::async_write(connection->socket, asio::buffer(reply_),
+                        [this, connection](const std::error_code&, std::size_t) {
+                          if (--outstanding_writes_ == 0) {
+                            phase_ = Phase::kDone;
+                            reply_timer_.cancel();
+                          }
+                        });
+    }
+  }
+
+  void close_all() {
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    for (const auto& connection : pending_)
+      connection->socket.close(ignored);
+    for (const auto& connection : registered_)
+      if (connection) connection->socket.close(ignored);
+    // Handlers still queued only drop their references when io_ is destroyed; none runs.
+  }
+
+  const StoreOptions& options_;
+  const Deadline& deadline_;
+  const std::string where_;
+  asio::io_context io_{1};
+  tcp::acceptor acceptor_;
+  asio::steady_timer deadline_timer_;
+  asio::steady_timer retry_timer_;
+  asio::steady_timer reply_timer_;
+  std::vector<std::optional<std::string>> values_;
+  std::vector<ConnectionPtr> registered_;
+  std::set<ConnectionPtr> pending_;
+  int registered_count_ = 0;
+  Phase phase_ = Phase::kCollecting;
+  std::exception_ptr failure_;
+  std::vector<std::uint8_t> reply_;
+  std::size_t outstanding_writes_ = 0;
+};
+
+}  // namespace strata::transport::tcp::detail::store
+// ---- end strata/transport/tcp/detail/store_server.hpp ----
+
+namespace strata::transport::tcp {
+
+/// Exchanges one short value per rank; returns the values of all ranks, in rank order.
+///
+/// Every rank calls it once with its own value. Rank 0 binds `host:port`, contributes its own
+/// value and serves the others until all `world_size` ranks have registered, then sends each
+/// the table and returns. The other ranks connect, retrying with exponential backoff (10 ms
+/// doubling to 1 s, with jitter) while rank 0 is not up yet, register, and wait for the table.
+/// With `world_size == 1` it returns `{value}` without touching the network.
+///
+/// The call runs an asio io_context in the calling thread and leaves no thread, socket or
+/// timer behind. Connections that send garbage, oversized fields or nothing at all are
+/// dropped (each within a short read deadline of its own) without affecting the exchange.
+/// A fatal error seen by rank 0 (timeout, duplicate rank, world size mismatch) is sent to
+/// every connected rank, so that all of them fail with the same reason at once.
+///
+/// Example (each rank, after binding its own listener on `port`):
+/// ```
+/// const auto launch = strata::cluster::torchrun_environment(process_environment()).value();
+/// const std::vector<std::string> peers = strata::transport::tcp::exchange(
+///     {.host = launch.master_addr, .port = launch.master_port, .rank = launch.rank,
+///      .world_size = launch.world_size},
+///     fmt::format("{}:{}", local_address_toward(launch.master_addr, launch.master_port), port));
+/// ```
+///
+/// @param options  where the store is and who is calling.
+/// @param value    this rank's value, at most `kMaxStoreValueBytes` bytes (any bytes).
+/// @throws UsageError when `options` or `value` break the limits above.
+/// @throws ConfigurationError on rank 0 when `host:port` cannot be bound (port in use,
+///   address not local); on any rank when ranks disagree about the world size or two
+///   processes claim the same rank, or when the service at `host:port` is not a strata store.
+/// @throws TimeoutError on rank 0 naming the ranks that did not register in time; on the
+///   others when the store could not be reached (naming the last error, e.g. "connection
+///   refused" or "the store closed the connection") or did not answer in time.
+/// Cost: one round trip per rank to rank 0; rank 0 sends world_size × (4 + value) bytes to
+///   each rank.
+inline std::vector<std::string> exchange(const StoreOptions& options, std::string_view value) {
+  const auto usage = [&](const std::string& why, std::string_view what_to_do) {
+    return UsageError(options.rank, "store", why, what_to_do);
+  };
+  if (options.world_size < 1 || options.world_size > kMaxStoreWorldSize)
+    throw usage(fmt::format("world size {} is out of range", options.world_size),
+                fmt::format("pass a world size between 1 and {}", kMaxStoreWorldSize));
+  if (options.rank < 0 || options.rank >= options.world_size)
+    throw usage(
+        fmt::format("rank {} is out of range for world size {}", options.rank, options.world_size),
+        "pass a rank in [0, world_size)");
+  if (value.size() > kMaxStoreValueBytes)
+    throw usage(fmt::format("the value is {} bytes long", value.size()),
+                fmt::format("publish at most {} bytes per rank", kMaxStoreValueBytes));
+  if (options.world_size == 1) return {std::string(value)};
+  if (options.host.empty() || options.port == 0)
+    throw usage(fmt::format("the store's address {} is incomplete",
+                            endpoint_text(options.host, options.port)),
+                "pass the host and a non-zero port where rank 0 serves the store");
+  if (options.timeout <= std::chrono::milliseconds::zero())
+    throw usage(fmt::format("the timeout {} ms is not positive", options.timeout.count()),
+                "pass a positive timeout");
+
+  const Deadline deadline = Deadline::after(options.timeout);
+  if (options.rank == 0) return detail::store::Server(options, value, deadline).run();
+  return detail::store::register_with(options, value, deadline);
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/store.hpp ----
+
+namespace strata::transport::tcp {
+
+/// The `cluster::AddressExchange` over the TCP address store: binds this rank's listener and
+/// exchanges every rank's "host:port" through the store on `launcher.master_addr:master_port`.
+/// @throws ConfigurationError when no listener can be bound or a published address is not one;
+/// TimeoutError and the other errors of `exchange` (store.hpp).
+inline cluster::ExchangedAddresses exchange_addresses(const cluster::LauncherEnvironment& launcher,
+                                                      std::chrono::milliseconds timeout) {
+  const std::string host = local_address_toward(launcher.master_addr, launcher.master_port);
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address(host, ec), 0);
+  if (!ec) acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(launcher.rank, launcher.launcher,
+                             fmt::format("cannot listen on {}: {}", host, ec.message()),
+                             "check the network configuration of this host");
+  const cluster::Address own{host, acceptor.local_endpoint().port()};
+  StoreOptions store;
+  store.host = launcher.master_addr;
+  store.port = launcher.master_port;
+  store.rank = launcher.rank;
+  store.world_size = launcher.world_size;
+  store.timeout = timeout;
+  const auto values = transport::tcp::exchange(store, own.to_string());
+  cluster::ExchangedAddresses exchanged;
+  for (const std::string& value : values)
+    exchanged.addresses.push_back(cluster::parse_address(value, launcher.launcher));
+  exchanged.listener = cluster::ListeningSocket(acceptor.release());
+  return exchanged;
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/address_exchange.hpp ----
+
+namespace strata {
+
+/// `cluster::resolve_cluster(options)`, with the TCP address exchange unless `options.exchange`
+/// names another: explicit arguments, TF_CONFIG, torchrun, OpenMPI, SLURM, or one worker.
+///
+/// Example:
+/// @code
+///   auto resolved = strata::resolve_cluster();
+///   strata::communicator::TcpCommunicator comm(strata::communicator::membership_of(resolved));
+/// @endcode
+/// @throws as `cluster::resolve_cluster` and `transport::tcp::exchange_addresses` do.
+inline cluster::ResolvedCluster resolve_cluster(cluster::ResolveOptions options = {}) {
+  if (!options.exchange) options.exchange = transport::tcp::exchange_addresses;
+  return cluster::resolve_cluster(std::move(options));
+}
+
+}  // namespace strata
+// ---- end strata/resolve.hpp ----
 // ---- begin strata/sync/sync.hpp ----
 // strata/sync/sync.hpp — the Sync concept: when and how updates meet the variables.
 
@@ -11344,9 +12827,12 @@ namespace strata::sync {
 ///      has contributed its gradient: Mirrored copies stay identical only if it does, so a
 ///      strategy rejects a per-replica-copy placement with a sync that does not;
 ///   3. `S::apply_gradients(context, optimizer, gradient, variable)` and
-///      `S::assign(context, variable, value)` are static function templates that move
-///      gradients and values to the variables for any `ReplicaContext` (checked where a
-///      strategy uses them: they are templates over the context).
+///      `S::assign(context, variable, value)` are static function templates that decide when
+///      and how gradients and values meet the variables for any `ReplicaContext` (checked where
+///      a strategy uses them: they are templates over the context). They use only what the
+///      Placement concept states (`kUpdateSite`, `apply`, `write_target`) and the context's
+///      communicator, never which placement they got, so a new placement needs no new sync
+///      policy and a new sync policy works with every placement.
 /// It leaves out the transport (the communicator's job) and the storage (the placement's).
 template <class S>
 concept Sync = requires {
@@ -11393,6 +12879,8 @@ class ReplicaContext {
   using placement_type = typename StrategyType::placement_type;
   using communicator_type = typename StrategyType::communicator_type;
   using sync_type = typename StrategyType::sync_type;
+  template <std::floating_point T>
+  using variable_type = typename placement_type::template variable_type<T>;
 
   /// `local_replica`: this replica's index among the replicas of this process (which copy of
   /// a mirrored variable it owns).
@@ -11430,15 +12918,16 @@ class ReplicaContext {
     communicator_->all_gather(local, gathered);
   }
 
-  /// This replica's view of `variable` (its own copy under Mirrored, the shared one otherwise).
+  /// This replica's view of `variable`, as the placement stores it (its own copy under
+  /// Mirrored, the shared one under CentralStorage).
   template <std::floating_point T>
-  std::span<const T> read(const placement::Variable<T>& variable) const noexcept {
-    return variable.copy(copy_index());
+  std::span<const T> read(const variable_type<T>& variable) const noexcept {
+    return placement_type::read(variable, local_replica_);
   }
 
   /// Sets `variable` to the aggregation of every replica's `value` (see VariableAggregation).
   template <std::floating_point T>
-  void assign(placement::Variable<T>& variable, std::span<const std::type_identity_t<T>> value) {
+  void assign(variable_type<T>& variable, std::span<const std::type_identity_t<T>> value) {
     sync_type::assign(*this, variable, value);
   }
 
@@ -11449,29 +12938,61 @@ class ReplicaContext {
   /// than one replica; communicator errors as documented there.
   template <class O, std::floating_point T>
   requires optim::Optimizer<O, T>
-  void apply_gradients(const O& optimizer, std::span<T> gradient,
-                       placement::Variable<T>& variable) {
+  void apply_gradients(const O& optimizer, std::span<T> gradient, variable_type<T>& variable) {
     sync_type::apply_gradients(*this, optimizer, gradient, variable);
   }
 
  private:
-  std::size_t copy_index() const noexcept {
-    return placement_type::kCopyPerReplica ? static_cast<std::size_t>(local_replica_) : 0;
-  }
-
   communicator_type* communicator_;
   int replica_;
   int num_replicas_;
   int local_replica_;
 };
 
-/// A distribution strategy composed of a Placement (where variables live), a Communicator
-/// (how replicas exchange data) and a Sync policy (when updates meet the variables).
+/// A distribution strategy composed of a Placement (where variables live and how replicas
+/// read and update them), a Communicator (how replicas exchange data, modelling
+/// communicator::ReplicaGroup) and a Sync policy (when updates meet the variables).
 ///
-/// Invalid compositions fail to compile with a sentence that says what to use instead.
+/// A policy that lacks a member, and an invalid composition, fail to compile with a sentence
+/// that names what is missing or wrong and what to use instead.
 /// Thread safety: drive a strategy from one thread; `run` starts the replica threads itself.
-template <placement::Placement P, communicator::Communicator C, sync::Sync S>
+template <class P, class C, class S>
 class Strategy {
+  static_assert(
+      requires { P::kName; } && requires { P::kMaxReplicas; },
+      "strata::Strategy: the placement lacks `static constexpr std::string_view kName` "
+      "or `static constexpr int kMaxReplicas` (the most replicas it runs in one "
+      "process); see placement::Placement.");
+  static_assert(
+      requires {
+        { P::kUpdateSite } -> std::convertible_to<placement::UpdateSite>;
+      },
+      "strata::Strategy: the placement lacks `static constexpr UpdateSite "
+      "kUpdateSite`, which tells the sync policy where updates are applied; see "
+      "placement::Placement.");
+  static_assert(placement::detail::PlacesVariablesOf<P, float>,
+                "strata::Strategy: the placement lacks a member for variables: "
+                "`variable_type<T>`, `create<T>(replicas, initial, aggregation)`, `read`, "
+                "`write_target` or `apply`; see placement::Placement.");
+  static_assert(communicator::Communicator<C>,
+                "strata::Strategy: the communicator lacks a collective, `barrier`, `abort` or "
+                "`kName`; see communicator::Communicator.");
+  static_assert(communicator::detail::HasMaxSize<C>,
+                "strata::Strategy: the communicator lacks `static constexpr int kMaxSize` (the "
+                "most ranks its group holds); see communicator::ReplicaGroup.");
+  static_assert(communicator::detail::SaysWhetherItSpansProcesses<C>,
+                "strata::Strategy: the communicator lacks `static constexpr bool "
+                "kSpansProcesses` (whether its group reaches other processes); see "
+                "communicator::ReplicaGroup.");
+  static_assert(communicator::ReplicaGroup<C>,
+                "strata::Strategy: the communicator lacks `create`: `create(replicas, options)` "
+                "in one process, or `create(local_replicas, cluster, options)`, `is_chief()` and "
+                "`combine_across_workers(values, op)` across processes; see "
+                "communicator::ReplicaGroup.");
+  static_assert(sync::Sync<S>,
+                "strata::Strategy: the sync policy lacks `static constexpr std::string_view "
+                "kName` or `static constexpr bool kWaitsForAllReplicas`; see sync::Sync.");
+
   static constexpr bool kManyReplicas = P::kMaxReplicas > 1;
   static constexpr bool kCommunicatorConnectsMany = C::kMaxSize > 1;
 
@@ -11484,7 +13005,7 @@ class Strategy {
                 "strata::Strategy: this placement runs exactly one replica, so a communicator "
                 "between replicas would never carry anything; use SelfCommunicator (as "
                 "OneDeviceStrategy and DefaultStrategy do).");
-  static_assert(!P::kCopyPerReplica || S::kWaitsForAllReplicas,
+  static_assert(P::kUpdateSite != placement::UpdateSite::every_replica || S::kWaitsForAllReplicas,
                 "strata::Strategy: a placement with a copy per replica (Mirrored) stays "
                 "consistent only if every update waits for all replicas, which this sync policy "
                 "does not; use Synchronous, or a shared-copy placement such as CentralStorage.");
@@ -11494,12 +13015,17 @@ class Strategy {
   using communicator_type = C;
   using sync_type = S;
   using context_type = ReplicaContext<Strategy>;
+  template <std::floating_point T>
+  using variable_type = typename P::template variable_type<T>;
 
-  /// Creates the replicas and their communicators.
+  /// Creates the replicas and their communicators. For a communicator whose group spans
+  /// processes (MultiWorkerMirroredStrategy), first resolves the cluster with
+  /// `strata::resolve_cluster()` and hands it to the communicator.
   /// @throws UsageError when `options.num_replicas` is negative or exceeds what the placement
-  /// supports; ConfigurationError from the communicator options (STRATA_TIMEOUT).
+  /// supports; ConfigurationError from the communicator options (STRATA_TIMEOUT) or the
+  /// cluster; the communicator's errors when its group cannot form.
   explicit Strategy(StrategyOptions options = {})
-      : communicators_(C::create(replicas_for(options.num_replicas), options.communicator)),
+      : communicators_(create_communicators(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
   /// As above, with settings of the communicator's own passed on to `C::create` (TF's
@@ -11510,12 +13036,10 @@ class Strategy {
   ///       TcpAllReduce::ring});
   /// @endcode
   template <class... CommunicatorSettings>
-  requires(sizeof...(CommunicatorSettings) > 0 &&
-           requires(int n, communicator::CommunicatorOptions o, CommunicatorSettings&&... s) {
-             C::create(n, o, std::forward<CommunicatorSettings>(s)...);
-           }) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
-      : communicators_(C::create(replicas_for(options.num_replicas), options.communicator,
-                                 std::forward<CommunicatorSettings>(settings)...)),
+  requires(sizeof...(CommunicatorSettings) >
+           0) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
+      : communicators_(
+            create_communicators(options, std::forward<CommunicatorSettings>(settings)...)),
         pool_(static_cast<int>(communicators_.size())) {}
 
   Strategy(const Strategy&) = delete;
@@ -11529,7 +13053,7 @@ class Strategy {
   /// True on the task that writes checkpoints and logs: TF's chief (the chief task, or worker
   /// 0 of a cluster without one); always true for single-process strategies.
   bool is_chief() const noexcept {
-    if constexpr (requires(const C& c) { c.is_chief(); })
+    if constexpr (C::kSpansProcesses)
       return communicators_.front().is_chief();
     else
       return true;
@@ -11623,21 +13147,18 @@ class Strategy {
   }
 
   /// Creates a variable whose storage follows the placement: a copy per replica under
-  /// Mirrored, one shared copy otherwise.
+  /// Mirrored, one shared copy under CentralStorage.
   template <std::floating_point T>
-  placement::Variable<T> create_variable(
+  variable_type<T> create_variable(
       std::span<const std::type_identity_t<T>> initial,
       placement::VariableAggregation aggregation = placement::VariableAggregation::mean) const {
-    const std::size_t copies = P::kCopyPerReplica ? communicators_.size() : 1;
-    return placement::Variable<T>(copies, initial, aggregation);
+    return P::template create<T>(num_local_replicas(), initial, aggregation);
   }
 
  private:
   // Per-replica values of several processes (MultiWorkerMirroredStrategy) are combined
   // locally first, then across the workers; a mean divides once, by every replica.
-  static constexpr bool kManyProcesses = requires(C & c, std::span<float> values, ReduceOp op) {
-    c.combine_across_workers(values, op);
-  };
+  static constexpr bool kManyProcesses = C::kSpansProcesses;
   static ReduceOp local_op(ReduceOp op) noexcept {
     return kManyProcesses && op == ReduceOp::mean ? ReduceOp::sum : op;
   }
@@ -11649,17 +13170,33 @@ class Strategy {
     }
   }
 
-  static int replicas_for(int requested) {
+  template <class... CommunicatorSettings>
+  static std::vector<C> create_communicators(const StrategyOptions& options,
+                                             CommunicatorSettings&&... settings) {
+    check_replicas(options.num_replicas);
+    if constexpr (C::kSpansProcesses) {
+      // One replica per process unless told: the cluster says how many (STRATA_LOCAL_REPLICAS).
+      auto cluster = strata::resolve_cluster();
+      const int replicas = options.num_replicas > 0 ? options.num_replicas : cluster.local_replicas;
+      check_replicas(replicas);
+      return C::create(replicas, cluster, options.communicator,
+                       std::forward<CommunicatorSettings>(settings)...);
+    } else {
+      const int replicas = options.num_replicas > 0 ? options.num_replicas
+                           : P::kMaxReplicas == 1   ? 1
+                                                    : detail::usable_cpus();
+      return C::create(replicas, options.communicator,
+                       std::forward<CommunicatorSettings>(settings)...);
+    }
+  }
+
+  static void check_replicas(int requested) {
     if (requested < 0 || requested > P::kMaxReplicas)
       throw UsageError(-1, "Strategy",
                        fmt::format("{} placement cannot run {} replicas (at most {})", P::kName,
                                    requested, P::kMaxReplicas),
                        P::kMaxReplicas == 1 ? "use MirroredStrategy for several replicas"
                                             : "ask for a positive number of replicas");
-    if (requested > 0) return requested;
-    if (P::kMaxReplicas == 1) return 1;
-    if constexpr (requires { C::default_replicas(); }) return C::default_replicas();
-    return detail::usable_cpus();
   }
 
   std::vector<C> communicators_;
@@ -11685,84 +13222,80 @@ namespace strata::sync {
 /// all replicas are aggregated (by the variable's `VariableAggregation`) before any replica
 /// applies them, so the model equals single-replica training on the global batch.
 ///
-/// Per placement:
-///   - copy per replica (Mirrored): all-reduce the gradient in place, then every replica
-///     applies the same update to its own copy. No copy of the gradient is made.
-///   - shared copy (CentralStorage, OneDevice, Default): reduce the gradient in place to
-///     replica 0, replica 0 applies the update to the one copy, and the others wait for it.
+/// By the placement's `UpdateSite`:
+///   - every_replica (Mirrored): all-reduce the gradient in place, then every replica applies
+///     the same update to its own copy. No copy of the gradient is made.
+///   - one_replica (CentralStorage, OneDevice, Default): reduce the gradient in place to
+///     replica 0, which applies the update, and the others wait for it.
 struct Synchronous {
   static constexpr std::string_view kName = "Synchronous";
   static constexpr bool kWaitsForAllReplicas = true;
 
   /// Aggregates `gradient` over the replicas and applies `optimizer` to `variable`.
   /// The gradient buffer is reduced in place (it holds the aggregated gradient afterwards on
-  /// every replica under Mirrored, on replica 0 otherwise).
-  template <class Context, class O, class T>
+  /// every replica for every_replica placements, on replica 0 otherwise).
+  template <class Context, class O, class Variable, class T>
   static void apply_gradients(Context& context, const O& optimizer, std::span<T> gradient,
-                              placement::Variable<T>& variable) {
-    check_size(context, "apply_gradients", gradient.size(), variable);
-    const int replica = context.replica_id_in_sync_group();
+                              Variable& variable) {
+    using P = typename Context::placement_type;
+    check_size(context, "apply_gradients", gradient.size(), variable.size());
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
+    const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (many) require_aggregation(context, "apply_gradients", aggregation);
-    const std::span<const T> aggregated(gradient);
-    if (Context::placement_type::kCopyPerReplica) {
+    if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
       if (many) {
-        if (aggregation == placement::VariableAggregation::only_first_replica)
+        if (first_only)
           communicator.broadcast(gradient, 0);
         else
           communicator.all_reduce(gradient, reduce_op(aggregation));
       }
-      const auto copy = static_cast<std::size_t>(context.local_replica_id());
-      optimizer.apply(variable.copy(copy), aggregated, variable.optimizer_state(copy, optimizer));
-      return;
+      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+    } else {
+      if (many) {
+        // Either collective also guarantees every replica has finished reading the old value.
+        if (first_only)
+          communicator.barrier();
+        else
+          communicator.reduce(gradient, reduce_op(aggregation), 0);
+      }
+      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+      if (many) communicator.barrier();  // nobody reads the shared copy before it is updated
     }
-    if (many) {
-      // Either collective also guarantees every replica has finished reading the old value.
-      if (aggregation == placement::VariableAggregation::only_first_replica)
-        communicator.barrier();
-      else
-        communicator.reduce(gradient, reduce_op(aggregation), 0);
-    }
-    if (replica == 0)
-      optimizer.apply(variable.copy(0), aggregated, variable.optimizer_state(0, optimizer));
-    if (many) communicator.barrier();  // nobody reads the shared copy before it is updated
   }
 
   /// Replica-context assignment: sets the variable to the aggregation of every replica's
   /// `value` (or replica 0's, for only_first_replica).
-  template <class Context, class T>
-  static void assign(Context& context, placement::Variable<T>& variable, std::span<const T> value) {
-    check_size(context, "assign", value.size(), variable);
+  template <class Context, class Variable, class T>
+  static void assign(Context& context, Variable& variable, std::span<const T> value) {
+    using P = typename Context::placement_type;
+    check_size(context, "assign", value.size(), variable.size());
     const int replica = context.replica_id_in_sync_group();
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
     if (many) require_aggregation(context, "assign", aggregation);
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
-    if (Context::placement_type::kCopyPerReplica) {
-      const auto copy = variable.copy(static_cast<std::size_t>(context.local_replica_id()));
-      if (!many)
-        std::copy(value.begin(), value.end(), copy.begin());
-      else if (first_only)
-        communicator.broadcast(value, copy, 0);
-      else
-        communicator.all_reduce(value, copy, reduce_op(aggregation));
-      return;
-    }
-    const auto shared = variable.copy(0);
+    const std::span<T> target = P::write_target(variable, context.local_replica_id());
     if (!many) {
-      std::copy(value.begin(), value.end(), shared.begin());
+      std::copy(value.begin(), value.end(), target.begin());
       return;
     }
-    if (first_only) {
-      communicator.barrier();  // every replica has finished reading the old value
-      if (replica == 0) std::copy(value.begin(), value.end(), shared.begin());
+    if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
+      if (first_only)
+        communicator.broadcast(value, target, 0);
+      else
+        communicator.all_reduce(value, target, reduce_op(aggregation));
     } else {
-      communicator.reduce(value, replica == 0 ? shared : std::span<T>{}, reduce_op(aggregation), 0);
+      if (first_only) {
+        communicator.barrier();  // every replica has finished reading the old value
+        if (replica == 0) std::copy(value.begin(), value.end(), target.begin());
+      } else {
+        communicator.reduce(value, target, reduce_op(aggregation), 0);
+      }
+      communicator.barrier();  // nobody reads the shared copy before it is written
     }
-    communicator.barrier();  // nobody reads the shared copy before it is written
   }
 
  private:
@@ -11781,12 +13314,12 @@ struct Synchronous {
                      "only_first_replica");
   }
 
-  template <class Context, class T>
+  template <class Context>
   static void check_size(Context& context, std::string_view operation, std::size_t size,
-                         const placement::Variable<T>& variable) {
-    if (size == variable.size()) return;
+                         std::size_t variable_size) {
+    if (size == variable_size) return;
     throw UsageError(context.replica_id_in_sync_group(), operation,
-                     fmt::format("got {} elements for a variable of {}", size, variable.size()),
+                     fmt::format("got {} elements for a variable of {}", size, variable_size),
                      "pass one value per element of the variable");
   }
 };
@@ -11827,5 +13360,7 @@ using DefaultStrategy =
 
 }  // namespace strata
 // ---- end strata/strategies.hpp ----
+
+
 
 // ---- end strata/strata.hpp ----
