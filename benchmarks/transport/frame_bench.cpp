@@ -39,7 +39,7 @@ constexpr std::uint32_t kMaxPayload = 64u << 20;
 tcp::FrameHeader data_header() {
   tcp::FrameHeader header;
   header.type = tcp::FrameType::data;
-  header.kind = strata::communicator::Collective::all_reduce;
+  header.kind = strata::Collective::all_reduce;
   header.element_type = strata::DataType::float32;
   header.op = strata::ReduceOp::sum;
   header.root = 0;
