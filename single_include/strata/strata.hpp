@@ -6613,8 +6613,35 @@ concept ReplicaGroup = Communicator<C> && detail::HasMaxSize<C> &&
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
+// ---- begin strata/core/detail/join.hpp ----
+// strata/core/detail/join.hpp — "a, b, c" for messages.
+
+#include <iterator>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace strata::detail {
+
+/// The items of `range`, formatted with "{}" and separated by `separator`. Not fmt::join: its
+/// formatter runs fmt 9's spec parser for the items, which trips a false g++ 12
+/// -Wstringop-overflow at -O3.
+template <class Range>
+std::string join(const Range& range, std::string_view separator) {
+  std::string text;
+  bool first = true;
+  for (const auto& item : range) {
+    if (!first) text += separator;
+    first = false;
+    fmt::format_to(std::back_inserter(text), "{}", item);
+  }
+  return text;
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/join.hpp ----
 // ---- begin strata/transport/tcp/connector.hpp ----
 // strata/transport/tcp/connector.hpp — the connecting side of forming a mesh: connecting to
 // the peers of lower ranks, with retries, and the connector's half of the handshake
@@ -8005,7 +8032,8 @@ class MeshBuilder {
         unready.push_back(peer);
     }
     const auto ranks = [](const std::vector<int>& list) {
-      return fmt::format("{} {}", list.size() == 1 ? "rank" : "ranks", fmt::join(list, ", "));
+      return fmt::format("{} {}", list.size() == 1 ? "rank" : "ranks",
+                         strata::detail::join(list, ", "));
     };
     const auto budget = pending_.deadline().budget().count();
     std::string what;
@@ -8027,7 +8055,8 @@ class MeshBuilder {
     }
     const auto& rejections = listener_.rejections();
     if (!rejections.empty())
-      fmt::format_to(std::back_inserter(what), "; turned away: {}{}", fmt::join(rejections, "; "),
+      fmt::format_to(std::back_inserter(what), "; turned away: {}{}",
+                     strata::detail::join(rejections, "; "),
                      listener_.more_rejections() > 0
                          ? fmt::format(" (and {} more)", listener_.more_rejections())
                          : "");
@@ -8466,7 +8495,6 @@ class Group {
 #include <sys/socket.h>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 
 namespace strata::transport::tcp {
@@ -8757,10 +8785,11 @@ class CallControl {
     if (!silent.empty())
       fmt::format_to(std::back_inserter(what),
                      "; {} {} did not answer (stopped, hung, or not inside a collective)",
-                     silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "));
+                     silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
     if (!waiting_for.empty())
       fmt::format_to(std::back_inserter(what), "; this rank was waiting for {} {}",
-                     waiting_for.size() == 1 ? "rank" : "ranks", fmt::join(waiting_for, ", "));
+                     waiting_for.size() == 1 ? "rank" : "ranks",
+                     strata::detail::join(waiting_for, ", "));
     for (int peer = 0; peer < size(); ++peer)
       if (unreleased(peer) > 0)
         fmt::format_to(std::back_inserter(what),

@@ -24,10 +24,10 @@
 #include <sys/socket.h>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <strata/core/collective.hpp>
 #include <strata/core/deadline.hpp>
+#include <strata/core/detail/join.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/group.hpp>
@@ -320,10 +320,11 @@ class CallControl {
     if (!silent.empty())
       fmt::format_to(std::back_inserter(what),
                      "; {} {} did not answer (stopped, hung, or not inside a collective)",
-                     silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "));
+                     silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
     if (!waiting_for.empty())
       fmt::format_to(std::back_inserter(what), "; this rank was waiting for {} {}",
-                     waiting_for.size() == 1 ? "rank" : "ranks", fmt::join(waiting_for, ", "));
+                     waiting_for.size() == 1 ? "rank" : "ranks",
+                     strata::detail::join(waiting_for, ", "));
     for (int peer = 0; peer < size(); ++peer)
       if (unreleased(peer) > 0)
         fmt::format_to(std::back_inserter(what),

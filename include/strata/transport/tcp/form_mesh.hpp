@@ -18,9 +18,9 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <strata/core/deadline.hpp>
+#include <strata/core/detail/join.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/connector.hpp>
 #include <strata/transport/tcp/listener.hpp>
@@ -81,7 +81,8 @@ class MeshBuilder {
         unready.push_back(peer);
     }
     const auto ranks = [](const std::vector<int>& list) {
-      return fmt::format("{} {}", list.size() == 1 ? "rank" : "ranks", fmt::join(list, ", "));
+      return fmt::format("{} {}", list.size() == 1 ? "rank" : "ranks",
+                         strata::detail::join(list, ", "));
     };
     const auto budget = pending_.deadline().budget().count();
     std::string what;
@@ -103,7 +104,8 @@ class MeshBuilder {
     }
     const auto& rejections = listener_.rejections();
     if (!rejections.empty())
-      fmt::format_to(std::back_inserter(what), "; turned away: {}{}", fmt::join(rejections, "; "),
+      fmt::format_to(std::back_inserter(what), "; turned away: {}{}",
+                     strata::detail::join(rejections, "; "),
                      listener_.more_rejections() > 0
                          ? fmt::format(" (and {} more)", listener_.more_rejections())
                          : "");
