@@ -13,9 +13,7 @@
 // - Are two processes looking at the same cluster? `fingerprint()` hashes a canonical text of
 //   the whole cluster; the TCP handshake compares it to refuse peers from another job.
 //
-// Addresses are compared as text: "localhost:2222" and "127.0.0.1:2222" are different
-// addresses (resolving names is the transport's business, and a cluster must not depend on
-// DNS answers to be well formed).
+// Addresses are compared as text (cluster/address.hpp says why).
 #pragma once
 
 #include <array>
