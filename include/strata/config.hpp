@@ -6,6 +6,16 @@
 //                     CMake target when CUDA is found and STRATA_ENABLE_CUDA is ON); 0 otherwise.
 //   STRATA_HAS_NCCL   1 when NCCL is available (same rule, STRATA_ENABLE_NCCL); 0 otherwise.
 //                     Only transport/nccl/ includes <nccl.h>, and only behind this switch.
+//   STRATA_SEPARATE_COMPILATION
+//                     defined by the user (the strata::compiled CMake target defines it): strata's
+//                     non-template parts (TCP communicator, cluster resolution, reduction
+//                     kernels) are compiled once, by the one translation unit that includes
+//                     <strata/impl/src.hpp> (the strata::compiled library is that unit), and
+//                     every other unit only declares them. Undefined: header-only, the default.
+//   STRATA_HEADER_ONLY  1 unless STRATA_SEPARATE_COMPILATION is defined (set here, not by users).
+//   STRATA_DECL       how the non-template parts are declared: `inline` header-only; in the
+//                     compiled mode an ABI tag, so that a program mixing the two modes links two
+//                     distinct sets of symbols instead of breaking the one-definition rule.
 #pragma once
 
 #define STRATA_VERSION_MAJOR 0
@@ -18,6 +28,14 @@
 
 #ifndef STRATA_HAS_NCCL
 #define STRATA_HAS_NCCL 0
+#endif
+
+#if defined(STRATA_SEPARATE_COMPILATION)
+#define STRATA_HEADER_ONLY 0
+#define STRATA_DECL [[gnu::abi_tag("strata_compiled")]]
+#else
+#define STRATA_HEADER_ONLY 1
+#define STRATA_DECL inline
 #endif
 
 #if STRATA_HAS_NCCL && !STRATA_HAS_CUDA

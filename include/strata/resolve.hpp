@@ -5,10 +5,8 @@
 // layer wires in: the TCP address store (transport/tcp/address_exchange.hpp).
 #pragma once
 
-#include <utility>
-
 #include <strata/cluster/resolve.hpp>
-#include <strata/transport/tcp/address_exchange.hpp>
+#include <strata/config.hpp>
 
 namespace strata {
 
@@ -21,9 +19,10 @@ namespace strata {
 ///   strata::communicator::TcpCommunicator comm(strata::communicator::membership_of(resolved));
 /// @endcode
 /// @throws as `cluster::resolve_cluster` and `transport::tcp::exchange_addresses` do.
-inline cluster::ResolvedCluster resolve_cluster(cluster::ResolveOptions options = {}) {
-  if (!options.exchange) options.exchange = transport::tcp::exchange_addresses;
-  return cluster::resolve_cluster(std::move(options));
-}
+STRATA_DECL cluster::ResolvedCluster resolve_cluster(cluster::ResolveOptions options = {});
 
 }  // namespace strata
+
+#if STRATA_HEADER_ONLY
+#include <strata/impl/resolve.ipp>
+#endif

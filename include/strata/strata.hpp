@@ -3,6 +3,10 @@
 // strata brings TensorFlow's tf.distribute strategies to C++ trainers as compile-time
 // compositions Strategy<Placement, Communicator, Sync>. See README.md for a tour and
 // strategies.hpp for the familiar aliases.
+//
+// The TCP transport's headers (transport/tcp/) are not listed: they are the implementation
+// under communicator/tcp.hpp and resolve.hpp, which bring them in header-only and leave them in
+// the strata::compiled library otherwise (config.hpp). Include them to extend the transport.
 #pragma once
 
 #include <strata/config.hpp>
@@ -80,22 +84,5 @@
 #include <strata/transport/local/group.hpp>
 #include <strata/transport/local/link.hpp>
 #include <strata/transport/plan.hpp>
-#include <strata/transport/tcp/address_exchange.hpp>
-#include <strata/transport/tcp/channel.hpp>
-#include <strata/transport/tcp/connector.hpp>
-#include <strata/transport/tcp/control.hpp>
-#include <strata/transport/tcp/form_mesh.hpp>
-#include <strata/transport/tcp/frame.hpp>
-#include <strata/transport/tcp/group.hpp>
-#include <strata/transport/tcp/handshake.hpp>
-#include <strata/transport/tcp/lending.hpp>
-#include <strata/transport/tcp/link.hpp>
-#include <strata/transport/tcp/listener.hpp>
-#include <strata/transport/tcp/mesh.hpp>
-#include <strata/transport/tcp/pending_mesh.hpp>
-#include <strata/transport/tcp/plan_run.hpp>
-#include <strata/transport/tcp/route.hpp>
-#include <strata/transport/tcp/store.hpp>
-#include <strata/transport/tcp/store_options.hpp>
 
 #include <strata/resolve.hpp>

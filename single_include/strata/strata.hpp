@@ -10,6 +10,10 @@
 // strata brings TensorFlow's tf.distribute strategies to C++ trainers as compile-time
 // compositions Strategy<Placement, Communicator, Sync>. See README.md for a tour and
 // strategies.hpp for the familiar aliases.
+//
+// The TCP transport's headers (transport/tcp/) are not listed: they are the implementation
+// under communicator/tcp.hpp and resolve.hpp, which bring them in header-only and leave them in
+// the strata::compiled library otherwise (config.hpp). Include them to extend the transport.
 
 // ---- begin strata/config.hpp ----
 // strata/config.hpp — the one configuration header: version and the few STRATA_* switches.
@@ -20,6 +24,16 @@
 //                     CMake target when CUDA is found and STRATA_ENABLE_CUDA is ON); 0 otherwise.
 //   STRATA_HAS_NCCL   1 when NCCL is available (same rule, STRATA_ENABLE_NCCL); 0 otherwise.
 //                     Only transport/nccl/ includes <nccl.h>, and only behind this switch.
+//   STRATA_SEPARATE_COMPILATION
+//                     defined by the user (the strata::compiled CMake target defines it): strata's
+//                     non-template parts (TCP communicator, cluster resolution, reduction
+//                     kernels) are compiled once, by the one translation unit that includes
+//                     <strata/impl/src.hpp> (the strata::compiled library is that unit), and
+//                     every other unit only declares them. Undefined: header-only, the default.
+//   STRATA_HEADER_ONLY  1 unless STRATA_SEPARATE_COMPILATION is defined (set here, not by users).
+//   STRATA_DECL       how the non-template parts are declared: `inline` header-only; in the
+//                     compiled mode an ABI tag, so that a program mixing the two modes links two
+//                     distinct sets of symbols instead of breaking the one-definition rule.
 
 #define STRATA_VERSION_MAJOR 0
 #define STRATA_VERSION_MINOR 1
@@ -31,6 +45,14 @@
 
 #ifndef STRATA_HAS_NCCL
 #define STRATA_HAS_NCCL 0
+#endif
+
+#if defined(STRATA_SEPARATE_COMPILATION)
+#define STRATA_HEADER_ONLY 0
+#define STRATA_DECL [[gnu::abi_tag("strata_compiled")]]
+#else
+#define STRATA_HEADER_ONLY 1
+#define STRATA_DECL inline
 #endif
 
 #if STRATA_HAS_NCCL && !STRATA_HAS_CUDA
@@ -606,8 +628,8 @@ struct CollectiveCall {
 inline std::string describe(const CollectiveCall& call) {
   std::string text =
       fmt::format("{}(count={}, type={}", to_string(call.kind), call.count, to_string(call.type));
-  if (reduces(call.kind)) fmt::format_to(std::back_inserter(text), ", op={}", to_string(call.op));
-  if (has_root(call.kind)) fmt::format_to(std::back_inserter(text), ", root={}", call.root);
+  if (reduces(call.kind)) text += fmt::format(", op={}", to_string(call.op));
+  if (has_root(call.kind)) text += fmt::format(", root={}", call.root);
   text += ')';
   return text;
 }
@@ -701,7 +723,6 @@ inline std::optional<std::string> environment_variable(std::string_view name) {
 // Every message has the form "strata: rank R: OPERATION: what happened; what to do". Low
 // layers work with error codes; the communicator boundary throws, adding rank and operation.
 
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -732,7 +753,7 @@ class Error : public std::runtime_error {
     std::string message =
         rank >= 0 ? fmt::format("strata: rank {}: {}: {}", rank, operation, what_happened)
                   : fmt::format("strata: {}: {}", operation, what_happened);
-    if (!what_to_do.empty()) fmt::format_to(std::back_inserter(message), "; {}", what_to_do);
+    if (!what_to_do.empty()) message += fmt::format("; {}", what_to_do);
     return message;
   }
 
@@ -893,9 +914,8 @@ inline std::chrono::milliseconds default_timeout() {
 //              vector code.
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
-#include <type_traits>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -1717,8 +1737,8 @@ void divide(std::span<T> data, std::size_t divisor);
 ///
 /// @throws UsageError (operation "reduce_n") as the typed form, and when `type` is not a
 ///         `DataType` or a needed pointer is null.
-inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
-                     std::size_t count, ReduceOp op);
+STRATA_DECL void reduce_n(DataType type, void* out, const void* const* inputs,
+                          std::size_t num_inputs, std::size_t count, ReduceOp op);
 
 }  // namespace strata
 
@@ -1739,8 +1759,42 @@ void divide(std::span<T> data, std::size_t divisor) {
   detail::divide_on<T>(detail::best_isa(), data, divisor);
 }
 
-inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
-                     std::size_t count, ReduceOp op) {
+}  // namespace strata
+
+// Declares (extern) or defines the kernels of element type T, for every entry of the list.
+#define STRATA_REDUCE_KERNELS(prefix, T)                                               \
+  prefix template void reduce_n<T>(std::span<T>, std::span<const T* const>, ReduceOp); \
+  prefix template void accumulate<T>(std::span<T>, std::span<const T>, ReduceOp);      \
+  prefix template void divide<T>(std::span<T>, std::size_t);
+#define STRATA_REDUCE_KERNELS_OF_EVERY_ELEMENT(prefix) \
+  STRATA_REDUCE_KERNELS(prefix, std::int8_t)           \
+  STRATA_REDUCE_KERNELS(prefix, std::uint8_t)          \
+  STRATA_REDUCE_KERNELS(prefix, std::int32_t)          \
+  STRATA_REDUCE_KERNELS(prefix, std::int64_t)          \
+  STRATA_REDUCE_KERNELS(prefix, float16)               \
+  STRATA_REDUCE_KERNELS(prefix, bfloat16)              \
+  STRATA_REDUCE_KERNELS(prefix, float)                 \
+  STRATA_REDUCE_KERNELS(prefix, double)
+
+#if STRATA_HEADER_ONLY
+#ifndef STRATA_AMALGAMATED_STRATA_CORE_IMPL_REDUCE_IPP
+#define STRATA_AMALGAMATED_STRATA_CORE_IMPL_REDUCE_IPP
+// ---- begin strata/core/impl/reduce.ipp ----
+// strata/core/impl/reduce.ipp — the type-erased reduction, and in the compiled mode the kernels
+// of every element type. Included at the end of core/reduce.hpp (header-only) or by
+// impl/src.hpp after it (compiled), never on its own.
+
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+STRATA_DECL void reduce_n(DataType type, void* out, const void* const* inputs,
+                          std::size_t num_inputs, std::size_t count, ReduceOp op) {
   if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::float64)) {
     throw UsageError(-1, "reduce_n",
                      fmt::format("{} is not a DataType value", static_cast<unsigned>(type)),
@@ -1771,7 +1825,20 @@ inline void reduce_n(DataType type, void* out, const void* const* inputs, std::s
   });
 }
 
+#if !STRATA_HEADER_ONLY
+STRATA_REDUCE_KERNELS_OF_EVERY_ELEMENT()
+#endif
+
 }  // namespace strata
+// ---- end strata/core/impl/reduce.ipp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CORE_IMPL_REDUCE_IPP
+#else
+namespace strata {
+// Compiled once, in the library: a unit that reduces does not instantiate the kernels for every
+// element type and instruction set again.
+STRATA_REDUCE_KERNELS_OF_EVERY_ELEMENT(extern)
+}  // namespace strata
+#endif
 // ---- end strata/core/reduce.hpp ----
 
 // ---- begin strata/algorithms/all_gather_direct.hpp ----
@@ -3149,7 +3216,6 @@ struct ReduceScatterRing {
 #include <compare>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -3215,7 +3281,7 @@ inline std::string escaped(std::string_view text, std::size_t max_shown) {
   for (std::size_t i = 0; i < shown; ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
     if (byte < 0x20 || byte >= 0x7f) {
-      fmt::format_to(std::back_inserter(out), "\\x{:02x}", byte);
+      out += fmt::format("\\x{:02x}", byte);
     } else {
       out += static_cast<char>(byte);
     }
@@ -3229,8 +3295,7 @@ inline std::string quote_text(std::string_view text, char quote = '\'') {
   constexpr std::size_t kMaxShown = 96;
   std::string out =
       fmt::format("{}{}{}", quote, escaped(text.substr(0, kMaxShown), kMaxShown), quote);
-  if (text.size() > kMaxShown)
-    fmt::format_to(std::back_inserter(out), " (cut, {} bytes in all)", text.size());
+  if (text.size() > kMaxShown) out += fmt::format(" (cut, {} bytes in all)", text.size());
   return out;
 }
 
@@ -3419,9 +3484,7 @@ inline Address parse_address(std::string_view text, std::string_view setting) {
 // - Are two processes looking at the same cluster? `fingerprint()` hashes a canonical text of
 //   the whole cluster; the TCP handshake compares it to refuse peers from another job.
 //
-// Addresses are compared as text: "localhost:2222" and "127.0.0.1:2222" are different
-// addresses (resolving names is the transport's business, and a cluster must not depend on
-// DNS answers to be well formed).
+// Addresses are compared as text (cluster/address.hpp says why).
 
 #include <array>
 #include <charconv>
@@ -3600,9 +3663,9 @@ inline std::string describe_indices(const std::map<int, Address>& tasks, int max
     }
     if (ranges > 0) out += ", ";
     if (first == last) {
-      fmt::format_to(std::back_inserter(out), "{}", first);
+      out += fmt::format("{}", first);
     } else {
-      fmt::format_to(std::back_inserter(out), "{}-{}", first, last);
+      out += fmt::format("{}-{}", first, last);
     }
     ++ranges;
   }
@@ -3617,7 +3680,7 @@ std::string describe_cluster(const Spec& spec) {
     const auto& tasks = spec.tasks(type);
     if (tasks.empty()) continue;
     if (!out.empty()) out += "; ";
-    fmt::format_to(std::back_inserter(out), "{} {}", type, describe_indices(tasks));
+    out += fmt::format("{} {}", type, describe_indices(tasks));
   }
   return out.empty() ? std::string("no tasks") : out;
 }
@@ -3747,13 +3810,11 @@ inline std::vector<Address> ClusterSpec::collective_addresses() const {
     int expected = 0;
     for (const auto& [index, address] : workers) {
       for (; expected < index; ++expected, ++missing) {
-        if (missing < kMaxListed)
-          fmt::format_to(std::back_inserter(listed), "{}{}", missing == 0 ? "" : ", ", expected);
+        if (missing < kMaxListed) listed += fmt::format("{}{}", missing == 0 ? "" : ", ", expected);
       }
       expected = index + 1;
     }
-    if (missing > kMaxListed)
-      fmt::format_to(std::back_inserter(listed), " and {} more", missing - kMaxListed);
+    if (missing > kMaxListed) listed += fmt::format(" and {} more", missing - kMaxListed);
     throw ConfigurationError(
         -1, "ClusterSpec::collective_addresses",
         fmt::format("the worker job has holes: worker {} {} {} missing (present: {}); a "
@@ -3881,7 +3942,6 @@ using strata::process_environment;
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -4142,8 +4202,7 @@ class HostOdometer {
       if (segments_[s].ranges.empty()) {
         name += segments_[s].text;
       } else {
-        fmt::format_to(std::back_inserter(name), "{:0{}}", value_[s],
-                       segments_[s].ranges[range_index_[s]].width);
+        name += fmt::format("{:0{}}", value_[s], segments_[s].ranges[range_index_[s]].width);
       }
     }
     return name;
@@ -4693,7 +4752,6 @@ inline std::optional<LauncherEnvironment> slurm_environment(const Environment& e
 // TCP one. The bound socket is handed on to the communicator, so no other program can take the
 // port in between.
 
-#include <charconv>
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -4703,8 +4761,114 @@ inline std::optional<LauncherEnvironment> slurm_environment(const Environment& e
 
 #include <unistd.h>
 
+
+namespace strata::cluster {
+
+/// An owned listening socket (a file descriptor), closed unless released.
+class ListeningSocket {
+ public:
+  ListeningSocket() = default;
+  explicit ListeningSocket(int fd) noexcept : fd_(fd) {}
+  ListeningSocket(ListeningSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ListeningSocket& operator=(ListeningSocket&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~ListeningSocket() { reset(); }
+
+  int get() const noexcept { return fd_; }
+  /// Gives up ownership: the caller closes the descriptor.
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_ = -1;
+};
+
+/// What an address exchange returns: every rank's listening address in rank order, and this
+/// rank's listener, bound to its own address.
+struct ExchangedAddresses {
+  std::vector<Address> addresses;
+  ListeningSocket listener;
+};
+
+/// Exchanges the listening addresses of the ranks a store-based launcher started (torchrun,
+/// OpenMPI, SLURM), within `timeout`. `strata::transport::tcp::exchange_addresses` is the one
+/// strata has.
+using AddressExchange =
+    std::function<ExchangedAddresses(const LauncherEnvironment&, std::chrono::milliseconds)>;
+
+struct ResolveOptions {
+  /// Explicit cluster and task; used when both are set.
+  std::optional<ClusterSpec> cluster{};
+  std::optional<Task> task{};
+  /// Where variables are read (tests pass environment_from(...)).
+  Environment environment = process_environment();
+  /// Deadline of the address exchange of store-based launchers.
+  std::chrono::milliseconds timeout = default_timeout();
+  /// How ranks of store-based launchers learn each other's addresses; required only for them
+  /// (strata::resolve_cluster() sets the TCP store's).
+  AddressExchange exchange{};
+};
+
+/// This process's place in its cluster.
+struct ResolvedCluster {
+  /// "explicit", "TF_CONFIG", "torchrun", "openmpi", "slurm" or "none".
+  std::string source = "none";
+  /// The cluster; empty for a one-process cluster found without TF_CONFIG (as TF's resolver
+  /// returns an empty ClusterSpec without TF_CONFIG), which needs no network.
+  ClusterSpec cluster;
+  Task task{TaskType::worker, 0};
+  /// Rank in the collective group (chief first, then workers); -1 for ps and evaluator
+  /// tasks, which are not members.
+  int rank = 0;
+  int size = 1;
+  /// Index of this process among the group's processes on its host.
+  int local_rank = 0;
+  /// Listening address of every rank of the collective group, in rank order.
+  std::vector<Address> addresses{{"127.0.0.1", 0}};
+  /// Bound to addresses[rank] when the resolver bound it (store-based launchers).
+  ListeningSocket listener;
+  /// Replicas this process runs under MultiWorkerMirroredStrategy when the strategy is not
+  /// told: STRATA_LOCAL_REPLICAS (set by strata-launch --local-replicas), else 1.
+  int local_replicas = 1;
+
+  /// TF's rule: the chief task, or worker 0 when the cluster has no chief. Checkpoints and
+  /// summaries belong to it.
+  bool is_chief() const noexcept { return rank == 0; }
+  bool in_collective_group() const noexcept { return rank >= 0; }
+};
+
+/// Resolves this process's cluster (see the file comment for the order).
+/// @throws ConfigurationError naming the variable or setting at fault; TimeoutError when the
+/// address exchange of a store-based launcher does not complete in time; UsageError when such
+/// a launcher started the process and `options.exchange` is unset.
+STRATA_DECL ResolvedCluster resolve_cluster(ResolveOptions options = {});
+
+}  // namespace strata::cluster
+
+#if STRATA_HEADER_ONLY
+#ifndef STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_RESOLVE_IPP
+#define STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_RESOLVE_IPP
+// ---- begin strata/cluster/impl/resolve.ipp ----
+// strata/cluster/impl/resolve.ipp — resolve_cluster's definitions. Included at the end of
+// cluster/resolve.hpp (header-only) or by impl/src.hpp after it (compiled), never on its own.
+
+#include <charconv>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <fmt/format.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_CLUSTER_TF_CONFIG_HPP
+#define STRATA_AMALGAMATED_STRATA_CLUSTER_TF_CONFIG_HPP
 // ---- begin strata/cluster/tf_config.hpp ----
 // strata/cluster/tf_config.hpp — reading and writing TensorFlow's TF_CONFIG.
 //
@@ -4724,23 +4888,13 @@ inline std::optional<LauncherEnvironment> slurm_environment(const Environment& e
 // does, and rejects what TF would reject (or would misbehave on later) with a
 // `ConfigurationError` that names the offending value and says how to fix it.
 
-#include <array>
-#include <charconv>
 #include <cstddef>
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <system_error>
-#include <utility>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 
 namespace strata::cluster {
-
-// ---- declarations --------------------------------------------------------------------------
 
 /// The longest TF_CONFIG accepted (a cluster of 10 000 tasks needs well under 1 MiB).
 inline constexpr std::size_t kMaxTfConfigBytes = std::size_t{16} << 20;
@@ -4774,12 +4928,12 @@ struct TfConfig {
 ///   "task" is not an object; task.type is missing, unknown or has no job in the cluster;
 ///   task.index is missing, not an integer, negative or not a task of that job.
 /// Cost: linear in the size of the text; memory proportional to it.
-inline TfConfig parse_tf_config(std::string_view json);
+STRATA_DECL TfConfig parse_tf_config(std::string_view json);
 
 /// TF_CONFIG from the environment, parsed; `std::nullopt` when it is unset or empty. Reads the
 /// environment on every call (not synchronized with concurrent setenv, like std::getenv).
 /// @throws ConfigurationError as `parse_tf_config`.
-inline std::optional<TfConfig> tf_config_from_environment();
+STRATA_DECL std::optional<TfConfig> tf_config_from_environment();
 
 /// The TF_CONFIG text that tells `task` it is part of `cluster`: a job without holes is
 /// written as a list, a sparse job as an object keyed by index strings. Jobs appear in
@@ -4787,9 +4941,33 @@ inline std::optional<TfConfig> tf_config_from_environment();
 /// Example: make_tf_config(spec, {TaskType::worker, 1}) ==
 ///     R"({"cluster":{"worker":["h0:2222","h1:2222"]},"task":{"type":"worker","index":1}})"
 /// @throws UsageError (operation "make_tf_config") if `task` is not in `cluster`.
-inline std::string make_tf_config(const ClusterSpec& cluster, Task task);
+STRATA_DECL std::string make_tf_config(const ClusterSpec& cluster, Task task);
 
-// ---- definitions ---------------------------------------------------------------------------
+}  // namespace strata::cluster
+
+#if STRATA_HEADER_ONLY
+#ifndef STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_TF_CONFIG_IPP
+#define STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_TF_CONFIG_IPP
+// ---- begin strata/cluster/impl/tf_config.ipp ----
+// strata/cluster/impl/tf_config.ipp — TF_CONFIG's parser and writer, over nlohmann::json.
+// Included at the end of cluster/tf_config.hpp (header-only) or by impl/src.hpp after it
+// (compiled), never on its own.
+
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+
+namespace strata::cluster {
 
 namespace detail::tf {
 
@@ -5024,7 +5202,7 @@ inline Task parse_task(const nlohmann::json& task, const ClusterSpec& cluster,
 
 }  // namespace detail::tf
 
-inline TfConfig parse_tf_config(std::string_view json) {
+STRATA_DECL TfConfig parse_tf_config(std::string_view json) {
   using detail::tf::tf_config_error;
   if (json.size() > kMaxTfConfigBytes)
     tf_config_error(fmt::format("the text is {} bytes long, more than the limit of {}", json.size(),
@@ -5082,13 +5260,13 @@ inline TfConfig parse_tf_config(std::string_view json) {
   return config;
 }
 
-inline std::optional<TfConfig> tf_config_from_environment() {
+STRATA_DECL std::optional<TfConfig> tf_config_from_environment() {
   const auto text = environment_variable("TF_CONFIG");
   if (!text) return std::nullopt;
   return parse_tf_config(*text);
 }
 
-inline std::string make_tf_config(const ClusterSpec& cluster, Task task) {
+STRATA_DECL std::string make_tf_config(const ClusterSpec& cluster, Task task) {
   if (!cluster.contains(task))
     throw UsageError(
         -1, "make_tf_config",
@@ -5122,90 +5300,13 @@ inline std::string make_tf_config(const ClusterSpec& cluster, Task task) {
 }
 
 }  // namespace strata::cluster
+// ---- end strata/cluster/impl/tf_config.ipp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_TF_CONFIG_IPP
+#endif
 // ---- end strata/cluster/tf_config.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CLUSTER_TF_CONFIG_HPP
 
 namespace strata::cluster {
-
-/// An owned listening socket (a file descriptor), closed unless released.
-class ListeningSocket {
- public:
-  ListeningSocket() = default;
-  explicit ListeningSocket(int fd) noexcept : fd_(fd) {}
-  ListeningSocket(ListeningSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ListeningSocket& operator=(ListeningSocket&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  ~ListeningSocket() { reset(); }
-
-  int get() const noexcept { return fd_; }
-  /// Gives up ownership: the caller closes the descriptor.
-  int release() noexcept { return std::exchange(fd_, -1); }
-
- private:
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-};
-
-/// What an address exchange returns: every rank's listening address in rank order, and this
-/// rank's listener, bound to its own address.
-struct ExchangedAddresses {
-  std::vector<Address> addresses;
-  ListeningSocket listener;
-};
-
-/// Exchanges the listening addresses of the ranks a store-based launcher started (torchrun,
-/// OpenMPI, SLURM), within `timeout`. `strata::transport::tcp::exchange_addresses` is the one
-/// strata has.
-using AddressExchange =
-    std::function<ExchangedAddresses(const LauncherEnvironment&, std::chrono::milliseconds)>;
-
-struct ResolveOptions {
-  /// Explicit cluster and task; used when both are set.
-  std::optional<ClusterSpec> cluster{};
-  std::optional<Task> task{};
-  /// Where variables are read (tests pass environment_from(...)).
-  Environment environment = process_environment();
-  /// Deadline of the address exchange of store-based launchers.
-  std::chrono::milliseconds timeout = default_timeout();
-  /// How ranks of store-based launchers learn each other's addresses; required only for them
-  /// (strata::resolve_cluster() sets the TCP store's).
-  AddressExchange exchange{};
-};
-
-/// This process's place in its cluster.
-struct ResolvedCluster {
-  /// "explicit", "TF_CONFIG", "torchrun", "openmpi", "slurm" or "none".
-  std::string source = "none";
-  /// The cluster; empty for a one-process cluster found without TF_CONFIG (as TF's resolver
-  /// returns an empty ClusterSpec without TF_CONFIG), which needs no network.
-  ClusterSpec cluster;
-  Task task{TaskType::worker, 0};
-  /// Rank in the collective group (chief first, then workers); -1 for ps and evaluator
-  /// tasks, which are not members.
-  int rank = 0;
-  int size = 1;
-  /// Index of this process among the group's processes on its host.
-  int local_rank = 0;
-  /// Listening address of every rank of the collective group, in rank order.
-  std::vector<Address> addresses{{"127.0.0.1", 0}};
-  /// Bound to addresses[rank] when the resolver bound it (store-based launchers).
-  ListeningSocket listener;
-  /// Replicas this process runs under MultiWorkerMirroredStrategy when the strategy is not
-  /// told: STRATA_LOCAL_REPLICAS (set by strata-launch --local-replicas), else 1.
-  int local_replicas = 1;
-
-  /// TF's rule: the chief task, or worker 0 when the cluster has no chief. Checkpoints and
-  /// summaries belong to it.
-  bool is_chief() const noexcept { return rank == 0; }
-  bool in_collective_group() const noexcept { return rank >= 0; }
-};
 
 namespace detail::resolve {
 
@@ -5305,18 +5406,455 @@ inline ResolvedCluster resolve_source(ResolveOptions& options) {
 
 }  // namespace detail::resolve
 
-/// Resolves this process's cluster (see the file comment for the order).
-/// @throws ConfigurationError naming the variable or setting at fault; TimeoutError when the
-/// address exchange of a store-based launcher does not complete in time; UsageError when such
-/// a launcher started the process and `options.exchange` is unset.
-inline ResolvedCluster resolve_cluster(ResolveOptions options = {}) {
+STRATA_DECL ResolvedCluster resolve_cluster(ResolveOptions options) {
   ResolvedCluster resolved = detail::resolve::resolve_source(options);
   resolved.local_replicas = detail::resolve::local_replicas_in(options.environment);
   return resolved;
 }
 
 }  // namespace strata::cluster
+// ---- end strata/cluster/impl/resolve.ipp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_RESOLVE_IPP
+#endif
 // ---- end strata/cluster/resolve.hpp ----
+#ifndef STRATA_AMALGAMATED_STRATA_CLUSTER_TF_CONFIG_HPP
+#define STRATA_AMALGAMATED_STRATA_CLUSTER_TF_CONFIG_HPP
+// ---- begin strata/cluster/tf_config.hpp ----
+// strata/cluster/tf_config.hpp — reading and writing TensorFlow's TF_CONFIG.
+//
+// TF_CONFIG is the JSON document TensorFlow's multi-worker strategies read from the
+// environment (the tf.distribute tutorials, Kubeflow's TFJob, Vertex AI and SageMaker set it):
+//
+//     {"cluster": {"chief":     ["host0:2222"],
+//                  "worker":    ["host1:2222", "host2:2222"],
+//                  "ps":        ["host3:2222"],
+//                  "evaluator": ["host4:2222"]},
+//      "task": {"type": "worker", "index": 1},
+//      "environment": "cloud", "rpc_layer": "grpc"}
+//
+// A job is either a list (task i is element i) or, in the sparse form Kubeflow emits when each
+// worker should see only itself and the ps tasks, an object from index strings to addresses:
+// {"worker": {"3": "host:2222"}}. strata reads both exactly as TF's TFConfigClusterResolver
+// does, and rejects what TF would reject (or would misbehave on later) with a
+// `ConfigurationError` that names the offending value and says how to fix it.
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+
+namespace strata::cluster {
+
+/// The longest TF_CONFIG accepted (a cluster of 10 000 tasks needs well under 1 MiB).
+inline constexpr std::size_t kMaxTfConfigBytes = std::size_t{16} << 20;
+
+/// A parsed TF_CONFIG.
+struct TfConfig {
+  /// Every task of "cluster".
+  ClusterSpec cluster;
+  /// This process's task ("task": {"type", "index"}); absent when TF_CONFIG has no "task".
+  std::optional<Task> task;
+  /// TF's optional "environment" ("cloud", ...); empty when absent or null.
+  std::string environment;
+
+  friend bool operator==(const TfConfig&, const TfConfig&) = default;
+};
+
+/// Parses a TF_CONFIG document.
+///
+/// Accepts what TensorFlow accepts: jobs "chief", "worker", "ps", "evaluator" as lists or as
+/// sparse objects keyed by index strings ("0", "3"); "task.index" as an integer or a string of
+/// digits (TF applies int()); "environment" as a string or null. Other top-level keys
+/// ("rpc_layer", ...) are ignored.
+///
+/// @throws ConfigurationError (rank -1, operation "TF_CONFIG"), and nothing else for any
+///   input (std::bad_alloc aside), when: the text is not JSON (the message gives the byte offset)
+///   or longer than `kMaxTfConfigBytes`; the top level is not an object; "cluster" is missing, not
+///   an object or has no job; a job name is unknown ("master" gets a hint: TF2 calls it "chief"); a
+///   job is neither a list nor an object, or is empty; an address is not a string or not host:port
+///   (see `parse_address`); a sparse index is not a non-negative integer string or above
+///   `kMaxTaskIndex`; two tasks share an address (both are named); there is more than one chief;
+///   "task" is not an object; task.type is missing, unknown or has no job in the cluster;
+///   task.index is missing, not an integer, negative or not a task of that job.
+/// Cost: linear in the size of the text; memory proportional to it.
+STRATA_DECL TfConfig parse_tf_config(std::string_view json);
+
+/// TF_CONFIG from the environment, parsed; `std::nullopt` when it is unset or empty. Reads the
+/// environment on every call (not synchronized with concurrent setenv, like std::getenv).
+/// @throws ConfigurationError as `parse_tf_config`.
+STRATA_DECL std::optional<TfConfig> tf_config_from_environment();
+
+/// The TF_CONFIG text that tells `task` it is part of `cluster`: a job without holes is
+/// written as a list, a sparse job as an object keyed by index strings. Jobs appear in
+/// `kTaskTypes` order. `parse_tf_config` reads it back to an equal cluster and task.
+/// Example: make_tf_config(spec, {TaskType::worker, 1}) ==
+///     R"({"cluster":{"worker":["h0:2222","h1:2222"]},"task":{"type":"worker","index":1}})"
+/// @throws UsageError (operation "make_tf_config") if `task` is not in `cluster`.
+STRATA_DECL std::string make_tf_config(const ClusterSpec& cluster, Task task);
+
+}  // namespace strata::cluster
+
+#if STRATA_HEADER_ONLY
+#ifndef STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_TF_CONFIG_IPP
+#define STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_TF_CONFIG_IPP
+// ---- begin strata/cluster/impl/tf_config.ipp ----
+// strata/cluster/impl/tf_config.ipp — TF_CONFIG's parser and writer, over nlohmann::json.
+// Included at the end of cluster/tf_config.hpp (header-only) or by impl/src.hpp after it
+// (compiled), never on its own.
+
+#include <array>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+
+namespace strata::cluster {
+
+namespace detail::tf {
+
+using namespace detail::spec;  // quote_text, describe_cluster, address_problem, ...
+
+inline constexpr std::string_view kTfConfig = "TF_CONFIG";
+inline constexpr std::string_view kTfConfigExample =
+    R"(e.g. {"cluster": {"worker": ["host0:2222", "host1:2222"]}, )"
+    R"("task": {"type": "worker", "index": 0}})";
+
+[[noreturn]] inline void tf_config_error(const std::string& what_happened,
+                                         std::string_view what_to_do) {
+  throw ConfigurationError(-1, kTfConfig, what_happened, what_to_do);
+}
+
+// A short description of a JSON value for messages: scalars by value, containers by kind.
+// Never dumps containers: they may be huge or deeply nested (dump() recurses).
+inline std::string describe_json(const nlohmann::json& value) {
+  switch (value.type()) {
+    case nlohmann::json::value_t::string:
+      return quote_text(value.get_ref<const std::string&>(), '"');
+    case nlohmann::json::value_t::number_integer:
+      return fmt::format("{}", value.get<std::int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return fmt::format("{}", value.get<std::uint64_t>());
+    case nlohmann::json::value_t::number_float: {
+      // fmt writes 1.0 as "1"; keep it recognizable as the non-integer it is.
+      std::string text = fmt::format("{}", value.get<double>());
+      if (text.find_first_not_of("-0123456789") == std::string::npos) text += ".0";
+      return text;
+    }
+    case nlohmann::json::value_t::boolean:
+      return value.get<bool>() ? "true" : "false";
+    case nlohmann::json::value_t::null:
+      return "null";
+    case nlohmann::json::value_t::object:
+      return "an object";
+    case nlohmann::json::value_t::array:
+      return "a list";
+    default:
+      return std::string(value.type_name());
+  }
+}
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix, escaped and cut.
+inline std::string json_error_text(const nlohmann::json::exception& error) {
+  std::string_view text = error.what();
+  if (text.starts_with("[json.exception.")) {
+    if (const std::size_t end = text.find("] "); end != std::string_view::npos)
+      text.remove_prefix(end + 2);
+  }
+  return escaped(text, 240);
+}
+
+// The advice for a job name that is not one of the four.
+inline std::string unknown_job_hint(std::string_view name) {
+  std::string lower(name.substr(0, 16));
+  for (char& c : lower) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  if (lower == "master")
+    return "TF2 calls the coordinating task \"chief\": rename \"master\" to \"chief\"";
+  if (name.size() <= 16 && parse_task_type(lower))
+    return fmt::format("job names are lower case: write \"{}\"", lower);
+  return "use only the jobs \"chief\", \"worker\", \"ps\" and \"evaluator\"";
+}
+
+inline constexpr std::string_view kAddressHintTf =
+    "write each address as a string \"host:port\", e.g. \"worker-0.example.com:2222\", "
+    "\"10.0.0.1:2222\" or \"[::1]:2222\"";
+
+// Adds one task read from `value` (at JSON path `path`) to `spec`, with TF_CONFIG messages.
+inline void add_tf_config_task(ClusterSpec& spec, Task task, const nlohmann::json& value,
+                               const std::string& path) {
+  if (!value.is_string())
+    tf_config_error(fmt::format("{} must be an address string, got {}", path, describe_json(value)),
+                    kAddressHintTf);
+  const auto& text = value.get_ref<const std::string&>();
+  Address address;
+  if (std::string problem = address_problem(text, address); !problem.empty())
+    tf_config_error(
+        fmt::format("{}: cannot use {} as an address: {}", path, quote_text(text), problem),
+        kAddressHintTf);
+  if (spec.contains(task))
+    tf_config_error(fmt::format("{}: {} {} is listed twice (index keys such as \"1\" and \"01\" "
+                                "name the same task)",
+                                path, to_string(task.type), task.index),
+                    "list each task once");
+  if (const auto other = spec.find(address))
+    tf_config_error(
+        fmt::format("duplicate address {}: both {} {} and {} {} ({}) use it", quote_text(text),
+                    to_string(other->type), other->index, to_string(task.type), task.index, path),
+        "give every task its own host:port");
+  spec.add(task, std::move(address));
+}
+
+// The index a sparse job's key names: digits only, at most kMaxTaskIndex.
+inline int sparse_index(std::string_view job, std::string_view key) {
+  const std::string path = fmt::format("cluster.{}[{}]", job, quote_text(key, '"'));
+  if (!all_digits(key))
+    tf_config_error(
+        fmt::format("{}: the key {} is not a task index (a non-negative integer)", path,
+                    quote_text(key, '"')),
+        R"(key the tasks of a sparse job by their index, e.g. {"worker": {"0": "host:2222"}})");
+  int index = 0;
+  const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), index);
+  if (ec != std::errc() || index > kMaxTaskIndex)
+    tf_config_error(fmt::format("{}: the task index is above the limit of {}", path, kMaxTaskIndex),
+                    "number the tasks of a job from 0, without large gaps");
+  return index;
+}
+
+inline void parse_job(ClusterSpec& spec, std::string_view name, const nlohmann::json& job,
+                      bool& sparse) {
+  const std::optional<TaskType> type = parse_task_type(name);
+  if (!type)
+    tf_config_error(fmt::format("unknown job {} in cluster", quote_text(name, '"')),
+                    unknown_job_hint(name));
+  if (!job.is_array() && !job.is_object())
+    tf_config_error(fmt::format("cluster.{} must be a list of addresses or an object from task "
+                                "index to address, got {}",
+                                name, describe_json(job)),
+                    R"(write e.g. "worker": ["host0:2222", "host1:2222"] or )"
+                    R"("worker": {"1": "host1:2222"})");
+  if (job.empty())
+    tf_config_error(fmt::format("cluster.{} is empty", name),
+                    "list at least one address, or leave the job out");
+  if (*type == TaskType::chief && job.size() > 1)
+    tf_config_error(fmt::format("more than one chief: cluster.chief has {} tasks", job.size()),
+                    "a cluster has at most one chief; list the other tasks under \"worker\"");
+  sparse = job.is_object();
+  if (job.is_array()) {
+    if (job.size() > static_cast<std::size_t>(kMaxTaskIndex) + 1)
+      tf_config_error(fmt::format("cluster.{} has {} tasks, more than the limit of {}", name,
+                                  job.size(), kMaxTaskIndex + 1),
+                      "split the job or check that TF_CONFIG holds what you meant");
+    int index = 0;
+    for (const auto& value : job) {
+      add_tf_config_task(spec, Task{*type, index}, value,
+                         fmt::format("cluster.{}[{}]", name, index));
+      ++index;
+    }
+    return;
+  }
+  for (auto it = job.begin(); it != job.end(); ++it) {
+    const int index = sparse_index(name, it.key());
+    if (*type == TaskType::chief && index != 0)
+      tf_config_error(
+          fmt::format("cluster.chief[{}]: the chief is always task 0", quote_text(it.key(), '"')),
+          R"(key the chief "0", or write "chief": ["host:2222"])");
+    add_tf_config_task(spec, Task{*type, index}, it.value(),
+                       fmt::format("cluster.{}[{}]", name, quote_text(it.key(), '"')));
+  }
+}
+
+// task.index: an integer or a string of digits, 0 or more. Returns the value (saturated far
+// above kMaxTaskIndex, which only needs to compare as out of range) and its text.
+inline std::pair<std::uint64_t, std::string> task_index(const nlohmann::json& value) {
+  auto not_integer = [&]() {
+    tf_config_error(fmt::format("task.index must be an integer, got {}", describe_json(value)),
+                    R"(set "index" to this task's position in its job, e.g. "index": 0)");
+  };
+  auto negative = [&](std::string_view text) {
+    tf_config_error(fmt::format("task.index is {}; it must be 0 or more", text),
+                    R"(set "index" to this task's position in its job, from 0)");
+  };
+  if (value.is_number_unsigned()) {
+    const auto index = value.get<std::uint64_t>();
+    return {index, fmt::format("{}", index)};
+  }
+  if (value.is_number_integer()) {
+    const auto index = value.get<std::int64_t>();
+    if (index < 0) negative(fmt::format("{}", index));
+    return {static_cast<std::uint64_t>(index), fmt::format("{}", index)};
+  }
+  if (!value.is_string()) not_integer();
+  const std::string_view text = value.get_ref<const std::string&>();
+  if (text.starts_with('-') && all_digits(text.substr(1))) negative(quote_text(text, '"'));
+  if (!all_digits(text)) not_integer();
+  std::uint64_t index = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+  if (ec != std::errc()) index = UINT64_MAX;  // too many digits: certainly out of range
+  return {index, quote_text(text, '"')};
+}
+
+inline Task parse_task(const nlohmann::json& task, const ClusterSpec& cluster,
+                       const std::array<bool, std::size(kTaskTypes)>& sparse) {
+  if (!task.is_object())
+    tf_config_error(fmt::format("\"task\" must be an object, got {}", describe_json(task)),
+                    R"(write e.g. "task": {"type": "worker", "index": 0}, or leave it out)");
+  const auto type_it = task.find("type");
+  if (type_it == task.end())
+    tf_config_error("task.type is missing",
+                    R"(set "type" to this task's job: "chief", "worker", "ps" or "evaluator")");
+  if (!type_it->is_string())
+    tf_config_error(fmt::format("task.type must be a string, got {}", describe_json(*type_it)),
+                    R"(set "type" to this task's job: "chief", "worker", "ps" or "evaluator")");
+  const auto& type_name = type_it->get_ref<const std::string&>();
+  const std::optional<TaskType> type = parse_task_type(type_name);
+  if (!type)
+    tf_config_error(fmt::format("unknown task.type {}", quote_text(type_name, '"')),
+                    unknown_job_hint(type_name));
+  const auto& job = cluster.tasks(*type);
+  if (job.empty())
+    tf_config_error(fmt::format("task not in cluster: task.type is \"{}\" but the cluster has no "
+                                "\"{}\" job (it has {})",
+                                *type, *type, describe_cluster(cluster)),
+                    "add this task's job to the cluster, or fix task.type");
+
+  const auto index_it = task.find("index");
+  if (index_it == task.end())
+    tf_config_error("task.index is missing",
+                    R"(set "index" to this task's position in its job, e.g. "index": 0)");
+  const auto [index, index_text] = task_index(*index_it);
+  if (!sparse[static_cast<std::size_t>(*type)]) {
+    if (index >= job.size())
+      tf_config_error(
+          fmt::format("task.index {} is out of range: cluster.{} has {}", index_text, *type,
+                      job.size() == 1
+                          ? std::string("1 task (index 0)")
+                          : fmt::format("{} tasks (indices 0 to {})", job.size(), job.size() - 1)),
+          fmt::format("set task.index to this task's position in cluster.{}", *type));
+  } else if (index > static_cast<std::uint64_t>(kMaxTaskIndex) ||
+             !job.contains(static_cast<int>(index))) {
+    tf_config_error(fmt::format("task not in cluster: task.index {} is not a key of the sparse job "
+                                "cluster.{} (its indices are {})",
+                                index_text, *type, describe_indices(job)),
+                    fmt::format("set task.index to this task's key in cluster.{}", *type));
+  }
+  return Task{*type, static_cast<int>(index)};
+}
+
+}  // namespace detail::tf
+
+STRATA_DECL TfConfig parse_tf_config(std::string_view json) {
+  using detail::tf::tf_config_error;
+  if (json.size() > kMaxTfConfigBytes)
+    tf_config_error(fmt::format("the text is {} bytes long, more than the limit of {}", json.size(),
+                                kMaxTfConfigBytes),
+                    "check that TF_CONFIG holds a cluster description and nothing else");
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json.data(), json.data() + json.size());
+  } catch (const nlohmann::json::parse_error& error) {
+    tf_config_error(fmt::format("not valid JSON: syntax error at byte {}: {}", error.byte,
+                                detail::tf::json_error_text(error)),
+                    "fix the JSON (quotes, commas, braces; a shell may have eaten the quotes), " +
+                        std::string(detail::tf::kTfConfigExample));
+  } catch (const nlohmann::json::exception& error) {
+    tf_config_error(fmt::format("not valid JSON: {}", detail::tf::json_error_text(error)),
+                    "fix the JSON, " + std::string(detail::tf::kTfConfigExample));
+  }
+  if (!root.is_object())
+    tf_config_error(
+        fmt::format("the top level must be an object, got {}", detail::tf::describe_json(root)),
+        "write TF_CONFIG as one JSON object, " + std::string(detail::tf::kTfConfigExample));
+
+  TfConfig config;
+  const auto cluster_it = root.find("cluster");
+  if (cluster_it == root.end())
+    tf_config_error("there is no \"cluster\" (keys are case sensitive)",
+                    "describe the cluster, " + std::string(detail::tf::kTfConfigExample));
+  if (!cluster_it->is_object())
+    tf_config_error(fmt::format("\"cluster\" must be an object from job names to addresses, got {}",
+                                detail::tf::describe_json(*cluster_it)),
+                    "describe the cluster, " + std::string(detail::tf::kTfConfigExample));
+  if (cluster_it->empty())
+    tf_config_error("\"cluster\" has no jobs",
+                    "list the tasks of the cluster, " + std::string(detail::tf::kTfConfigExample));
+  std::array<bool, std::size(kTaskTypes)> sparse{};
+  for (auto it = cluster_it->begin(); it != cluster_it->end(); ++it) {
+    bool job_sparse = false;
+    detail::tf::parse_job(config.cluster, it.key(), it.value(), job_sparse);
+    // parse_job accepted the name, so it is a TaskType.
+    sparse[static_cast<std::size_t>(*parse_task_type(it.key()))] = job_sparse;
+  }
+
+  if (const auto task_it = root.find("task"); task_it != root.end())
+    config.task = detail::tf::parse_task(*task_it, config.cluster, sparse);
+
+  if (const auto env_it = root.find("environment"); env_it != root.end()) {
+    if (env_it->is_string()) {
+      config.environment = env_it->get<std::string>();
+    } else if (!env_it->is_null()) {
+      tf_config_error(fmt::format("\"environment\" must be a string, got {}",
+                                  detail::tf::describe_json(*env_it)),
+                      R"(write e.g. "environment": "cloud", or leave it out)");
+    }
+  }
+  return config;
+}
+
+STRATA_DECL std::optional<TfConfig> tf_config_from_environment() {
+  const auto text = environment_variable("TF_CONFIG");
+  if (!text) return std::nullopt;
+  return parse_tf_config(*text);
+}
+
+STRATA_DECL std::string make_tf_config(const ClusterSpec& cluster, Task task) {
+  if (!cluster.contains(task))
+    throw UsageError(
+        -1, "make_tf_config",
+        fmt::format("task not in cluster: {} {} (the cluster has {})", to_string(task.type),
+                    task.index, detail::spec::describe_cluster(cluster)),
+        "pass a task of the cluster");
+  // ordered_json keeps TF's usual key order ("type" before "index", jobs as listed).
+  nlohmann::ordered_json jobs = nlohmann::ordered_json::object();
+  for (const TaskType type : kTaskTypes) {
+    const auto& tasks = cluster.tasks(type);
+    if (tasks.empty()) continue;
+    const bool dense = tasks.rbegin()->first == static_cast<int>(tasks.size()) - 1;
+    nlohmann::ordered_json job =
+        dense ? nlohmann::ordered_json::array() : nlohmann::ordered_json::object();
+    for (const auto& [index, address] : tasks) {
+      if (dense) {
+        job.push_back(address.to_string());
+      } else {
+        job[std::to_string(index)] = address.to_string();
+      }
+    }
+    jobs[std::string(to_string(type))] = std::move(job);
+  }
+  nlohmann::ordered_json root = nlohmann::ordered_json::object();
+  root["cluster"] = std::move(jobs);
+  nlohmann::ordered_json task_json = nlohmann::ordered_json::object();
+  task_json["type"] = std::string(to_string(task.type));
+  task_json["index"] = task.index;
+  root["task"] = std::move(task_json);
+  return root.dump();
+}
+
+}  // namespace strata::cluster
+// ---- end strata/cluster/impl/tf_config.ipp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CLUSTER_IMPL_TF_CONFIG_IPP
+#endif
+// ---- end strata/cluster/tf_config.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CLUSTER_TF_CONFIG_HPP
 
 // ---- begin strata/communicator/collective.hpp ----
 // strata/communicator/collective.hpp — the call vocabulary under the communicator's names.
@@ -6259,7 +6797,7 @@ class Group {
     for (int r = 0; r < size_; ++r) {
       if (arrivals_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed) > generation)
         continue;
-      fmt::format_to(std::back_inserter(ranks), "{}{}", missing++ ? ", " : "", r);
+      ranks += fmt::format("{}{}", missing++ ? ", " : "", r);
     }
     return fmt::format("rank{} {} (of {})", missing == 1 ? "" : "s", ranks, size_);
   }
@@ -6573,14 +7111,188 @@ concept ReplicaGroup = Communicator<C> && detail::HasMaxSize<C> &&
 // ---- begin strata/communicator/tcp.hpp ----
 // strata/communicator/tcp.hpp — the TCP communicator: ranks in separate processes or hosts.
 
-#include <algorithm>
+//
+// This header declares; the definitions (and the TCP transport under them) are in
+// communicator/impl/tcp.ipp, compiled into every unit header-only or once into the
+// strata::compiled library (config.hpp: STRATA_SEPARATE_COMPILATION).
+
 #include <array>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <exception>
 #include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+
+namespace strata::communicator {
+
+/// Which all-reduce algorithm the TCP communicator runs (TF's CommunicationImplementation:
+/// AUTO picks by message size, RING forces the ring).
+enum class TcpAllReduce : std::uint8_t {
+  automatic,           ///< recursive doubling while small (see small_message_bytes), ring above
+  ring,                ///< pipelined ring: bandwidth-optimal
+  recursive_doubling,  ///< ⌈log2 n⌉ rounds: latency-optimal
+  halving_doubling,    ///< recursive halving, then doubling: the ring's bytes in 2·log2 n hops
+};
+
+}  // namespace strata::communicator
+
+template <>
+struct strata::EnumNames<strata::communicator::TcpAllReduce> {
+  static constexpr std::array<std::string_view, 4> kNames{"automatic", "ring", "recursive_doubling",
+                                                          "halving_doubling"};
+};
+
+namespace strata::communicator {
+
+using strata::to_string;
+
+/// Tunables of the TCP communicator. Every rank must use the same values for the first four
+/// (the handshake refuses ranks that differ: they would cut messages differently).
+struct TcpOptions {
+  /// Largest message: pipelined algorithms cut buffers into segments of this size.
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+  /// Data connections between each pair of ranks; segments are spread over them.
+  int connections_per_peer = 1;
+  TcpAllReduce all_reduce = TcpAllReduce::automatic;
+  /// `automatic` runs recursive doubling while S·⌈log2 n⌉·(n−1), for S bytes on n ranks, is
+  /// at most this; the ring above. Recursive doubling takes fewer hops but its busiest rank
+  /// sends S·⌈log2 n⌉ bytes, the ring's 2·S·(n−1)/n, and the group as a whole sends and adds
+  /// n·S·⌈log2 n⌉: where ranks share cores that total is what costs, so the crossover falls
+  /// faster than the bytes per rank. The default puts the switch at 512, 128 and 85 KiB for
+  /// 2, 3 and 4 ranks, where it was measured on loopback (docs/performance.md).
+  std::size_t small_message_bytes = 512 * 1024;
+  /// A call that sends at least this many bytes lends its buffers' pages to the kernel
+  /// instead of copying them into socket buffers (messages of 64 KiB and more; see
+  /// transport/tcp/lending.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
+  /// and a release from the receiver per message. Whether that pays depends on the machine
+  /// (faster on some, slower on others: docs/performance.md), so strata copies unless told:
+  /// measure with `strata-perf --lend-from`.
+  /// 0 lends every large message; SIZE_MAX (the default) none.
+  std::size_t lend_from_bytes = SIZE_MAX;
+  /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
+  int socket_buffer_bytes = 0;
+  /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.
+  bool no_delay = true;
+  /// TCP congestion control of every connection (TCP_CONGESTION), e.g. "cubic" or "bbr"; the
+  /// kernel must allow it (net.ipv4.tcp_allowed_congestion_control). Unset: "reno" between
+  /// ranks on one host, where loopback never queues or drops and a pacing algorithm (a
+  /// host-wide "bbr") would only throttle, and the kernel's default between hosts.
+  std::optional<std::string> congestion_control{};
+  /// Shared secret proving membership (HMAC challenge–response in the handshake; it never
+  /// crosses the wire). Unset: STRATA_CLUSTER_TOKEN when set, else no authentication.
+  std::optional<std::string> cluster_token{};
+};
+
+/// Who is in the group and where each rank listens.
+struct TcpMembership {
+  int rank = 0;
+  /// Every rank's listening address, in rank order (e.g. ClusterSpec::collective_addresses()).
+  std::vector<cluster::Address> addresses;
+  /// Identity of the cluster, equal on every rank (ClusterSpec::fingerprint()); 0 derives one
+  /// from `addresses`.
+  std::uint64_t cluster_fingerprint = 0;
+  /// A listening socket already bound to addresses[rank], adopted by the communicator; -1
+  /// binds one.
+  int listen_fd = -1;
+};
+
+/// The membership of this process's collective group as `resolve_cluster()` found it; takes
+/// over the listening socket the resolver bound, if any.
+/// @throws ConfigurationError for a task outside the collective group (ps, evaluator).
+STRATA_DECL TcpMembership membership_of(cluster::ResolvedCluster& resolved);
+
+/// One rank of a group that communicates over TCP: one process (or thread) per rank, on one
+/// host or many.
+///
+/// Construction forms the group (transport/tcp/form_mesh.hpp): every rank connects to every
+/// other, in any start order, within the deadline. Collectives then run pipelined algorithms
+/// over those connections: ring all-reduce (recursive doubling for small messages),
+/// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. Each message
+/// carries the sender's view of the call, so ranks that disagree on count, type, op, root or
+/// the number of calls raise MismatchError instead of exchanging garbage.
+///
+/// Failure semantics: a peer that dies makes every rank raise PeerFailureError naming it within
+/// milliseconds; a peer that stalls makes every rank raise TimeoutError at the deadline naming
+/// the silent rank; any failure fails the whole group, and later calls refuse with the first
+/// failure's reason. Re-create the communicators to continue.
+///
+/// Example (every process):
+/// @code
+///   strata::communicator::TcpCommunicator comm({.rank = r, .addresses = addresses});
+///   comm.all_reduce(std::span(gradients), strata::ReduceOp::mean);
+/// @endcode
+class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
+  friend class detail::CollectiveApi<TcpCommunicator>;
+
+ public:
+  static constexpr std::string_view kName = "tcp";
+  static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  /// `create(n)` makes all n ranks in this process (loopback); other processes join through
+  /// the constructor, with the membership their resolver found.
+  static constexpr bool kSpansProcesses = false;
+
+  /// Joins the group described by `membership`. Blocks until every rank has joined.
+  /// @throws ConfigurationError for bad options or addresses (port in use, not this host's
+  /// address, peers with other settings or token); TimeoutError listing the ranks that did
+  /// not join by the deadline; UsageError for a rank outside the group.
+  STRATA_DECL explicit TcpCommunicator(TcpMembership membership, TcpOptions tcp = {},
+                                       CommunicatorOptions options = {});
+
+  /// A group of `size` ranks in this process, on loopback ports chosen by the kernel; element
+  /// r is rank r. For tests and benchmarks: drive each rank from its own thread.
+  STRATA_DECL static std::vector<TcpCommunicator> create(int size, CommunicatorOptions options = {},
+                                                         TcpOptions tcp = {});
+
+  STRATA_DECL TcpCommunicator(TcpCommunicator&&) noexcept;
+  STRATA_DECL TcpCommunicator& operator=(TcpCommunicator&&) noexcept;
+  TcpCommunicator(const TcpCommunicator&) = delete;
+  TcpCommunicator& operator=(const TcpCommunicator&) = delete;
+  /// Waits for pending asynchronous calls, then tells the peers this rank is done.
+  STRATA_DECL ~TcpCommunicator();
+
+  STRATA_DECL int rank() const noexcept;
+  STRATA_DECL int size() const noexcept;
+  STRATA_DECL const CommunicatorOptions& options() const noexcept;
+  STRATA_DECL const TcpOptions& tcp_options() const noexcept;
+
+  // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
+  // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
+
+  /// Fails the whole group from any thread: every pending and later call on every rank throws
+  /// PeerFailureError carrying `reason`.
+  STRATA_DECL void abort(std::string_view reason) noexcept;
+
+ private:
+  struct State;  // communicator/impl/tcp.ipp
+
+  [[noreturn]] STRATA_DECL void fail_usage(Collective kind, std::string_view what,
+                                           std::string_view what_to_do);
+  STRATA_DECL void run(const CollectiveCall& call, const CallOptions& options);
+  STRATA_DECL Work submit(const CollectiveCall& call, const CallOptions& options);
+  STRATA_DECL static void execute(State& state, const CollectiveCall& call,
+                                  const CallOptions& options);
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::communicator
+
+#if STRATA_HEADER_ONLY
+#ifndef STRATA_AMALGAMATED_STRATA_COMMUNICATOR_IMPL_TCP_IPP
+#define STRATA_AMALGAMATED_STRATA_COMMUNICATOR_IMPL_TCP_IPP
+// ---- begin strata/communicator/impl/tcp.ipp ----
+// strata/communicator/impl/tcp.ipp — TcpCommunicator's definitions over the TCP transport.
+// Included at the end of communicator/tcp.hpp (header-only) or by impl/src.hpp after it
+// (compiled), never on its own.
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -6593,6 +7305,8 @@ concept ReplicaGroup = Communicator<C> && detail::HasMaxSize<C> &&
 
 #include <fmt/format.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FORM_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FORM_MESH_HPP
 // ---- begin strata/transport/tcp/form_mesh.hpp ----
 // strata/transport/tcp/form_mesh.hpp — forming the full mesh of TCP connections of a group.
 //
@@ -6607,17 +7321,17 @@ concept ReplicaGroup = Communicator<C> && detail::HasMaxSize<C> &&
 // meanwhile (garbage, wrong token, ...).
 
 #include <exception>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+#define STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
 // ---- begin strata/core/detail/join.hpp ----
 // strata/core/detail/join.hpp — "a, b, c" for messages.
 
-#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -6635,13 +7349,16 @@ std::string join(const Range& range, std::string_view separator) {
   for (const auto& item : range) {
     if (!first) text += separator;
     first = false;
-    fmt::format_to(std::back_inserter(text), "{}", item);
+    text += fmt::format("{}", item);
   }
   return text;
 }
 
 }  // namespace strata::detail
 // ---- end strata/core/detail/join.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONNECTOR_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONNECTOR_HPP
 // ---- begin strata/transport/tcp/connector.hpp ----
 // strata/transport/tcp/connector.hpp — the connecting side of forming a mesh: connecting to
 // the peers of lower ranks, with retries, and the connector's half of the handshake
@@ -6676,6 +7393,8 @@ std::string join(const Range& range, std::string_view separator) {
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
 // ---- begin strata/transport/tcp/handshake.hpp ----
 // strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
 //
@@ -6718,6 +7437,8 @@ std::string join(const Range& range, std::string_view separator) {
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
 // ---- begin strata/transport/tcp/frame.hpp ----
 // strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
 //
@@ -6926,6 +7647,7 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
 
 namespace strata::transport::tcp {
 
@@ -7081,6 +7803,9 @@ inline bool same_mac(const Mac& a, const Mac& b) noexcept {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/handshake.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
 // ---- begin strata/transport/tcp/pending_mesh.hpp ----
 // strata/transport/tcp/pending_mesh.hpp — a mesh while it forms: the connections up so far,
 // each peer's incarnation, and the kMeshReady exchange that ends the forming.
@@ -7116,6 +7841,419 @@ inline bool same_mac(const Mac& a, const Mac& b) noexcept {
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+// ---- begin strata/transport/tcp/handshake.hpp ----
+// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
+//
+// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+//
+//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce)
+//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
+//   connector → acceptor   MAC_c
+//   acceptor → connector   Status   (accepted, or why not)
+//
+// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
+// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
+// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
+// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+//
+// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
+// given different clusters never pair up), world size, ranks and tunables (chunk size,
+// connections per peer, algorithm choice: ranks that would cut messages differently are
+// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
+// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
+// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
+// the MACs are zero and ignored; a side with a token refuses a side without one.
+//
+// Once a rank holds every connection of its mesh it sends kMeshReady on each control
+// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
+// pending_mesh.hpp).
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
+// 3 since frames carry lending (frame.hpp version 2): a rank of before is refused at the
+// handshake, not at its first collective.
+inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+inline constexpr std::size_t kHelloBytes = 80;
+/// Sent once on every control connection by a rank whose mesh is complete.
+inline constexpr std::byte kMeshReady{0x52};  // 'R'
+/// How long one connection may take over its handshake (capped by the group's deadline), so a
+/// silent one cannot hold resources until the deadline.
+inline constexpr std::chrono::seconds kHandshakeTimeout{10};
+
+struct Hello {
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t connection = 0;  ///< 0: control connection; 1..K: data connections
+  std::int32_t rank = 0;
+  std::int32_t world_size = 0;
+  std::uint32_t flags = 0;  ///< kHasToken when the sender has a cluster token
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  std::uint64_t incarnation = 0;
+  std::array<std::byte, kNonceBytes> nonce{};
+
+  static constexpr std::uint32_t kHasToken = 1;
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+
+using HelloBytes = std::array<std::byte, kHelloBytes>;
+using Mac = std::array<std::byte, kMacBytes>;
+
+/// The acceptor's verdict on a connection.
+enum class HandshakeStatus : std::uint8_t {
+  accepted = 0,
+  bad_version = 1,
+  other_cluster = 2,
+  world_size_differs = 3,
+  unexpected_rank = 4,
+  duplicate_connection = 5,
+  tunables_differ = 6,
+  token_required = 7,
+  token_unexpected = 8,
+  authentication_failed = 9,
+  stale_incarnation = 10,
+};
+
+inline std::string_view to_string(HandshakeStatus status) noexcept {
+  switch (status) {
+    case HandshakeStatus::accepted:
+      return "accepted";
+    case HandshakeStatus::bad_version:
+      return "the ranks run different strata protocol versions";
+    case HandshakeStatus::other_cluster:
+      return "the ranks were given different cluster specs (cluster fingerprints differ)";
+    case HandshakeStatus::world_size_differs:
+      return "the ranks disagree on the world size";
+    case HandshakeStatus::unexpected_rank:
+      return "the rank is not one this rank expects to connect";
+    case HandshakeStatus::duplicate_connection:
+      return "this rank is already connected";
+    case HandshakeStatus::tunables_differ:
+      return "the ranks use different TCP tunables (chunk_bytes, connections_per_peer or "
+             "algorithm choice)";
+    case HandshakeStatus::token_required:
+      return "the acceptor requires a cluster token (STRATA_CLUSTER_TOKEN) and the connector "
+             "has none";
+    case HandshakeStatus::token_unexpected:
+      return "the connector has a cluster token (STRATA_CLUSTER_TOKEN) and the acceptor has none";
+    case HandshakeStatus::authentication_failed:
+      return "the cluster tokens (STRATA_CLUSTER_TOKEN) differ";
+    case HandshakeStatus::stale_incarnation:
+      return "another incarnation of this rank is already connected";
+  }
+  return "invalid status";
+}
+
+inline HelloBytes encode(const Hello& hello) noexcept {
+  HelloBytes out{};
+  detail::store_le<std::uint32_t>(&out[0], kHelloMagic);
+  detail::store_le<std::uint16_t>(&out[4], hello.version);
+  detail::store_le<std::uint16_t>(&out[6], hello.connection);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(hello.rank));
+  detail::store_le<std::uint32_t>(&out[12], static_cast<std::uint32_t>(hello.world_size));
+  detail::store_le<std::uint32_t>(&out[16], hello.flags);
+  detail::store_le<std::uint32_t>(&out[20], 0);
+  detail::store_le<std::uint64_t>(&out[24], hello.cluster);
+  detail::store_le<std::uint64_t>(&out[32], hello.tunables);
+  detail::store_le<std::uint64_t>(&out[40], hello.incarnation);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    out[48 + i] = hello.nonce[i];
+  return out;
+}
+
+/// Decodes a Hello; false when the bytes are not one (wrong magic, reserved bits set). Field
+/// values are checked by the receiver against its own view.
+inline bool decode(std::span<const std::byte, kHelloBytes> in, Hello& out) noexcept {
+  if (detail::load_le<std::uint32_t>(&in[0]) != kHelloMagic) return false;
+  if (detail::load_le<std::uint32_t>(&in[20]) != 0) return false;
+  Hello hello;
+  hello.version = detail::load_le<std::uint16_t>(&in[4]);
+  hello.connection = detail::load_le<std::uint16_t>(&in[6]);
+  hello.rank = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  hello.world_size = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[12]));
+  hello.flags = detail::load_le<std::uint32_t>(&in[16]);
+  if ((hello.flags & ~Hello::kHasToken) != 0) return false;
+  hello.cluster = detail::load_le<std::uint64_t>(&in[24]);
+  hello.tunables = detail::load_le<std::uint64_t>(&in[32]);
+  hello.incarnation = detail::load_le<std::uint64_t>(&in[40]);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    hello.nonce[i] = in[48 + i];
+  out = hello;
+  return true;
+}
+
+/// Fills `out` with cryptographically random bytes (nonces, incarnation ids).
+/// @throws ConfigurationError when the system has no entropy to give.
+inline void random_bytes(std::span<std::byte> out) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's RAND_bytes failed",
+                             "check that the system's random source (/dev/urandom) is available");
+}
+
+/// HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello); the label is zero-padded to
+/// 16 bytes (labels are short ASCII constants without NUL).
+inline Mac handshake_mac(std::string_view token, std::string_view label,
+                         const HelloBytes& connector, const HelloBytes& acceptor) {
+  std::array<unsigned char, 16 + 2 * kHelloBytes> message{};
+  std::size_t n = 0;
+  for (char c : label.substr(0, 16))
+    message[n++] = static_cast<unsigned char>(c);
+  n = 16;
+  for (std::byte b : connector)
+    message[n++] = static_cast<unsigned char>(b);
+  for (std::byte b : acceptor)
+    message[n++] = static_cast<unsigned char>(b);
+  Mac mac{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(), n,
+           reinterpret_cast<unsigned char*>(mac.data()), &length) == nullptr ||
+      length != kMacBytes)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's HMAC-SHA256 failed",
+                             "check the OpenSSL installation (libcrypto)");
+  return mac;
+}
+
+/// Constant-time comparison: a timing side channel must not reveal how much of a MAC matched.
+inline bool same_mac(const Mac& a, const Mac& b) noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/handshake.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
 // ---- begin strata/transport/tcp/mesh.hpp ----
 // strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
 //
@@ -7199,6 +8337,7 @@ class Mesh {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
 
 namespace strata::transport::tcp {
 
@@ -7502,6 +8641,7 @@ class PendingMesh {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/pending_mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
 
 namespace strata::transport::tcp {
 
@@ -7716,6 +8856,9 @@ class Connector {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/connector.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONNECTOR_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LISTENER_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LISTENER_HPP
 // ---- begin strata/transport/tcp/listener.hpp ----
 // strata/transport/tcp/listener.hpp — the accepting side of forming a mesh: this rank's
 // listening socket and the acceptor's half of the handshake (handshake.hpp).
@@ -7745,6 +8888,1255 @@ class Connector {
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+// ---- begin strata/transport/tcp/handshake.hpp ----
+// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
+//
+// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+//
+//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce)
+//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
+//   connector → acceptor   MAC_c
+//   acceptor → connector   Status   (accepted, or why not)
+//
+// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
+// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
+// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
+// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+//
+// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
+// given different clusters never pair up), world size, ranks and tunables (chunk size,
+// connections per peer, algorithm choice: ranks that would cut messages differently are
+// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
+// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
+// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
+// the MACs are zero and ignored; a side with a token refuses a side without one.
+//
+// Once a rank holds every connection of its mesh it sends kMeshReady on each control
+// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
+// pending_mesh.hpp).
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
+// 3 since frames carry lending (frame.hpp version 2): a rank of before is refused at the
+// handshake, not at its first collective.
+inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+inline constexpr std::size_t kHelloBytes = 80;
+/// Sent once on every control connection by a rank whose mesh is complete.
+inline constexpr std::byte kMeshReady{0x52};  // 'R'
+/// How long one connection may take over its handshake (capped by the group's deadline), so a
+/// silent one cannot hold resources until the deadline.
+inline constexpr std::chrono::seconds kHandshakeTimeout{10};
+
+struct Hello {
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t connection = 0;  ///< 0: control connection; 1..K: data connections
+  std::int32_t rank = 0;
+  std::int32_t world_size = 0;
+  std::uint32_t flags = 0;  ///< kHasToken when the sender has a cluster token
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  std::uint64_t incarnation = 0;
+  std::array<std::byte, kNonceBytes> nonce{};
+
+  static constexpr std::uint32_t kHasToken = 1;
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+
+using HelloBytes = std::array<std::byte, kHelloBytes>;
+using Mac = std::array<std::byte, kMacBytes>;
+
+/// The acceptor's verdict on a connection.
+enum class HandshakeStatus : std::uint8_t {
+  accepted = 0,
+  bad_version = 1,
+  other_cluster = 2,
+  world_size_differs = 3,
+  unexpected_rank = 4,
+  duplicate_connection = 5,
+  tunables_differ = 6,
+  token_required = 7,
+  token_unexpected = 8,
+  authentication_failed = 9,
+  stale_incarnation = 10,
+};
+
+inline std::string_view to_string(HandshakeStatus status) noexcept {
+  switch (status) {
+    case HandshakeStatus::accepted:
+      return "accepted";
+    case HandshakeStatus::bad_version:
+      return "the ranks run different strata protocol versions";
+    case HandshakeStatus::other_cluster:
+      return "the ranks were given different cluster specs (cluster fingerprints differ)";
+    case HandshakeStatus::world_size_differs:
+      return "the ranks disagree on the world size";
+    case HandshakeStatus::unexpected_rank:
+      return "the rank is not one this rank expects to connect";
+    case HandshakeStatus::duplicate_connection:
+      return "this rank is already connected";
+    case HandshakeStatus::tunables_differ:
+      return "the ranks use different TCP tunables (chunk_bytes, connections_per_peer or "
+             "algorithm choice)";
+    case HandshakeStatus::token_required:
+      return "the acceptor requires a cluster token (STRATA_CLUSTER_TOKEN) and the connector "
+             "has none";
+    case HandshakeStatus::token_unexpected:
+      return "the connector has a cluster token (STRATA_CLUSTER_TOKEN) and the acceptor has none";
+    case HandshakeStatus::authentication_failed:
+      return "the cluster tokens (STRATA_CLUSTER_TOKEN) differ";
+    case HandshakeStatus::stale_incarnation:
+      return "another incarnation of this rank is already connected";
+  }
+  return "invalid status";
+}
+
+inline HelloBytes encode(const Hello& hello) noexcept {
+  HelloBytes out{};
+  detail::store_le<std::uint32_t>(&out[0], kHelloMagic);
+  detail::store_le<std::uint16_t>(&out[4], hello.version);
+  detail::store_le<std::uint16_t>(&out[6], hello.connection);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(hello.rank));
+  detail::store_le<std::uint32_t>(&out[12], static_cast<std::uint32_t>(hello.world_size));
+  detail::store_le<std::uint32_t>(&out[16], hello.flags);
+  detail::store_le<std::uint32_t>(&out[20], 0);
+  detail::store_le<std::uint64_t>(&out[24], hello.cluster);
+  detail::store_le<std::uint64_t>(&out[32], hello.tunables);
+  detail::store_le<std::uint64_t>(&out[40], hello.incarnation);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    out[48 + i] = hello.nonce[i];
+  return out;
+}
+
+/// Decodes a Hello; false when the bytes are not one (wrong magic, reserved bits set). Field
+/// values are checked by the receiver against its own view.
+inline bool decode(std::span<const std::byte, kHelloBytes> in, Hello& out) noexcept {
+  if (detail::load_le<std::uint32_t>(&in[0]) != kHelloMagic) return false;
+  if (detail::load_le<std::uint32_t>(&in[20]) != 0) return false;
+  Hello hello;
+  hello.version = detail::load_le<std::uint16_t>(&in[4]);
+  hello.connection = detail::load_le<std::uint16_t>(&in[6]);
+  hello.rank = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  hello.world_size = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[12]));
+  hello.flags = detail::load_le<std::uint32_t>(&in[16]);
+  if ((hello.flags & ~Hello::kHasToken) != 0) return false;
+  hello.cluster = detail::load_le<std::uint64_t>(&in[24]);
+  hello.tunables = detail::load_le<std::uint64_t>(&in[32]);
+  hello.incarnation = detail::load_le<std::uint64_t>(&in[40]);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    hello.nonce[i] = in[48 + i];
+  out = hello;
+  return true;
+}
+
+/// Fills `out` with cryptographically random bytes (nonces, incarnation ids).
+/// @throws ConfigurationError when the system has no entropy to give.
+inline void random_bytes(std::span<std::byte> out) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's RAND_bytes failed",
+                             "check that the system's random source (/dev/urandom) is available");
+}
+
+/// HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello); the label is zero-padded to
+/// 16 bytes (labels are short ASCII constants without NUL).
+inline Mac handshake_mac(std::string_view token, std::string_view label,
+                         const HelloBytes& connector, const HelloBytes& acceptor) {
+  std::array<unsigned char, 16 + 2 * kHelloBytes> message{};
+  std::size_t n = 0;
+  for (char c : label.substr(0, 16))
+    message[n++] = static_cast<unsigned char>(c);
+  n = 16;
+  for (std::byte b : connector)
+    message[n++] = static_cast<unsigned char>(b);
+  for (std::byte b : acceptor)
+    message[n++] = static_cast<unsigned char>(b);
+  Mac mac{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(), n,
+           reinterpret_cast<unsigned char*>(mac.data()), &length) == nullptr ||
+      length != kMacBytes)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's HMAC-SHA256 failed",
+                             "check the OpenSSL installation (libcrypto)");
+  return mac;
+}
+
+/// Constant-time comparison: a timing side channel must not reveal how much of a MAC matched.
+inline bool same_mac(const Mac& a, const Mac& b) noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/handshake.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
+// ---- begin strata/transport/tcp/pending_mesh.hpp ----
+// strata/transport/tcp/pending_mesh.hpp — a mesh while it forms: the connections up so far,
+// each peer's incarnation, and the kMeshReady exchange that ends the forming.
+//
+// The listener (listener.hpp) and the connector (connector.hpp) hand it each connection that
+// passed its handshake. A rank holding all its connections sends kMeshReady to every peer and
+// is done once every peer has sent its own: no rank starts collectives while another is still
+// forming its mesh. So a peer whose connections close before its kMeshReady died while joining
+// (a restarted worker's first incarnation): it is forgotten and its next incarnation awaited. A
+// peer that finished joining, ran ahead and failed is never mistaken for one.
+
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+// ---- begin strata/transport/tcp/handshake.hpp ----
+// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
+//
+// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+//
+//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce)
+//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
+//   connector → acceptor   MAC_c
+//   acceptor → connector   Status   (accepted, or why not)
+//
+// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
+// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
+// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
+// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+//
+// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
+// given different clusters never pair up), world size, ranks and tunables (chunk size,
+// connections per peer, algorithm choice: ranks that would cut messages differently are
+// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
+// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
+// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
+// the MACs are zero and ignored; a side with a token refuses a side without one.
+//
+// Once a rank holds every connection of its mesh it sends kMeshReady on each control
+// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
+// pending_mesh.hpp).
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
+// 3 since frames carry lending (frame.hpp version 2): a rank of before is refused at the
+// handshake, not at its first collective.
+inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+inline constexpr std::size_t kHelloBytes = 80;
+/// Sent once on every control connection by a rank whose mesh is complete.
+inline constexpr std::byte kMeshReady{0x52};  // 'R'
+/// How long one connection may take over its handshake (capped by the group's deadline), so a
+/// silent one cannot hold resources until the deadline.
+inline constexpr std::chrono::seconds kHandshakeTimeout{10};
+
+struct Hello {
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t connection = 0;  ///< 0: control connection; 1..K: data connections
+  std::int32_t rank = 0;
+  std::int32_t world_size = 0;
+  std::uint32_t flags = 0;  ///< kHasToken when the sender has a cluster token
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  std::uint64_t incarnation = 0;
+  std::array<std::byte, kNonceBytes> nonce{};
+
+  static constexpr std::uint32_t kHasToken = 1;
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+
+using HelloBytes = std::array<std::byte, kHelloBytes>;
+using Mac = std::array<std::byte, kMacBytes>;
+
+/// The acceptor's verdict on a connection.
+enum class HandshakeStatus : std::uint8_t {
+  accepted = 0,
+  bad_version = 1,
+  other_cluster = 2,
+  world_size_differs = 3,
+  unexpected_rank = 4,
+  duplicate_connection = 5,
+  tunables_differ = 6,
+  token_required = 7,
+  token_unexpected = 8,
+  authentication_failed = 9,
+  stale_incarnation = 10,
+};
+
+inline std::string_view to_string(HandshakeStatus status) noexcept {
+  switch (status) {
+    case HandshakeStatus::accepted:
+      return "accepted";
+    case HandshakeStatus::bad_version:
+      return "the ranks run different strata protocol versions";
+    case HandshakeStatus::other_cluster:
+      return "the ranks were given different cluster specs (cluster fingerprints differ)";
+    case HandshakeStatus::world_size_differs:
+      return "the ranks disagree on the world size";
+    case HandshakeStatus::unexpected_rank:
+      return "the rank is not one this rank expects to connect";
+    case HandshakeStatus::duplicate_connection:
+      return "this rank is already connected";
+    case HandshakeStatus::tunables_differ:
+      return "the ranks use different TCP tunables (chunk_bytes, connections_per_peer or "
+             "algorithm choice)";
+    case HandshakeStatus::token_required:
+      return "the acceptor requires a cluster token (STRATA_CLUSTER_TOKEN) and the connector "
+             "has none";
+    case HandshakeStatus::token_unexpected:
+      return "the connector has a cluster token (STRATA_CLUSTER_TOKEN) and the acceptor has none";
+    case HandshakeStatus::authentication_failed:
+      return "the cluster tokens (STRATA_CLUSTER_TOKEN) differ";
+    case HandshakeStatus::stale_incarnation:
+      return "another incarnation of this rank is already connected";
+  }
+  return "invalid status";
+}
+
+inline HelloBytes encode(const Hello& hello) noexcept {
+  HelloBytes out{};
+  detail::store_le<std::uint32_t>(&out[0], kHelloMagic);
+  detail::store_le<std::uint16_t>(&out[4], hello.version);
+  detail::store_le<std::uint16_t>(&out[6], hello.connection);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(hello.rank));
+  detail::store_le<std::uint32_t>(&out[12], static_cast<std::uint32_t>(hello.world_size));
+  detail::store_le<std::uint32_t>(&out[16], hello.flags);
+  detail::store_le<std::uint32_t>(&out[20], 0);
+  detail::store_le<std::uint64_t>(&out[24], hello.cluster);
+  detail::store_le<std::uint64_t>(&out[32], hello.tunables);
+  detail::store_le<std::uint64_t>(&out[40], hello.incarnation);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    out[48 + i] = hello.nonce[i];
+  return out;
+}
+
+/// Decodes a Hello; false when the bytes are not one (wrong magic, reserved bits set). Field
+/// values are checked by the receiver against its own view.
+inline bool decode(std::span<const std::byte, kHelloBytes> in, Hello& out) noexcept {
+  if (detail::load_le<std::uint32_t>(&in[0]) != kHelloMagic) return false;
+  if (detail::load_le<std::uint32_t>(&in[20]) != 0) return false;
+  Hello hello;
+  hello.version = detail::load_le<std::uint16_t>(&in[4]);
+  hello.connection = detail::load_le<std::uint16_t>(&in[6]);
+  hello.rank = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  hello.world_size = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[12]));
+  hello.flags = detail::load_le<std::uint32_t>(&in[16]);
+  if ((hello.flags & ~Hello::kHasToken) != 0) return false;
+  hello.cluster = detail::load_le<std::uint64_t>(&in[24]);
+  hello.tunables = detail::load_le<std::uint64_t>(&in[32]);
+  hello.incarnation = detail::load_le<std::uint64_t>(&in[40]);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    hello.nonce[i] = in[48 + i];
+  out = hello;
+  return true;
+}
+
+/// Fills `out` with cryptographically random bytes (nonces, incarnation ids).
+/// @throws ConfigurationError when the system has no entropy to give.
+inline void random_bytes(std::span<std::byte> out) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's RAND_bytes failed",
+                             "check that the system's random source (/dev/urandom) is available");
+}
+
+/// HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello); the label is zero-padded to
+/// 16 bytes (labels are short ASCII constants without NUL).
+inline Mac handshake_mac(std::string_view token, std::string_view label,
+                         const HelloBytes& connector, const HelloBytes& acceptor) {
+  std::array<unsigned char, 16 + 2 * kHelloBytes> message{};
+  std::size_t n = 0;
+  for (char c : label.substr(0, 16))
+    message[n++] = static_cast<unsigned char>(c);
+  n = 16;
+  for (std::byte b : connector)
+    message[n++] = static_cast<unsigned char>(b);
+  for (std::byte b : acceptor)
+    message[n++] = static_cast<unsigned char>(b);
+  Mac mac{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(), n,
+           reinterpret_cast<unsigned char*>(mac.data()), &length) == nullptr ||
+      length != kMacBytes)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's HMAC-SHA256 failed",
+                             "check the OpenSSL installation (libcrypto)");
+  return mac;
+}
+
+/// Constant-time comparison: a timing side channel must not reveal how much of a MAC matched.
+inline bool same_mac(const Mac& a, const Mac& b) noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/handshake.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+
+namespace strata::transport::tcp {
+
+/// The state of one rank's mesh while it forms; every handler runs on the mesh's io_context.
+class PendingMesh {
+ public:
+  using tcp = asio::ip::tcp;
+
+  PendingMesh(const MeshConfig& config, Deadline deadline)
+      : config_(config),
+        deadline_(deadline),
+        size_(static_cast<int>(config.addresses.size())),
+        per_peer_(1 + config.data_connections),
+        mesh_(new Mesh(config.rank, size_, config.data_connections)) {
+    std::array<std::byte, 8> incarnation{};
+    random_bytes(incarnation);
+    incarnation_ = detail::load_le<std::uint64_t>(incarnation.data());
+    slots_.resize(static_cast<std::size_t>(size_ * per_peer_));
+    peer_incarnation_.assign(static_cast<std::size_t>(size_), 0);
+    readiness_.resize(static_cast<std::size_t>(size_));
+    missing_ = (size_ - 1) * per_peer_;
+  }
+  PendingMesh(const PendingMesh&) = delete;
+  PendingMesh& operator=(const PendingMesh&) = delete;
+
+  const MeshConfig& config() const noexcept { return config_; }
+  Deadline deadline() const noexcept { return deadline_; }
+  int size() const noexcept { return size_; }
+  /// Connections per peer: the control connection and the data connections.
+  int per_peer() const noexcept { return per_peer_; }
+  asio::io_context& io() noexcept { return mesh_->io_; }
+  const cluster::Address& address(int rank) const {
+    return config_.addresses[static_cast<std::size_t>(rank)];
+  }
+  /// How a peer of a lower rank is connected to again when it left while joining (the
+  /// connector's connect_to; set before the mesh forms).
+  void on_reconnect(std::function<void(int)> reconnect) { reconnect_ = std::move(reconnect); }
+
+  /// This rank's Hello for connection `index`, with a fresh nonce.
+  Hello own_hello(int index) const {
+    Hello hello;
+    hello.connection = static_cast<std::uint16_t>(index);
+    hello.rank = config_.rank;
+    hello.world_size = size_;
+    hello.flags = config_.token ? Hello::kHasToken : 0;
+    hello.cluster = config_.cluster;
+    hello.tunables = config_.tunables;
+    hello.incarnation = incarnation_;
+    random_bytes(hello.nonce);
+    return hello;
+  }
+
+  /// Ends the forming with `error` (the first one is kept).
+  void fail(std::exception_ptr error) {
+    if (!failure_) failure_ = std::move(error);
+    mesh_->io_.stop();
+  }
+  const std::exception_ptr& failure() const noexcept { return failure_; }
+
+  /// Takes a connection that passed its handshake; once every connection is up, starts the
+  /// kMeshReady exchange.
+  void established(int peer, int index, tcp::socket socket, std::uint64_t incarnation) {
+    auto& known = peer_incarnation_[static_cast<std::size_t>(peer)];
+    if (known != 0 && known != incarnation) {
+      fail(std::make_exception_ptr(
+          PeerFailureError(config_.rank, "rendezvous",
+                           fmt::format("rank {} ({}) restarted while the group was forming", peer,
+                                       address(peer).to_string()),
+                           "start every rank of the group again")));
+      return;
+    }
+    known = incarnation;
+    if (!apply_options(socket)) return;
+    auto& target = slots_[slot(peer, index)];
+    if (!target) --missing_;
+    target = std::make_unique<tcp::socket>(std::move(socket));
+    if (missing_ == 0) exchange_readiness();
+  }
+
+  /// Whether the acceptor takes the connection whose Hello is `theirs`.
+  HandshakeStatus judge(const Hello& theirs) const {
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (theirs.cluster != config_.cluster) return HandshakeStatus::other_cluster;
+    if (theirs.world_size != size_) return HandshakeStatus::world_size_differs;
+    if (theirs.rank <= config_.rank || theirs.rank >= size_ || theirs.connection >= per_peer_)
+      return HandshakeStatus::unexpected_rank;
+    if (theirs.tunables != config_.tunables) return HandshakeStatus::tunables_differ;
+    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
+    if (config_.token && !has_token) return HandshakeStatus::token_required;
+    if (!config_.token && has_token) return HandshakeStatus::token_unexpected;
+    const auto known = peer_incarnation_[static_cast<std::size_t>(theirs.rank)];
+    if (known != 0 && known != theirs.incarnation && peer_alive(theirs.rank))
+      return HandshakeStatus::stale_incarnation;
+    return HandshakeStatus::accepted;
+  }
+
+  /// The incarnation of `peer` whose connections this mesh holds; 0 for none.
+  std::uint64_t peer_incarnation(int peer) const noexcept {
+    return peer_incarnation_[static_cast<std::size_t>(peer)];
+  }
+
+  /// Drops every connection of `peer` and its part of the kMeshReady exchange.
+  void forget_peer(int peer) {
+    for (int index = 0; index < per_peer_; ++index) {
+      auto& socket = slots_[slot(peer, index)];
+      if (socket) {
+        socket.reset();
+        ++missing_;
+      }
+    }
+    peer_incarnation_[static_cast<std::size_t>(peer)] = 0;
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    ready = Readiness{.generation = ready.generation + 1};
+  }
+
+  /// True when this rank connects to no one and no one to it (a group of one).
+  bool alone() const noexcept { return missing_ == 0; }
+
+  /// Every connection is up and every kMeshReady sent and received.
+  bool complete() const {
+    if (missing_ > 0) return false;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      const auto& ready = readiness_[static_cast<std::size_t>(peer)];
+      if (!ready.sent || !ready.received) return false;
+    }
+    return true;
+  }
+
+  // For the timeout message: what is known of `peer`.
+  bool connected(int peer) const {
+    for (int index = 0; index < per_peer_; ++index)
+      if (!slots_[slot(peer, index)]) return false;
+    return true;
+  }
+  bool said_ready(int peer) const { return readiness_[static_cast<std::size_t>(peer)].received; }
+  const std::map<int, std::string>& departed() const noexcept { return departed_; }
+
+  /// The mesh, for a group of one.
+  std::unique_ptr<Mesh> release() { return std::move(mesh_); }
+
+  /// The complete mesh: every connection moved into it, non-blocking.
+  std::unique_ptr<Mesh> finish() {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      auto& sockets = mesh_->peers_[static_cast<std::size_t>(peer)];
+      if (same_host(*slots_[slot(peer, 0)])) ++mesh_->ranks_on_this_host_;
+      for (int index = 0; index < per_peer_; ++index) {
+        auto& socket = *slots_[slot(peer, index)];
+        socket.non_blocking(true);
+        sockets.push_back(std::move(socket));
+      }
+    }
+    return std::move(mesh_);
+  }
+
+ private:
+  // The kMeshReady exchange with one peer, over its current control connection.
+  struct Readiness {
+    bool sent = false;      // our kMeshReady is written
+    bool writing = false;   // ... or on its way
+    bool received = false;  // theirs arrived
+    bool reading = false;
+    std::uint64_t generation = 0;  // bumped when the peer is forgotten: stale handlers ignore
+  };
+
+  std::size_t slot(int peer, int index) const noexcept {
+    return static_cast<std::size_t>(peer * per_peer_ + index);
+  }
+
+  void exchange_readiness() {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      auto& ready = readiness_[static_cast<std::size_t>(peer)];
+      auto& control = *slots_[slot(peer, 0)];
+      if (!ready.sent && !ready.writing) send_ready(peer, control);
+      if (!ready.received && !ready.reading) read_ready(peer, control);
+    }
+    if (complete()) mesh_->io_.stop();
+  }
+
+  void send_ready(int peer, tcp::socket& control) {
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    const auto generation = ready.generation;
+    ready.writing = true;
+    asio::async_write(control, asio::buffer(&kMeshReady, 1),
+                      [this, peer, generation](std::error_code ec, std::size_t) {
+                        auto& state = readiness_[static_cast<std::size_t>(peer)];
+                        if (ec == asio::error::operation_aborted || state.generation != generation)
+                          return;
+                        state.writing = false;
+                        if (ec) return peer_left(peer);
+                        state.sent = true;
+                        if (complete()) mesh_->io_.stop();
+                      });
+  }
+
+  void read_ready(int peer, tcp::socket& control) {
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    const auto generation = ready.generation;
+    ready.reading = true;
+    auto byte = std::make_shared<std::byte>();
+    asio::async_read(
+        control, asio::buffer(byte.get(), 1),
+        [this, peer, generation, byte](std::error_code ec, std::size_t) {
+          auto& state = readiness_[static_cast<std::size_t>(peer)];
+          if (ec == asio::error::operation_aborted || state.generation != generation) return;
+          state.reading = false;
+          if (ec) return peer_left(peer);
+          if (*byte != kMeshReady) {
+            fail(std::make_exception_ptr(PeerFailureError(
+                config_.rank, "rendezvous",
+                fmt::format("rank {} ({}) sent a byte that is not the end of the handshake", peer,
+                            address(peer).to_string()),
+                "start every rank with the same strata version")));
+            return;
+          }
+          state.received = true;
+          if (complete()) mesh_->io_.stop();
+        });
+  }
+
+  // The peer's connections closed before it had its whole mesh: it died while joining. Await
+  // its next incarnation.
+  void peer_left(int peer) {
+    departed_[peer] = "it connected, then closed its connections before the group was complete";
+    forget_peer(peer);
+    if (peer < config_.rank) reconnect_(peer);
+  }
+
+  // False when the group cannot go on (the mesh has failed).
+  bool apply_options(tcp::socket& socket) {
+    std::error_code ignored;
+    socket.set_option(tcp::no_delay(config_.no_delay), ignored);
+    if (config_.socket_buffer_bytes > 0) {
+      socket.set_option(asio::socket_base::send_buffer_size(config_.socket_buffer_bytes), ignored);
+      socket.set_option(asio::socket_base::receive_buffer_size(config_.socket_buffer_bytes),
+                        ignored);
+    }
+    // Loopback never queues or drops, so congestion control has nothing to find out there,
+    // and a pacing algorithm (BBR, a common host default) only throttles the sender with
+    // timers. Reno is built in and allowed to everyone; should the kernel refuse it anyway,
+    // its default works.
+    std::string_view congestion;
+    if (config_.congestion_control)
+      congestion = *config_.congestion_control;
+    else if (same_host(socket))
+      congestion = "reno";
+    if (!congestion.empty() &&
+        ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_CONGESTION, congestion.data(),
+                     static_cast<socklen_t>(congestion.size())) != 0 &&
+        config_.congestion_control) {
+      const std::error_code ec(errno, std::generic_category());
+      fail(std::make_exception_ptr(ConfigurationError(
+          config_.rank, "rendezvous",
+          fmt::format("the kernel refused TCP congestion control '{}': {}", congestion,
+                      ec.message()),
+          "name one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (load its "
+          "module first), or leave congestion_control unset")));
+      return false;
+    }
+    return true;
+  }
+
+  static bool same_host(const tcp::socket& socket) {
+    std::error_code ec;
+    const auto local = socket.local_endpoint(ec).address();
+    if (ec) return false;
+    const auto remote = socket.remote_endpoint(ec).address();
+    return !ec && (remote.is_loopback() || remote == local);
+  }
+
+  // True while some established connection of `peer` is still open (a restarted process's old
+  // connections are closed by its kernel).
+  bool peer_alive(int peer) const {
+    for (int index = 0; index < per_peer_; ++index) {
+      const auto& socket = slots_[slot(peer, index)];
+      if (!socket) continue;
+      char byte = 0;
+      const auto n = ::recv(const_cast<tcp::socket&>(*socket).native_handle(), &byte, 1,
+                            MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    }
+    return true;
+  }
+
+  MeshConfig config_;
+  Deadline deadline_;
+  int size_;
+  int per_peer_;
+  std::unique_ptr<Mesh> mesh_;  // before the sockets below: they are destroyed before its io
+  std::uint64_t incarnation_ = 0;
+  std::vector<std::unique_ptr<tcp::socket>> slots_;  // per (peer, connection index)
+  std::vector<std::uint64_t> peer_incarnation_;
+  int missing_ = 0;  // connections not up yet
+  std::exception_ptr failure_;
+  std::map<int, std::string> departed_;
+  std::vector<Readiness> readiness_;
+  std::function<void(int)> reconnect_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/pending_mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
 
 namespace strata::transport::tcp {
 
@@ -7977,6 +10369,931 @@ class Listener {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/listener.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LISTENER_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
+// ---- begin strata/transport/tcp/pending_mesh.hpp ----
+// strata/transport/tcp/pending_mesh.hpp — a mesh while it forms: the connections up so far,
+// each peer's incarnation, and the kMeshReady exchange that ends the forming.
+//
+// The listener (listener.hpp) and the connector (connector.hpp) hand it each connection that
+// passed its handshake. A rank holding all its connections sends kMeshReady to every peer and
+// is done once every peer has sent its own: no rank starts collectives while another is still
+// forming its mesh. So a peer whose connections close before its kMeshReady died while joining
+// (a restarted worker's first incarnation): it is forgotten and its next incarnation awaited. A
+// peer that finished joining, ran ahead and failed is never mistaken for one.
+
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+// ---- begin strata/transport/tcp/handshake.hpp ----
+// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
+//
+// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+//
+//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce)
+//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
+//   connector → acceptor   MAC_c
+//   acceptor → connector   Status   (accepted, or why not)
+//
+// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
+// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
+// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
+// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+//
+// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
+// given different clusters never pair up), world size, ranks and tunables (chunk size,
+// connections per peer, algorithm choice: ranks that would cut messages differently are
+// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
+// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
+// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
+// the MACs are zero and ignored; a side with a token refuses a side without one.
+//
+// Once a rank holds every connection of its mesh it sends kMeshReady on each control
+// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
+// pending_mesh.hpp).
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
+// 3 since frames carry lending (frame.hpp version 2): a rank of before is refused at the
+// handshake, not at its first collective.
+inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::size_t kNonceBytes = 32;
+inline constexpr std::size_t kMacBytes = 32;
+inline constexpr std::size_t kHelloBytes = 80;
+/// Sent once on every control connection by a rank whose mesh is complete.
+inline constexpr std::byte kMeshReady{0x52};  // 'R'
+/// How long one connection may take over its handshake (capped by the group's deadline), so a
+/// silent one cannot hold resources until the deadline.
+inline constexpr std::chrono::seconds kHandshakeTimeout{10};
+
+struct Hello {
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t connection = 0;  ///< 0: control connection; 1..K: data connections
+  std::int32_t rank = 0;
+  std::int32_t world_size = 0;
+  std::uint32_t flags = 0;  ///< kHasToken when the sender has a cluster token
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  std::uint64_t incarnation = 0;
+  std::array<std::byte, kNonceBytes> nonce{};
+
+  static constexpr std::uint32_t kHasToken = 1;
+  friend bool operator==(const Hello&, const Hello&) = default;
+};
+
+using HelloBytes = std::array<std::byte, kHelloBytes>;
+using Mac = std::array<std::byte, kMacBytes>;
+
+/// The acceptor's verdict on a connection.
+enum class HandshakeStatus : std::uint8_t {
+  accepted = 0,
+  bad_version = 1,
+  other_cluster = 2,
+  world_size_differs = 3,
+  unexpected_rank = 4,
+  duplicate_connection = 5,
+  tunables_differ = 6,
+  token_required = 7,
+  token_unexpected = 8,
+  authentication_failed = 9,
+  stale_incarnation = 10,
+};
+
+inline std::string_view to_string(HandshakeStatus status) noexcept {
+  switch (status) {
+    case HandshakeStatus::accepted:
+      return "accepted";
+    case HandshakeStatus::bad_version:
+      return "the ranks run different strata protocol versions";
+    case HandshakeStatus::other_cluster:
+      return "the ranks were given different cluster specs (cluster fingerprints differ)";
+    case HandshakeStatus::world_size_differs:
+      return "the ranks disagree on the world size";
+    case HandshakeStatus::unexpected_rank:
+      return "the rank is not one this rank expects to connect";
+    case HandshakeStatus::duplicate_connection:
+      return "this rank is already connected";
+    case HandshakeStatus::tunables_differ:
+      return "the ranks use different TCP tunables (chunk_bytes, connections_per_peer or "
+             "algorithm choice)";
+    case HandshakeStatus::token_required:
+      return "the acceptor requires a cluster token (STRATA_CLUSTER_TOKEN) and the connector "
+             "has none";
+    case HandshakeStatus::token_unexpected:
+      return "the connector has a cluster token (STRATA_CLUSTER_TOKEN) and the acceptor has none";
+    case HandshakeStatus::authentication_failed:
+      return "the cluster tokens (STRATA_CLUSTER_TOKEN) differ";
+    case HandshakeStatus::stale_incarnation:
+      return "another incarnation of this rank is already connected";
+  }
+  return "invalid status";
+}
+
+inline HelloBytes encode(const Hello& hello) noexcept {
+  HelloBytes out{};
+  detail::store_le<std::uint32_t>(&out[0], kHelloMagic);
+  detail::store_le<std::uint16_t>(&out[4], hello.version);
+  detail::store_le<std::uint16_t>(&out[6], hello.connection);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(hello.rank));
+  detail::store_le<std::uint32_t>(&out[12], static_cast<std::uint32_t>(hello.world_size));
+  detail::store_le<std::uint32_t>(&out[16], hello.flags);
+  detail::store_le<std::uint32_t>(&out[20], 0);
+  detail::store_le<std::uint64_t>(&out[24], hello.cluster);
+  detail::store_le<std::uint64_t>(&out[32], hello.tunables);
+  detail::store_le<std::uint64_t>(&out[40], hello.incarnation);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    out[48 + i] = hello.nonce[i];
+  return out;
+}
+
+/// Decodes a Hello; false when the bytes are not one (wrong magic, reserved bits set). Field
+/// values are checked by the receiver against its own view.
+inline bool decode(std::span<const std::byte, kHelloBytes> in, Hello& out) noexcept {
+  if (detail::load_le<std::uint32_t>(&in[0]) != kHelloMagic) return false;
+  if (detail::load_le<std::uint32_t>(&in[20]) != 0) return false;
+  Hello hello;
+  hello.version = detail::load_le<std::uint16_t>(&in[4]);
+  hello.connection = detail::load_le<std::uint16_t>(&in[6]);
+  hello.rank = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  hello.world_size = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[12]));
+  hello.flags = detail::load_le<std::uint32_t>(&in[16]);
+  if ((hello.flags & ~Hello::kHasToken) != 0) return false;
+  hello.cluster = detail::load_le<std::uint64_t>(&in[24]);
+  hello.tunables = detail::load_le<std::uint64_t>(&in[32]);
+  hello.incarnation = detail::load_le<std::uint64_t>(&in[40]);
+  for (std::size_t i = 0; i < kNonceBytes; ++i)
+    hello.nonce[i] = in[48 + i];
+  out = hello;
+  return true;
+}
+
+/// Fills `out` with cryptographically random bytes (nonces, incarnation ids).
+/// @throws ConfigurationError when the system has no entropy to give.
+inline void random_bytes(std::span<std::byte> out) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(out.size())) != 1)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's RAND_bytes failed",
+                             "check that the system's random source (/dev/urandom) is available");
+}
+
+/// HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello); the label is zero-padded to
+/// 16 bytes (labels are short ASCII constants without NUL).
+inline Mac handshake_mac(std::string_view token, std::string_view label,
+                         const HelloBytes& connector, const HelloBytes& acceptor) {
+  std::array<unsigned char, 16 + 2 * kHelloBytes> message{};
+  std::size_t n = 0;
+  for (char c : label.substr(0, 16))
+    message[n++] = static_cast<unsigned char>(c);
+  n = 16;
+  for (std::byte b : connector)
+    message[n++] = static_cast<unsigned char>(b);
+  for (std::byte b : acceptor)
+    message[n++] = static_cast<unsigned char>(b);
+  Mac mac{};
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()), message.data(), n,
+           reinterpret_cast<unsigned char*>(mac.data()), &length) == nullptr ||
+      length != kMacBytes)
+    throw ConfigurationError(-1, "handshake", "OpenSSL's HMAC-SHA256 failed",
+                             "check the OpenSSL installation (libcrypto)");
+  return mac;
+}
+
+/// Constant-time comparison: a timing side channel must not reveal how much of a MAC matched.
+inline bool same_mac(const Mac& a, const Mac& b) noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), kMacBytes) == 0;
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/handshake.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_HANDSHAKE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+
+namespace strata::transport::tcp {
+
+/// The state of one rank's mesh while it forms; every handler runs on the mesh's io_context.
+class PendingMesh {
+ public:
+  using tcp = asio::ip::tcp;
+
+  PendingMesh(const MeshConfig& config, Deadline deadline)
+      : config_(config),
+        deadline_(deadline),
+        size_(static_cast<int>(config.addresses.size())),
+        per_peer_(1 + config.data_connections),
+        mesh_(new Mesh(config.rank, size_, config.data_connections)) {
+    std::array<std::byte, 8> incarnation{};
+    random_bytes(incarnation);
+    incarnation_ = detail::load_le<std::uint64_t>(incarnation.data());
+    slots_.resize(static_cast<std::size_t>(size_ * per_peer_));
+    peer_incarnation_.assign(static_cast<std::size_t>(size_), 0);
+    readiness_.resize(static_cast<std::size_t>(size_));
+    missing_ = (size_ - 1) * per_peer_;
+  }
+  PendingMesh(const PendingMesh&) = delete;
+  PendingMesh& operator=(const PendingMesh&) = delete;
+
+  const MeshConfig& config() const noexcept { return config_; }
+  Deadline deadline() const noexcept { return deadline_; }
+  int size() const noexcept { return size_; }
+  /// Connections per peer: the control connection and the data connections.
+  int per_peer() const noexcept { return per_peer_; }
+  asio::io_context& io() noexcept { return mesh_->io_; }
+  const cluster::Address& address(int rank) const {
+    return config_.addresses[static_cast<std::size_t>(rank)];
+  }
+  /// How a peer of a lower rank is connected to again when it left while joining (the
+  /// connector's connect_to; set before the mesh forms).
+  void on_reconnect(std::function<void(int)> reconnect) { reconnect_ = std::move(reconnect); }
+
+  /// This rank's Hello for connection `index`, with a fresh nonce.
+  Hello own_hello(int index) const {
+    Hello hello;
+    hello.connection = static_cast<std::uint16_t>(index);
+    hello.rank = config_.rank;
+    hello.world_size = size_;
+    hello.flags = config_.token ? Hello::kHasToken : 0;
+    hello.cluster = config_.cluster;
+    hello.tunables = config_.tunables;
+    hello.incarnation = incarnation_;
+    random_bytes(hello.nonce);
+    return hello;
+  }
+
+  /// Ends the forming with `error` (the first one is kept).
+  void fail(std::exception_ptr error) {
+    if (!failure_) failure_ = std::move(error);
+    mesh_->io_.stop();
+  }
+  const std::exception_ptr& failure() const noexcept { return failure_; }
+
+  /// Takes a connection that passed its handshake; once every connection is up, starts the
+  /// kMeshReady exchange.
+  void established(int peer, int index, tcp::socket socket, std::uint64_t incarnation) {
+    auto& known = peer_incarnation_[static_cast<std::size_t>(peer)];
+    if (known != 0 && known != incarnation) {
+      fail(std::make_exception_ptr(
+          PeerFailureError(config_.rank, "rendezvous",
+                           fmt::format("rank {} ({}) restarted while the group was forming", peer,
+                                       address(peer).to_string()),
+                           "start every rank of the group again")));
+      return;
+    }
+    known = incarnation;
+    if (!apply_options(socket)) return;
+    auto& target = slots_[slot(peer, index)];
+    if (!target) --missing_;
+    target = std::make_unique<tcp::socket>(std::move(socket));
+    if (missing_ == 0) exchange_readiness();
+  }
+
+  /// Whether the acceptor takes the connection whose Hello is `theirs`.
+  HandshakeStatus judge(const Hello& theirs) const {
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (theirs.cluster != config_.cluster) return HandshakeStatus::other_cluster;
+    if (theirs.world_size != size_) return HandshakeStatus::world_size_differs;
+    if (theirs.rank <= config_.rank || theirs.rank >= size_ || theirs.connection >= per_peer_)
+      return HandshakeStatus::unexpected_rank;
+    if (theirs.tunables != config_.tunables) return HandshakeStatus::tunables_differ;
+    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
+    if (config_.token && !has_token) return HandshakeStatus::token_required;
+    if (!config_.token && has_token) return HandshakeStatus::token_unexpected;
+    const auto known = peer_incarnation_[static_cast<std::size_t>(theirs.rank)];
+    if (known != 0 && known != theirs.incarnation && peer_alive(theirs.rank))
+      return HandshakeStatus::stale_incarnation;
+    return HandshakeStatus::accepted;
+  }
+
+  /// The incarnation of `peer` whose connections this mesh holds; 0 for none.
+  std::uint64_t peer_incarnation(int peer) const noexcept {
+    return peer_incarnation_[static_cast<std::size_t>(peer)];
+  }
+
+  /// Drops every connection of `peer` and its part of the kMeshReady exchange.
+  void forget_peer(int peer) {
+    for (int index = 0; index < per_peer_; ++index) {
+      auto& socket = slots_[slot(peer, index)];
+      if (socket) {
+        socket.reset();
+        ++missing_;
+      }
+    }
+    peer_incarnation_[static_cast<std::size_t>(peer)] = 0;
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    ready = Readiness{.generation = ready.generation + 1};
+  }
+
+  /// True when this rank connects to no one and no one to it (a group of one).
+  bool alone() const noexcept { return missing_ == 0; }
+
+  /// Every connection is up and every kMeshReady sent and received.
+  bool complete() const {
+    if (missing_ > 0) return false;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      const auto& ready = readiness_[static_cast<std::size_t>(peer)];
+      if (!ready.sent || !ready.received) return false;
+    }
+    return true;
+  }
+
+  // For the timeout message: what is known of `peer`.
+  bool connected(int peer) const {
+    for (int index = 0; index < per_peer_; ++index)
+      if (!slots_[slot(peer, index)]) return false;
+    return true;
+  }
+  bool said_ready(int peer) const { return readiness_[static_cast<std::size_t>(peer)].received; }
+  const std::map<int, std::string>& departed() const noexcept { return departed_; }
+
+  /// The mesh, for a group of one.
+  std::unique_ptr<Mesh> release() { return std::move(mesh_); }
+
+  /// The complete mesh: every connection moved into it, non-blocking.
+  std::unique_ptr<Mesh> finish() {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      auto& sockets = mesh_->peers_[static_cast<std::size_t>(peer)];
+      if (same_host(*slots_[slot(peer, 0)])) ++mesh_->ranks_on_this_host_;
+      for (int index = 0; index < per_peer_; ++index) {
+        auto& socket = *slots_[slot(peer, index)];
+        socket.non_blocking(true);
+        sockets.push_back(std::move(socket));
+      }
+    }
+    return std::move(mesh_);
+  }
+
+ private:
+  // The kMeshReady exchange with one peer, over its current control connection.
+  struct Readiness {
+    bool sent = false;      // our kMeshReady is written
+    bool writing = false;   // ... or on its way
+    bool received = false;  // theirs arrived
+    bool reading = false;
+    std::uint64_t generation = 0;  // bumped when the peer is forgotten: stale handlers ignore
+  };
+
+  std::size_t slot(int peer, int index) const noexcept {
+    return static_cast<std::size_t>(peer * per_peer_ + index);
+  }
+
+  void exchange_readiness() {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == config_.rank) continue;
+      auto& ready = readiness_[static_cast<std::size_t>(peer)];
+      auto& control = *slots_[slot(peer, 0)];
+      if (!ready.sent && !ready.writing) send_ready(peer, control);
+      if (!ready.received && !ready.reading) read_ready(peer, control);
+    }
+    if (complete()) mesh_->io_.stop();
+  }
+
+  void send_ready(int peer, tcp::socket& control) {
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    const auto generation = ready.generation;
+    ready.writing = true;
+    asio::async_write(control, asio::buffer(&kMeshReady, 1),
+                      [this, peer, generation](std::error_code ec, std::size_t) {
+                        auto& state = readiness_[static_cast<std::size_t>(peer)];
+                        if (ec == asio::error::operation_aborted || state.generation != generation)
+                          return;
+                        state.writing = false;
+                        if (ec) return peer_left(peer);
+                        state.sent = true;
+                        if (complete()) mesh_->io_.stop();
+                      });
+  }
+
+  void read_ready(int peer, tcp::socket& control) {
+    auto& ready = readiness_[static_cast<std::size_t>(peer)];
+    const auto generation = ready.generation;
+    ready.reading = true;
+    auto byte = std::make_shared<std::byte>();
+    asio::async_read(
+        control, asio::buffer(byte.get(), 1),
+        [this, peer, generation, byte](std::error_code ec, std::size_t) {
+          auto& state = readiness_[static_cast<std::size_t>(peer)];
+          if (ec == asio::error::operation_aborted || state.generation != generation) return;
+          state.reading = false;
+          if (ec) return peer_left(peer);
+          if (*byte != kMeshReady) {
+            fail(std::make_exception_ptr(PeerFailureError(
+                config_.rank, "rendezvous",
+                fmt::format("rank {} ({}) sent a byte that is not the end of the handshake", peer,
+                            address(peer).to_string()),
+                "start every rank with the same strata version")));
+            return;
+          }
+          state.received = true;
+          if (complete()) mesh_->io_.stop();
+        });
+  }
+
+  // The peer's connections closed before it had its whole mesh: it died while joining. Await
+  // its next incarnation.
+  void peer_left(int peer) {
+    departed_[peer] = "it connected, then closed its connections before the group was complete";
+    forget_peer(peer);
+    if (peer < config_.rank) reconnect_(peer);
+  }
+
+  // False when the group cannot go on (the mesh has failed).
+  bool apply_options(tcp::socket& socket) {
+    std::error_code ignored;
+    socket.set_option(tcp::no_delay(config_.no_delay), ignored);
+    if (config_.socket_buffer_bytes > 0) {
+      socket.set_option(asio::socket_base::send_buffer_size(config_.socket_buffer_bytes), ignored);
+      socket.set_option(asio::socket_base::receive_buffer_size(config_.socket_buffer_bytes),
+                        ignored);
+    }
+    // Loopback never queues or drops, so congestion control has nothing to find out there,
+    // and a pacing algorithm (BBR, a common host default) only throttles the sender with
+    // timers. Reno is built in and allowed to everyone; should the kernel refuse it anyway,
+    // its default works.
+    std::string_view congestion;
+    if (config_.congestion_control)
+      congestion = *config_.congestion_control;
+    else if (same_host(socket))
+      congestion = "reno";
+    if (!congestion.empty() &&
+        ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_CONGESTION, congestion.data(),
+                     static_cast<socklen_t>(congestion.size())) != 0 &&
+        config_.congestion_control) {
+      const std::error_code ec(errno, std::generic_category());
+      fail(std::make_exception_ptr(ConfigurationError(
+          config_.rank, "rendezvous",
+          fmt::format("the kernel refused TCP congestion control '{}': {}", congestion,
+                      ec.message()),
+          "name one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (load its "
+          "module first), or leave congestion_control unset")));
+      return false;
+    }
+    return true;
+  }
+
+  static bool same_host(const tcp::socket& socket) {
+    std::error_code ec;
+    const auto local = socket.local_endpoint(ec).address();
+    if (ec) return false;
+    const auto remote = socket.remote_endpoint(ec).address();
+    return !ec && (remote.is_loopback() || remote == local);
+  }
+
+  // True while some established connection of `peer` is still open (a restarted process's old
+  // connections are closed by its kernel).
+  bool peer_alive(int peer) const {
+    for (int index = 0; index < per_peer_; ++index) {
+      const auto& socket = slots_[slot(peer, index)];
+      if (!socket) continue;
+      char byte = 0;
+      const auto n = ::recv(const_cast<tcp::socket&>(*socket).native_handle(), &byte, 1,
+                            MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+    }
+    return true;
+  }
+
+  MeshConfig config_;
+  Deadline deadline_;
+  int size_;
+  int per_peer_;
+  std::unique_ptr<Mesh> mesh_;  // before the sockets below: they are destroyed before its io
+  std::uint64_t incarnation_ = 0;
+  std::vector<std::unique_ptr<tcp::socket>> slots_;  // per (peer, connection index)
+  std::vector<std::uint64_t> peer_incarnation_;
+  int missing_ = 0;  // connections not up yet
+  std::exception_ptr failure_;
+  std::map<int, std::string> departed_;
+  std::vector<Readiness> readiness_;
+  std::function<void(int)> reconnect_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/pending_mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PENDING_MESH_HPP
 
 namespace strata::transport::tcp {
 
@@ -8040,26 +11357,25 @@ class MeshBuilder {
     if (!missing.empty())
       what = fmt::format("{} did not join the group within {} ms", ranks(missing), budget);
     if (!unready.empty())
-      fmt::format_to(std::back_inserter(what),
-                     "{}{} connected but did not finish joining within {} ms (they wait for "
-                     "other ranks)",
-                     what.empty() ? "" : "; ", ranks(unready), budget);
+      what += fmt::format(
+          "{}{} connected but did not finish joining within {} ms (they wait for "
+          "other ranks)",
+          what.empty() ? "" : "; ", ranks(unready), budget);
     for (int peer : missing) {
       auto found = connector_.last_errors().find(peer);
       if (found != connector_.last_errors().end())
-        fmt::format_to(std::back_inserter(what), "; connecting to rank {} at {}: {}", peer,
-                       pending_.address(peer).to_string(), found->second);
+        what += fmt::format("; connecting to rank {} at {}: {}", peer,
+                            pending_.address(peer).to_string(), found->second);
       auto left = pending_.departed().find(peer);
       if (left != pending_.departed().end())
-        fmt::format_to(std::back_inserter(what), "; rank {}: {}", peer, left->second);
+        what += fmt::format("; rank {}: {}", peer, left->second);
     }
     const auto& rejections = listener_.rejections();
     if (!rejections.empty())
-      fmt::format_to(std::back_inserter(what), "; turned away: {}{}",
-                     strata::detail::join(rejections, "; "),
-                     listener_.more_rejections() > 0
-                         ? fmt::format(" (and {} more)", listener_.more_rejections())
-                         : "");
+      what += fmt::format("; turned away: {}{}", strata::detail::join(rejections, "; "),
+                          listener_.more_rejections() > 0
+                              ? fmt::format(" (and {} more)", listener_.more_rejections())
+                              : "");
     return TimeoutError(rank(), "rendezvous", what,
                         "start every rank of the cluster (the missing ones are listed), check "
                         "their addresses, or raise the deadline (STRATA_TIMEOUT)");
@@ -8078,6 +11394,9 @@ inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadli
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/form_mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FORM_MESH_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
 // ---- begin strata/transport/tcp/group.hpp ----
 // strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
 // mesh, its tunables, its first failure, and what each peer said on its control connection.
@@ -8108,6 +11427,219 @@ inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadli
 
 #include <fmt/format.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
 // ---- begin strata/transport/tcp/lending.hpp ----
 // strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
 // copying them.
@@ -8269,6 +11801,93 @@ class SigpipeBlocked {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
 
 namespace strata::transport::tcp {
 
@@ -8451,6 +12070,9 @@ class Group {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/group.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LINK_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LINK_HPP
 // ---- begin strata/transport/tcp/link.hpp ----
 // strata/transport/tcp/link.hpp — moving an algorithm's messages over the mesh, with deadlines,
 // header checks and failure propagation: the TCP model of algorithms::MessageLink.
@@ -8469,6 +12091,8 @@ class Group {
 #include <span>
 #include <type_traits>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
 // ---- begin strata/transport/tcp/control.hpp ----
 // strata/transport/tcp/control.hpp — one call's side of the control connections: what the
 // peers say while the call runs, and the call's failures explained.
@@ -8485,7 +12109,6 @@ class Group {
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -8496,6 +12119,923 @@ class Group {
 
 #include <fmt/format.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+#define STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+// ---- begin strata/core/detail/join.hpp ----
+// strata/core/detail/join.hpp — "a, b, c" for messages.
+
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace strata::detail {
+
+/// The items of `range`, formatted with "{}" and separated by `separator`. Not fmt::join: its
+/// formatter runs fmt 9's spec parser for the items, which trips a false g++ 12
+/// -Wstringop-overflow at -O3.
+template <class Range>
+std::string join(const Range& range, std::string_view separator) {
+  std::string text;
+  bool first = true;
+  for (const auto& item : range) {
+    if (!first) text += separator;
+    first = false;
+    text += fmt::format("{}", item);
+  }
+  return text;
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/join.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+// ---- begin strata/transport/tcp/group.hpp ----
+// strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
+// mesh, its tunables, its first failure, and what each peer said on its control connection.
+//
+// A failure anywhere fails the whole group: the first one is remembered and rethrown by every
+// later call, every peer is told why (an abort frame on the control connection, which is always
+// at a message boundary), and every connection is shut down so that peers blocked on this rank
+// wake at once. fail() may be called from any thread; it wakes a call waiting in poll(2)
+// through an eventfd.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+
+namespace strata::transport::tcp {
+
+/// The connections of one rank and the state they share across calls: the first failure,
+/// what each peer said on its control connection, the wake-up for abort().
+class Group {
+ public:
+  /// What one peer said on its control connection.
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+    // In the current call: payload bytes this rank lent the peer, and how many of them the
+    // peer has said it read.
+    std::uint64_t lent_bytes = 0;
+    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
+    std::uint64_t released_bytes = 0;
+  };
+
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
+      : mesh_(std::move(mesh)),
+        chunk_bytes_(chunk_bytes),
+        lend_from_bytes_(lend_from_bytes),
+        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
+        peers_(static_cast<std::size_t>(mesh_->size())),
+        pipes_(mesh_->size(), mesh_->data_connections()) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
+                               "raise the process's file descriptor limit");
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() {
+    if (!failed()) say_goodbye();
+    ::close(wake_fd_);
+  }
+
+  int rank() const noexcept { return mesh_->rank(); }
+  int size() const noexcept { return mesh_->size(); }
+  int data_connections() const noexcept { return mesh_->data_connections(); }
+  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  /// Calls that send at least this many bytes lend their large messages (TcpOptions).
+  std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
+  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
+  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
+  std::uint64_t next_sequence() noexcept {
+    return sequence_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Rethrows the group's first failure, as seen by a later call.
+  [[noreturn]] void raise_failure(std::string_view operation) const {
+    std::lock_guard lock(failure_mutex_);
+    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
+    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    switch (failure_class_) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation, why, todo);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation, why, todo);
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation, why, todo);
+  }
+
+  /// Fails the group: remembers the first failure, tells every peer why (on the control
+  /// connections, which are always at a message boundary), and shuts every connection so that
+  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
+  void fail(FailureClass kind, std::string_view text) noexcept {
+    {
+      std::lock_guard lock(failure_mutex_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      failure_class_ = kind;
+      failure_text_ = std::string(text);
+      failed_.store(true, std::memory_order_release);
+    }
+    std::string payload(1, static_cast<char>(kind));
+    payload.append(text.substr(0, kMaxControlPayload - 1));
+    broadcast_control(FrameType::abort, payload);
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
+      for (int index = 1; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  /// Fails the group with `error` (a strata::Error) as the reason.
+  void fail(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const MismatchError& e) {
+      fail(FailureClass::mismatch, e.what());
+    } catch (const TimeoutError& e) {
+      fail(FailureClass::timeout, e.what());
+    } catch (const std::exception& e) {
+      fail(FailureClass::peer_failure, e.what());
+    } catch (...) {
+      fail(FailureClass::peer_failure, "unknown error");
+    }
+  }
+
+  // ---- for the calls that run on the group (control.hpp, channel.hpp, plan_run.hpp) ----------
+
+  const Mesh& mesh() const noexcept { return *mesh_; }
+  ControlState& peer_state(int peer) noexcept { return peers_[static_cast<std::size_t>(peer)]; }
+  std::span<ControlState> peer_states() noexcept { return peers_; }
+  /// Readable once fail() has run: a call waiting in poll(2) watches it.
+  int wake_fd() const noexcept { return wake_fd_; }
+  /// The pipe that lends to data connection `index` (1..K) of `peer`, or nullptr (lending.hpp).
+  Pipe* pipe_for(int peer, int index) { return pipes_.pipe_for(peer, index); }
+  /// Scratch memory reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload, std::uint64_t sequence,
+                    std::uint64_t count) noexcept {
+    FrameHeader header;
+    header.type = type;
+    header.sequence = sequence;
+    header.count = count;
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const FrameBytes bytes = encode(header);
+    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
+    // If it does not, the peer is not reading, and it learns from the closed connection.
+    std::lock_guard lock(control_mutex_);
+    [[maybe_unused]] auto sent =
+        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void broadcast_control(FrameType type, std::string_view payload) noexcept {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) send_control(peer, type, payload);
+  }
+
+ private:
+  void say_goodbye() noexcept {
+    broadcast_control(FrameType::goodbye, {});
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      for (int index = 0; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
+    }
+  }
+
+  std::unique_ptr<Mesh> mesh_;
+  std::uint32_t chunk_bytes_;
+  std::size_t lend_from_bytes_;
+  bool ranks_share_cpus_;
+  std::vector<ControlState> peers_;
+  // Atomic: abort() sends control frames from other threads while a call advances it.
+  std::atomic<std::uint64_t> sequence_{0};
+  std::vector<std::byte> scratch_;
+  Pipes pipes_;  // closed after the wake fd, before the mesh's connections
+  int wake_fd_ = -1;
+  std::mutex control_mutex_;
+  mutable std::mutex failure_mutex_;
+  std::atomic<bool> failed_{false};
+  FailureClass failure_class_ = FailureClass::peer_failure;
+  std::string failure_text_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/group.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
 
 namespace strata::transport::tcp {
 
@@ -8783,18 +13323,17 @@ class CallControl {
     std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
                                    describe(call_), sequence_, deadline_.budget().count());
     if (!silent.empty())
-      fmt::format_to(std::back_inserter(what),
-                     "; {} {} did not answer (stopped, hung, or not inside a collective)",
-                     silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
+      what +=
+          fmt::format("; {} {} did not answer (stopped, hung, or not inside a collective)",
+                      silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
     if (!waiting_for.empty())
-      fmt::format_to(std::back_inserter(what), "; this rank was waiting for {} {}",
-                     waiting_for.size() == 1 ? "rank" : "ranks",
-                     strata::detail::join(waiting_for, ", "));
+      what += fmt::format("; this rank was waiting for {} {}",
+                          waiting_for.size() == 1 ? "rank" : "ranks",
+                          strata::detail::join(waiting_for, ", "));
     for (int peer = 0; peer < size(); ++peer)
       if (unreleased(peer) > 0)
-        fmt::format_to(std::back_inserter(what),
-                       "; rank {} had not read {} of the bytes this rank lent it", peer,
-                       unreleased(peer));
+        what += fmt::format("; rank {} had not read {} of the bytes this rank lent it", peer,
+                            unreleased(peer));
     return what;
   }
 
@@ -8807,6 +13346,849 @@ class CallControl {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/control.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+// ---- begin strata/transport/tcp/group.hpp ----
+// strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
+// mesh, its tunables, its first failure, and what each peer said on its control connection.
+//
+// A failure anywhere fails the whole group: the first one is remembered and rethrown by every
+// later call, every peer is told why (an abort frame on the control connection, which is always
+// at a message boundary), and every connection is shut down so that peers blocked on this rank
+// wake at once. fail() may be called from any thread; it wakes a call waiting in poll(2)
+// through an eventfd.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+
+namespace strata::transport::tcp {
+
+/// The connections of one rank and the state they share across calls: the first failure,
+/// what each peer said on its control connection, the wake-up for abort().
+class Group {
+ public:
+  /// What one peer said on its control connection.
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+    // In the current call: payload bytes this rank lent the peer, and how many of them the
+    // peer has said it read.
+    std::uint64_t lent_bytes = 0;
+    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
+    std::uint64_t released_bytes = 0;
+  };
+
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
+      : mesh_(std::move(mesh)),
+        chunk_bytes_(chunk_bytes),
+        lend_from_bytes_(lend_from_bytes),
+        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
+        peers_(static_cast<std::size_t>(mesh_->size())),
+        pipes_(mesh_->size(), mesh_->data_connections()) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
+                               "raise the process's file descriptor limit");
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() {
+    if (!failed()) say_goodbye();
+    ::close(wake_fd_);
+  }
+
+  int rank() const noexcept { return mesh_->rank(); }
+  int size() const noexcept { return mesh_->size(); }
+  int data_connections() const noexcept { return mesh_->data_connections(); }
+  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  /// Calls that send at least this many bytes lend their large messages (TcpOptions).
+  std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
+  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
+  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
+  std::uint64_t next_sequence() noexcept {
+    return sequence_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Rethrows the group's first failure, as seen by a later call.
+  [[noreturn]] void raise_failure(std::string_view operation) const {
+    std::lock_guard lock(failure_mutex_);
+    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
+    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    switch (failure_class_) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation, why, todo);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation, why, todo);
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation, why, todo);
+  }
+
+  /// Fails the group: remembers the first failure, tells every peer why (on the control
+  /// connections, which are always at a message boundary), and shuts every connection so that
+  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
+  void fail(FailureClass kind, std::string_view text) noexcept {
+    {
+      std::lock_guard lock(failure_mutex_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      failure_class_ = kind;
+      failure_text_ = std::string(text);
+      failed_.store(true, std::memory_order_release);
+    }
+    std::string payload(1, static_cast<char>(kind));
+    payload.append(text.substr(0, kMaxControlPayload - 1));
+    broadcast_control(FrameType::abort, payload);
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
+      for (int index = 1; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  /// Fails the group with `error` (a strata::Error) as the reason.
+  void fail(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const MismatchError& e) {
+      fail(FailureClass::mismatch, e.what());
+    } catch (const TimeoutError& e) {
+      fail(FailureClass::timeout, e.what());
+    } catch (const std::exception& e) {
+      fail(FailureClass::peer_failure, e.what());
+    } catch (...) {
+      fail(FailureClass::peer_failure, "unknown error");
+    }
+  }
+
+  // ---- for the calls that run on the group (control.hpp, channel.hpp, plan_run.hpp) ----------
+
+  const Mesh& mesh() const noexcept { return *mesh_; }
+  ControlState& peer_state(int peer) noexcept { return peers_[static_cast<std::size_t>(peer)]; }
+  std::span<ControlState> peer_states() noexcept { return peers_; }
+  /// Readable once fail() has run: a call waiting in poll(2) watches it.
+  int wake_fd() const noexcept { return wake_fd_; }
+  /// The pipe that lends to data connection `index` (1..K) of `peer`, or nullptr (lending.hpp).
+  Pipe* pipe_for(int peer, int index) { return pipes_.pipe_for(peer, index); }
+  /// Scratch memory reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload, std::uint64_t sequence,
+                    std::uint64_t count) noexcept {
+    FrameHeader header;
+    header.type = type;
+    header.sequence = sequence;
+    header.count = count;
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const FrameBytes bytes = encode(header);
+    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
+    // If it does not, the peer is not reading, and it learns from the closed connection.
+    std::lock_guard lock(control_mutex_);
+    [[maybe_unused]] auto sent =
+        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void broadcast_control(FrameType type, std::string_view payload) noexcept {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) send_control(peer, type, payload);
+  }
+
+ private:
+  void say_goodbye() noexcept {
+    broadcast_control(FrameType::goodbye, {});
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      for (int index = 0; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
+    }
+  }
+
+  std::unique_ptr<Mesh> mesh_;
+  std::uint32_t chunk_bytes_;
+  std::size_t lend_from_bytes_;
+  bool ranks_share_cpus_;
+  std::vector<ControlState> peers_;
+  // Atomic: abort() sends control frames from other threads while a call advances it.
+  std::atomic<std::uint64_t> sequence_{0};
+  std::vector<std::byte> scratch_;
+  Pipes pipes_;  // closed after the wake fd, before the mesh's connections
+  int wake_fd_ = -1;
+  std::mutex control_mutex_;
+  mutable std::mutex failure_mutex_;
+  std::atomic<bool> failed_{false};
+  FailureClass failure_class_ = FailureClass::peer_failure;
+  std::string failure_text_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/group.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PLAN_RUN_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PLAN_RUN_HPP
 // ---- begin strata/transport/tcp/plan_run.hpp ----
 // strata/transport/tcp/plan_run.hpp — running one plan (transport/plan.hpp) over the group's
 // data connections, on the calling thread.
@@ -8831,6 +14213,8 @@ class CallControl {
 #include <poll.h>
 #include <sched.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CHANNEL_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CHANNEL_HPP
 // ---- begin strata/transport/tcp/channel.hpp ----
 // strata/transport/tcp/channel.hpp — one data connection in one call: its share of the plan
 // and the non-blocking socket I/O that moves it.
@@ -8858,6 +14242,1637 @@ class CallControl {
 
 #include <fmt/format.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
+// ---- begin strata/transport/tcp/control.hpp ----
+// strata/transport/tcp/control.hpp — one call's side of the control connections: what the
+// peers say while the call runs, and the call's failures explained.
+//
+// While it waits, a call watches every peer's control connection (connection 0): an abort
+// message, a closed connection (a killed process) or the deadline ends the call on every rank
+// within milliseconds, with the error type of the rank that failed first. The same connections
+// carry the releases of lent pages (lending.hpp), counted here per peer, and, at the deadline,
+// the question "are you alive?" whose silent peers the TimeoutError names.
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+#define STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+// ---- begin strata/core/detail/join.hpp ----
+// strata/core/detail/join.hpp — "a, b, c" for messages.
+
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace strata::detail {
+
+/// The items of `range`, formatted with "{}" and separated by `separator`. Not fmt::join: its
+/// formatter runs fmt 9's spec parser for the items, which trips a false g++ 12
+/// -Wstringop-overflow at -O3.
+template <class Range>
+std::string join(const Range& range, std::string_view separator) {
+  std::string text;
+  bool first = true;
+  for (const auto& item : range) {
+    if (!first) text += separator;
+    first = false;
+    text += fmt::format("{}", item);
+  }
+  return text;
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/join.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+// ---- begin strata/transport/tcp/group.hpp ----
+// strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
+// mesh, its tunables, its first failure, and what each peer said on its control connection.
+//
+// A failure anywhere fails the whole group: the first one is remembered and rethrown by every
+// later call, every peer is told why (an abort frame on the control connection, which is always
+// at a message boundary), and every connection is shut down so that peers blocked on this rank
+// wake at once. fail() may be called from any thread; it wakes a call waiting in poll(2)
+// through an eventfd.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+
+namespace strata::transport::tcp {
+
+/// The connections of one rank and the state they share across calls: the first failure,
+/// what each peer said on its control connection, the wake-up for abort().
+class Group {
+ public:
+  /// What one peer said on its control connection.
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+    // In the current call: payload bytes this rank lent the peer, and how many of them the
+    // peer has said it read.
+    std::uint64_t lent_bytes = 0;
+    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
+    std::uint64_t released_bytes = 0;
+  };
+
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
+      : mesh_(std::move(mesh)),
+        chunk_bytes_(chunk_bytes),
+        lend_from_bytes_(lend_from_bytes),
+        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
+        peers_(static_cast<std::size_t>(mesh_->size())),
+        pipes_(mesh_->size(), mesh_->data_connections()) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
+                               "raise the process's file descriptor limit");
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() {
+    if (!failed()) say_goodbye();
+    ::close(wake_fd_);
+  }
+
+  int rank() const noexcept { return mesh_->rank(); }
+  int size() const noexcept { return mesh_->size(); }
+  int data_connections() const noexcept { return mesh_->data_connections(); }
+  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  /// Calls that send at least this many bytes lend their large messages (TcpOptions).
+  std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
+  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
+  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
+  std::uint64_t next_sequence() noexcept {
+    return sequence_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Rethrows the group's first failure, as seen by a later call.
+  [[noreturn]] void raise_failure(std::string_view operation) const {
+    std::lock_guard lock(failure_mutex_);
+    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
+    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    switch (failure_class_) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation, why, todo);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation, why, todo);
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation, why, todo);
+  }
+
+  /// Fails the group: remembers the first failure, tells every peer why (on the control
+  /// connections, which are always at a message boundary), and shuts every connection so that
+  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
+  void fail(FailureClass kind, std::string_view text) noexcept {
+    {
+      std::lock_guard lock(failure_mutex_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      failure_class_ = kind;
+      failure_text_ = std::string(text);
+      failed_.store(true, std::memory_order_release);
+    }
+    std::string payload(1, static_cast<char>(kind));
+    payload.append(text.substr(0, kMaxControlPayload - 1));
+    broadcast_control(FrameType::abort, payload);
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
+      for (int index = 1; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  /// Fails the group with `error` (a strata::Error) as the reason.
+  void fail(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const MismatchError& e) {
+      fail(FailureClass::mismatch, e.what());
+    } catch (const TimeoutError& e) {
+      fail(FailureClass::timeout, e.what());
+    } catch (const std::exception& e) {
+      fail(FailureClass::peer_failure, e.what());
+    } catch (...) {
+      fail(FailureClass::peer_failure, "unknown error");
+    }
+  }
+
+  // ---- for the calls that run on the group (control.hpp, channel.hpp, plan_run.hpp) ----------
+
+  const Mesh& mesh() const noexcept { return *mesh_; }
+  ControlState& peer_state(int peer) noexcept { return peers_[static_cast<std::size_t>(peer)]; }
+  std::span<ControlState> peer_states() noexcept { return peers_; }
+  /// Readable once fail() has run: a call waiting in poll(2) watches it.
+  int wake_fd() const noexcept { return wake_fd_; }
+  /// The pipe that lends to data connection `index` (1..K) of `peer`, or nullptr (lending.hpp).
+  Pipe* pipe_for(int peer, int index) { return pipes_.pipe_for(peer, index); }
+  /// Scratch memory reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload, std::uint64_t sequence,
+                    std::uint64_t count) noexcept {
+    FrameHeader header;
+    header.type = type;
+    header.sequence = sequence;
+    header.count = count;
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const FrameBytes bytes = encode(header);
+    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
+    // If it does not, the peer is not reading, and it learns from the closed connection.
+    std::lock_guard lock(control_mutex_);
+    [[maybe_unused]] auto sent =
+        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void broadcast_control(FrameType type, std::string_view payload) noexcept {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) send_control(peer, type, payload);
+  }
+
+ private:
+  void say_goodbye() noexcept {
+    broadcast_control(FrameType::goodbye, {});
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      for (int index = 0; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
+    }
+  }
+
+  std::unique_ptr<Mesh> mesh_;
+  std::uint32_t chunk_bytes_;
+  std::size_t lend_from_bytes_;
+  bool ranks_share_cpus_;
+  std::vector<ControlState> peers_;
+  // Atomic: abort() sends control frames from other threads while a call advances it.
+  std::atomic<std::uint64_t> sequence_{0};
+  std::vector<std::byte> scratch_;
+  Pipes pipes_;  // closed after the wake fd, before the mesh's connections
+  int wake_fd_ = -1;
+  std::mutex control_mutex_;
+  mutable std::mutex failure_mutex_;
+  std::atomic<bool> failed_{false};
+  FailureClass failure_class_ = FailureClass::peer_failure;
+  std::string failure_text_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/group.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+
+namespace strata::transport::tcp {
+
+/// One collective call's reading of the control connections, and the errors that name it.
+class CallControl {
+ public:
+  CallControl(Group& group, const CollectiveCall& call, std::uint64_t sequence, Deadline deadline)
+      : group_(group), call_(call), sequence_(sequence), deadline_(deadline) {}
+
+  Group& group() const noexcept { return group_; }
+  const CollectiveCall& call() const noexcept { return call_; }
+  std::uint64_t sequence() const noexcept { return sequence_; }
+  Deadline deadline() const noexcept { return deadline_; }
+  int rank() const noexcept { return group_.rank(); }
+  int size() const noexcept { return group_.size(); }
+  std::string_view operation() const noexcept { return to_string(call_.kind); }
+  /// Set while a finished call reads its lenders' control connections (see PlanRun::run).
+  void checking_lender(bool checking) noexcept { checking_lender_ = checking; }
+
+  /// Reads whatever control frames `peer` sent; raises on an abort message or on a close
+  /// without goodbye.
+  void read(int peer, bool inside_call) {
+    auto& state = group_.peer_state(peer);
+    const int fd = group_.mesh().fd(peer, 0);
+    while (!state.closed) {
+      std::size_t want = kFrameHeaderBytes;
+      FrameHeader header;
+      if (state.filled >= kFrameHeaderBytes) {
+        if (auto ec = decode(std::span<const std::byte, kFrameHeaderBytes>(state.buffer.data(),
+                                                                           kFrameHeaderBytes),
+                             header, 0)) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              fmt::format("rank {} sent an invalid control message ({})", peer, ec.message()));
+        }
+        want += header.payload_bytes;
+      }
+      if (state.filled < want) {
+        const auto n =
+            ::recv(fd, state.buffer.data() + state.filled, want - state.filled, MSG_DONTWAIT);
+        if (n > 0) {
+          state.filled += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        state.closed = true;
+        // A lender that closed after this call's last release did so after it was done: the
+        // next call, which needs it, reports it.
+        if (!state.departed && !checking_lender_) peer_closed_control(peer);
+        return;
+      }
+      const std::span<const std::byte> payload(state.buffer.data() + kFrameHeaderBytes,
+                                               header.payload_bytes);
+      state.filled = 0;
+      if (!on_frame(peer, header, payload, inside_call)) return;
+    }
+  }
+
+  /// Reads the control connections that have something to say, waiting at most `timeout_ms`.
+  void poll(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank() || group_.peer_state(peer).closed) continue;
+      fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+      owners.push_back(peer);
+    }
+    if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+    try {
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents != 0) read(owners[i], /*inside_call=*/true);
+    } catch (...) {
+      group_.fail(std::current_exception());
+      throw;
+    }
+  }
+
+  /// Payload bytes this rank lent `peer` in this call that the peer has not read yet.
+  std::uint64_t unreleased(int peer) const noexcept {
+    const auto& state = group_.peer_state(peer);
+    return state.lent_bytes - state.released_bytes;  // read() keeps released <= lent
+  }
+
+  /// A data connection to `peer` closed: says why, from what the peer said on its control
+  /// connection just before closing (given a moment to arrive).
+  [[noreturn]] void peer_closed(int peer) {
+    const auto until =
+        std::min(deadline_.time_point(), Clock::now() + std::chrono::milliseconds(200));
+    auto& control = group_.peer_state(peer);
+    while (!control.closed && Clock::now() < until) {
+      pollfd fd{group_.mesh().fd(peer, 0), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (::poll(&fd, 1, static_cast<int>(std::max<long long>(1, left.count()))) <= 0) break;
+      read(peer, /*inside_call=*/true);
+    }
+    if (control.departed)
+      throw PeerFailureError(rank(), operation(),
+                             fmt::format("rank {} closed its communicator while this rank still "
+                                         "expected data from it in collective #{}",
+                                         peer, sequence_),
+                             "every rank must call the same collectives the same number of times");
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connection in collective #{}: the "
+                                       "process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  /// After a failure, before the caller gets its buffer back: waits, for a grace period at
+  /// most, until each peer has read what this rank lent it or has failed too (its abort or its
+  /// closed connection: it reads no more). A peer still reading then gets the pages as they
+  /// were; one that reads after the grace sees this rank's abort first (see PlanRun::run).
+  void await_releases_after_failure() noexcept {
+    const auto until = Clock::now() + failure_grace();
+    try {
+      for (;;) {
+        std::vector<pollfd> fds;
+        std::vector<int> owners;
+        for (int peer = 0; peer < size(); ++peer) {
+          const auto& state = group_.peer_state(peer);
+          // Only a message sent whole can be read, and released.
+          if (peer == rank() || state.closed || state.released_bytes >= state.lent_sent_bytes)
+            continue;
+          fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+          owners.push_back(peer);
+        }
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+        if (fds.empty() || left <= 0) return;
+        if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) return;
+        for (std::size_t i = 0; i < fds.size(); ++i) {
+          if (fds[i].revents == 0) continue;
+          try {
+            read(owners[i], /*inside_call=*/true);
+          } catch (const Error&) {  // the peer failed too: it marked itself closed
+          }
+        }
+      }
+    } catch (...) {  // out of memory for the poll set: give up waiting, the failure stands
+    }
+  }
+
+  /// The deadline passed: asks every peer whether it is alive and raises a TimeoutError that
+  /// names the silent ones and those this rank was `waiting_for`.
+  [[noreturn]] void timed_out(const std::vector<int>& waiting_for) {
+    // Ask every peer whether it is alive; those inside a call answer at once. The silent ones
+    // are the stalled ranks, which is what the message must name.
+    for (auto& state : group_.peer_states())
+      state.heard = false;
+    group_.broadcast_control(FrameType::timeout_notice, {});
+    const auto until = Clock::now() + failure_grace();
+    while (unheard()) {
+      // Every peer's control connection, not only the unheard ones': a peer whose deadline
+      // expired just after this rank's asks too, and must get its answer.
+      std::vector<pollfd> fds;
+      std::vector<int> owners;
+      for (int peer = 0; peer < size(); ++peer) {
+        if (peer == rank() || group_.peer_state(peer).closed) continue;
+        fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+        owners.push_back(peer);
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) break;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        if (!group_.peer_state(owners[i]).heard) {
+          read(owners[i], /*inside_call=*/true);
+          continue;
+        }
+        // A peer that has answered is read only to answer it: that it then timed out too,
+        // and said so or closed, is not this rank's report.
+        try {
+          read(owners[i], /*inside_call=*/true);
+        } catch (const Error&) {
+        }
+      }
+    }
+    throw TimeoutError(rank(), operation(), timeout_text(waiting_for));
+  }
+
+ private:
+  // One whole frame from `peer`'s control connection; false once nothing more is to be read
+  // from it in this call.
+  bool on_frame(int peer, const FrameHeader& header, std::span<const std::byte> payload,
+                bool inside_call) {
+    auto& state = group_.peer_state(peer);
+    switch (header.type) {
+      case FrameType::abort:
+        state.closed = true;
+        // Control frames carry how many calls their sender had begun: a lender that failed
+        // in a later call than this one is that call's news.
+        if (checking_lender_ && header.sequence > sequence_ + 1) {
+          try {
+            raise_abort(peer, payload);
+          } catch (const Error&) {
+            group_.fail(std::current_exception());
+          }
+          return false;
+        }
+        raise_abort(peer, payload);
+      case FrameType::timeout_notice:
+        state.heard = true;
+        if (inside_call) group_.send_control(peer, FrameType::alive, {});
+        break;
+      case FrameType::alive:
+        state.heard = true;
+        break;
+      case FrameType::goodbye:
+        state.departed = true;
+        break;
+      case FrameType::release:
+        // Releases count up within the call that lent: believing any other would hand back
+        // memory the peer may still read, or wait for a release that never comes.
+        if (header.sequence != sequence_ || header.count > state.lent_bytes ||
+            header.count < state.released_bytes) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              fmt::format("rank {} said it had read {} bytes this rank lent it in collective "
+                          "#{}, but in collective #{} this rank lent it {} bytes, of which it "
+                          "had read {}",
+                          peer, header.count, header.sequence, sequence_, state.lent_bytes,
+                          state.released_bytes),
+              "run the same strata version on every rank");
+        }
+        state.released_bytes = header.count;
+        break;
+      case FrameType::data:
+        state.closed = true;
+        throw PeerFailureError(rank(), operation(),
+                               fmt::format("rank {} sent data on its control connection", peer));
+    }
+    return true;
+  }
+
+  [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
+    const auto kind =
+        payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
+    std::string text;
+    if (payload.size() > 1)
+      text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
+    const std::string what = fmt::format("rank {} failed the group: {}", peer, text);
+    switch (kind) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation(), what);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation(), what,
+                           "find the rank named above (stopped, hung, or calling other "
+                           "collectives), or raise the deadline");
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation(), what);
+  }
+
+  [[noreturn]] void peer_closed_control(int peer) {
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connections without saying why in "
+                                       "collective #{}: the process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
+  std::chrono::milliseconds failure_grace() const noexcept {
+    return std::clamp<std::chrono::milliseconds>(
+        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
+  }
+
+  // Some peer has not answered this rank's timeout notice yet.
+  bool unheard() {
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peer_state(peer);
+      if (peer != rank() && !state.closed && !state.heard) return true;
+    }
+    return false;
+  }
+
+  std::string timeout_text(const std::vector<int>& waiting_for) {
+    std::vector<int> silent;
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peer_state(peer);
+      if (peer != rank() && !state.heard && !state.departed) silent.push_back(peer);
+    }
+    std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
+                                   describe(call_), sequence_, deadline_.budget().count());
+    if (!silent.empty())
+      what +=
+          fmt::format("; {} {} did not answer (stopped, hung, or not inside a collective)",
+                      silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
+    if (!waiting_for.empty())
+      what += fmt::format("; this rank was waiting for {} {}",
+                          waiting_for.size() == 1 ? "rank" : "ranks",
+                          strata::detail::join(waiting_for, ", "));
+    for (int peer = 0; peer < size(); ++peer)
+      if (unreleased(peer) > 0)
+        what += fmt::format("; rank {} had not read {} of the bytes this rank lent it", peer,
+                            unreleased(peer));
+    return what;
+  }
+
+  Group& group_;
+  CollectiveCall call_;
+  std::uint64_t sequence_;
+  Deadline deadline_;
+  bool checking_lender_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/control.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
 
 namespace strata::transport::tcp {
 
@@ -9080,6 +16095,2314 @@ struct Channel {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/channel.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CHANNEL_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
+// ---- begin strata/transport/tcp/control.hpp ----
+// strata/transport/tcp/control.hpp — one call's side of the control connections: what the
+// peers say while the call runs, and the call's failures explained.
+//
+// While it waits, a call watches every peer's control connection (connection 0): an abort
+// message, a closed connection (a killed process) or the deadline ends the call on every rank
+// within milliseconds, with the error type of the rank that failed first. The same connections
+// carry the releases of lent pages (lending.hpp), counted here per peer, and, at the deadline,
+// the question "are you alive?" whose silent peers the TimeoutError names.
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+#define STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+// ---- begin strata/core/detail/join.hpp ----
+// strata/core/detail/join.hpp — "a, b, c" for messages.
+
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace strata::detail {
+
+/// The items of `range`, formatted with "{}" and separated by `separator`. Not fmt::join: its
+/// formatter runs fmt 9's spec parser for the items, which trips a false g++ 12
+/// -Wstringop-overflow at -O3.
+template <class Range>
+std::string join(const Range& range, std::string_view separator) {
+  std::string text;
+  bool first = true;
+  for (const auto& item : range) {
+    if (!first) text += separator;
+    first = false;
+    text += fmt::format("{}", item);
+  }
+  return text;
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/join.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_CORE_DETAIL_JOIN_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+// ---- begin strata/transport/tcp/group.hpp ----
+// strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
+// mesh, its tunables, its first failure, and what each peer said on its control connection.
+//
+// A failure anywhere fails the whole group: the first one is remembered and rethrown by every
+// later call, every peer is told why (an abort frame on the control connection, which is always
+// at a message boundary), and every connection is shut down so that peers blocked on this rank
+// wake at once. fail() may be called from any thread; it wakes a call waiting in poll(2)
+// through an eventfd.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+
+namespace strata::transport::tcp {
+
+/// The connections of one rank and the state they share across calls: the first failure,
+/// what each peer said on its control connection, the wake-up for abort().
+class Group {
+ public:
+  /// What one peer said on its control connection.
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+    // In the current call: payload bytes this rank lent the peer, and how many of them the
+    // peer has said it read.
+    std::uint64_t lent_bytes = 0;
+    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
+    std::uint64_t released_bytes = 0;
+  };
+
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
+      : mesh_(std::move(mesh)),
+        chunk_bytes_(chunk_bytes),
+        lend_from_bytes_(lend_from_bytes),
+        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
+        peers_(static_cast<std::size_t>(mesh_->size())),
+        pipes_(mesh_->size(), mesh_->data_connections()) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
+                               "raise the process's file descriptor limit");
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() {
+    if (!failed()) say_goodbye();
+    ::close(wake_fd_);
+  }
+
+  int rank() const noexcept { return mesh_->rank(); }
+  int size() const noexcept { return mesh_->size(); }
+  int data_connections() const noexcept { return mesh_->data_connections(); }
+  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  /// Calls that send at least this many bytes lend their large messages (TcpOptions).
+  std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
+  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
+  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
+  std::uint64_t next_sequence() noexcept {
+    return sequence_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Rethrows the group's first failure, as seen by a later call.
+  [[noreturn]] void raise_failure(std::string_view operation) const {
+    std::lock_guard lock(failure_mutex_);
+    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
+    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    switch (failure_class_) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation, why, todo);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation, why, todo);
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation, why, todo);
+  }
+
+  /// Fails the group: remembers the first failure, tells every peer why (on the control
+  /// connections, which are always at a message boundary), and shuts every connection so that
+  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
+  void fail(FailureClass kind, std::string_view text) noexcept {
+    {
+      std::lock_guard lock(failure_mutex_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      failure_class_ = kind;
+      failure_text_ = std::string(text);
+      failed_.store(true, std::memory_order_release);
+    }
+    std::string payload(1, static_cast<char>(kind));
+    payload.append(text.substr(0, kMaxControlPayload - 1));
+    broadcast_control(FrameType::abort, payload);
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
+      for (int index = 1; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  /// Fails the group with `error` (a strata::Error) as the reason.
+  void fail(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const MismatchError& e) {
+      fail(FailureClass::mismatch, e.what());
+    } catch (const TimeoutError& e) {
+      fail(FailureClass::timeout, e.what());
+    } catch (const std::exception& e) {
+      fail(FailureClass::peer_failure, e.what());
+    } catch (...) {
+      fail(FailureClass::peer_failure, "unknown error");
+    }
+  }
+
+  // ---- for the calls that run on the group (control.hpp, channel.hpp, plan_run.hpp) ----------
+
+  const Mesh& mesh() const noexcept { return *mesh_; }
+  ControlState& peer_state(int peer) noexcept { return peers_[static_cast<std::size_t>(peer)]; }
+  std::span<ControlState> peer_states() noexcept { return peers_; }
+  /// Readable once fail() has run: a call waiting in poll(2) watches it.
+  int wake_fd() const noexcept { return wake_fd_; }
+  /// The pipe that lends to data connection `index` (1..K) of `peer`, or nullptr (lending.hpp).
+  Pipe* pipe_for(int peer, int index) { return pipes_.pipe_for(peer, index); }
+  /// Scratch memory reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload, std::uint64_t sequence,
+                    std::uint64_t count) noexcept {
+    FrameHeader header;
+    header.type = type;
+    header.sequence = sequence;
+    header.count = count;
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const FrameBytes bytes = encode(header);
+    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
+    // If it does not, the peer is not reading, and it learns from the closed connection.
+    std::lock_guard lock(control_mutex_);
+    [[maybe_unused]] auto sent =
+        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void broadcast_control(FrameType type, std::string_view payload) noexcept {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) send_control(peer, type, payload);
+  }
+
+ private:
+  void say_goodbye() noexcept {
+    broadcast_control(FrameType::goodbye, {});
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      for (int index = 0; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
+    }
+  }
+
+  std::unique_ptr<Mesh> mesh_;
+  std::uint32_t chunk_bytes_;
+  std::size_t lend_from_bytes_;
+  bool ranks_share_cpus_;
+  std::vector<ControlState> peers_;
+  // Atomic: abort() sends control frames from other threads while a call advances it.
+  std::atomic<std::uint64_t> sequence_{0};
+  std::vector<std::byte> scratch_;
+  Pipes pipes_;  // closed after the wake fd, before the mesh's connections
+  int wake_fd_ = -1;
+  std::mutex control_mutex_;
+  mutable std::mutex failure_mutex_;
+  std::atomic<bool> failed_{false};
+  FailureClass failure_class_ = FailureClass::peer_failure;
+  std::string failure_text_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/group.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+
+namespace strata::transport::tcp {
+
+/// One collective call's reading of the control connections, and the errors that name it.
+class CallControl {
+ public:
+  CallControl(Group& group, const CollectiveCall& call, std::uint64_t sequence, Deadline deadline)
+      : group_(group), call_(call), sequence_(sequence), deadline_(deadline) {}
+
+  Group& group() const noexcept { return group_; }
+  const CollectiveCall& call() const noexcept { return call_; }
+  std::uint64_t sequence() const noexcept { return sequence_; }
+  Deadline deadline() const noexcept { return deadline_; }
+  int rank() const noexcept { return group_.rank(); }
+  int size() const noexcept { return group_.size(); }
+  std::string_view operation() const noexcept { return to_string(call_.kind); }
+  /// Set while a finished call reads its lenders' control connections (see PlanRun::run).
+  void checking_lender(bool checking) noexcept { checking_lender_ = checking; }
+
+  /// Reads whatever control frames `peer` sent; raises on an abort message or on a close
+  /// without goodbye.
+  void read(int peer, bool inside_call) {
+    auto& state = group_.peer_state(peer);
+    const int fd = group_.mesh().fd(peer, 0);
+    while (!state.closed) {
+      std::size_t want = kFrameHeaderBytes;
+      FrameHeader header;
+      if (state.filled >= kFrameHeaderBytes) {
+        if (auto ec = decode(std::span<const std::byte, kFrameHeaderBytes>(state.buffer.data(),
+                                                                           kFrameHeaderBytes),
+                             header, 0)) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              fmt::format("rank {} sent an invalid control message ({})", peer, ec.message()));
+        }
+        want += header.payload_bytes;
+      }
+      if (state.filled < want) {
+        const auto n =
+            ::recv(fd, state.buffer.data() + state.filled, want - state.filled, MSG_DONTWAIT);
+        if (n > 0) {
+          state.filled += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        state.closed = true;
+        // A lender that closed after this call's last release did so after it was done: the
+        // next call, which needs it, reports it.
+        if (!state.departed && !checking_lender_) peer_closed_control(peer);
+        return;
+      }
+      const std::span<const std::byte> payload(state.buffer.data() + kFrameHeaderBytes,
+                                               header.payload_bytes);
+      state.filled = 0;
+      if (!on_frame(peer, header, payload, inside_call)) return;
+    }
+  }
+
+  /// Reads the control connections that have something to say, waiting at most `timeout_ms`.
+  void poll(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank() || group_.peer_state(peer).closed) continue;
+      fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+      owners.push_back(peer);
+    }
+    if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+    try {
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents != 0) read(owners[i], /*inside_call=*/true);
+    } catch (...) {
+      group_.fail(std::current_exception());
+      throw;
+    }
+  }
+
+  /// Payload bytes this rank lent `peer` in this call that the peer has not read yet.
+  std::uint64_t unreleased(int peer) const noexcept {
+    const auto& state = group_.peer_state(peer);
+    return state.lent_bytes - state.released_bytes;  // read() keeps released <= lent
+  }
+
+  /// A data connection to `peer` closed: says why, from what the peer said on its control
+  /// connection just before closing (given a moment to arrive).
+  [[noreturn]] void peer_closed(int peer) {
+    const auto until =
+        std::min(deadline_.time_point(), Clock::now() + std::chrono::milliseconds(200));
+    auto& control = group_.peer_state(peer);
+    while (!control.closed && Clock::now() < until) {
+      pollfd fd{group_.mesh().fd(peer, 0), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (::poll(&fd, 1, static_cast<int>(std::max<long long>(1, left.count()))) <= 0) break;
+      read(peer, /*inside_call=*/true);
+    }
+    if (control.departed)
+      throw PeerFailureError(rank(), operation(),
+                             fmt::format("rank {} closed its communicator while this rank still "
+                                         "expected data from it in collective #{}",
+                                         peer, sequence_),
+                             "every rank must call the same collectives the same number of times");
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connection in collective #{}: the "
+                                       "process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  /// After a failure, before the caller gets its buffer back: waits, for a grace period at
+  /// most, until each peer has read what this rank lent it or has failed too (its abort or its
+  /// closed connection: it reads no more). A peer still reading then gets the pages as they
+  /// were; one that reads after the grace sees this rank's abort first (see PlanRun::run).
+  void await_releases_after_failure() noexcept {
+    const auto until = Clock::now() + failure_grace();
+    try {
+      for (;;) {
+        std::vector<pollfd> fds;
+        std::vector<int> owners;
+        for (int peer = 0; peer < size(); ++peer) {
+          const auto& state = group_.peer_state(peer);
+          // Only a message sent whole can be read, and released.
+          if (peer == rank() || state.closed || state.released_bytes >= state.lent_sent_bytes)
+            continue;
+          fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+          owners.push_back(peer);
+        }
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+        if (fds.empty() || left <= 0) return;
+        if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) return;
+        for (std::size_t i = 0; i < fds.size(); ++i) {
+          if (fds[i].revents == 0) continue;
+          try {
+            read(owners[i], /*inside_call=*/true);
+          } catch (const Error&) {  // the peer failed too: it marked itself closed
+          }
+        }
+      }
+    } catch (...) {  // out of memory for the poll set: give up waiting, the failure stands
+    }
+  }
+
+  /// The deadline passed: asks every peer whether it is alive and raises a TimeoutError that
+  /// names the silent ones and those this rank was `waiting_for`.
+  [[noreturn]] void timed_out(const std::vector<int>& waiting_for) {
+    // Ask every peer whether it is alive; those inside a call answer at once. The silent ones
+    // are the stalled ranks, which is what the message must name.
+    for (auto& state : group_.peer_states())
+      state.heard = false;
+    group_.broadcast_control(FrameType::timeout_notice, {});
+    const auto until = Clock::now() + failure_grace();
+    while (unheard()) {
+      // Every peer's control connection, not only the unheard ones': a peer whose deadline
+      // expired just after this rank's asks too, and must get its answer.
+      std::vector<pollfd> fds;
+      std::vector<int> owners;
+      for (int peer = 0; peer < size(); ++peer) {
+        if (peer == rank() || group_.peer_state(peer).closed) continue;
+        fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+        owners.push_back(peer);
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) break;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        if (!group_.peer_state(owners[i]).heard) {
+          read(owners[i], /*inside_call=*/true);
+          continue;
+        }
+        // A peer that has answered is read only to answer it: that it then timed out too,
+        // and said so or closed, is not this rank's report.
+        try {
+          read(owners[i], /*inside_call=*/true);
+        } catch (const Error&) {
+        }
+      }
+    }
+    throw TimeoutError(rank(), operation(), timeout_text(waiting_for));
+  }
+
+ private:
+  // One whole frame from `peer`'s control connection; false once nothing more is to be read
+  // from it in this call.
+  bool on_frame(int peer, const FrameHeader& header, std::span<const std::byte> payload,
+                bool inside_call) {
+    auto& state = group_.peer_state(peer);
+    switch (header.type) {
+      case FrameType::abort:
+        state.closed = true;
+        // Control frames carry how many calls their sender had begun: a lender that failed
+        // in a later call than this one is that call's news.
+        if (checking_lender_ && header.sequence > sequence_ + 1) {
+          try {
+            raise_abort(peer, payload);
+          } catch (const Error&) {
+            group_.fail(std::current_exception());
+          }
+          return false;
+        }
+        raise_abort(peer, payload);
+      case FrameType::timeout_notice:
+        state.heard = true;
+        if (inside_call) group_.send_control(peer, FrameType::alive, {});
+        break;
+      case FrameType::alive:
+        state.heard = true;
+        break;
+      case FrameType::goodbye:
+        state.departed = true;
+        break;
+      case FrameType::release:
+        // Releases count up within the call that lent: believing any other would hand back
+        // memory the peer may still read, or wait for a release that never comes.
+        if (header.sequence != sequence_ || header.count > state.lent_bytes ||
+            header.count < state.released_bytes) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              fmt::format("rank {} said it had read {} bytes this rank lent it in collective "
+                          "#{}, but in collective #{} this rank lent it {} bytes, of which it "
+                          "had read {}",
+                          peer, header.count, header.sequence, sequence_, state.lent_bytes,
+                          state.released_bytes),
+              "run the same strata version on every rank");
+        }
+        state.released_bytes = header.count;
+        break;
+      case FrameType::data:
+        state.closed = true;
+        throw PeerFailureError(rank(), operation(),
+                               fmt::format("rank {} sent data on its control connection", peer));
+    }
+    return true;
+  }
+
+  [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
+    const auto kind =
+        payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
+    std::string text;
+    if (payload.size() > 1)
+      text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
+    const std::string what = fmt::format("rank {} failed the group: {}", peer, text);
+    switch (kind) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation(), what);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation(), what,
+                           "find the rank named above (stopped, hung, or calling other "
+                           "collectives), or raise the deadline");
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation(), what);
+  }
+
+  [[noreturn]] void peer_closed_control(int peer) {
+    throw PeerFailureError(rank(), operation(),
+                           fmt::format("rank {} closed its connections without saying why in "
+                                       "collective #{}: the process exited, crashed or was killed",
+                                       peer, sequence_));
+  }
+
+  // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
+  std::chrono::milliseconds failure_grace() const noexcept {
+    return std::clamp<std::chrono::milliseconds>(
+        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
+  }
+
+  // Some peer has not answered this rank's timeout notice yet.
+  bool unheard() {
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peer_state(peer);
+      if (peer != rank() && !state.closed && !state.heard) return true;
+    }
+    return false;
+  }
+
+  std::string timeout_text(const std::vector<int>& waiting_for) {
+    std::vector<int> silent;
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peer_state(peer);
+      if (peer != rank() && !state.heard && !state.departed) silent.push_back(peer);
+    }
+    std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
+                                   describe(call_), sequence_, deadline_.budget().count());
+    if (!silent.empty())
+      what +=
+          fmt::format("; {} {} did not answer (stopped, hung, or not inside a collective)",
+                      silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
+    if (!waiting_for.empty())
+      what += fmt::format("; this rank was waiting for {} {}",
+                          waiting_for.size() == 1 ? "rank" : "ranks",
+                          strata::detail::join(waiting_for, ", "));
+    for (int peer = 0; peer < size(); ++peer)
+      if (unreleased(peer) > 0)
+        what += fmt::format("; rank {} had not read {} of the bytes this rank lent it", peer,
+                            unreleased(peer));
+    return what;
+  }
+
+  Group& group_;
+  CollectiveCall call_;
+  std::uint64_t sequence_;
+  Deadline deadline_;
+  bool checking_lender_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/control.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_CONTROL_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+// ---- begin strata/transport/tcp/group.hpp ----
+// strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
+// mesh, its tunables, its first failure, and what each peer said on its control connection.
+//
+// A failure anywhere fails the whole group: the first one is remembered and rethrown by every
+// later call, every peer is told why (an abort frame on the control connection, which is always
+// at a message boundary), and every connection is shut down so that peers blocked on this rank
+// wake at once. fail() may be called from any thread; it wakes a call waiting in poll(2)
+// through an eventfd.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+// ---- begin strata/transport/tcp/frame.hpp ----
+// strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
+//
+// Every message on a TCP connection is a 32-byte header followed by `payload_bytes` bytes:
+//
+//   offset  size  field
+//   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
+//   2       1     protocol version (kFrameVersion)
+//   3       1     frame type (FrameType)
+//   4       1     collective (Collective)
+//   5       1     element type (DataType)
+//   6       1     reduce op (ReduceOp)
+//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   8       4     root (int32)
+//   12      4     payload bytes (uint32)
+//   16      8     sequence number of the collective on the sending rank
+//   24      8     count: the collective's per-rank element count
+//
+// All fields little-endian. A data frame carries the sender's view of the collective (kind,
+// type, op, root, count, sequence); the receiver compares it with its own call before it
+// touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
+// that mean different things. The check costs one 32-byte compare per message, always on.
+// Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
+// their own and carry a short text payload.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+
+namespace strata::transport::tcp {
+
+inline constexpr std::uint16_t kFrameMagic = 0x5346;
+inline constexpr std::uint8_t kFrameVersion = 2;
+inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// Control frames carry at most this much text; longer messages are cut.
+inline constexpr std::uint32_t kMaxControlPayload = 4096;
+
+enum class FrameType : std::uint8_t {
+  data = 1,            ///< a segment of a collective's data (may be empty)
+  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
+  alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
+  goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
+  release = 6,         ///< the sender has read `count` bytes of payload lent to it in
+                       ///< collective `sequence` (a running total)
+};
+
+/// Bits of a data frame's flags byte.
+enum class FrameFlag : std::uint8_t {
+  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
+  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// let its caller overwrite that memory, before the receiver has read the payload. The
+  /// receiver answers each such message, once read, with a release frame.
+  lent = 0x01,
+};
+inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// Why a group failed, carried by abort frames so that every rank raises the same error type.
+enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
+
+struct FrameHeader {
+  FrameType type = FrameType::data;
+  Collective kind = Collective::barrier;
+  DataType element_type = DataType::uint8;
+  ReduceOp op = ReduceOp::sum;
+  std::int32_t root = 0;
+  std::uint32_t payload_bytes = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t count = 0;
+  std::uint8_t flags = 0;  ///< FrameFlag bits
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameBytes = std::array<std::byte, kFrameHeaderBytes>;
+
+/// Why a header was rejected. Each is a reason to drop the connection: a peer speaking strata
+/// never sends one.
+enum class FrameError {
+  bad_magic = 1,
+  bad_version,
+  bad_type,
+  bad_collective,
+  bad_element_type,
+  bad_op,
+  bad_flags,
+  payload_too_large,
+};
+
+inline std::string_view to_string(FrameError error) noexcept {
+  switch (error) {
+    case FrameError::bad_magic:
+      return "not a strata frame (bad magic)";
+    case FrameError::bad_version:
+      return "unsupported strata protocol version";
+    case FrameError::bad_type:
+      return "unknown frame type";
+    case FrameError::bad_collective:
+      return "unknown collective";
+    case FrameError::bad_element_type:
+      return "unknown element type";
+    case FrameError::bad_op:
+      return "unknown reduce op";
+    case FrameError::bad_flags:
+      return "unknown flags, or flags on a control frame";
+    case FrameError::payload_too_large:
+      return "payload length above the limit";
+  }
+  return "invalid frame";
+}
+
+namespace detail {
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+}  // namespace detail
+
+constexpr FrameBytes encode(const FrameHeader& header) noexcept {
+  FrameBytes out{};
+  detail::store_le<std::uint16_t>(&out[0], kFrameMagic);
+  out[2] = static_cast<std::byte>(kFrameVersion);
+  out[3] = static_cast<std::byte>(header.type);
+  out[4] = static_cast<std::byte>(header.kind);
+  out[5] = static_cast<std::byte>(header.element_type);
+  out[6] = static_cast<std::byte>(header.op);
+  out[7] = static_cast<std::byte>(header.flags);
+  detail::store_le<std::uint32_t>(&out[8], static_cast<std::uint32_t>(header.root));
+  detail::store_le<std::uint32_t>(&out[12], header.payload_bytes);
+  detail::store_le<std::uint64_t>(&out[16], header.sequence);
+  detail::store_le<std::uint64_t>(&out[24], header.count);
+  return out;
+}
+
+}  // namespace strata::transport::tcp
+
+namespace std {
+template <>
+struct is_error_code_enum<strata::transport::tcp::FrameError> : true_type {};
+}  // namespace std
+
+namespace strata::transport::tcp {
+
+inline const std::error_category& frame_category() noexcept {
+  struct Category : std::error_category {
+    const char* name() const noexcept override { return "strata.frame"; }
+    std::string message(int value) const override {
+      return std::string(to_string(static_cast<FrameError>(value)));
+    }
+  };
+  static const Category category;
+  return category;
+}
+
+inline std::error_code make_error_code(FrameError error) noexcept {
+  return {static_cast<int>(error), frame_category()};
+}
+
+/// Decodes and validates a header. Every enum is range-checked and the payload length is
+/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
+/// allocates or reads for it. `out` is written only on success.
+/// @returns an empty error_code on success, else the reason: the connection must be dropped.
+inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
+                              std::uint32_t chunk_bytes) noexcept {
+  if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
+  if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
+  const auto type = static_cast<std::uint8_t>(in[3]);
+  if (type < 1 || type > 6) return FrameError::bad_type;
+  const auto kind = static_cast<std::uint8_t>(in[4]);
+  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  const auto element = static_cast<std::uint8_t>(in[5]);
+  if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
+  const auto op = static_cast<std::uint8_t>(in[6]);
+  if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
+  const auto payload = detail::load_le<std::uint32_t>(&in[12]);
+  const auto frame_type = static_cast<FrameType>(type);
+  const auto flags = static_cast<std::uint8_t>(in[7]);
+  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
+    return FrameError::bad_flags;
+  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  if (payload > limit) return FrameError::payload_too_large;
+  out.type = frame_type;
+  out.kind = static_cast<Collective>(kind);
+  out.element_type = static_cast<DataType>(element);
+  out.op = static_cast<ReduceOp>(op);
+  out.flags = flags;
+  out.root = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&in[8]));
+  out.payload_bytes = payload;
+  out.sequence = detail::load_le<std::uint64_t>(&in[16]);
+  out.count = detail::load_le<std::uint64_t>(&in[24]);
+  return {};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/frame.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_FRAME_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_MESH_HPP
+
+namespace strata::transport::tcp {
+
+/// The connections of one rank and the state they share across calls: the first failure,
+/// what each peer said on its control connection, the wake-up for abort().
+class Group {
+ public:
+  /// What one peer said on its control connection.
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+    // In the current call: payload bytes this rank lent the peer, and how many of them the
+    // peer has said it read.
+    std::uint64_t lent_bytes = 0;
+    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
+    std::uint64_t released_bytes = 0;
+  };
+
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
+      : mesh_(std::move(mesh)),
+        chunk_bytes_(chunk_bytes),
+        lend_from_bytes_(lend_from_bytes),
+        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
+        peers_(static_cast<std::size_t>(mesh_->size())),
+        pipes_(mesh_->size(), mesh_->data_connections()) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
+                               "raise the process's file descriptor limit");
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() {
+    if (!failed()) say_goodbye();
+    ::close(wake_fd_);
+  }
+
+  int rank() const noexcept { return mesh_->rank(); }
+  int size() const noexcept { return mesh_->size(); }
+  int data_connections() const noexcept { return mesh_->data_connections(); }
+  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  /// Calls that send at least this many bytes lend their large messages (TcpOptions).
+  std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
+  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
+  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
+  std::uint64_t next_sequence() noexcept {
+    return sequence_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Rethrows the group's first failure, as seen by a later call.
+  [[noreturn]] void raise_failure(std::string_view operation) const {
+    std::lock_guard lock(failure_mutex_);
+    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
+    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    switch (failure_class_) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation, why, todo);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation, why, todo);
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation, why, todo);
+  }
+
+  /// Fails the group: remembers the first failure, tells every peer why (on the control
+  /// connections, which are always at a message boundary), and shuts every connection so that
+  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
+  void fail(FailureClass kind, std::string_view text) noexcept {
+    {
+      std::lock_guard lock(failure_mutex_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      failure_class_ = kind;
+      failure_text_ = std::string(text);
+      failed_.store(true, std::memory_order_release);
+    }
+    std::string payload(1, static_cast<char>(kind));
+    payload.append(text.substr(0, kMaxControlPayload - 1));
+    broadcast_control(FrameType::abort, payload);
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
+      for (int index = 1; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  /// Fails the group with `error` (a strata::Error) as the reason.
+  void fail(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const MismatchError& e) {
+      fail(FailureClass::mismatch, e.what());
+    } catch (const TimeoutError& e) {
+      fail(FailureClass::timeout, e.what());
+    } catch (const std::exception& e) {
+      fail(FailureClass::peer_failure, e.what());
+    } catch (...) {
+      fail(FailureClass::peer_failure, "unknown error");
+    }
+  }
+
+  // ---- for the calls that run on the group (control.hpp, channel.hpp, plan_run.hpp) ----------
+
+  const Mesh& mesh() const noexcept { return *mesh_; }
+  ControlState& peer_state(int peer) noexcept { return peers_[static_cast<std::size_t>(peer)]; }
+  std::span<ControlState> peer_states() noexcept { return peers_; }
+  /// Readable once fail() has run: a call waiting in poll(2) watches it.
+  int wake_fd() const noexcept { return wake_fd_; }
+  /// The pipe that lends to data connection `index` (1..K) of `peer`, or nullptr (lending.hpp).
+  Pipe* pipe_for(int peer, int index) { return pipes_.pipe_for(peer, index); }
+  /// Scratch memory reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload, std::uint64_t sequence,
+                    std::uint64_t count) noexcept {
+    FrameHeader header;
+    header.type = type;
+    header.sequence = sequence;
+    header.count = count;
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const FrameBytes bytes = encode(header);
+    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
+    // If it does not, the peer is not reading, and it learns from the closed connection.
+    std::lock_guard lock(control_mutex_);
+    [[maybe_unused]] auto sent =
+        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void broadcast_control(FrameType type, std::string_view payload) noexcept {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) send_control(peer, type, payload);
+  }
+
+ private:
+  void say_goodbye() noexcept {
+    broadcast_control(FrameType::goodbye, {});
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      for (int index = 0; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
+    }
+  }
+
+  std::unique_ptr<Mesh> mesh_;
+  std::uint32_t chunk_bytes_;
+  std::size_t lend_from_bytes_;
+  bool ranks_share_cpus_;
+  std::vector<ControlState> peers_;
+  // Atomic: abort() sends control frames from other threads while a call advances it.
+  std::atomic<std::uint64_t> sequence_{0};
+  std::vector<std::byte> scratch_;
+  Pipes pipes_;  // closed after the wake fd, before the mesh's connections
+  int wake_fd_ = -1;
+  std::mutex control_mutex_;
+  mutable std::mutex failure_mutex_;
+  std::atomic<bool> failed_{false};
+  FailureClass failure_class_ = FailureClass::peer_failure;
+  std::string failure_text_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/group.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_GROUP_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LENDING_HPP
 
 namespace strata::transport::tcp {
 
@@ -9452,6 +18775,7 @@ class PlanRun {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/plan_run.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_PLAN_RUN_HPP
 
 namespace strata::transport::tcp {
 
@@ -9510,6 +18834,9 @@ void Link::transfer(std::span<const transport::SendStep> sends,
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/link.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_LINK_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
 // ---- begin strata/transport/tcp/route.hpp ----
 // strata/transport/tcp/route.hpp — host names, endpoints and the route toward a peer.
 
@@ -9615,86 +18942,89 @@ inline LoopbackListener listen_on_loopback() {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/route.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
 
 namespace strata::communicator {
 
 static_assert(algorithms::MessageLink<transport::tcp::Link>);
 
-/// Which all-reduce algorithm the TCP communicator runs (TF's CommunicationImplementation:
-/// AUTO picks by message size, RING forces the ring).
-enum class TcpAllReduce : std::uint8_t {
-  automatic,           ///< recursive doubling while small (see small_message_bytes), ring above
-  ring,                ///< pipelined ring: bandwidth-optimal
-  recursive_doubling,  ///< ⌈log2 n⌉ rounds: latency-optimal
-  halving_doubling,    ///< recursive halving, then doubling: the ring's bytes in 2·log2 n hops
+struct TcpCommunicator::State {
+  State(const CommunicatorOptions& o, const TcpOptions& t) : options(o), tcp(t) {}
+  CommunicatorOptions options;
+  TcpOptions tcp;
+  std::unique_ptr<transport::tcp::Group> group;
+  detail::SerialExecutor executor;  // last: destroyed first, finishing queued calls
 };
 
-}  // namespace strata::communicator
+namespace detail::tcp_communicator {
 
-template <>
-struct strata::EnumNames<strata::communicator::TcpAllReduce> {
-  static constexpr std::array<std::string_view, 4> kNames{"automatic", "ring", "recursive_doubling",
-                                                          "halving_doubling"};
-};
+inline void validate(const TcpOptions& tcp, int rank) {
+  auto bad = [&](std::string_view what, std::string_view todo) {
+    throw ConfigurationError(rank, "TcpOptions", what, todo);
+  };
+  if (tcp.chunk_bytes < 64 || tcp.chunk_bytes > (std::size_t{1} << 30))
+    bad(fmt::format("chunk_bytes {} is outside [64, 2^30]", tcp.chunk_bytes),
+        "use a chunk of 64 bytes to 1 GiB (default 1 MiB)");
+  if (tcp.connections_per_peer < 1 || tcp.connections_per_peer > 64)
+    bad(fmt::format("connections_per_peer {} is outside [1, 64]", tcp.connections_per_peer),
+        "use 1 to 64 connections per peer");
+  if (tcp.socket_buffer_bytes < 0)
+    bad(fmt::format("socket_buffer_bytes {} is negative", tcp.socket_buffer_bytes),
+        "use 0 (kernel default) or a positive size");
+  if (tcp.congestion_control &&
+      (tcp.congestion_control->empty() || tcp.congestion_control->size() >= 16 ||
+       tcp.congestion_control->find('\0') != std::string::npos))
+    bad(fmt::format("congestion_control '{}' is not a congestion control name",
+                    *tcp.congestion_control),
+        "name one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (at most 15 "
+        "characters), or leave it unset");
+  if (tcp.cluster_token && tcp.cluster_token->empty())
+    bad("cluster_token is empty: anyone could compute its MACs",
+        "set a secret shared by every rank, or leave it unset for no authentication");
+  if (tcp.all_reduce > TcpAllReduce::halving_doubling)
+    bad("all_reduce is not a TcpAllReduce value",
+        "use automatic, ring, recursive_doubling or halving_doubling");
+}
 
-namespace strata::communicator {
+inline std::optional<std::string> token_from_environment() {
+  return environment_variable("STRATA_CLUSTER_TOKEN");
+}
 
-using strata::to_string;
+inline std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
 
-/// Tunables of the TCP communicator. Every rank must use the same values for the first four
-/// (the handshake refuses ranks that differ: they would cut messages differently).
-struct TcpOptions {
-  /// Largest message: pipelined algorithms cut buffers into segments of this size.
-  std::size_t chunk_bytes = std::size_t{1} << 20;
-  /// Data connections between each pair of ranks; segments are spread over them.
-  int connections_per_peer = 1;
-  TcpAllReduce all_reduce = TcpAllReduce::automatic;
-  /// `automatic` runs recursive doubling while S·⌈log2 n⌉·(n−1), for S bytes on n ranks, is
-  /// at most this; the ring above. Recursive doubling takes fewer hops but its busiest rank
-  /// sends S·⌈log2 n⌉ bytes, the ring's 2·S·(n−1)/n, and the group as a whole sends and adds
-  /// n·S·⌈log2 n⌉: where ranks share cores that total is what costs, so the crossover falls
-  /// faster than the bytes per rank. The default puts the switch at 512, 128 and 85 KiB for
-  /// 2, 3 and 4 ranks, where it was measured on loopback (docs/performance.md).
-  std::size_t small_message_bytes = 512 * 1024;
-  /// A call that sends at least this many bytes lends its buffers' pages to the kernel
-  /// instead of copying them into socket buffers (messages of 64 KiB and more; see
-  /// transport/tcp/lending.hpp): one copy per byte fewer, but pages pinned, a pipe per connection
-  /// and a release from the receiver per message. Whether that pays depends on the machine
-  /// (faster on some, slower on others: docs/performance.md), so strata copies unless told:
-  /// measure with `strata-perf --lend-from`.
-  /// 0 lends every large message; SIZE_MAX (the default) none.
-  std::size_t lend_from_bytes = SIZE_MAX;
-  /// SO_SNDBUF and SO_RCVBUF of data connections; 0 leaves the kernel's autotuning on.
-  int socket_buffer_bytes = 0;
-  /// TCP_NODELAY: small messages leave at once instead of waiting to be coalesced.
-  bool no_delay = true;
-  /// TCP congestion control of every connection (TCP_CONGESTION), e.g. "cubic" or "bbr"; the
-  /// kernel must allow it (net.ipv4.tcp_allowed_congestion_control). Unset: "reno" between
-  /// ranks on one host, where loopback never queues or drops and a pacing algorithm (a
-  /// host-wide "bbr") would only throttle, and the kernel's default between hosts.
-  std::optional<std::string> congestion_control{};
-  /// Shared secret proving membership (HMAC challenge–response in the handshake; it never
-  /// crosses the wire). Unset: STRATA_CLUSTER_TOKEN when set, else no authentication.
-  std::optional<std::string> cluster_token{};
-};
+inline std::uint64_t fingerprint_of(const std::vector<cluster::Address>& addresses) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const auto& address : addresses)
+    hash = fnv1a(hash, address.to_string() + ",");
+  return hash == 0 ? 1 : hash;
+}
 
-/// Who is in the group and where each rank listens.
-struct TcpMembership {
-  int rank = 0;
-  /// Every rank's listening address, in rank order (e.g. ClusterSpec::collective_addresses()).
-  std::vector<cluster::Address> addresses;
-  /// Identity of the cluster, equal on every rank (ClusterSpec::fingerprint()); 0 derives one
-  /// from `addresses`.
-  std::uint64_t cluster_fingerprint = 0;
-  /// A listening socket already bound to addresses[rank], adopted by the communicator; -1
-  /// binds one.
-  int listen_fd = -1;
-};
+inline std::uint64_t tunables_hash(const TcpOptions& tcp) {
+  return fnv1a(0xcbf29ce484222325ULL,
+               fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
+                           to_string(tcp.all_reduce), tcp.small_message_bytes));
+}
 
-/// The membership of this process's collective group as `resolve_cluster()` found it; takes
-/// over the listening socket the resolver bound, if any.
-/// @throws ConfigurationError for a task outside the collective group (ps, evaluator).
-inline TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
+inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,
+                                         int size) noexcept {
+  if (tcp.all_reduce != TcpAllReduce::automatic) return tcp.all_reduce;
+  // S·⌈log2 size⌉·(size−1) ≤ small_message_bytes, without overflowing.
+  const auto rounds = std::max<std::size_t>(1, std::bit_width(static_cast<unsigned>(size) - 1));
+  const auto factor = rounds * static_cast<std::size_t>(std::max(1, size - 1));
+  return call.count * size_of(call.type) <= tcp.small_message_bytes / factor
+             ? TcpAllReduce::recursive_doubling
+             : TcpAllReduce::ring;
+}
+
+}  // namespace detail::tcp_communicator
+
+STRATA_DECL TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
   if (!resolved.in_collective_group())
     throw ConfigurationError(-1, "TcpCommunicator",
                              fmt::format("task {} {} is not a member of the collective group",
@@ -9708,281 +19038,176 @@ inline TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
   return membership;
 }
 
-/// One rank of a group that communicates over TCP: one process (or thread) per rank, on one
-/// host or many.
-///
-/// Construction forms the group (transport/tcp/form_mesh.hpp): every rank connects to every
-/// other, in any start order, within the deadline. Collectives then run pipelined algorithms
-/// over those connections: ring all-reduce (recursive doubling for small messages),
-/// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. Each message
-/// carries the sender's view of the call, so ranks that disagree on count, type, op, root or
-/// the number of calls raise MismatchError instead of exchanging garbage.
-///
-/// Failure semantics: a peer that dies makes every rank raise PeerFailureError naming it within
-/// milliseconds; a peer that stalls makes every rank raise TimeoutError at the deadline naming
-/// the silent rank; any failure fails the whole group, and later calls refuse with the first
-/// failure's reason. Re-create the communicators to continue.
-///
-/// Example (every process):
-/// @code
-///   strata::communicator::TcpCommunicator comm({.rank = r, .addresses = addresses});
-///   comm.all_reduce(std::span(gradients), strata::ReduceOp::mean);
-/// @endcode
-class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
-  friend class detail::CollectiveApi<TcpCommunicator>;
+STRATA_DECL TcpCommunicator::TcpCommunicator(TcpMembership membership, TcpOptions tcp,
+                                             CommunicatorOptions options)
+    : state_(std::make_unique<State>(options, tcp)) {
+  const int size = static_cast<int>(membership.addresses.size());
+  try {
+    if (size < 1 || membership.rank < 0 || membership.rank >= size)
+      throw UsageError(
+          membership.rank, "TcpCommunicator",
+          fmt::format("rank {} is not in a group of {} addresses", membership.rank, size),
+          "pass every rank's address and a rank in [0, addresses.size())");
+    detail::tcp_communicator::validate(tcp, membership.rank);
+  } catch (...) {
+    // The listening socket is this communicator's once passed: refusing must not leak it.
+    if (membership.listen_fd >= 0) ::close(membership.listen_fd);
+    throw;
+  }
+  transport::tcp::MeshConfig config;
+  config.rank = membership.rank;
+  config.addresses = std::move(membership.addresses);
+  config.cluster = membership.cluster_fingerprint != 0
+                       ? membership.cluster_fingerprint
+                       : detail::tcp_communicator::fingerprint_of(config.addresses);
+  config.tunables = detail::tcp_communicator::tunables_hash(tcp);
+  config.data_connections = tcp.connections_per_peer;
+  config.token =
+      tcp.cluster_token ? tcp.cluster_token : detail::tcp_communicator::token_from_environment();
+  config.socket_buffer_bytes = tcp.socket_buffer_bytes;
+  config.no_delay = tcp.no_delay;
+  config.congestion_control = tcp.congestion_control;
+  config.listen_fd = membership.listen_fd;
+  auto mesh = transport::tcp::form_mesh(config, Deadline::after(options.timeout));
+  state_->group = std::make_unique<transport::tcp::Group>(
+      std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes), tcp.lend_from_bytes);
+}
 
- public:
-  static constexpr std::string_view kName = "tcp";
-  static constexpr int kMaxSize = std::numeric_limits<int>::max();
-  /// `create(n)` makes all n ranks in this process (loopback); other processes join through
-  /// the constructor, with the membership their resolver found.
-  static constexpr bool kSpansProcesses = false;
+STRATA_DECL std::vector<TcpCommunicator> TcpCommunicator::create(int size,
+                                                                 CommunicatorOptions options,
+                                                                 TcpOptions tcp) {
+  if (size < 1)
+    throw UsageError(-1, "TcpCommunicator::create",
+                     fmt::format("a group needs at least one rank, got size {}", size),
+                     "pass the number of ranks");
+  std::vector<cluster::Address> addresses;
+  std::vector<int> fds;
+  for (int r = 0; r < size; ++r) {
+    auto listener = transport::tcp::listen_on_loopback();
+    addresses.push_back(listener.address);
+    fds.push_back(listener.fd);
+  }
+  std::vector<std::optional<TcpCommunicator>> slots(static_cast<std::size_t>(size));
+  std::vector<std::exception_ptr> failures(static_cast<std::size_t>(size));
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < size; ++r)
+      threads.emplace_back([&, r] {
+        const auto i = static_cast<std::size_t>(r);
+        try {
+          slots[i].emplace(TcpMembership{r, addresses, 0, fds[i]}, tcp, options);
+        } catch (...) {
+          failures[i] = std::current_exception();
+        }
+      });
+  }
+  for (auto& failure : failures)
+    if (failure) std::rethrow_exception(failure);
+  std::vector<TcpCommunicator> group;
+  group.reserve(slots.size());
+  for (auto& slot : slots)
+    group.push_back(std::move(*slot));
+  return group;
+}
 
-  /// Joins the group described by `membership`. Blocks until every rank has joined.
-  /// @throws ConfigurationError for bad options or addresses (port in use, not this host's
-  /// address, peers with other settings or token); TimeoutError listing the ranks that did
-  /// not join by the deadline; UsageError for a rank outside the group.
-  explicit TcpCommunicator(TcpMembership membership, TcpOptions tcp = {},
-                           CommunicatorOptions options = {})
-      : state_(std::make_unique<State>(options, tcp)) {
-    const int size = static_cast<int>(membership.addresses.size());
+STRATA_DECL TcpCommunicator::TcpCommunicator(TcpCommunicator&&) noexcept = default;
+STRATA_DECL TcpCommunicator& TcpCommunicator::operator=(TcpCommunicator&&) noexcept = default;
+STRATA_DECL TcpCommunicator::~TcpCommunicator() = default;
+
+STRATA_DECL int TcpCommunicator::rank() const noexcept {
+  return state_->group->rank();
+}
+STRATA_DECL int TcpCommunicator::size() const noexcept {
+  return state_->group->size();
+}
+STRATA_DECL const CommunicatorOptions& TcpCommunicator::options() const noexcept {
+  return state_->options;
+}
+STRATA_DECL const TcpOptions& TcpCommunicator::tcp_options() const noexcept {
+  return state_->tcp;
+}
+
+STRATA_DECL void TcpCommunicator::abort(std::string_view reason) noexcept {
+  state_->group->fail(
+      transport::tcp::FailureClass::peer_failure,
+      fmt::format("strata: rank {}: abort: rank {} aborted: {}", rank(), rank(), reason));
+}
+
+STRATA_DECL void TcpCommunicator::fail_usage(Collective kind, std::string_view what,
+                                             std::string_view what_to_do) {
+  UsageError error(rank(), to_string(kind), what, what_to_do);
+  // The peers are about to wait for this rank: fail the group so they learn why at once.
+  state_->group->fail(transport::tcp::FailureClass::peer_failure, error.what());
+  throw error;
+}
+
+STRATA_DECL void TcpCommunicator::run(const CollectiveCall& call, const CallOptions& options) {
+  state_->executor.drain();  // keep call order with earlier asynchronous calls
+  execute(*state_, call, options);
+}
+
+STRATA_DECL Work TcpCommunicator::submit(const CollectiveCall& call, const CallOptions& options) {
+  auto work = std::make_shared<detail::WorkState>();
+  State* state = state_.get();
+  state->executor.post([state, call, options, work] {
     try {
-      if (size < 1 || membership.rank < 0 || membership.rank >= size)
-        throw UsageError(
-            membership.rank, "TcpCommunicator",
-            fmt::format("rank {} is not in a group of {} addresses", membership.rank, size),
-            "pass every rank's address and a rank in [0, addresses.size())");
-      validate(tcp, membership.rank);
+      execute(*state, call, options);
+      work->complete();
     } catch (...) {
-      // The listening socket is this communicator's once passed: refusing must not leak it.
-      if (membership.listen_fd >= 0) ::close(membership.listen_fd);
-      throw;
+      work->complete(std::current_exception());
     }
-    transport::tcp::MeshConfig config;
-    config.rank = membership.rank;
-    config.addresses = std::move(membership.addresses);
-    config.cluster = membership.cluster_fingerprint != 0 ? membership.cluster_fingerprint
-                                                         : fingerprint_of(config.addresses);
-    config.tunables = tunables_hash(tcp);
-    config.data_connections = tcp.connections_per_peer;
-    config.token = tcp.cluster_token ? tcp.cluster_token : token_from_environment();
-    config.socket_buffer_bytes = tcp.socket_buffer_bytes;
-    config.no_delay = tcp.no_delay;
-    config.congestion_control = tcp.congestion_control;
-    config.listen_fd = membership.listen_fd;
-    auto mesh = transport::tcp::form_mesh(config, Deadline::after(options.timeout));
-    state_->group = std::make_unique<transport::tcp::Group>(
-        std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes), tcp.lend_from_bytes);
-  }
+  });
+  return Work(std::move(work));
+}
 
-  /// A group of `size` ranks in this process, on loopback ports chosen by the kernel; element
-  /// r is rank r. For tests and benchmarks: drive each rank from its own thread.
-  static std::vector<TcpCommunicator> create(int size, CommunicatorOptions options = {},
-                                             TcpOptions tcp = {}) {
-    if (size < 1)
-      throw UsageError(-1, "TcpCommunicator::create",
-                       fmt::format("a group needs at least one rank, got size {}", size),
-                       "pass the number of ranks");
-    std::vector<cluster::Address> addresses;
-    std::vector<int> fds;
-    for (int r = 0; r < size; ++r) {
-      auto listener = transport::tcp::listen_on_loopback();
-      addresses.push_back(listener.address);
-      fds.push_back(listener.fd);
+STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& call,
+                                          const CallOptions& options) {
+  auto& group = *state.group;
+  if (group.failed()) group.raise_failure(to_string(call.kind));
+  transport::tcp::Link link(group, call,
+                            Deadline::after(options.timeout.value_or(state.options.timeout)));
+  try {
+    switch (call.kind) {
+      case Collective::all_reduce:
+        switch (detail::tcp_communicator::all_reduce_algorithm(state.tcp, call, group.size())) {
+          case TcpAllReduce::recursive_doubling:
+            algorithms::AllReduceRecursiveDoubling::run(link, call);
+            break;
+          case TcpAllReduce::halving_doubling:
+            algorithms::AllReduceHalvingDoubling::run(link, call);
+            break;
+          case TcpAllReduce::automatic:  // all_reduce_algorithm decided
+          case TcpAllReduce::ring:
+            algorithms::AllReduceRing::run(link, call);
+            break;
+        }
+        break;
+      case Collective::broadcast:
+        algorithms::BroadcastRing::run(link, call);
+        break;
+      case Collective::reduce:
+        algorithms::ReduceRing::run(link, call);
+        break;
+      case Collective::all_gather:
+        algorithms::AllGatherRing::run(link, call);
+        break;
+      case Collective::reduce_scatter:
+        algorithms::ReduceScatterRing::run(link, call);
+        break;
+      case Collective::barrier:
+        algorithms::BarrierDissemination::run(link, call);
+        break;
     }
-    std::vector<std::optional<TcpCommunicator>> slots(static_cast<std::size_t>(size));
-    std::vector<std::exception_ptr> failures(static_cast<std::size_t>(size));
-    {
-      std::vector<std::jthread> threads;
-      for (int r = 0; r < size; ++r)
-        threads.emplace_back([&, r] {
-          const auto i = static_cast<std::size_t>(r);
-          try {
-            slots[i].emplace(TcpMembership{r, addresses, 0, fds[i]}, tcp, options);
-          } catch (...) {
-            failures[i] = std::current_exception();
-          }
-        });
-    }
-    for (auto& failure : failures)
-      if (failure) std::rethrow_exception(failure);
-    std::vector<TcpCommunicator> group;
-    group.reserve(slots.size());
-    for (auto& slot : slots)
-      group.push_back(std::move(*slot));
-    return group;
+  } catch (...) {
+    group.fail(std::current_exception());
+    throw;
   }
-
-  TcpCommunicator(TcpCommunicator&&) noexcept = default;
-  TcpCommunicator& operator=(TcpCommunicator&&) noexcept = default;
-  TcpCommunicator(const TcpCommunicator&) = delete;
-  TcpCommunicator& operator=(const TcpCommunicator&) = delete;
-  /// Waits for pending asynchronous calls, then tells the peers this rank is done.
-  ~TcpCommunicator() = default;
-
-  int rank() const noexcept { return state_->group->rank(); }
-  int size() const noexcept { return state_->group->size(); }
-  const CommunicatorOptions& options() const noexcept { return state_->options; }
-  const TcpOptions& tcp_options() const noexcept { return state_->tcp; }
-
-  // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
-  // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
-
-  /// Fails the whole group from any thread: every pending and later call on every rank throws
-  /// PeerFailureError carrying `reason`.
-  void abort(std::string_view reason) noexcept {
-    state_->group->fail(
-        transport::tcp::FailureClass::peer_failure,
-        fmt::format("strata: rank {}: abort: rank {} aborted: {}", rank(), rank(), reason));
-  }
-
- private:
-  struct State {
-    State(const CommunicatorOptions& o, const TcpOptions& t) : options(o), tcp(t) {}
-    CommunicatorOptions options;
-    TcpOptions tcp;
-    std::unique_ptr<transport::tcp::Group> group;
-    detail::SerialExecutor executor;  // last: destroyed first, finishing queued calls
-  };
-
-  static void validate(const TcpOptions& tcp, int rank) {
-    auto bad = [&](std::string_view what, std::string_view todo) {
-      throw ConfigurationError(rank, "TcpOptions", what, todo);
-    };
-    if (tcp.chunk_bytes < 64 || tcp.chunk_bytes > (std::size_t{1} << 30))
-      bad(fmt::format("chunk_bytes {} is outside [64, 2^30]", tcp.chunk_bytes),
-          "use a chunk of 64 bytes to 1 GiB (default 1 MiB)");
-    if (tcp.connections_per_peer < 1 || tcp.connections_per_peer > 64)
-      bad(fmt::format("connections_per_peer {} is outside [1, 64]", tcp.connections_per_peer),
-          "use 1 to 64 connections per peer");
-    if (tcp.socket_buffer_bytes < 0)
-      bad(fmt::format("socket_buffer_bytes {} is negative", tcp.socket_buffer_bytes),
-          "use 0 (kernel default) or a positive size");
-    if (tcp.congestion_control &&
-        (tcp.congestion_control->empty() || tcp.congestion_control->size() >= 16 ||
-         tcp.congestion_control->find('\0') != std::string::npos))
-      bad(fmt::format("congestion_control '{}' is not a congestion control name",
-                      *tcp.congestion_control),
-          "name one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (at most 15 "
-          "characters), or leave it unset");
-    if (tcp.cluster_token && tcp.cluster_token->empty())
-      bad("cluster_token is empty: anyone could compute its MACs",
-          "set a secret shared by every rank, or leave it unset for no authentication");
-    if (tcp.all_reduce > TcpAllReduce::halving_doubling)
-      bad("all_reduce is not a TcpAllReduce value",
-          "use automatic, ring, recursive_doubling or halving_doubling");
-  }
-
-  static std::optional<std::string> token_from_environment() {
-    return environment_variable("STRATA_CLUSTER_TOKEN");
-  }
-
-  static std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {
-    for (char c : text) {
-      hash ^= static_cast<unsigned char>(c);
-      hash *= 0x100000001b3ULL;
-    }
-    return hash;
-  }
-
-  static std::uint64_t fingerprint_of(const std::vector<cluster::Address>& addresses) {
-    std::uint64_t hash = 0xcbf29ce484222325ULL;
-    for (const auto& address : addresses)
-      hash = fnv1a(hash, address.to_string() + ",");
-    return hash == 0 ? 1 : hash;
-  }
-
-  static std::uint64_t tunables_hash(const TcpOptions& tcp) {
-    return fnv1a(0xcbf29ce484222325ULL,
-                 fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
-                             to_string(tcp.all_reduce), tcp.small_message_bytes));
-  }
-
-  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
-                               std::string_view what_to_do) {
-    UsageError error(rank(), to_string(kind), what, what_to_do);
-    // The peers are about to wait for this rank: fail the group so they learn why at once.
-    state_->group->fail(transport::tcp::FailureClass::peer_failure, error.what());
-    throw error;
-  }
-
-  void run(const CollectiveCall& call, const CallOptions& options) {
-    state_->executor.drain();  // keep call order with earlier asynchronous calls
-    execute(*state_, call, options);
-  }
-
-  Work submit(const CollectiveCall& call, const CallOptions& options) {
-    auto work = std::make_shared<detail::WorkState>();
-    State* state = state_.get();
-    state->executor.post([state, call, options, work] {
-      try {
-        execute(*state, call, options);
-        work->complete();
-      } catch (...) {
-        work->complete(std::current_exception());
-      }
-    });
-    return Work(std::move(work));
-  }
-
-  static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
-    auto& group = *state.group;
-    if (group.failed()) group.raise_failure(to_string(call.kind));
-    transport::tcp::Link link(group, call,
-                              Deadline::after(options.timeout.value_or(state.options.timeout)));
-    try {
-      switch (call.kind) {
-        case Collective::all_reduce:
-          switch (all_reduce_algorithm(state.tcp, call, group.size())) {
-            case TcpAllReduce::recursive_doubling:
-              algorithms::AllReduceRecursiveDoubling::run(link, call);
-              break;
-            case TcpAllReduce::halving_doubling:
-              algorithms::AllReduceHalvingDoubling::run(link, call);
-              break;
-            case TcpAllReduce::automatic:  // all_reduce_algorithm decided
-            case TcpAllReduce::ring:
-              algorithms::AllReduceRing::run(link, call);
-              break;
-          }
-          break;
-        case Collective::broadcast:
-          algorithms::BroadcastRing::run(link, call);
-          break;
-        case Collective::reduce:
-          algorithms::ReduceRing::run(link, call);
-          break;
-        case Collective::all_gather:
-          algorithms::AllGatherRing::run(link, call);
-          break;
-        case Collective::reduce_scatter:
-          algorithms::ReduceScatterRing::run(link, call);
-          break;
-        case Collective::barrier:
-          algorithms::BarrierDissemination::run(link, call);
-          break;
-      }
-    } catch (...) {
-      group.fail(std::current_exception());
-      throw;
-    }
-  }
-
-  static TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,
-                                           int size) noexcept {
-    if (tcp.all_reduce != TcpAllReduce::automatic) return tcp.all_reduce;
-    // S·⌈log2 size⌉·(size−1) ≤ small_message_bytes, without overflowing.
-    const auto rounds = std::max<std::size_t>(1, std::bit_width(static_cast<unsigned>(size) - 1));
-    const auto factor = rounds * static_cast<std::size_t>(std::max(1, size - 1));
-    return call.count * size_of(call.type) <= tcp.small_message_bytes / factor
-               ? TcpAllReduce::recursive_doubling
-               : TcpAllReduce::ring;
-  }
-
-  std::unique_ptr<State> state_;
-};
+}
 
 }  // namespace strata::communicator
+// ---- end strata/communicator/impl/tcp.ipp ----
+#endif  // STRATA_AMALGAMATED_STRATA_COMMUNICATOR_IMPL_TCP_IPP
+#endif
 // ---- end strata/communicator/tcp.hpp ----
 
 namespace strata::communicator {
@@ -11896,8 +21121,33 @@ class ReplicaPool {
 // torchrun, OpenMPI or SLURM must also exchange their addresses over the network, which this
 // layer wires in: the TCP address store (transport/tcp/address_exchange.hpp).
 
+
+namespace strata {
+
+/// `cluster::resolve_cluster(options)`, with the TCP address exchange unless `options.exchange`
+/// names another: explicit arguments, TF_CONFIG, torchrun, OpenMPI, SLURM, or one worker.
+///
+/// Example:
+/// @code
+///   auto resolved = strata::resolve_cluster();
+///   strata::communicator::TcpCommunicator comm(strata::communicator::membership_of(resolved));
+/// @endcode
+/// @throws as `cluster::resolve_cluster` and `transport::tcp::exchange_addresses` do.
+STRATA_DECL cluster::ResolvedCluster resolve_cluster(cluster::ResolveOptions options = {});
+
+}  // namespace strata
+
+#if STRATA_HEADER_ONLY
+#ifndef STRATA_AMALGAMATED_STRATA_IMPL_RESOLVE_IPP
+#define STRATA_AMALGAMATED_STRATA_IMPL_RESOLVE_IPP
+// ---- begin strata/impl/resolve.ipp ----
+// strata/impl/resolve.ipp — strata::resolve_cluster over the TCP address exchange. Included at
+// the end of strata/resolve.hpp (header-only) or by impl/src.hpp after it (compiled).
+
 #include <utility>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ADDRESS_EXCHANGE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ADDRESS_EXCHANGE_HPP
 // ---- begin strata/transport/tcp/address_exchange.hpp ----
 // strata/transport/tcp/address_exchange.hpp — how ranks of torchrun, OpenMPI and SLURM learn
 // where the others listen.
@@ -11917,6 +21167,116 @@ class ReplicaPool {
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+// ---- begin strata/transport/tcp/route.hpp ----
+// strata/transport/tcp/route.hpp — host names, endpoints and the route toward a peer.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// "host:port", with brackets around IPv6 addresses.
+inline std::string endpoint_text(std::string_view host, std::uint16_t port) {
+  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+/// The endpoints of `host:port` (an address is used as is, without a lookup).
+template <class Protocol>
+std::vector<typename Protocol::endpoint> resolve_endpoints(const std::string& host,
+                                                           std::uint16_t port,
+                                                           std::error_code& ec) {
+  ec.clear();
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (!ec) return {typename Protocol::endpoint(address, port)};
+  ec.clear();
+  asio::io_context io;
+  typename Protocol::resolver resolver(io);
+  const auto results =
+      resolver.resolve(host, std::to_string(port), asio::ip::resolver_base::numeric_service, ec);
+  std::vector<typename Protocol::endpoint> endpoints;
+  if (ec) return endpoints;
+  for (const auto& entry : results)
+    endpoints.push_back(entry.endpoint());
+  if (endpoints.empty()) ec = asio::error::host_not_found;
+  return endpoints;
+}
+
+/// The address of this host's interface that routes toward `host`, as text ("10.0.0.7"),
+/// for publishing an address the other ranks can reach. Uses a connected UDP socket: the
+/// kernel picks the route, and no packet is sent. For 127.0.0.1 it returns 127.0.0.1.
+///
+/// `port` only completes the destination (0 is replaced by 9, since some systems refuse to
+/// connect to port 0). A host name is resolved with the system resolver, which blocks for as
+/// long as the system's own resolver timeouts allow.
+/// @throws ConfigurationError (rank -1, operation "local_address_toward") when `host` cannot
+///   be resolved or no route leads to it.
+inline std::string local_address_toward(std::string_view host, std::uint16_t port) {
+  using asio::ip::udp;
+  const auto fail = [&](const std::error_code& ec) {
+    return ConfigurationError(
+        -1, "local_address_toward",
+        fmt::format("cannot find this host's address toward {}: {}", endpoint_text(host, port),
+                    ec.message()),
+        "check that the store's host (MASTER_ADDR) is spelled right and reachable from here");
+  };
+  std::error_code ec;
+  const auto endpoints =
+      resolve_endpoints<udp>(std::string(host), port == 0 ? std::uint16_t{9} : port, ec);
+  if (ec) throw fail(ec);
+  asio::io_context io{1};
+  for (const auto& endpoint : endpoints) {
+    udp::socket socket(io);
+    // connect() on a datagram socket only asks the kernel for a route; nothing is sent.
+    socket.open(endpoint.protocol(), ec);
+    if (!ec) socket.connect(endpoint, ec);
+    if (ec) continue;
+    const udp::endpoint local = socket.local_endpoint(ec);
+    if (!ec) return local.address().to_string();
+  }
+  throw fail(ec);
+}
+
+/// A listening socket on 127.0.0.1, on a port the kernel picked, and its address: a rank of a
+/// group formed inside one process (tests, benchmarks) before its peers know where it listens.
+struct LoopbackListener {
+  cluster::Address address;
+  int fd = -1;  ///< owned by the caller
+};
+
+/// @throws ConfigurationError when no loopback port can be bound.
+inline LoopbackListener listen_on_loopback() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"), 0);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(-1, "listen_on_loopback",
+                             fmt::format("cannot listen on 127.0.0.1: {}", ec.message()),
+                             "check that the loopback interface is up");
+  return {{"127.0.0.1", acceptor.local_endpoint().port()}, acceptor.release()};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/route.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_HPP
 // ---- begin strata/transport/tcp/store.hpp ----
 // strata/transport/tcp/store.hpp — a one-shot address store: every rank publishes one short
 // string and learns everyone's.
@@ -11945,6 +21305,8 @@ class ReplicaPool {
 
 #include <fmt/format.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_CLIENT_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_CLIENT_HPP
 // ---- begin strata/transport/tcp/detail/store_client.hpp ----
 // strata/transport/tcp/detail/store_client.hpp — the other ranks' side of the address store.
 
@@ -11971,6 +21333,8 @@ class ReplicaPool {
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_PROTOCOL_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_PROTOCOL_HPP
 // ---- begin strata/transport/tcp/detail/store_protocol.hpp ----
 // strata/transport/tcp/detail/store_protocol.hpp — the address store's messages on the wire
 // (the layout is in transport/tcp/store.hpp).
@@ -11979,7 +21343,6 @@ class ReplicaPool {
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12066,14 +21429,124 @@ inline std::string rank_list(const std::vector<int>& ranks) {
   constexpr std::size_t kMaxListed = 16;
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < ranks.size() && i < kMaxListed; ++i)
-    fmt::format_to(std::back_inserter(text), "{}{}", i == 0 ? "" : ", ", ranks[i]);
-  if (ranks.size() > kMaxListed)
-    fmt::format_to(std::back_inserter(text), " and {} more", ranks.size() - kMaxListed);
+    text += fmt::format("{}{}", i == 0 ? "" : ", ", ranks[i]);
+  if (ranks.size() > kMaxListed) text += fmt::format(" and {} more", ranks.size() - kMaxListed);
   return text;
 }
 
 }  // namespace strata::transport::tcp::detail::store
 // ---- end strata/transport/tcp/detail/store_protocol.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_PROTOCOL_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+// ---- begin strata/transport/tcp/route.hpp ----
+// strata/transport/tcp/route.hpp — host names, endpoints and the route toward a peer.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// "host:port", with brackets around IPv6 addresses.
+inline std::string endpoint_text(std::string_view host, std::uint16_t port) {
+  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+/// The endpoints of `host:port` (an address is used as is, without a lookup).
+template <class Protocol>
+std::vector<typename Protocol::endpoint> resolve_endpoints(const std::string& host,
+                                                           std::uint16_t port,
+                                                           std::error_code& ec) {
+  ec.clear();
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (!ec) return {typename Protocol::endpoint(address, port)};
+  ec.clear();
+  asio::io_context io;
+  typename Protocol::resolver resolver(io);
+  const auto results =
+      resolver.resolve(host, std::to_string(port), asio::ip::resolver_base::numeric_service, ec);
+  std::vector<typename Protocol::endpoint> endpoints;
+  if (ec) return endpoints;
+  for (const auto& entry : results)
+    endpoints.push_back(entry.endpoint());
+  if (endpoints.empty()) ec = asio::error::host_not_found;
+  return endpoints;
+}
+
+/// The address of this host's interface that routes toward `host`, as text ("10.0.0.7"),
+/// for publishing an address the other ranks can reach. Uses a connected UDP socket: the
+/// kernel picks the route, and no packet is sent. For 127.0.0.1 it returns 127.0.0.1.
+///
+/// `port` only completes the destination (0 is replaced by 9, since some systems refuse to
+/// connect to port 0). A host name is resolved with the system resolver, which blocks for as
+/// long as the system's own resolver timeouts allow.
+/// @throws ConfigurationError (rank -1, operation "local_address_toward") when `host` cannot
+///   be resolved or no route leads to it.
+inline std::string local_address_toward(std::string_view host, std::uint16_t port) {
+  using asio::ip::udp;
+  const auto fail = [&](const std::error_code& ec) {
+    return ConfigurationError(
+        -1, "local_address_toward",
+        fmt::format("cannot find this host's address toward {}: {}", endpoint_text(host, port),
+                    ec.message()),
+        "check that the store's host (MASTER_ADDR) is spelled right and reachable from here");
+  };
+  std::error_code ec;
+  const auto endpoints =
+      resolve_endpoints<udp>(std::string(host), port == 0 ? std::uint16_t{9} : port, ec);
+  if (ec) throw fail(ec);
+  asio::io_context io{1};
+  for (const auto& endpoint : endpoints) {
+    udp::socket socket(io);
+    // connect() on a datagram socket only asks the kernel for a route; nothing is sent.
+    socket.open(endpoint.protocol(), ec);
+    if (!ec) socket.connect(endpoint, ec);
+    if (ec) continue;
+    const udp::endpoint local = socket.local_endpoint(ec);
+    if (!ec) return local.address().to_string();
+  }
+  throw fail(ec);
+}
+
+/// A listening socket on 127.0.0.1, on a port the kernel picked, and its address: a rank of a
+/// group formed inside one process (tests, benchmarks) before its peers know where it listens.
+struct LoopbackListener {
+  cluster::Address address;
+  int fd = -1;  ///< owned by the caller
+};
+
+/// @throws ConfigurationError when no loopback port can be bound.
+inline LoopbackListener listen_on_loopback() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"), 0);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(-1, "listen_on_loopback",
+                             fmt::format("cannot listen on 127.0.0.1: {}", ec.message()),
+                             "check that the loopback interface is up");
+  return {{"127.0.0.1", acceptor.local_endpoint().port()}, acceptor.release()};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/route.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
 // ---- begin strata/transport/tcp/store_options.hpp ----
 // strata/transport/tcp/store_options.hpp — where the address store is served and who calls it.
 
@@ -12113,6 +21586,7 @@ struct StoreOptions {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/store_options.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
 
 namespace strata::transport::tcp::detail::store {
 
@@ -12355,6 +21829,9 @@ inline std::vector<std::string> register_with(const StoreOptions& options, std::
 
 }  // namespace strata::transport::tcp::detail::store
 // ---- end strata/transport/tcp/detail/store_client.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_CLIENT_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_SERVER_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_SERVER_HPP
 // ---- begin strata/transport/tcp/detail/store_server.hpp ----
 // strata/transport/tcp/detail/store_server.hpp — rank 0's side of the address store.
 
@@ -12380,6 +21857,260 @@ inline std::vector<std::string> register_with(const StoreOptions& options, std::
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_PROTOCOL_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_PROTOCOL_HPP
+// ---- begin strata/transport/tcp/detail/store_protocol.hpp ----
+// strata/transport/tcp/detail/store_protocol.hpp — the address store's messages on the wire
+// (the layout is in transport/tcp/store.hpp).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace strata::transport::tcp::detail::store {
+
+inline constexpr std::uint32_t kMagic = 0x53545253;  // "STRS"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kKindRegister = 1;
+inline constexpr std::size_t kRequestBytes = 20;
+inline constexpr std::size_t kReplyHeaderBytes = 16;
+inline constexpr std::size_t kMaxMessageBytes = 4096;
+
+enum class Status : std::uint16_t {
+  kOk = 0,
+  kWorldSizeMismatch = 1,
+  kDuplicateRank = 2,
+  kTimedOut = 3,
+  kVersionMismatch = 4,
+};
+
+/// A client has this long to send its request once connected: real clients send it at once,
+/// so only stalled or hostile connections hit it, and each holds a socket until it does.
+inline constexpr std::chrono::milliseconds kRequestTimeout{5000};
+/// Rank 0's replies get at least this long to leave, even when the last rank registered just
+/// before the deadline.
+inline constexpr std::chrono::milliseconds kReplyGrace{1000};
+/// Connections that have not registered yet beyond this many are closed at once, so that a
+/// flood cannot exhaust rank 0's file descriptors.
+inline constexpr std::size_t kMaxPendingConnections = 256;
+inline constexpr std::chrono::milliseconds kFirstBackoff{10};
+inline constexpr std::chrono::milliseconds kMaxBackoff{1000};
+
+inline constexpr std::string_view kRaiseTimeout =
+    "raise the timeout (StoreOptions::timeout or STRATA_TIMEOUT)";
+
+inline void put_u16(std::uint8_t* out, std::uint16_t v) noexcept {
+  out[0] = static_cast<std::uint8_t>(v >> 8);
+  out[1] = static_cast<std::uint8_t>(v);
+}
+inline void put_u32(std::uint8_t* out, std::uint32_t v) noexcept {
+  for (int i = 0; i < 4; ++i)
+    out[i] = static_cast<std::uint8_t>(v >> (24 - 8 * i));
+}
+inline std::uint16_t get_u16(const std::uint8_t* in) noexcept {
+  return static_cast<std::uint16_t>((in[0] << 8) | in[1]);
+}
+inline std::uint32_t get_u32(const std::uint8_t* in) noexcept {
+  return (std::uint32_t{in[0]} << 24) | (std::uint32_t{in[1]} << 16) | (std::uint32_t{in[2]} << 8) |
+         std::uint32_t{in[3]};
+}
+
+inline void put_reply_header(std::uint8_t* out, Status status, std::uint32_t world_size,
+                             std::size_t body_bytes) noexcept {
+  put_u32(out, kMagic);
+  put_u16(out + 4, kVersion);
+  put_u16(out + 6, static_cast<std::uint16_t>(status));
+  put_u32(out + 8, world_size);
+  put_u32(out + 12, static_cast<std::uint32_t>(body_bytes));
+}
+
+inline std::vector<std::uint8_t> reply_header(Status status, std::uint32_t world_size,
+                                              std::size_t body_bytes) {
+  std::vector<std::uint8_t> out(kReplyHeaderBytes);
+  put_reply_header(out.data(), status, world_size, body_bytes);
+  return out;
+}
+
+inline std::vector<std::uint8_t> error_reply(Status status, std::uint32_t world_size,
+                                             std::string_view message) {
+  message = message.substr(0, kMaxMessageBytes);
+  // Sized once and filled in place: g++ 12 reports false -Warray-bounds and
+  // -Wstringop-overflow inside an inlined vector::insert or resize here.
+  std::vector<std::uint8_t> out(kReplyHeaderBytes + message.size());
+  put_reply_header(out.data(), status, world_size, message.size());
+  if (!message.empty()) std::memcpy(out.data() + kReplyHeaderBytes, message.data(), message.size());
+  return out;
+}
+
+/// "rank 2" / "ranks 2, 5" / "ranks 1, 2, ..., 16 and 84 more".
+inline std::string rank_list(const std::vector<int>& ranks) {
+  constexpr std::size_t kMaxListed = 16;
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size() && i < kMaxListed; ++i)
+    text += fmt::format("{}{}", i == 0 ? "" : ", ", ranks[i]);
+  if (ranks.size() > kMaxListed) text += fmt::format(" and {} more", ranks.size() - kMaxListed);
+  return text;
+}
+
+}  // namespace strata::transport::tcp::detail::store
+// ---- end strata/transport/tcp/detail/store_protocol.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_PROTOCOL_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+// ---- begin strata/transport/tcp/route.hpp ----
+// strata/transport/tcp/route.hpp — host names, endpoints and the route toward a peer.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// "host:port", with brackets around IPv6 addresses.
+inline std::string endpoint_text(std::string_view host, std::uint16_t port) {
+  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+/// The endpoints of `host:port` (an address is used as is, without a lookup).
+template <class Protocol>
+std::vector<typename Protocol::endpoint> resolve_endpoints(const std::string& host,
+                                                           std::uint16_t port,
+                                                           std::error_code& ec) {
+  ec.clear();
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (!ec) return {typename Protocol::endpoint(address, port)};
+  ec.clear();
+  asio::io_context io;
+  typename Protocol::resolver resolver(io);
+  const auto results =
+      resolver.resolve(host, std::to_string(port), asio::ip::resolver_base::numeric_service, ec);
+  std::vector<typename Protocol::endpoint> endpoints;
+  if (ec) return endpoints;
+  for (const auto& entry : results)
+    endpoints.push_back(entry.endpoint());
+  if (endpoints.empty()) ec = asio::error::host_not_found;
+  return endpoints;
+}
+
+/// The address of this host's interface that routes toward `host`, as text ("10.0.0.7"),
+/// for publishing an address the other ranks can reach. Uses a connected UDP socket: the
+/// kernel picks the route, and no packet is sent. For 127.0.0.1 it returns 127.0.0.1.
+///
+/// `port` only completes the destination (0 is replaced by 9, since some systems refuse to
+/// connect to port 0). A host name is resolved with the system resolver, which blocks for as
+/// long as the system's own resolver timeouts allow.
+/// @throws ConfigurationError (rank -1, operation "local_address_toward") when `host` cannot
+///   be resolved or no route leads to it.
+inline std::string local_address_toward(std::string_view host, std::uint16_t port) {
+  using asio::ip::udp;
+  const auto fail = [&](const std::error_code& ec) {
+    return ConfigurationError(
+        -1, "local_address_toward",
+        fmt::format("cannot find this host's address toward {}: {}", endpoint_text(host, port),
+                    ec.message()),
+        "check that the store's host (MASTER_ADDR) is spelled right and reachable from here");
+  };
+  std::error_code ec;
+  const auto endpoints =
+      resolve_endpoints<udp>(std::string(host), port == 0 ? std::uint16_t{9} : port, ec);
+  if (ec) throw fail(ec);
+  asio::io_context io{1};
+  for (const auto& endpoint : endpoints) {
+    udp::socket socket(io);
+    // connect() on a datagram socket only asks the kernel for a route; nothing is sent.
+    socket.open(endpoint.protocol(), ec);
+    if (!ec) socket.connect(endpoint, ec);
+    if (ec) continue;
+    const udp::endpoint local = socket.local_endpoint(ec);
+    if (!ec) return local.address().to_string();
+  }
+  throw fail(ec);
+}
+
+/// A listening socket on 127.0.0.1, on a port the kernel picked, and its address: a rank of a
+/// group formed inside one process (tests, benchmarks) before its peers know where it listens.
+struct LoopbackListener {
+  cluster::Address address;
+  int fd = -1;  ///< owned by the caller
+};
+
+/// @throws ConfigurationError when no loopback port can be bound.
+inline LoopbackListener listen_on_loopback() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"), 0);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(-1, "listen_on_loopback",
+                             fmt::format("cannot listen on 127.0.0.1: {}", ec.message()),
+                             "check that the loopback interface is up");
+  return {{"127.0.0.1", acceptor.local_endpoint().port()}, acceptor.release()};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/route.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
+// ---- begin strata/transport/tcp/store_options.hpp ----
+// strata/transport/tcp/store_options.hpp — where the address store is served and who calls it.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+
+namespace strata::transport::tcp {
+
+/// The longest value one rank may publish through `exchange`, in bytes.
+inline constexpr std::size_t kMaxStoreValueBytes = 1024;
+/// The largest world size `exchange` accepts (it bounds what rank 0 and every client
+/// allocate for the table).
+inline constexpr int kMaxStoreWorldSize = 1 << 20;
+
+/// Where the store is served and who is calling. Plain data: set the fields you care about.
+struct StoreOptions {
+  /// Address or host name where rank 0 serves the store (e.g. `LauncherEnvironment::
+  /// master_addr`). Rank 0 binds exactly this address, never all interfaces, so it must be
+  /// an address of rank 0's host that the other ranks can reach (beware host names that
+  /// /etc/hosts maps to 127.0.1.1 when ranks span hosts).
+  std::string host;
+  /// TCP port of the store (e.g. `LauncherEnvironment::master_port`); not 0 unless
+  /// `world_size` is 1.
+  std::uint16_t port = 0;
+  /// The calling process's rank in [0, world_size).
+  int rank = 0;
+  /// Number of ranks taking part; every rank must pass the same value.
+  int world_size = 1;
+  /// Budget of the whole call: rank 0 waits this long for every rank to register, the
+  /// others this long to reach rank 0 and get the table. Defaults to `STRATA_TIMEOUT` when
+  /// set, else 60 s (see `strata::default_timeout`).
+  std::chrono::milliseconds timeout = default_timeout();
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/store_options.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
 
 namespace strata::transport::tcp::detail::store {
 
@@ -12718,6 +22449,157 @@ class Server {
 
 }  // namespace strata::transport::tcp::detail::store
 // ---- end strata/transport/tcp/detail/store_server.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_DETAIL_STORE_SERVER_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+// ---- begin strata/transport/tcp/route.hpp ----
+// strata/transport/tcp/route.hpp — host names, endpoints and the route toward a peer.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/ip/udp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// "host:port", with brackets around IPv6 addresses.
+inline std::string endpoint_text(std::string_view host, std::uint16_t port) {
+  if (host.find(':') != std::string_view::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+/// The endpoints of `host:port` (an address is used as is, without a lookup).
+template <class Protocol>
+std::vector<typename Protocol::endpoint> resolve_endpoints(const std::string& host,
+                                                           std::uint16_t port,
+                                                           std::error_code& ec) {
+  ec.clear();
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (!ec) return {typename Protocol::endpoint(address, port)};
+  ec.clear();
+  asio::io_context io;
+  typename Protocol::resolver resolver(io);
+  const auto results =
+      resolver.resolve(host, std::to_string(port), asio::ip::resolver_base::numeric_service, ec);
+  std::vector<typename Protocol::endpoint> endpoints;
+  if (ec) return endpoints;
+  for (const auto& entry : results)
+    endpoints.push_back(entry.endpoint());
+  if (endpoints.empty()) ec = asio::error::host_not_found;
+  return endpoints;
+}
+
+/// The address of this host's interface that routes toward `host`, as text ("10.0.0.7"),
+/// for publishing an address the other ranks can reach. Uses a connected UDP socket: the
+/// kernel picks the route, and no packet is sent. For 127.0.0.1 it returns 127.0.0.1.
+///
+/// `port` only completes the destination (0 is replaced by 9, since some systems refuse to
+/// connect to port 0). A host name is resolved with the system resolver, which blocks for as
+/// long as the system's own resolver timeouts allow.
+/// @throws ConfigurationError (rank -1, operation "local_address_toward") when `host` cannot
+///   be resolved or no route leads to it.
+inline std::string local_address_toward(std::string_view host, std::uint16_t port) {
+  using asio::ip::udp;
+  const auto fail = [&](const std::error_code& ec) {
+    return ConfigurationError(
+        -1, "local_address_toward",
+        fmt::format("cannot find this host's address toward {}: {}", endpoint_text(host, port),
+                    ec.message()),
+        "check that the store's host (MASTER_ADDR) is spelled right and reachable from here");
+  };
+  std::error_code ec;
+  const auto endpoints =
+      resolve_endpoints<udp>(std::string(host), port == 0 ? std::uint16_t{9} : port, ec);
+  if (ec) throw fail(ec);
+  asio::io_context io{1};
+  for (const auto& endpoint : endpoints) {
+    udp::socket socket(io);
+    // connect() on a datagram socket only asks the kernel for a route; nothing is sent.
+    socket.open(endpoint.protocol(), ec);
+    if (!ec) socket.connect(endpoint, ec);
+    if (ec) continue;
+    const udp::endpoint local = socket.local_endpoint(ec);
+    if (!ec) return local.address().to_string();
+  }
+  throw fail(ec);
+}
+
+/// A listening socket on 127.0.0.1, on a port the kernel picked, and its address: a rank of a
+/// group formed inside one process (tests, benchmarks) before its peers know where it listens.
+struct LoopbackListener {
+  cluster::Address address;
+  int fd = -1;  ///< owned by the caller
+};
+
+/// @throws ConfigurationError when no loopback port can be bound.
+inline LoopbackListener listen_on_loopback() {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  std::error_code ec;
+  const asio::ip::tcp::endpoint endpoint(asio::ip::make_address_v4("127.0.0.1"), 0);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw ConfigurationError(-1, "listen_on_loopback",
+                             fmt::format("cannot listen on 127.0.0.1: {}", ec.message()),
+                             "check that the loopback interface is up");
+  return {{"127.0.0.1", acceptor.local_endpoint().port()}, acceptor.release()};
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/route.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ROUTE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
+// ---- begin strata/transport/tcp/store_options.hpp ----
+// strata/transport/tcp/store_options.hpp — where the address store is served and who calls it.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+
+namespace strata::transport::tcp {
+
+/// The longest value one rank may publish through `exchange`, in bytes.
+inline constexpr std::size_t kMaxStoreValueBytes = 1024;
+/// The largest world size `exchange` accepts (it bounds what rank 0 and every client
+/// allocate for the table).
+inline constexpr int kMaxStoreWorldSize = 1 << 20;
+
+/// Where the store is served and who is calling. Plain data: set the fields you care about.
+struct StoreOptions {
+  /// Address or host name where rank 0 serves the store (e.g. `LauncherEnvironment::
+  /// master_addr`). Rank 0 binds exactly this address, never all interfaces, so it must be
+  /// an address of rank 0's host that the other ranks can reach (beware host names that
+  /// /etc/hosts maps to 127.0.1.1 when ranks span hosts).
+  std::string host;
+  /// TCP port of the store (e.g. `LauncherEnvironment::master_port`); not 0 unless
+  /// `world_size` is 1.
+  std::uint16_t port = 0;
+  /// The calling process's rank in [0, world_size).
+  int rank = 0;
+  /// Number of ranks taking part; every rank must pass the same value.
+  int world_size = 1;
+  /// Budget of the whole call: rank 0 waits this long for every rank to register, the
+  /// others this long to reach rank 0 and get the table. Defaults to `STRATA_TIMEOUT` when
+  /// set, else 60 s (see `strata::default_timeout`).
+  std::chrono::milliseconds timeout = default_timeout();
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/store_options.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_OPTIONS_HPP
 
 namespace strata::transport::tcp {
 
@@ -12785,6 +22667,7 @@ inline std::vector<std::string> exchange(const StoreOptions& options, std::strin
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/store.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_STORE_HPP
 
 namespace strata::transport::tcp {
 
@@ -12823,24 +22706,19 @@ inline cluster::ExchangedAddresses exchange_addresses(const cluster::LauncherEnv
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/address_exchange.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_TCP_ADDRESS_EXCHANGE_HPP
 
 namespace strata {
 
-/// `cluster::resolve_cluster(options)`, with the TCP address exchange unless `options.exchange`
-/// names another: explicit arguments, TF_CONFIG, torchrun, OpenMPI, SLURM, or one worker.
-///
-/// Example:
-/// @code
-///   auto resolved = strata::resolve_cluster();
-///   strata::communicator::TcpCommunicator comm(strata::communicator::membership_of(resolved));
-/// @endcode
-/// @throws as `cluster::resolve_cluster` and `transport::tcp::exchange_addresses` do.
-inline cluster::ResolvedCluster resolve_cluster(cluster::ResolveOptions options = {}) {
+STRATA_DECL cluster::ResolvedCluster resolve_cluster(cluster::ResolveOptions options) {
   if (!options.exchange) options.exchange = transport::tcp::exchange_addresses;
   return cluster::resolve_cluster(std::move(options));
 }
 
 }  // namespace strata
+// ---- end strata/impl/resolve.ipp ----
+#endif  // STRATA_AMALGAMATED_STRATA_IMPL_RESOLVE_IPP
+#endif
 // ---- end strata/resolve.hpp ----
 // ---- begin strata/sync/sync.hpp ----
 // strata/sync/sync.hpp — the Sync concept: when and how updates meet the variables.

@@ -5,7 +5,7 @@
 cmake_minimum_required(VERSION 3.25)
 
 set(files)
-foreach(dir include tests benchmarks examples)
+foreach(dir include tests benchmarks examples tools)
   file(GLOB_RECURSE found "${SOURCE_DIR}/${dir}/*.hpp" "${SOURCE_DIR}/${dir}/*.cpp"
        "${SOURCE_DIR}/${dir}/*.h" "${SOURCE_DIR}/${dir}/*.cu" "${SOURCE_DIR}/${dir}/*.ipp")
   list(APPEND files ${found})

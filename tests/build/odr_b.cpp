@@ -8,3 +8,10 @@ float strata_odr_second_unit_roundtrip(float value) {
 int strata_odr_second_unit_version_major() {
   return strata::kVersion.major;
 }
+
+float strata_odr_second_unit_sum(float a, float b) {
+  float out = 0;
+  const void* inputs[] = {&a, &b};
+  strata::reduce_n(strata::DataType::float32, &out, inputs, 2, 1, strata::ReduceOp::sum);
+  return out;
+}

@@ -7,6 +7,7 @@
 // wire. Failures of real processes (SIGKILL, SIGSTOP) are in
 // tcp_process_test.cpp.
 #include <strata/communicator/tcp.hpp>
+#include <strata/transport/tcp/handshake.hpp>
 
 #include <array>
 #include <atomic>

@@ -2,6 +2,7 @@
 #   MODE=install           cmake --install BUILD_DIR into WORK_DIR/prefix, check the installed
 #                          headers and package files, consumer uses find_package(strata)
 #   MODE=add_subdirectory  consumer uses add_subdirectory(SOURCE_DIR)
+#   LINKS                  the target the consumer links: strata::strata or strata::compiled
 # Other inputs: SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR [GENERATOR_PLATFORM] [GENERATOR_TOOLSET]
 #               [MAKE_PROGRAM] CXX_COMPILER [CONFIG] EXPECTED_VERSION
 cmake_minimum_required(VERSION 3.25)
@@ -18,7 +19,7 @@ file(REMOVE_RECURSE "${WORK_DIR}")
 set(configure_args
     -S "${SOURCE_DIR}/tests/install/consumer" -B "${consumer_build}" -G "${GENERATOR}"
     "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_BUILD_TYPE=${CONFIG}"
-    "-DSTRATA_EXPECTED_VERSION=${EXPECTED_VERSION}")
+    "-DSTRATA_EXPECTED_VERSION=${EXPECTED_VERSION}" "-DSTRATA_CONSUMER_LINKS=${LINKS}")
 if(GENERATOR_PLATFORM)
   list(APPEND configure_args -A "${GENERATOR_PLATFORM}")
 endif()
@@ -41,6 +42,16 @@ if(MODE STREQUAL "install")
       list(APPEND missing "include/${header}")
     endif()
   endforeach()
+  file(GLOB_RECURSE impl_files RELATIVE "${SOURCE_DIR}/include" "${SOURCE_DIR}/include/strata/*.ipp")
+  foreach(file IN LISTS impl_files)
+    if(NOT EXISTS "${prefix}/include/${file}")
+      list(APPEND missing "include/${file}")
+    endif()
+  endforeach()
+  file(GLOB compiled_library "${prefix}/lib*/libstrata.a" "${prefix}/lib*/*/libstrata.a")
+  if(NOT compiled_library)
+    list(APPEND missing "lib/libstrata.a (strata::compiled)")
+  endif()
   foreach(file strataConfig.cmake strataConfigVersion.cmake strataTargets.cmake FindAsio.cmake)
     if(NOT EXISTS "${prefix}/share/cmake/strata/${file}")
       list(APPEND missing "share/cmake/strata/${file}")
@@ -70,7 +81,7 @@ if(NOT EXISTS "${exe}")
   set(exe "${consumer_build}/${CONFIG}/strata_consumer${CMAKE_EXECUTABLE_SUFFIX}")
 endif()
 strata_run("run consumer" "${exe}")
-message(STATUS "consumer says: ${run_output}")
+message(STATUS "consumer (${LINKS}) says: ${run_output}")
 if(NOT run_output MATCHES "strata ${EXPECTED_VERSION}")
   message(FATAL_ERROR "the consumer did not print 'strata ${EXPECTED_VERSION}'")
 endif()

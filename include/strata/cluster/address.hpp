@@ -9,7 +9,6 @@
 #include <compare>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -77,7 +76,7 @@ inline std::string escaped(std::string_view text, std::size_t max_shown) {
   for (std::size_t i = 0; i < shown; ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
     if (byte < 0x20 || byte >= 0x7f) {
-      fmt::format_to(std::back_inserter(out), "\\x{:02x}", byte);
+      out += fmt::format("\\x{:02x}", byte);
     } else {
       out += static_cast<char>(byte);
     }
@@ -91,8 +90,7 @@ inline std::string quote_text(std::string_view text, char quote = '\'') {
   constexpr std::size_t kMaxShown = 96;
   std::string out =
       fmt::format("{}{}{}", quote, escaped(text.substr(0, kMaxShown), kMaxShown), quote);
-  if (text.size() > kMaxShown)
-    fmt::format_to(std::back_inserter(out), " (cut, {} bytes in all)", text.size());
+  if (text.size() > kMaxShown) out += fmt::format(" (cut, {} bytes in all)", text.size());
   return out;
 }
 

@@ -197,9 +197,9 @@ inline std::string describe_indices(const std::map<int, Address>& tasks, int max
     }
     if (ranges > 0) out += ", ";
     if (first == last) {
-      fmt::format_to(std::back_inserter(out), "{}", first);
+      out += fmt::format("{}", first);
     } else {
-      fmt::format_to(std::back_inserter(out), "{}-{}", first, last);
+      out += fmt::format("{}-{}", first, last);
     }
     ++ranges;
   }
@@ -214,7 +214,7 @@ std::string describe_cluster(const Spec& spec) {
     const auto& tasks = spec.tasks(type);
     if (tasks.empty()) continue;
     if (!out.empty()) out += "; ";
-    fmt::format_to(std::back_inserter(out), "{} {}", type, describe_indices(tasks));
+    out += fmt::format("{} {}", type, describe_indices(tasks));
   }
   return out.empty() ? std::string("no tasks") : out;
 }
@@ -344,13 +344,11 @@ inline std::vector<Address> ClusterSpec::collective_addresses() const {
     int expected = 0;
     for (const auto& [index, address] : workers) {
       for (; expected < index; ++expected, ++missing) {
-        if (missing < kMaxListed)
-          fmt::format_to(std::back_inserter(listed), "{}{}", missing == 0 ? "" : ", ", expected);
+        if (missing < kMaxListed) listed += fmt::format("{}{}", missing == 0 ? "" : ", ", expected);
       }
       expected = index + 1;
     }
-    if (missing > kMaxListed)
-      fmt::format_to(std::back_inserter(listed), " and {} more", missing - kMaxListed);
+    if (missing > kMaxListed) listed += fmt::format(" and {} more", missing - kMaxListed);
     throw ConfigurationError(
         -1, "ClusterSpec::collective_addresses",
         fmt::format("the worker job has holes: worker {} {} {} missing (present: {}); a "

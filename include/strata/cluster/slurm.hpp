@@ -10,7 +10,6 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -272,8 +271,7 @@ class HostOdometer {
       if (segments_[s].ranges.empty()) {
         name += segments_[s].text;
       } else {
-        fmt::format_to(std::back_inserter(name), "{:0{}}", value_[s],
-                       segments_[s].ranges[range_index_[s]].width);
+        name += fmt::format("{:0{}}", value_[s], segments_[s].ranges[range_index_[s]].width);
       }
     }
     return name;

@@ -79,8 +79,8 @@ struct CollectiveCall {
 inline std::string describe(const CollectiveCall& call) {
   std::string text =
       fmt::format("{}(count={}, type={}", to_string(call.kind), call.count, to_string(call.type));
-  if (reduces(call.kind)) fmt::format_to(std::back_inserter(text), ", op={}", to_string(call.op));
-  if (has_root(call.kind)) fmt::format_to(std::back_inserter(text), ", root={}", call.root);
+  if (reduces(call.kind)) text += fmt::format(", op={}", to_string(call.op));
+  if (has_root(call.kind)) text += fmt::format(", root={}", call.root);
   text += ')';
   return text;
 }

@@ -17,7 +17,6 @@
 // layers work with error codes; the communicator boundary throws, adding rank and operation.
 #pragma once
 
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -48,7 +47,7 @@ class Error : public std::runtime_error {
     std::string message =
         rank >= 0 ? fmt::format("strata: rank {}: {}: {}", rank, operation, what_happened)
                   : fmt::format("strata: {}: {}", operation, what_happened);
-    if (!what_to_do.empty()) fmt::format_to(std::back_inserter(message), "; {}", what_to_do);
+    if (!what_to_do.empty()) message += fmt::format("; {}", what_to_do);
     return message;
   }
 

@@ -24,12 +24,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
-#include <type_traits>
-#include <vector>
 
 #include <fmt/format.h>
 
+#include <strata/config.hpp>
 #include <strata/core/bfloat16.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/detail/reduce_dispatch.hpp>
@@ -81,8 +81,8 @@ void divide(std::span<T> data, std::size_t divisor);
 ///
 /// @throws UsageError (operation "reduce_n") as the typed form, and when `type` is not a
 ///         `DataType` or a needed pointer is null.
-inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
-                     std::size_t count, ReduceOp op);
+STRATA_DECL void reduce_n(DataType type, void* out, const void* const* inputs,
+                          std::size_t num_inputs, std::size_t count, ReduceOp op);
 
 }  // namespace strata
 
@@ -103,36 +103,29 @@ void divide(std::span<T> data, std::size_t divisor) {
   detail::divide_on<T>(detail::best_isa(), data, divisor);
 }
 
-inline void reduce_n(DataType type, void* out, const void* const* inputs, std::size_t num_inputs,
-                     std::size_t count, ReduceOp op) {
-  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::float64)) {
-    throw UsageError(-1, "reduce_n",
-                     fmt::format("{} is not a DataType value", static_cast<unsigned>(type)),
-                     "pass a DataType such as data_type_of<float>");
-  }
-  if (num_inputs > 0 && inputs == nullptr) {
-    throw UsageError(-1, "reduce_n", "the array of input pointers is null",
-                     "pass num_inputs pointers to count elements each");
-  }
-  if (count > 0 && out == nullptr) {
-    throw UsageError(-1, "reduce_n", "out is null", "pass an output of count elements");
-  }
-  visit_data_type(type, [&]<class T>(std::type_identity<T>) {
-    // Typed copies of the pointers: reading a `const void*` object as a `const T*` would
-    // break aliasing rules.
-    constexpr std::size_t kOnStack = 16;
-    const T* on_stack[kOnStack];
-    std::vector<const T*> on_heap;
-    const T** typed = on_stack;
-    if (num_inputs > kOnStack) {
-      on_heap.resize(num_inputs);
-      typed = on_heap.data();
-    }
-    for (std::size_t j = 0; j < num_inputs; ++j)
-      typed[j] = static_cast<const T*>(inputs[j]);
-    reduce_n<T>(std::span<T>(static_cast<T*>(out), count),
-                std::span<const T* const>(typed, num_inputs), op);
-  });
-}
-
 }  // namespace strata
+
+// Declares (extern) or defines the kernels of element type T, for every entry of the list.
+#define STRATA_REDUCE_KERNELS(prefix, T)                                               \
+  prefix template void reduce_n<T>(std::span<T>, std::span<const T* const>, ReduceOp); \
+  prefix template void accumulate<T>(std::span<T>, std::span<const T>, ReduceOp);      \
+  prefix template void divide<T>(std::span<T>, std::size_t);
+#define STRATA_REDUCE_KERNELS_OF_EVERY_ELEMENT(prefix) \
+  STRATA_REDUCE_KERNELS(prefix, std::int8_t)           \
+  STRATA_REDUCE_KERNELS(prefix, std::uint8_t)          \
+  STRATA_REDUCE_KERNELS(prefix, std::int32_t)          \
+  STRATA_REDUCE_KERNELS(prefix, std::int64_t)          \
+  STRATA_REDUCE_KERNELS(prefix, float16)               \
+  STRATA_REDUCE_KERNELS(prefix, bfloat16)              \
+  STRATA_REDUCE_KERNELS(prefix, float)                 \
+  STRATA_REDUCE_KERNELS(prefix, double)
+
+#if STRATA_HEADER_ONLY
+#include <strata/core/impl/reduce.ipp>
+#else
+namespace strata {
+// Compiled once, in the library: a unit that reduces does not instantiate the kernels for every
+// element type and instruction set again.
+STRATA_REDUCE_KERNELS_OF_EVERY_ELEMENT(extern)
+}  // namespace strata
+#endif

@@ -1,7 +1,6 @@
 // strata/core/detail/join.hpp — "a, b, c" for messages.
 #pragma once
 
-#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -19,7 +18,7 @@ std::string join(const Range& range, std::string_view separator) {
   for (const auto& item : range) {
     if (!first) text += separator;
     first = false;
-    fmt::format_to(std::back_inserter(text), "{}", item);
+    text += fmt::format("{}", item);
   }
   return text;
 }

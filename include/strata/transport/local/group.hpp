@@ -178,7 +178,7 @@ class Group {
     for (int r = 0; r < size_; ++r) {
       if (arrivals_[static_cast<std::size_t>(r)].load(std::memory_order_relaxed) > generation)
         continue;
-      fmt::format_to(std::back_inserter(ranks), "{}{}", missing++ ? ", " : "", r);
+      ranks += fmt::format("{}{}", missing++ ? ", " : "", r);
     }
     return fmt::format("rank{} {} (of {})", missing == 1 ? "" : "s", ranks, size_);
   }

@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <iterator>
 #include <span>
 #include <string>
 #include <string_view>
@@ -318,18 +317,17 @@ class CallControl {
     std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
                                    describe(call_), sequence_, deadline_.budget().count());
     if (!silent.empty())
-      fmt::format_to(std::back_inserter(what),
-                     "; {} {} did not answer (stopped, hung, or not inside a collective)",
-                     silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
+      what +=
+          fmt::format("; {} {} did not answer (stopped, hung, or not inside a collective)",
+                      silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
     if (!waiting_for.empty())
-      fmt::format_to(std::back_inserter(what), "; this rank was waiting for {} {}",
-                     waiting_for.size() == 1 ? "rank" : "ranks",
-                     strata::detail::join(waiting_for, ", "));
+      what += fmt::format("; this rank was waiting for {} {}",
+                          waiting_for.size() == 1 ? "rank" : "ranks",
+                          strata::detail::join(waiting_for, ", "));
     for (int peer = 0; peer < size(); ++peer)
       if (unreleased(peer) > 0)
-        fmt::format_to(std::back_inserter(what),
-                       "; rank {} had not read {} of the bytes this rank lent it", peer,
-                       unreleased(peer));
+        what += fmt::format("; rank {} had not read {} of the bytes this rank lent it", peer,
+                            unreleased(peer));
     return what;
   }
 

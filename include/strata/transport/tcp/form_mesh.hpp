@@ -12,7 +12,6 @@
 #pragma once
 
 #include <exception>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,26 +88,25 @@ class MeshBuilder {
     if (!missing.empty())
       what = fmt::format("{} did not join the group within {} ms", ranks(missing), budget);
     if (!unready.empty())
-      fmt::format_to(std::back_inserter(what),
-                     "{}{} connected but did not finish joining within {} ms (they wait for "
-                     "other ranks)",
-                     what.empty() ? "" : "; ", ranks(unready), budget);
+      what += fmt::format(
+          "{}{} connected but did not finish joining within {} ms (they wait for "
+          "other ranks)",
+          what.empty() ? "" : "; ", ranks(unready), budget);
     for (int peer : missing) {
       auto found = connector_.last_errors().find(peer);
       if (found != connector_.last_errors().end())
-        fmt::format_to(std::back_inserter(what), "; connecting to rank {} at {}: {}", peer,
-                       pending_.address(peer).to_string(), found->second);
+        what += fmt::format("; connecting to rank {} at {}: {}", peer,
+                            pending_.address(peer).to_string(), found->second);
       auto left = pending_.departed().find(peer);
       if (left != pending_.departed().end())
-        fmt::format_to(std::back_inserter(what), "; rank {}: {}", peer, left->second);
+        what += fmt::format("; rank {}: {}", peer, left->second);
     }
     const auto& rejections = listener_.rejections();
     if (!rejections.empty())
-      fmt::format_to(std::back_inserter(what), "; turned away: {}{}",
-                     strata::detail::join(rejections, "; "),
-                     listener_.more_rejections() > 0
-                         ? fmt::format(" (and {} more)", listener_.more_rejections())
-                         : "");
+      what += fmt::format("; turned away: {}{}", strata::detail::join(rejections, "; "),
+                          listener_.more_rejections() > 0
+                              ? fmt::format(" (and {} more)", listener_.more_rejections())
+                              : "");
     return TimeoutError(rank(), "rendezvous", what,
                         "start every rank of the cluster (the missing ones are listed), check "
                         "their addresses, or raise the deadline (STRATA_TIMEOUT)");

@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,9 +92,8 @@ inline std::string rank_list(const std::vector<int>& ranks) {
   constexpr std::size_t kMaxListed = 16;
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
   for (std::size_t i = 0; i < ranks.size() && i < kMaxListed; ++i)
-    fmt::format_to(std::back_inserter(text), "{}{}", i == 0 ? "" : ", ", ranks[i]);
-  if (ranks.size() > kMaxListed)
-    fmt::format_to(std::back_inserter(text), " and {} more", ranks.size() - kMaxListed);
+    text += fmt::format("{}{}", i == 0 ? "" : ", ", ranks[i]);
+  if (ranks.size() > kMaxListed) text += fmt::format(" and {} more", ranks.size() - kMaxListed);
   return text;
 }
 

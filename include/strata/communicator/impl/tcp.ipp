@@ -1,0 +1,300 @@
+// strata/communicator/impl/tcp.ipp — TcpCommunicator's definitions over the TCP transport.
+// Included at the end of communicator/tcp.hpp (header-only) or by impl/src.hpp after it
+// (compiled), never on its own.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <strata/algorithms/all_gather_ring.hpp>
+#include <strata/algorithms/all_reduce_halving_doubling.hpp>
+#include <strata/algorithms/all_reduce_recursive_doubling.hpp>
+#include <strata/algorithms/all_reduce_ring.hpp>
+#include <strata/algorithms/barrier_dissemination.hpp>
+#include <strata/algorithms/broadcast_ring.hpp>
+#include <strata/algorithms/link.hpp>
+#include <strata/algorithms/reduce_ring.hpp>
+#include <strata/algorithms/reduce_scatter_ring.hpp>
+#include <strata/communicator/detail/serial_executor.hpp>
+#include <strata/core/deadline.hpp>
+#include <strata/core/environment.hpp>
+#include <strata/core/error.hpp>
+#include <strata/transport/tcp/form_mesh.hpp>
+#include <strata/transport/tcp/group.hpp>
+#include <strata/transport/tcp/link.hpp>
+#include <strata/transport/tcp/route.hpp>
+
+namespace strata::communicator {
+
+static_assert(algorithms::MessageLink<transport::tcp::Link>);
+
+struct TcpCommunicator::State {
+  State(const CommunicatorOptions& o, const TcpOptions& t) : options(o), tcp(t) {}
+  CommunicatorOptions options;
+  TcpOptions tcp;
+  std::unique_ptr<transport::tcp::Group> group;
+  detail::SerialExecutor executor;  // last: destroyed first, finishing queued calls
+};
+
+namespace detail::tcp_communicator {
+
+inline void validate(const TcpOptions& tcp, int rank) {
+  auto bad = [&](std::string_view what, std::string_view todo) {
+    throw ConfigurationError(rank, "TcpOptions", what, todo);
+  };
+  if (tcp.chunk_bytes < 64 || tcp.chunk_bytes > (std::size_t{1} << 30))
+    bad(fmt::format("chunk_bytes {} is outside [64, 2^30]", tcp.chunk_bytes),
+        "use a chunk of 64 bytes to 1 GiB (default 1 MiB)");
+  if (tcp.connections_per_peer < 1 || tcp.connections_per_peer > 64)
+    bad(fmt::format("connections_per_peer {} is outside [1, 64]", tcp.connections_per_peer),
+        "use 1 to 64 connections per peer");
+  if (tcp.socket_buffer_bytes < 0)
+    bad(fmt::format("socket_buffer_bytes {} is negative", tcp.socket_buffer_bytes),
+        "use 0 (kernel default) or a positive size");
+  if (tcp.congestion_control &&
+      (tcp.congestion_control->empty() || tcp.congestion_control->size() >= 16 ||
+       tcp.congestion_control->find('\0') != std::string::npos))
+    bad(fmt::format("congestion_control '{}' is not a congestion control name",
+                    *tcp.congestion_control),
+        "name one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (at most 15 "
+        "characters), or leave it unset");
+  if (tcp.cluster_token && tcp.cluster_token->empty())
+    bad("cluster_token is empty: anyone could compute its MACs",
+        "set a secret shared by every rank, or leave it unset for no authentication");
+  if (tcp.all_reduce > TcpAllReduce::halving_doubling)
+    bad("all_reduce is not a TcpAllReduce value",
+        "use automatic, ring, recursive_doubling or halving_doubling");
+}
+
+inline std::optional<std::string> token_from_environment() {
+  return environment_variable("STRATA_CLUSTER_TOKEN");
+}
+
+inline std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+inline std::uint64_t fingerprint_of(const std::vector<cluster::Address>& addresses) {
+  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const auto& address : addresses)
+    hash = fnv1a(hash, address.to_string() + ",");
+  return hash == 0 ? 1 : hash;
+}
+
+inline std::uint64_t tunables_hash(const TcpOptions& tcp) {
+  return fnv1a(0xcbf29ce484222325ULL,
+               fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
+                           to_string(tcp.all_reduce), tcp.small_message_bytes));
+}
+
+inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,
+                                         int size) noexcept {
+  if (tcp.all_reduce != TcpAllReduce::automatic) return tcp.all_reduce;
+  // S·⌈log2 size⌉·(size−1) ≤ small_message_bytes, without overflowing.
+  const auto rounds = std::max<std::size_t>(1, std::bit_width(static_cast<unsigned>(size) - 1));
+  const auto factor = rounds * static_cast<std::size_t>(std::max(1, size - 1));
+  return call.count * size_of(call.type) <= tcp.small_message_bytes / factor
+             ? TcpAllReduce::recursive_doubling
+             : TcpAllReduce::ring;
+}
+
+}  // namespace detail::tcp_communicator
+
+STRATA_DECL TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
+  if (!resolved.in_collective_group())
+    throw ConfigurationError(-1, "TcpCommunicator",
+                             fmt::format("task {} {} is not a member of the collective group",
+                                         to_string(resolved.task.type), resolved.task.index),
+                             "run collectives on the chief and worker tasks only");
+  TcpMembership membership;
+  membership.rank = resolved.rank;
+  membership.addresses = resolved.addresses;
+  membership.cluster_fingerprint = resolved.cluster.empty() ? 0 : resolved.cluster.fingerprint();
+  membership.listen_fd = resolved.listener.release();
+  return membership;
+}
+
+STRATA_DECL TcpCommunicator::TcpCommunicator(TcpMembership membership, TcpOptions tcp,
+                                             CommunicatorOptions options)
+    : state_(std::make_unique<State>(options, tcp)) {
+  const int size = static_cast<int>(membership.addresses.size());
+  try {
+    if (size < 1 || membership.rank < 0 || membership.rank >= size)
+      throw UsageError(
+          membership.rank, "TcpCommunicator",
+          fmt::format("rank {} is not in a group of {} addresses", membership.rank, size),
+          "pass every rank's address and a rank in [0, addresses.size())");
+    detail::tcp_communicator::validate(tcp, membership.rank);
+  } catch (...) {
+    // The listening socket is this communicator's once passed: refusing must not leak it.
+    if (membership.listen_fd >= 0) ::close(membership.listen_fd);
+    throw;
+  }
+  transport::tcp::MeshConfig config;
+  config.rank = membership.rank;
+  config.addresses = std::move(membership.addresses);
+  config.cluster = membership.cluster_fingerprint != 0
+                       ? membership.cluster_fingerprint
+                       : detail::tcp_communicator::fingerprint_of(config.addresses);
+  config.tunables = detail::tcp_communicator::tunables_hash(tcp);
+  config.data_connections = tcp.connections_per_peer;
+  config.token =
+      tcp.cluster_token ? tcp.cluster_token : detail::tcp_communicator::token_from_environment();
+  config.socket_buffer_bytes = tcp.socket_buffer_bytes;
+  config.no_delay = tcp.no_delay;
+  config.congestion_control = tcp.congestion_control;
+  config.listen_fd = membership.listen_fd;
+  auto mesh = transport::tcp::form_mesh(config, Deadline::after(options.timeout));
+  state_->group = std::make_unique<transport::tcp::Group>(
+      std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes), tcp.lend_from_bytes);
+}
+
+STRATA_DECL std::vector<TcpCommunicator> TcpCommunicator::create(int size,
+                                                                 CommunicatorOptions options,
+                                                                 TcpOptions tcp) {
+  if (size < 1)
+    throw UsageError(-1, "TcpCommunicator::create",
+                     fmt::format("a group needs at least one rank, got size {}", size),
+                     "pass the number of ranks");
+  std::vector<cluster::Address> addresses;
+  std::vector<int> fds;
+  for (int r = 0; r < size; ++r) {
+    auto listener = transport::tcp::listen_on_loopback();
+    addresses.push_back(listener.address);
+    fds.push_back(listener.fd);
+  }
+  std::vector<std::optional<TcpCommunicator>> slots(static_cast<std::size_t>(size));
+  std::vector<std::exception_ptr> failures(static_cast<std::size_t>(size));
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < size; ++r)
+      threads.emplace_back([&, r] {
+        const auto i = static_cast<std::size_t>(r);
+        try {
+          slots[i].emplace(TcpMembership{r, addresses, 0, fds[i]}, tcp, options);
+        } catch (...) {
+          failures[i] = std::current_exception();
+        }
+      });
+  }
+  for (auto& failure : failures)
+    if (failure) std::rethrow_exception(failure);
+  std::vector<TcpCommunicator> group;
+  group.reserve(slots.size());
+  for (auto& slot : slots)
+    group.push_back(std::move(*slot));
+  return group;
+}
+
+STRATA_DECL TcpCommunicator::TcpCommunicator(TcpCommunicator&&) noexcept = default;
+STRATA_DECL TcpCommunicator& TcpCommunicator::operator=(TcpCommunicator&&) noexcept = default;
+STRATA_DECL TcpCommunicator::~TcpCommunicator() = default;
+
+STRATA_DECL int TcpCommunicator::rank() const noexcept {
+  return state_->group->rank();
+}
+STRATA_DECL int TcpCommunicator::size() const noexcept {
+  return state_->group->size();
+}
+STRATA_DECL const CommunicatorOptions& TcpCommunicator::options() const noexcept {
+  return state_->options;
+}
+STRATA_DECL const TcpOptions& TcpCommunicator::tcp_options() const noexcept {
+  return state_->tcp;
+}
+
+STRATA_DECL void TcpCommunicator::abort(std::string_view reason) noexcept {
+  state_->group->fail(
+      transport::tcp::FailureClass::peer_failure,
+      fmt::format("strata: rank {}: abort: rank {} aborted: {}", rank(), rank(), reason));
+}
+
+STRATA_DECL void TcpCommunicator::fail_usage(Collective kind, std::string_view what,
+                                             std::string_view what_to_do) {
+  UsageError error(rank(), to_string(kind), what, what_to_do);
+  // The peers are about to wait for this rank: fail the group so they learn why at once.
+  state_->group->fail(transport::tcp::FailureClass::peer_failure, error.what());
+  throw error;
+}
+
+STRATA_DECL void TcpCommunicator::run(const CollectiveCall& call, const CallOptions& options) {
+  state_->executor.drain();  // keep call order with earlier asynchronous calls
+  execute(*state_, call, options);
+}
+
+STRATA_DECL Work TcpCommunicator::submit(const CollectiveCall& call, const CallOptions& options) {
+  auto work = std::make_shared<detail::WorkState>();
+  State* state = state_.get();
+  state->executor.post([state, call, options, work] {
+    try {
+      execute(*state, call, options);
+      work->complete();
+    } catch (...) {
+      work->complete(std::current_exception());
+    }
+  });
+  return Work(std::move(work));
+}
+
+STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& call,
+                                          const CallOptions& options) {
+  auto& group = *state.group;
+  if (group.failed()) group.raise_failure(to_string(call.kind));
+  transport::tcp::Link link(group, call,
+                            Deadline::after(options.timeout.value_or(state.options.timeout)));
+  try {
+    switch (call.kind) {
+      case Collective::all_reduce:
+        switch (detail::tcp_communicator::all_reduce_algorithm(state.tcp, call, group.size())) {
+          case TcpAllReduce::recursive_doubling:
+            algorithms::AllReduceRecursiveDoubling::run(link, call);
+            break;
+          case TcpAllReduce::halving_doubling:
+            algorithms::AllReduceHalvingDoubling::run(link, call);
+            break;
+          case TcpAllReduce::automatic:  // all_reduce_algorithm decided
+          case TcpAllReduce::ring:
+            algorithms::AllReduceRing::run(link, call);
+            break;
+        }
+        break;
+      case Collective::broadcast:
+        algorithms::BroadcastRing::run(link, call);
+        break;
+      case Collective::reduce:
+        algorithms::ReduceRing::run(link, call);
+        break;
+      case Collective::all_gather:
+        algorithms::AllGatherRing::run(link, call);
+        break;
+      case Collective::reduce_scatter:
+        algorithms::ReduceScatterRing::run(link, call);
+        break;
+      case Collective::barrier:
+        algorithms::BarrierDissemination::run(link, call);
+        break;
+    }
+  } catch (...) {
+    group.fail(std::current_exception());
+    throw;
+  }
+}
+
+}  // namespace strata::communicator
