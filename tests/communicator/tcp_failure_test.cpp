@@ -6,6 +6,7 @@
 // task's address only and close once the group is formed; the cluster token never crosses the
 // wire. Failures of real processes (SIGKILL, SIGSTOP) are in
 // tcp_process_test.cpp.
+#include <strata/cluster/resolve.hpp>
 #include <strata/communicator/tcp.hpp>
 #include <strata/transport/tcp/handshake.hpp>
 

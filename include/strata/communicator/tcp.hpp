@@ -17,13 +17,16 @@
 #include <vector>
 
 #include <strata/cluster/address.hpp>
-#include <strata/cluster/resolve.hpp>
 #include <strata/communicator/collective.hpp>
 #include <strata/communicator/detail/collective_api.hpp>
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/config.hpp>
 #include <strata/core/enum_names.hpp>
+
+namespace strata::cluster {
+struct ResolvedCluster;  // cluster/resolve.hpp
+}  // namespace strata::cluster
 
 namespace strata::communicator {
 

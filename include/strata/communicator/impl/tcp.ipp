@@ -28,6 +28,7 @@
 #include <strata/algorithms/link.hpp>
 #include <strata/algorithms/reduce_ring.hpp>
 #include <strata/algorithms/reduce_scatter_ring.hpp>
+#include <strata/cluster/resolve.hpp>
 #include <strata/communicator/detail/serial_executor.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/environment.hpp>
