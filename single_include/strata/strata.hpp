@@ -6665,7 +6665,6 @@ concept ReplicaGroup = Communicator<C> && detail::HasMaxSize<C> &&
 // ---- end strata/communicator/replica_group.hpp ----
 // ---- begin strata/communicator/tcp.hpp ----
 // strata/communicator/tcp.hpp — the TCP communicator: ranks in separate processes or hosts.
-
 //
 // This header declares; the definitions (and the TCP transport under them) are in
 // communicator/impl/tcp.ipp, compiled into every unit header-only or once into the

@@ -1,5 +1,4 @@
 // strata/communicator/tcp.hpp — the TCP communicator: ranks in separate processes or hosts.
-
 //
 // This header declares; the definitions (and the TCP transport under them) are in
 // communicator/impl/tcp.ipp, compiled into every unit header-only or once into the
