@@ -21,6 +21,7 @@
 #include <strata/core/error.hpp>
 #include <strata/core/float16.hpp>
 #include <strata/core/reduce.hpp>
+#include <strata/core/reduce_kernels.hpp>
 #include <strata/core/reduce_op.hpp>
 
 #include <strata/algorithms/all_gather_direct.hpp>

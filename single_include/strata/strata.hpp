@@ -575,6 +575,8 @@ inline constexpr ReduceOp kAllReduceOps[] = {ReduceOp::sum, ReduceOp::product, R
 
 namespace strata {
 
+struct ReduceKernels;  // core/reduce_kernels.hpp
+
 /// The collectives a Communicator offers.
 enum class Collective : std::uint8_t {
   all_reduce,
@@ -621,6 +623,10 @@ struct CollectiveCall {
   int root = 0;
   const void* send = nullptr;
   void* recv = nullptr;
+  /// The reduction kernels of `type` (`&reduce_kernels_of<T>`), set by the typed call, so that
+  /// the type-erased layers below reduce without instantiating every element type. Not
+  /// compared across ranks: it is this process's address of what `type` already names.
+  const ReduceKernels* kernels = nullptr;
 
   /// True when both calls are the same collective in every field ranks must agree on.
   friend constexpr bool agrees(const CollectiveCall& a, const CollectiveCall& b) noexcept {
@@ -921,6 +927,7 @@ inline std::chrono::milliseconds default_timeout() {
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -1698,6 +1705,90 @@ void divide_on(Isa isa, std::span<T> data, std::size_t divisor) {
 
 }  // namespace strata::detail
 // ---- end strata/core/detail/reduce_dispatch.hpp ----
+// ---- begin strata/core/reduce_kernels.hpp ----
+// strata/core/reduce_kernels.hpp — the reduction kernels of one element type behind function
+// pointers, for the layers that move bytes and a `DataType` tag.
+//
+// A typed call (`all_reduce(std::span<float>, ...)`) puts the table of its own type in its
+// `CollectiveCall`; the algorithms and transports below reduce through it. A unit that
+// all-reduces floats so instantiates the float kernels only, not those of every element type,
+// and the type-erased layers include this light header instead of the kernels (core/reduce.hpp).
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include <fmt/format.h>
+
+
+namespace strata {
+
+/// The kernels of one element type (core/reduce.hpp), type-erased.
+struct ReduceKernels {
+  DataType type;
+  /// `reduce_n` over `num_inputs` arrays of `count` elements of `type`.
+  void (*reduce_n)(void* out, const void* const* inputs, std::size_t num_inputs, std::size_t count,
+                   ReduceOp op);
+  /// `divide` of `count` elements of `type`.
+  void (*divide)(void* data, std::size_t count, std::size_t divisor);
+};
+
+namespace detail {
+// Defined in core/reduce.hpp.
+template <Element T>
+void reduce_n_erased(void* out, const void* const* inputs, std::size_t num_inputs,
+                     std::size_t count, ReduceOp op);
+template <Element T>
+void divide_erased(void* data, std::size_t count, std::size_t divisor);
+}  // namespace detail
+
+/// The kernel table of `T`. Its `reduce_n` throws as `reduce_n<T>`, and UsageError (operation
+/// "reduce_n") when a needed pointer is null. Code that has only a `DataType` picks a table
+/// with `visit_data_type`, and so instantiates every element type's kernels, knowingly.
+template <Element T>
+inline constexpr ReduceKernels reduce_kernels_of{data_type_of<T>, &detail::reduce_n_erased<T>,
+                                                 &detail::divide_erased<T>};
+
+/// The kernels of `call`'s element type.
+/// @throws UsageError (operation: the call's collective) when the call carries none, or those
+///         of another type: a call built by hand must set `kernels = &reduce_kernels_of<T>`.
+inline const ReduceKernels& kernels_of(const CollectiveCall& call) {
+  if (call.kernels == nullptr || call.kernels->type != call.type) {
+    throw UsageError(-1, to_string(call.kind),
+                     fmt::format("the call's reduction kernels are {}, its type is {}",
+                                 call.kernels == nullptr ? std::string_view("missing")
+                                                         : to_string(call.kernels->type),
+                                 to_string(call.type)),
+                     "build the CollectiveCall with kernels = &reduce_kernels_of<T> for its T");
+  }
+  return *call.kernels;
+}
+
+}  // namespace strata
+
+// Declares (extern) or defines the erased kernels of element type T, for every element type.
+#define STRATA_ERASED_KERNELS(prefix, T)                                                  \
+  prefix template void detail::reduce_n_erased<T>(void*, const void* const*, std::size_t, \
+                                                  std::size_t, ReduceOp);                 \
+  prefix template void detail::divide_erased<T>(void*, std::size_t, std::size_t);
+#define STRATA_ERASED_KERNELS_OF_EVERY_ELEMENT(prefix) \
+  STRATA_ERASED_KERNELS(prefix, std::int8_t)           \
+  STRATA_ERASED_KERNELS(prefix, std::uint8_t)          \
+  STRATA_ERASED_KERNELS(prefix, std::int32_t)          \
+  STRATA_ERASED_KERNELS(prefix, std::int64_t)          \
+  STRATA_ERASED_KERNELS(prefix, float16)               \
+  STRATA_ERASED_KERNELS(prefix, bfloat16)              \
+  STRATA_ERASED_KERNELS(prefix, float)                 \
+  STRATA_ERASED_KERNELS(prefix, double)
+
+#if !STRATA_HEADER_ONLY
+namespace strata {
+// Compiled once, in the library (core/impl/reduce.ipp). Header-only, a unit that takes a table
+// also includes core/reduce.hpp, where they are defined.
+STRATA_ERASED_KERNELS_OF_EVERY_ELEMENT(extern)
+}  // namespace strata
+#endif
+// ---- end strata/core/reduce_kernels.hpp ----
 
 namespace strata {
 
@@ -1737,14 +1828,6 @@ void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op);
 template <Element T>
 void divide(std::span<T> data, std::size_t divisor);
 
-/// Type-erased `reduce_n`, for communicators that carry a `DataType` tag: `out` and each
-/// `inputs[j]` point at `count` elements of `type`.
-///
-/// @throws UsageError (operation "reduce_n") as the typed form, and when `type` is not a
-///         `DataType` or a needed pointer is null.
-STRATA_DECL void reduce_n(DataType type, void* out, const void* const* inputs,
-                          std::size_t num_inputs, std::size_t count, ReduceOp op);
-
 }  // namespace strata
 
 namespace strata {
@@ -1762,6 +1845,37 @@ void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op) {
 template <Element T>
 void divide(std::span<T> data, std::size_t divisor) {
   detail::divide_on<T>(detail::best_isa(), data, divisor);
+}
+
+template <Element T>
+void detail::divide_erased(void* data, std::size_t count, std::size_t divisor) {
+  divide<T>(std::span<T>(static_cast<T*>(data), count), divisor);
+}
+
+template <Element T>
+void detail::reduce_n_erased(void* out, const void* const* inputs, std::size_t num_inputs,
+                             std::size_t count, ReduceOp op) {
+  if (num_inputs > 0 && inputs == nullptr) {
+    throw UsageError(-1, "reduce_n", "the array of input pointers is null",
+                     "pass num_inputs pointers to count elements each");
+  }
+  if (count > 0 && out == nullptr) {
+    throw UsageError(-1, "reduce_n", "out is null", "pass an output of count elements");
+  }
+  // Typed copies of the pointers: reading a `const void*` object as a `const T*` would break
+  // aliasing rules.
+  constexpr std::size_t kOnStack = 16;
+  const T* on_stack[kOnStack];
+  std::vector<const T*> on_heap;
+  const T** typed = on_stack;
+  if (num_inputs > kOnStack) {
+    on_heap.resize(num_inputs);
+    typed = on_heap.data();
+  }
+  for (std::size_t j = 0; j < num_inputs; ++j)
+    typed[j] = static_cast<const T*>(inputs[j]);
+  reduce_n<T>(std::span<T>(static_cast<T*>(out), count),
+              std::span<const T* const>(typed, num_inputs), op);
 }
 
 }  // namespace strata
@@ -1783,56 +1897,17 @@ void divide(std::span<T> data, std::size_t divisor) {
 
 #if STRATA_HEADER_ONLY
 // ---- begin strata/core/impl/reduce.ipp ----
-// strata/core/impl/reduce.ipp — the type-erased reduction, and in the compiled mode the kernels
-// of every element type. Included at the end of core/reduce.hpp (header-only) or by
-// impl/src.hpp after it (compiled), never on its own.
-
-#include <cstddef>
-#include <span>
-#include <type_traits>
-#include <vector>
-
-#include <fmt/format.h>
-
-namespace strata {
-
-STRATA_DECL void reduce_n(DataType type, void* out, const void* const* inputs,
-                          std::size_t num_inputs, std::size_t count, ReduceOp op) {
-  if (static_cast<unsigned>(type) > static_cast<unsigned>(DataType::float64)) {
-    throw UsageError(-1, "reduce_n",
-                     fmt::format("{} is not a DataType value", static_cast<unsigned>(type)),
-                     "pass a DataType such as data_type_of<float>");
-  }
-  if (num_inputs > 0 && inputs == nullptr) {
-    throw UsageError(-1, "reduce_n", "the array of input pointers is null",
-                     "pass num_inputs pointers to count elements each");
-  }
-  if (count > 0 && out == nullptr) {
-    throw UsageError(-1, "reduce_n", "out is null", "pass an output of count elements");
-  }
-  visit_data_type(type, [&]<class T>(std::type_identity<T>) {
-    // Typed copies of the pointers: reading a `const void*` object as a `const T*` would
-    // break aliasing rules.
-    constexpr std::size_t kOnStack = 16;
-    const T* on_stack[kOnStack];
-    std::vector<const T*> on_heap;
-    const T** typed = on_stack;
-    if (num_inputs > kOnStack) {
-      on_heap.resize(num_inputs);
-      typed = on_heap.data();
-    }
-    for (std::size_t j = 0; j < num_inputs; ++j)
-      typed[j] = static_cast<const T*>(inputs[j]);
-    reduce_n<T>(std::span<T>(static_cast<T*>(out), count),
-                std::span<const T* const>(typed, num_inputs), op);
-  });
-}
+// strata/core/impl/reduce.ipp — in the compiled mode, the kernels of every element type, typed and
+// type-erased, once.
+// Included at the end of core/reduce.hpp (header-only: nothing to add, each unit instantiates
+// the types it uses) or by impl/src.hpp after it (compiled), never on its own.
 
 #if !STRATA_HEADER_ONLY
+namespace strata {
 STRATA_REDUCE_KERNELS_OF_EVERY_ELEMENT()
-#endif
-
+STRATA_ERASED_KERNELS_OF_EVERY_ELEMENT()
 }  // namespace strata
+#endif
 // ---- end strata/core/impl/reduce.ipp ----
 #else
 namespace strata {
@@ -2103,35 +2178,34 @@ inline int mod(int value, int n) noexcept {
   return ((value % n) + n) % n;
 }
 
-/// out = first op second over `count` elements (mean combines as sum; see finish_mean).
-inline void combine(DataType type, std::byte* out, const std::byte* first, const std::byte* second,
-                    std::size_t count, ReduceOp op) {
+/// out = first op second over `count` elements of the call's type (mean combines as sum; see
+/// finish_mean).
+inline void combine(const CollectiveCall& call, std::byte* out, const std::byte* first,
+                    const std::byte* second, std::size_t count) {
   if (count == 0) return;
   const void* inputs[2] = {first, second};
-  reduce_n(type, out, inputs, 2, count, op == ReduceOp::mean ? ReduceOp::sum : op);
+  kernels_of(call).reduce_n(out, inputs, 2, count,
+                            call.op == ReduceOp::mean ? ReduceOp::sum : call.op);
 }
 
-/// Divides a finished sum by the group size when the op is mean.
-inline void finish_mean(DataType type, std::byte* data, std::size_t count, ReduceOp op,
+/// Divides a finished sum by the group size when the call's op is mean.
+inline void finish_mean(const CollectiveCall& call, std::byte* data, std::size_t count,
                         int group_size) {
-  if (op != ReduceOp::mean || count == 0) return;
-  visit_data_type(type, [&]<class T>(std::type_identity<T>) {
-    divide<T>(std::span<T>(reinterpret_cast<T*>(data), count),
-              static_cast<std::size_t>(group_size));
-  });
+  if (call.op != ReduceOp::mean || count == 0) return;
+  kernels_of(call).divide(data, count, static_cast<std::size_t>(group_size));
 }
 
 /// Combines two ranks' partials of `count` elements into `out`, the lower rank's first, so
 /// that both partners of an exchange compute the same bits; `last`: the final combine, where a
 /// mean is finished.
-inline void combine_partials(DataType type, std::byte* out, const std::byte* own,
+inline void combine_partials(const CollectiveCall& call, std::byte* out, const std::byte* own,
                              const std::byte* received, bool received_first, std::size_t count,
-                             ReduceOp op, bool last, int group_size) {
+                             bool last, int group_size) {
   if (received_first)
-    combine(type, out, received, own, count, op);
+    combine(call, out, received, own, count);
   else
-    combine(type, out, own, received, count, op);
-  if (last) finish_mean(type, out, count, op, group_size);
+    combine(call, out, own, received, count);
+  if (last) finish_mean(call, out, count, group_size);
 }
 
 /// How recursive doubling and halving-doubling run on any group size: p, the largest power of
@@ -2342,9 +2416,9 @@ class HalvingDoublingPlan {
   void on_received(std::size_t j) const {
     const Combine& c = combines_[j];
     if (c.own == nullptr) return;
-    combine_partials(call_.type, self_.out + c.part.begin * self_.element,
+    combine_partials(call_, self_.out + c.part.begin * self_.element,
                      c.own + c.part.begin * self_.element, recvs_[j].data, c.received_first,
-                     c.part.size(), call_.op, c.last, self_.size);
+                     c.part.size(), c.last, self_.size);
   }
 
  private:
@@ -2560,9 +2634,9 @@ class RecursiveDoublingPlan {
   /// The handler of receive j: combine the received segment with this rank's vector into `out`.
   void on_received(std::size_t j) const {
     const Combine& c = combines_[j];
-    combine_partials(call_.type, self_.out + c.part.begin * self_.element,
+    combine_partials(call_, self_.out + c.part.begin * self_.element,
                      c.mine + c.part.begin * self_.element, recvs_[j].data, c.received_first,
-                     c.part.size(), call_.op, c.last, self_.size);
+                     c.part.size(), c.last, self_.size);
   }
 
  private:
@@ -2678,7 +2752,6 @@ struct AllReduceRecursiveDoubling {
 #include <span>
 #include <vector>
 
-
 namespace strata::algorithms::detail {
 
 /// Element range [begin, end) of slice `index` when `count` elements are split into `parts`
@@ -2699,12 +2772,14 @@ inline Slice slice_of(std::size_t count, std::size_t element_bytes, int parts, i
   return {boundary(i), boundary(i + 1)};
 }
 
-/// Typed pointers to every rank's input, offset by `offset` elements.
-template <Element T, class Link>
-std::vector<const T*> inputs_of(const Link& link, std::size_t offset) {
-  std::vector<const T*> inputs(static_cast<std::size_t>(link.size()));
+/// Every rank's input, offset by `offset` elements of `element_bytes` each.
+template <class Link>
+std::vector<const void*> inputs_of(const Link& link, std::size_t offset,
+                                   std::size_t element_bytes) {
+  std::vector<const void*> inputs(static_cast<std::size_t>(link.size()));
   for (int r = 0; r < link.size(); ++r)
-    inputs[static_cast<std::size_t>(r)] = static_cast<const T*>(link.peer_call(r).send) + offset;
+    inputs[static_cast<std::size_t>(r)] =
+        static_cast<const std::byte*>(link.peer_call(r).send) + offset * element_bytes;
   return inputs;
 }
 
@@ -2719,18 +2794,16 @@ struct AllReduceReduceToOne {
 
   template <SharedMemoryLink Link>
   static void run(Link& link, const CollectiveCall& mine) {
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      const std::size_t count = mine.count;
-      // Phase 1: rank 0 reduces every input into its output.
-      if (link.rank() == 0 && count > 0) {
-        const auto inputs = detail::inputs_of<T>(link, 0);
-        reduce_n<T>(std::span(static_cast<T*>(mine.recv), count), inputs, mine.op);
-      }
-      link.sync();
-      // Phase 2: the others copy the result.
-      if (link.rank() != 0 && count > 0)
-        std::memcpy(mine.recv, link.peer_call(0).recv, count * sizeof(T));
-    });
+    const std::size_t count = mine.count;
+    // Phase 1: rank 0 reduces every input into its output.
+    if (link.rank() == 0 && count > 0) {
+      const auto inputs = detail::inputs_of(link, 0, size_of(mine.type));
+      kernels_of(mine).reduce_n(mine.recv, inputs.data(), inputs.size(), count, mine.op);
+    }
+    link.sync();
+    // Phase 2: the others copy the result.
+    if (link.rank() != 0 && count > 0)
+      std::memcpy(mine.recv, link.peer_call(0).recv, count * size_of(mine.type));
   }
 };
 
@@ -2813,10 +2886,9 @@ struct AllReduceRing {
       if (t >= scatter_steps) return;  // all-gather: the data is already in place
       const detail::Range part = recv_range[j];
       std::byte* target = self.out + part.begin * self.element;
-      detail::combine(call.type, target, recvs[j].data, self.in + part.begin * self.element,
-                      part.size(), call.op);
-      if (t + 1 == scatter_steps)
-        detail::finish_mean(call.type, target, part.size(), call.op, self.size);
+      detail::combine(call, target, recvs[j].data, self.in + part.begin * self.element,
+                      part.size());
+      if (t + 1 == scatter_steps) detail::finish_mean(call, target, part.size(), self.size);
     });
   }
 };
@@ -2857,29 +2929,30 @@ struct AllReduceScatterGather {
 
   template <SharedMemoryLink Link>
   static void run(Link& link, const CollectiveCall& mine) {
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      const int n = link.size();
-      const int r = link.rank();
-      const auto own = detail::slice_of(mine.count, sizeof(T), n, r);
-      if (own.size() == 0) return;
-      std::vector<const T*> inputs = detail::inputs_of<T>(link, 0);
-      std::vector<T*> outputs(static_cast<std::size_t>(n));
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(mine.type);
+    const auto own = detail::slice_of(mine.count, element, n, r);
+    if (own.size() == 0) return;
+    const ReduceKernels& kernels = kernels_of(mine);
+    const std::vector<const void*> inputs = detail::inputs_of(link, 0, element);
+    std::vector<std::byte*> outputs(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q)
+      outputs[static_cast<std::size_t>(q)] = static_cast<std::byte*>(link.peer_call(q).recv);
+    std::byte* const result = outputs[static_cast<std::size_t>(r)];
+    std::vector<const void*> piece_inputs(inputs.size());
+    const std::size_t piece = std::max<std::size_t>(1, kPieceBytes / element);
+    for (std::size_t begin = own.begin; begin < own.end; begin += piece) {
+      const std::size_t size = std::min(piece, own.end - begin);
+      for (std::size_t q = 0; q < inputs.size(); ++q)
+        piece_inputs[q] = static_cast<const std::byte*>(inputs[q]) + begin * element;
+      kernels.reduce_n(result + begin * element, piece_inputs.data(), piece_inputs.size(), size,
+                       mine.op);
       for (int q = 0; q < n; ++q)
-        outputs[static_cast<std::size_t>(q)] = static_cast<T*>(link.peer_call(q).recv);
-      T* const result = outputs[static_cast<std::size_t>(r)];
-      std::vector<const T*> piece_inputs(inputs.size());
-      constexpr std::size_t kPiece = kPieceBytes / sizeof(T);
-      for (std::size_t begin = own.begin; begin < own.end; begin += kPiece) {
-        const std::size_t size = std::min(kPiece, own.end - begin);
-        for (std::size_t q = 0; q < inputs.size(); ++q)
-          piece_inputs[q] = inputs[q] + begin;
-        reduce_n<T>(std::span(result + begin, size), piece_inputs, mine.op);
-        for (int q = 0; q < n; ++q)
-          if (q != r)
-            std::memcpy(outputs[static_cast<std::size_t>(q)] + begin, result + begin,
-                        size * sizeof(T));
-      }
-    });
+        if (q != r)
+          std::memcpy(outputs[static_cast<std::size_t>(q)] + begin * element,
+                      result + begin * element, size * element);
+    }
   }
 };
 
@@ -3024,14 +3097,14 @@ struct ReduceDirect {
 
   template <SharedMemoryLink Link>
   static void run(Link& link, const CollectiveCall& mine) {
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      // Phase 1: reduce my slice of every input into the root's output.
-      const auto own = detail::slice_of(mine.count, sizeof(T), link.size(), link.rank());
-      if (own.size() == 0) return;
-      const auto inputs = detail::inputs_of<T>(link, own.begin);
-      T* root_output = static_cast<T*>(link.peer_call(mine.root).recv) + own.begin;
-      reduce_n<T>(std::span(root_output, own.size()), inputs, mine.op);
-    });
+    // Phase 1: reduce my slice of every input into the root's output.
+    const std::size_t element = size_of(mine.type);
+    const auto own = detail::slice_of(mine.count, element, link.size(), link.rank());
+    if (own.size() == 0) return;
+    const auto inputs = detail::inputs_of(link, own.begin, element);
+    auto* root_output =
+        static_cast<std::byte*>(link.peer_call(mine.root).recv) + own.begin * element;
+    kernels_of(mine).reduce_n(root_output, inputs.data(), inputs.size(), own.size(), mine.op);
   }
 };
 
@@ -3093,9 +3166,9 @@ struct ReduceRing {
     link.transfer(sends, recvs, [&](std::size_t k) {
       const detail::Range part = parts[k];
       std::byte* target = (root ? self.out : partial) + part.begin * self.element;
-      detail::combine(call.type, target, recvs[k].data, self.in + part.begin * self.element,
-                      part.size(), call.op);
-      if (root) detail::finish_mean(call.type, target, part.size(), call.op, self.size);
+      detail::combine(call, target, recvs[k].data, self.in + part.begin * self.element,
+                      part.size());
+      if (root) detail::finish_mean(call, target, part.size(), self.size);
     });
   }
 };
@@ -3124,13 +3197,11 @@ struct ReduceScatterDirect {
 
   template <SharedMemoryLink Link>
   static void run(Link& link, const CollectiveCall& mine) {
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      if (mine.count == 0) return;
-      // Phase 1: reduce block r of every input into my output.
-      const auto inputs =
-          detail::inputs_of<T>(link, static_cast<std::size_t>(link.rank()) * mine.count);
-      reduce_n<T>(std::span(static_cast<T*>(mine.recv), mine.count), inputs, mine.op);
-    });
+    if (mine.count == 0) return;
+    // Phase 1: reduce block r of every input into my output.
+    const auto inputs = detail::inputs_of(link, static_cast<std::size_t>(link.rank()) * mine.count,
+                                          size_of(mine.type));
+    kernels_of(mine).reduce_n(mine.recv, inputs.data(), inputs.size(), mine.count, mine.op);
   }
 };
 
@@ -3197,9 +3268,9 @@ struct ReduceScatterRing {
       const bool last = order.step(j) == last_step;
       std::byte* target = last ? self.out + (part.begin - own_begin) * self.element
                                : partial + part.begin * self.element;
-      detail::combine(call.type, target, recvs[j].data, self.in + part.begin * self.element,
-                      part.size(), call.op);
-      if (last) detail::finish_mean(call.type, target, part.size(), call.op, self.size);
+      detail::combine(call, target, recvs[j].data, self.in + part.begin * self.element,
+                      part.size());
+      if (last) detail::finish_mean(call, target, part.size(), self.size);
     });
   }
 };
@@ -3504,6 +3575,29 @@ inline Address parse_address(std::string_view text, std::string_view setting) {
 
 #include <fmt/format.h>
 
+// ---- begin strata/core/detail/fnv1a.hpp ----
+// strata/core/detail/fnv1a.hpp — the 64-bit FNV-1a hash behind the cluster and tunables
+// fingerprints that ranks compare in their handshake.
+
+#include <cstdint>
+#include <string_view>
+
+namespace strata::detail {
+
+/// FNV-1a's 64-bit offset basis: the hash of no bytes.
+inline constexpr std::uint64_t kFnv1aBasis = 0xcbf29ce484222325ULL;
+
+/// `hash` extended by the bytes of `text`: hashing a text in pieces gives the hash of the whole.
+constexpr std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;  // FNV-1a's 64-bit prime
+  }
+  return hash;
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/fnv1a.hpp ----
 
 namespace strata::cluster {
 
@@ -3862,13 +3956,9 @@ void ClusterSpec::emit_canonical(Sink&& sink) const {
 }
 
 inline std::uint64_t ClusterSpec::fingerprint() const noexcept {
-  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a 64 offset basis
-  emit_canonical([&hash](std::string_view piece) noexcept {
-    for (const char c : piece) {
-      hash ^= static_cast<unsigned char>(c);
-      hash *= 0x100000001b3ULL;  // FNV-1a 64 prime
-    }
-  });
+  std::uint64_t hash = strata::detail::kFnv1aBasis;
+  emit_canonical(
+      [&hash](std::string_view piece) noexcept { hash = strata::detail::fnv1a(hash, piece); });
   return hash;
 }
 
@@ -5630,6 +5720,7 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
 // strata/communicator/hierarchical.hpp — replicas in each process × processes over TCP.
 
 #include <cstddef>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -5650,8 +5741,9 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
 //   void run(const CollectiveCall&, const CallOptions&);      blocking, after earlier async calls
 //   Work submit(const CollectiveCall&, const CallOptions&);   queued behind earlier async calls
 //   [[noreturn]] void fail_usage(Collective, std::string_view what, std::string_view what_to_do);
-// This base turns each typed call into a checked `CollectiveCall` (span sizes, root, overlap),
-// so every model enforces the same rules with the same messages.
+// This base turns each typed call into a checked `CollectiveCall` (span sizes, root, overlap,
+// and the reduction kernels of its type), so every model enforces the same rules with the same
+// messages. A communicator made of others hands them checked calls through `CallAccess`.
 
 #include <cstddef>
 #include <functional>
@@ -5663,7 +5755,22 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
 #include <fmt/format.h>
 
 
+#if STRATA_HEADER_ONLY
+// A typed call instantiates the kernels of its type, defined here.
+#endif
+
 namespace strata::communicator::detail {
+
+/// Runs an already checked `CollectiveCall` on a communicator (which befriends this): how
+/// HierarchicalCommunicator passes its stages to its parts without going back through the
+/// typed calls, which would instantiate every element type its run-time tag may name.
+struct CallAccess {
+  template <class Communicator>
+  static void run(Communicator& communicator, const CollectiveCall& call,
+                  const CallOptions& options) {
+    communicator.run(call, options);
+  }
+};
 
 template <class Derived>
 class CollectiveApi {
@@ -5782,7 +5889,8 @@ class CollectiveApi {
   template <Element T>
   CollectiveCall in_place(Collective kind, std::span<T> data, ReduceOp op = ReduceOp::sum,
                           int root = 0) {
-    CollectiveCall call{kind, data_type_of<T>, data.size(), op, root, data.data(), data.data()};
+    CollectiveCall call{kind, data_type_of<T>, data.size(), op,
+                        root, data.data(),     data.data(), &reduce_kernels_of<T>};
     if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
       const auto n = static_cast<std::size_t>(self().size());
       if (data.size() % n != 0)
@@ -5805,7 +5913,8 @@ class CollectiveApi {
   template <Element T>
   CollectiveCall out_of_place(Collective kind, std::span<const T> send, std::span<T> recv,
                               ReduceOp op = ReduceOp::sum, int root = 0) {
-    CollectiveCall call{kind, data_type_of<T>, send.size(), op, root, send.data(), recv.data()};
+    CollectiveCall call{kind, data_type_of<T>, send.size(), op,
+                        root, send.data(),     recv.data(), &reduce_kernels_of<T>};
     check_root(call);
     check_overlap(kind, send, recv);
     const auto n = static_cast<std::size_t>(self().size());
@@ -6436,6 +6545,7 @@ static_assert(algorithms::SharedMemoryLink<transport::local::Link>);
 template <class AllReduceAlgorithm = algorithms::AllReduceScatterGather>
 class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllReduceAlgorithm>> {
   friend class detail::CollectiveApi<LocalCommunicator>;
+  friend struct detail::CallAccess;
 
  public:
   static constexpr std::string_view kName = "local";
@@ -6785,6 +6895,7 @@ STRATA_DECL TcpMembership membership_of(cluster::ResolvedCluster& resolved);
 /// @endcode
 class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   friend class detail::CollectiveApi<TcpCommunicator>;
+  friend struct detail::CallAccess;
 
  public:
   static constexpr std::string_view kName = "tcp";
@@ -9925,25 +10036,17 @@ inline std::optional<std::string> token_from_environment() {
   return environment_variable("STRATA_CLUSTER_TOKEN");
 }
 
-inline std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
 inline std::uint64_t fingerprint_of(const std::vector<cluster::Address>& addresses) {
-  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  std::uint64_t hash = strata::detail::kFnv1aBasis;
   for (const auto& address : addresses)
-    hash = fnv1a(hash, address.to_string() + ",");
+    hash = strata::detail::fnv1a(hash, address.to_string() + ",");
   return hash == 0 ? 1 : hash;
 }
 
 inline std::uint64_t tunables_hash(const TcpOptions& tcp) {
-  return fnv1a(0xcbf29ce484222325ULL,
-               fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
-                           to_string(tcp.all_reduce), tcp.small_message_bytes));
+  return strata::detail::fnv1a(strata::detail::kFnv1aBasis,
+                               fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
+                                           to_string(tcp.all_reduce), tcp.small_message_bytes));
 }
 
 inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,
@@ -10167,6 +10270,7 @@ namespace strata::communicator {
 template <class Inter = TcpCommunicator>
 class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommunicator<Inter>> {
   friend class detail::CollectiveApi<HierarchicalCommunicator>;
+  friend struct detail::CallAccess;
   using Intra = LocalCommunicator<>;
 
  public:
@@ -10303,29 +10407,8 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
     }
   }
 
-  template <class T>
-  static std::span<T> span_of(void* data, std::size_t count) {
-    return {static_cast<T*>(data), data == nullptr ? 0 : count};
-  }
-  template <class T>
-  static std::span<const T> cspan_of(const void* data, std::size_t count) {
-    return {static_cast<const T*>(data), data == nullptr ? 0 : count};
-  }
-
-  template <class T>
-  static std::span<T> scratch(std::vector<std::byte>& buffer, std::size_t count) {
-    if (buffer.size() < count * sizeof(T)) buffer.resize(count * sizeof(T));
-    return {reinterpret_cast<T*>(buffer.data()), count};
-  }
-
   static void dispatch(State& state, const CollectiveCall& call, const CallOptions& options) {
-    visit_data_type(call.type,
-                    [&]<class T>(std::type_identity<T>) { run_typed<T>(state, call, options); });
-  }
-
-  template <class T>
-  static void run_typed(State& state, const CollectiveCall& call, const CallOptions& options) {
-    Stages<T> stages(state, call, options);
+    Stages stages(state, call, options);
     switch (call.kind) {
       case Collective::all_reduce:
         stages.all_reduce();
@@ -10348,9 +10431,15 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
     }
   }
 
+  /// `bytes` bytes of `buffer`, grown as needed.
+  static std::byte* scratch(std::vector<std::byte>& buffer, std::size_t bytes) {
+    if (buffer.size() < bytes) buffer.resize(bytes);
+    return buffer.data();
+  }
+
   /// One call's three stages (local, across workers, local), one member function per
-  /// collective, over what they share.
-  template <class T>
+  /// collective. Each stage is a call of the same element type on one of the two parts, built
+  /// here from the checked call and run through CallAccess: nothing here depends on the type.
   struct Stages {
     Stages(State& s, const CollectiveCall& c, const CallOptions& o)
         : state(s),
@@ -10362,6 +10451,7 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
           k(local.size()),
           n(inter.size()),
           count(c.count),
+          element(size_of(c.type)),
           partial(c.op == ReduceOp::mean ? ReduceOp::sum : c.op),
           waiting(o) {
       // Replicas wait in the local stages while replica 0 talks to the other workers: their
@@ -10369,82 +10459,102 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
       waiting.timeout = 2 * o.timeout.value_or(local.options().timeout);
     }
 
-    void finish_mean(std::span<T> data) const {
-      if (call.op == ReduceOp::mean && !data.empty())
-        divide<T>(data, static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
+    /// `kind` over `elements` elements of the call's type, from `send` into `recv`.
+    CollectiveCall stage(Collective kind, std::size_t elements, const void* send, void* recv,
+                         int root = 0) const {
+      CollectiveCall part = call;
+      part.kind = kind;
+      part.count = elements;
+      part.op = partial;
+      part.root = root;
+      part.send = send;
+      part.recv = recv;
+      return part;
+    }
+
+    template <class Part>
+    static void run(Part& part, const CollectiveCall& stage_call, const CallOptions& on) {
+      detail::CallAccess::run(part, stage_call, on);
+    }
+
+    void finish_mean(void* data, std::size_t elements) const {
+      if (call.op == ReduceOp::mean && elements > 0)
+        kernels_of(call).divide(data, elements,
+                                static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
     }
 
     void all_reduce() {
-      auto out = span_of<T>(call.recv, count);
-      local.reduce(cspan_of<T>(call.send, count), leader ? out : std::span<T>{}, partial, 0,
-                   options);
+      void* out = call.recv;
+      run(local, stage(Collective::reduce, count, call.send, leader ? out : nullptr), options);
       if (leader) {
-        inter.all_reduce(out, partial, options);
-        finish_mean(out);
+        run(inter, stage(Collective::all_reduce, count, out, out), options);
+        finish_mean(out, count);
       }
-      local.broadcast(out, 0, waiting);
+      run(local, stage(Collective::broadcast, count, out, out), waiting);
     }
 
     void broadcast() {
       const int root_worker = call.root / k;
       const int root_local = call.root % k;
-      auto out = span_of<T>(call.recv, count);
+      void* out = call.recv;
       if (inter.rank() == root_worker) {
-        local.broadcast(cspan_of<T>(call.send, count), out, root_local, options);
-        if (leader) inter.broadcast(out, root_worker, options);
+        run(local, stage(Collective::broadcast, count, call.send, out, root_local), options);
+        if (leader) run(inter, stage(Collective::broadcast, count, out, out, root_worker), options);
       } else {
-        if (leader) inter.broadcast(out, root_worker, options);
-        local.broadcast(out, 0, waiting);
+        if (leader) run(inter, stage(Collective::broadcast, count, out, out, root_worker), options);
+        run(local, stage(Collective::broadcast, count, out, out), waiting);
       }
     }
 
     void reduce() {
       const int root_worker = call.root / k;
       const int root_local = call.root % k;
-      auto sum = scratch<T>(state.scratch, leader ? count : 0);
-      local.reduce(cspan_of<T>(call.send, count), sum, partial, 0, options);
-      if (leader) inter.reduce(sum, partial, root_worker, options);
+      const std::size_t bytes = count * element;
+      std::byte* sum = leader ? scratch(state.scratch, bytes) : nullptr;
+      run(local, stage(Collective::reduce, count, call.send, sum), options);
+      if (leader) run(inter, stage(Collective::reduce, count, sum, sum, root_worker), options);
       if (inter.rank() != root_worker) return;
       // Only the root's output changes: the result reaches it through a scratch buffer.
-      auto copy = scratch<T>(state.handover, count);
-      if (leader) std::copy(sum.begin(), sum.end(), copy.begin());
-      local.broadcast(copy, 0, waiting);
+      std::byte* copy = scratch(state.handover, bytes);
+      if (leader && bytes > 0) std::memcpy(copy, sum, bytes);
+      run(local, stage(Collective::broadcast, count, copy, copy), waiting);
       if (local.rank() == root_local) {
-        auto out = span_of<T>(call.recv, count);
-        std::copy(copy.begin(), copy.end(), out.begin());
-        finish_mean(out);
+        if (bytes > 0) std::memcpy(call.recv, copy, bytes);
+        finish_mean(call.recv, count);
       }
     }
 
     void all_gather() {
-      auto out = span_of<T>(call.recv, count * static_cast<std::size_t>(k * n));
-      auto mine = out.subspan(static_cast<std::size_t>(inter.rank() * k) * count,
-                              static_cast<std::size_t>(k) * count);
-      local.all_gather(cspan_of<T>(call.send, count), mine, options);
-      if (leader) inter.all_gather(out, options);
-      local.broadcast(out, 0, waiting);
+      auto* out = static_cast<std::byte*>(call.recv);
+      const std::size_t worker_block = static_cast<std::size_t>(k) * count;
+      std::byte* mine = out + static_cast<std::size_t>(inter.rank()) * worker_block * element;
+      run(local, stage(Collective::all_gather, count, call.send, mine), options);
+      if (leader) run(inter, stage(Collective::all_gather, worker_block, mine, out), options);
+      run(local, stage(Collective::broadcast, worker_block * static_cast<std::size_t>(n), out, out),
+          waiting);
     }
 
     void reduce_scatter() {
       const std::size_t total = count * static_cast<std::size_t>(k * n);
-      auto sum = scratch<T>(state.scratch, leader ? total : 0);
-      local.reduce(cspan_of<T>(call.send, total), sum, partial, 0, options);
+      std::byte* sum = leader ? scratch(state.scratch, total * element) : nullptr;
+      run(local, stage(Collective::reduce, total, call.send, sum), options);
       const std::size_t slice = count * static_cast<std::size_t>(k);
-      auto worker_slice = scratch<T>(state.handover, slice);
+      std::byte* worker_slice = scratch(state.handover, slice * element);
       if (leader) {
-        inter.reduce_scatter(std::span<const T>(sum), worker_slice, partial, options);
-        finish_mean(worker_slice);
+        run(inter, stage(Collective::reduce_scatter, slice, sum, worker_slice), options);
+        finish_mean(worker_slice, slice);
       }
-      local.broadcast(worker_slice, 0, waiting);
-      auto out = span_of<T>(call.recv, count);
-      auto block = worker_slice.subspan(static_cast<std::size_t>(local.rank()) * count, count);
-      std::copy(block.begin(), block.end(), out.begin());
+      run(local, stage(Collective::broadcast, slice, worker_slice, worker_slice), waiting);
+      if (count > 0)
+        std::memcpy(call.recv,
+                    worker_slice + static_cast<std::size_t>(local.rank()) * count * element,
+                    count * element);
     }
 
     void barrier() {
-      local.barrier(options);
-      if (leader) inter.barrier(options);
-      local.barrier(waiting);
+      run(local, CollectiveCall{}, options);
+      if (leader) run(inter, CollectiveCall{}, options);
+      run(local, CollectiveCall{}, waiting);
     }
 
     State& state;
@@ -10456,7 +10566,8 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
     const int k;  // replicas per worker
     const int n;  // workers
     const std::size_t count;
-    const ReduceOp partial;  // what the stages combine with: a mean is a sum until the end
+    const std::size_t element;  // bytes per element
+    const ReduceOp partial;     // what the stages combine with: a mean is a sum until the end
     CallOptions waiting;
   };
 

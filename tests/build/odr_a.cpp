@@ -10,13 +10,14 @@
 float strata_odr_second_unit_roundtrip(float value);
 int strata_odr_second_unit_version_major();
 float strata_odr_second_unit_sum(float a, float b);
+int strata_odr_second_unit_task_index(const char* tf_config);
 
 namespace {
 
 float sum_here(float a, float b) {
   float out = 0;
   const void* inputs[] = {&a, &b};
-  strata::reduce_n(strata::DataType::float32, &out, inputs, 2, 1, strata::ReduceOp::sum);
+  strata::reduce_kernels_of<float>.reduce_n(&out, inputs, 2, 1, strata::ReduceOp::sum);
   return out;
 }
 
@@ -30,7 +31,14 @@ int main() {
     return 1;
   }
   if (sum_here(1.25f, 2.5f) != 3.75f || strata_odr_second_unit_sum(1.25f, 2.5f) != 3.75f) {
-    std::fprintf(stderr, "the type-erased reduce_n differs between units\n");
+    std::fprintf(stderr, "the float kernel table differs between units\n");
+    return 1;
+  }
+  const char* tf_config =
+      R"({"cluster":{"worker":["h0:2222","h1:2222"]},"task":{"type":"worker","index":1}})";
+  if (strata::cluster::parse_tf_config(tf_config).task->index != 1 ||
+      strata_odr_second_unit_task_index(tf_config) != 1) {
+    std::fprintf(stderr, "parse_tf_config differs between units\n");
     return 1;
   }
   if (strata_odr_second_unit_version_major() != strata::kVersion.major) {

@@ -12,6 +12,10 @@ int strata_odr_second_unit_version_major() {
 float strata_odr_second_unit_sum(float a, float b) {
   float out = 0;
   const void* inputs[] = {&a, &b};
-  strata::reduce_n(strata::DataType::float32, &out, inputs, 2, 1, strata::ReduceOp::sum);
+  strata::reduce_kernels_of<float>.reduce_n(&out, inputs, 2, 1, strata::ReduceOp::sum);
   return out;
+}
+
+int strata_odr_second_unit_task_index(const char* tf_config) {
+  return strata::cluster::parse_tf_config(tf_config).task->index;
 }

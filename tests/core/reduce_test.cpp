@@ -682,7 +682,7 @@ TEST_CASE("F16C block conversions give the portable conversions' bits") {
 }
 #endif
 
-TEST_CASE("type-erased reduce_n gives the typed result for every DataType") {
+TEST_CASE("the kernel table of every element type gives the typed result") {
   std::mt19937_64 rng(3);
   constexpr std::size_t kCount = 1500;
   auto run = [&]<class T>(std::type_identity<T>) {
@@ -701,8 +701,7 @@ TEST_CASE("type-erased reduce_n gives the typed result for every DataType") {
       for (const ReduceOp op : strata::kAllReduceOps) {
         CAPTURE(op);
         std::vector<T> out(kCount);
-        strata::reduce_n(strata::data_type_of<T>, out.data(), erased.data(), erased.size(), kCount,
-                         op);
+        strata::reduce_kernels_of<T>.reduce_n(out.data(), erased.data(), erased.size(), kCount, op);
         CHECK(first_bit_difference<T>(
                   out, run_reduce_n(typed, kCount, op, Placement::out_of_place)) == "");
       }
@@ -766,27 +765,27 @@ TEST_CASE("precondition violations throw UsageError naming the operation") {
   check_usage_error([&] { strata::divide<std::int32_t>({}, 0); }, "divide");
 
   const void* const erased[] = {a.data(), b.data()};
-  check_usage_error(
-      [&] {
-        strata::reduce_n(static_cast<strata::DataType>(42), out.data(), erased, 2, 8,
-                         ReduceOp::sum);
-      },
-      "reduce_n");
-  check_usage_error(
-      [&] { strata::reduce_n(strata::DataType::float32, out.data(), erased, 0, 8, ReduceOp::sum); },
-      "reduce_n");
-  check_usage_error(
-      [&] {
-        strata::reduce_n(strata::DataType::float32, out.data(), nullptr, 2, 8, ReduceOp::sum);
-      },
-      "reduce_n");
-  check_usage_error(
-      [&] { strata::reduce_n(strata::DataType::float32, nullptr, erased, 2, 8, ReduceOp::sum); },
-      "reduce_n");
+  const strata::ReduceKernels& kernels = strata::reduce_kernels_of<float>;
+  check_usage_error([&] { kernels.reduce_n(out.data(), erased, 0, 8, ReduceOp::sum); }, "reduce_n");
+  check_usage_error([&] { kernels.reduce_n(out.data(), nullptr, 2, 8, ReduceOp::sum); },
+                    "reduce_n");
+  check_usage_error([&] { kernels.reduce_n(nullptr, erased, 2, 8, ReduceOp::sum); }, "reduce_n");
+  check_usage_error([&] { kernels.reduce_n(out.data(), erased, 2, 8, static_cast<ReduceOp>(9)); },
+                    "reduce_n");
+  check_usage_error([&] { kernels.divide(out.data(), 8, 0); }, "divide");
+
+  // A call whose kernel table is missing or of another type is refused, not reinterpreted.
+  strata::CollectiveCall call{strata::Collective::all_reduce, strata::DataType::float32, 8};
+  check_usage_error([&] { (void)strata::kernels_of(call); }, "all_reduce");
+  call.kernels = &strata::reduce_kernels_of<double>;
+  check_usage_error([&] { (void)strata::kernels_of(call); }, "all_reduce");
+  call.kernels = &strata::reduce_kernels_of<float>;
+  CHECK(&strata::kernels_of(call) == &kernels);
 
   // An empty output is a no-op, whatever the input pointers.
   CHECK_NOTHROW(strata::reduce_n<float>({}, none, ReduceOp::sum));
-  CHECK_NOTHROW(strata::reduce_n(strata::DataType::int8, nullptr, erased, 2, 0, ReduceOp::max));
+  CHECK_NOTHROW(
+      strata::reduce_kernels_of<std::int8_t>.reduce_n(nullptr, erased, 2, 0, ReduceOp::max));
 }
 
 }  // namespace

@@ -125,9 +125,9 @@ class HalvingDoublingPlan {
   void on_received(std::size_t j) const {
     const Combine& c = combines_[j];
     if (c.own == nullptr) return;
-    combine_partials(call_.type, self_.out + c.part.begin * self_.element,
+    combine_partials(call_, self_.out + c.part.begin * self_.element,
                      c.own + c.part.begin * self_.element, recvs_[j].data, c.received_first,
-                     c.part.size(), call_.op, c.last, self_.size);
+                     c.part.size(), c.last, self_.size);
   }
 
  private:

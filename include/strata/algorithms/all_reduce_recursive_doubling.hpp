@@ -77,9 +77,9 @@ class RecursiveDoublingPlan {
   /// The handler of receive j: combine the received segment with this rank's vector into `out`.
   void on_received(std::size_t j) const {
     const Combine& c = combines_[j];
-    combine_partials(call_.type, self_.out + c.part.begin * self_.element,
+    combine_partials(call_, self_.out + c.part.begin * self_.element,
                      c.mine + c.part.begin * self_.element, recvs_[j].data, c.received_first,
-                     c.part.size(), call_.op, c.last, self_.size);
+                     c.part.size(), c.last, self_.size);
   }
 
  private:

@@ -16,7 +16,7 @@
 
 #include <strata/algorithms/detail/partition.hpp>
 #include <strata/algorithms/link.hpp>
-#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_kernels.hpp>
 
 namespace strata::algorithms {
 
@@ -26,18 +26,16 @@ struct AllReduceReduceToOne {
 
   template <SharedMemoryLink Link>
   static void run(Link& link, const CollectiveCall& mine) {
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      const std::size_t count = mine.count;
-      // Phase 1: rank 0 reduces every input into its output.
-      if (link.rank() == 0 && count > 0) {
-        const auto inputs = detail::inputs_of<T>(link, 0);
-        reduce_n<T>(std::span(static_cast<T*>(mine.recv), count), inputs, mine.op);
-      }
-      link.sync();
-      // Phase 2: the others copy the result.
-      if (link.rank() != 0 && count > 0)
-        std::memcpy(mine.recv, link.peer_call(0).recv, count * sizeof(T));
-    });
+    const std::size_t count = mine.count;
+    // Phase 1: rank 0 reduces every input into its output.
+    if (link.rank() == 0 && count > 0) {
+      const auto inputs = detail::inputs_of(link, 0, size_of(mine.type));
+      kernels_of(mine).reduce_n(mine.recv, inputs.data(), inputs.size(), count, mine.op);
+    }
+    link.sync();
+    // Phase 2: the others copy the result.
+    if (link.rank() != 0 && count > 0)
+      std::memcpy(mine.recv, link.peer_call(0).recv, count * size_of(mine.type));
   }
 };
 

@@ -77,10 +77,9 @@ struct AllReduceRing {
       if (t >= scatter_steps) return;  // all-gather: the data is already in place
       const detail::Range part = recv_range[j];
       std::byte* target = self.out + part.begin * self.element;
-      detail::combine(call.type, target, recvs[j].data, self.in + part.begin * self.element,
-                      part.size(), call.op);
-      if (t + 1 == scatter_steps)
-        detail::finish_mean(call.type, target, part.size(), call.op, self.size);
+      detail::combine(call, target, recvs[j].data, self.in + part.begin * self.element,
+                      part.size());
+      if (t + 1 == scatter_steps) detail::finish_mean(call, target, part.size(), self.size);
     });
   }
 };

@@ -23,7 +23,7 @@
 
 #include <strata/algorithms/detail/partition.hpp>
 #include <strata/algorithms/link.hpp>
-#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_kernels.hpp>
 
 namespace strata::algorithms {
 
@@ -35,29 +35,30 @@ struct AllReduceScatterGather {
 
   template <SharedMemoryLink Link>
   static void run(Link& link, const CollectiveCall& mine) {
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      const int n = link.size();
-      const int r = link.rank();
-      const auto own = detail::slice_of(mine.count, sizeof(T), n, r);
-      if (own.size() == 0) return;
-      std::vector<const T*> inputs = detail::inputs_of<T>(link, 0);
-      std::vector<T*> outputs(static_cast<std::size_t>(n));
+    const int n = link.size();
+    const int r = link.rank();
+    const std::size_t element = size_of(mine.type);
+    const auto own = detail::slice_of(mine.count, element, n, r);
+    if (own.size() == 0) return;
+    const ReduceKernels& kernels = kernels_of(mine);
+    const std::vector<const void*> inputs = detail::inputs_of(link, 0, element);
+    std::vector<std::byte*> outputs(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q)
+      outputs[static_cast<std::size_t>(q)] = static_cast<std::byte*>(link.peer_call(q).recv);
+    std::byte* const result = outputs[static_cast<std::size_t>(r)];
+    std::vector<const void*> piece_inputs(inputs.size());
+    const std::size_t piece = std::max<std::size_t>(1, kPieceBytes / element);
+    for (std::size_t begin = own.begin; begin < own.end; begin += piece) {
+      const std::size_t size = std::min(piece, own.end - begin);
+      for (std::size_t q = 0; q < inputs.size(); ++q)
+        piece_inputs[q] = static_cast<const std::byte*>(inputs[q]) + begin * element;
+      kernels.reduce_n(result + begin * element, piece_inputs.data(), piece_inputs.size(), size,
+                       mine.op);
       for (int q = 0; q < n; ++q)
-        outputs[static_cast<std::size_t>(q)] = static_cast<T*>(link.peer_call(q).recv);
-      T* const result = outputs[static_cast<std::size_t>(r)];
-      std::vector<const T*> piece_inputs(inputs.size());
-      constexpr std::size_t kPiece = kPieceBytes / sizeof(T);
-      for (std::size_t begin = own.begin; begin < own.end; begin += kPiece) {
-        const std::size_t size = std::min(kPiece, own.end - begin);
-        for (std::size_t q = 0; q < inputs.size(); ++q)
-          piece_inputs[q] = inputs[q] + begin;
-        reduce_n<T>(std::span(result + begin, size), piece_inputs, mine.op);
-        for (int q = 0; q < n; ++q)
-          if (q != r)
-            std::memcpy(outputs[static_cast<std::size_t>(q)] + begin, result + begin,
-                        size * sizeof(T));
-      }
-    });
+        if (q != r)
+          std::memcpy(outputs[static_cast<std::size_t>(q)] + begin * element,
+                      result + begin * element, size * element);
+    }
   }
 };
 

@@ -15,7 +15,7 @@
 
 #include <strata/algorithms/detail/partition.hpp>
 #include <strata/algorithms/link.hpp>
-#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_kernels.hpp>
 
 namespace strata::algorithms {
 
@@ -24,14 +24,14 @@ struct ReduceDirect {
 
   template <SharedMemoryLink Link>
   static void run(Link& link, const CollectiveCall& mine) {
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      // Phase 1: reduce my slice of every input into the root's output.
-      const auto own = detail::slice_of(mine.count, sizeof(T), link.size(), link.rank());
-      if (own.size() == 0) return;
-      const auto inputs = detail::inputs_of<T>(link, own.begin);
-      T* root_output = static_cast<T*>(link.peer_call(mine.root).recv) + own.begin;
-      reduce_n<T>(std::span(root_output, own.size()), inputs, mine.op);
-    });
+    // Phase 1: reduce my slice of every input into the root's output.
+    const std::size_t element = size_of(mine.type);
+    const auto own = detail::slice_of(mine.count, element, link.size(), link.rank());
+    if (own.size() == 0) return;
+    const auto inputs = detail::inputs_of(link, own.begin, element);
+    auto* root_output =
+        static_cast<std::byte*>(link.peer_call(mine.root).recv) + own.begin * element;
+    kernels_of(mine).reduce_n(root_output, inputs.data(), inputs.size(), own.size(), mine.op);
   }
 };
 

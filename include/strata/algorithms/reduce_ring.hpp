@@ -55,9 +55,9 @@ struct ReduceRing {
     link.transfer(sends, recvs, [&](std::size_t k) {
       const detail::Range part = parts[k];
       std::byte* target = (root ? self.out : partial) + part.begin * self.element;
-      detail::combine(call.type, target, recvs[k].data, self.in + part.begin * self.element,
-                      part.size(), call.op);
-      if (root) detail::finish_mean(call.type, target, part.size(), call.op, self.size);
+      detail::combine(call, target, recvs[k].data, self.in + part.begin * self.element,
+                      part.size());
+      if (root) detail::finish_mean(call, target, part.size(), self.size);
     });
   }
 };

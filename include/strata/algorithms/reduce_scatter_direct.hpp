@@ -14,7 +14,7 @@
 
 #include <strata/algorithms/detail/partition.hpp>
 #include <strata/algorithms/link.hpp>
-#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_kernels.hpp>
 
 namespace strata::algorithms {
 
@@ -23,13 +23,11 @@ struct ReduceScatterDirect {
 
   template <SharedMemoryLink Link>
   static void run(Link& link, const CollectiveCall& mine) {
-    visit_data_type(mine.type, [&]<class T>(std::type_identity<T>) {
-      if (mine.count == 0) return;
-      // Phase 1: reduce block r of every input into my output.
-      const auto inputs =
-          detail::inputs_of<T>(link, static_cast<std::size_t>(link.rank()) * mine.count);
-      reduce_n<T>(std::span(static_cast<T*>(mine.recv), mine.count), inputs, mine.op);
-    });
+    if (mine.count == 0) return;
+    // Phase 1: reduce block r of every input into my output.
+    const auto inputs = detail::inputs_of(link, static_cast<std::size_t>(link.rank()) * mine.count,
+                                          size_of(mine.type));
+    kernels_of(mine).reduce_n(mine.recv, inputs.data(), inputs.size(), mine.count, mine.op);
   }
 };
 

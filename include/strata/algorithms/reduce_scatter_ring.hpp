@@ -60,9 +60,9 @@ struct ReduceScatterRing {
       const bool last = order.step(j) == last_step;
       std::byte* target = last ? self.out + (part.begin - own_begin) * self.element
                                : partial + part.begin * self.element;
-      detail::combine(call.type, target, recvs[j].data, self.in + part.begin * self.element,
-                      part.size(), call.op);
-      if (last) detail::finish_mean(call.type, target, part.size(), call.op, self.size);
+      detail::combine(call, target, recvs[j].data, self.in + part.begin * self.element,
+                      part.size());
+      if (last) detail::finish_mean(call, target, part.size(), self.size);
     });
   }
 };

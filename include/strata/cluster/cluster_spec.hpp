@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 
 #include <strata/cluster/address.hpp>
+#include <strata/core/detail/fnv1a.hpp>
 #include <strata/core/detail/text_formatter.hpp>
 #include <strata/core/enum_names.hpp>
 #include <strata/core/error.hpp>
@@ -394,13 +395,9 @@ void ClusterSpec::emit_canonical(Sink&& sink) const {
 }
 
 inline std::uint64_t ClusterSpec::fingerprint() const noexcept {
-  std::uint64_t hash = 0xcbf29ce484222325ULL;  // FNV-1a 64 offset basis
-  emit_canonical([&hash](std::string_view piece) noexcept {
-    for (const char c : piece) {
-      hash ^= static_cast<unsigned char>(c);
-      hash *= 0x100000001b3ULL;  // FNV-1a 64 prime
-    }
-  });
+  std::uint64_t hash = strata::detail::kFnv1aBasis;
+  emit_canonical(
+      [&hash](std::string_view piece) noexcept { hash = strata::detail::fnv1a(hash, piece); });
   return hash;
 }
 

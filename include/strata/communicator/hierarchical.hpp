@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -24,7 +25,7 @@
 #include <strata/communicator/work.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/error.hpp>
-#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_kernels.hpp>
 
 namespace strata::communicator {
 
@@ -49,6 +50,7 @@ namespace strata::communicator {
 template <class Inter = TcpCommunicator>
 class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommunicator<Inter>> {
   friend class detail::CollectiveApi<HierarchicalCommunicator>;
+  friend struct detail::CallAccess;
   using Intra = LocalCommunicator<>;
 
  public:
@@ -185,29 +187,8 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
     }
   }
 
-  template <class T>
-  static std::span<T> span_of(void* data, std::size_t count) {
-    return {static_cast<T*>(data), data == nullptr ? 0 : count};
-  }
-  template <class T>
-  static std::span<const T> cspan_of(const void* data, std::size_t count) {
-    return {static_cast<const T*>(data), data == nullptr ? 0 : count};
-  }
-
-  template <class T>
-  static std::span<T> scratch(std::vector<std::byte>& buffer, std::size_t count) {
-    if (buffer.size() < count * sizeof(T)) buffer.resize(count * sizeof(T));
-    return {reinterpret_cast<T*>(buffer.data()), count};
-  }
-
   static void dispatch(State& state, const CollectiveCall& call, const CallOptions& options) {
-    visit_data_type(call.type,
-                    [&]<class T>(std::type_identity<T>) { run_typed<T>(state, call, options); });
-  }
-
-  template <class T>
-  static void run_typed(State& state, const CollectiveCall& call, const CallOptions& options) {
-    Stages<T> stages(state, call, options);
+    Stages stages(state, call, options);
     switch (call.kind) {
       case Collective::all_reduce:
         stages.all_reduce();
@@ -230,9 +211,15 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
     }
   }
 
+  /// `bytes` bytes of `buffer`, grown as needed.
+  static std::byte* scratch(std::vector<std::byte>& buffer, std::size_t bytes) {
+    if (buffer.size() < bytes) buffer.resize(bytes);
+    return buffer.data();
+  }
+
   /// One call's three stages (local, across workers, local), one member function per
-  /// collective, over what they share.
-  template <class T>
+  /// collective. Each stage is a call of the same element type on one of the two parts, built
+  /// here from the checked call and run through CallAccess: nothing here depends on the type.
   struct Stages {
     Stages(State& s, const CollectiveCall& c, const CallOptions& o)
         : state(s),
@@ -244,6 +231,7 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
           k(local.size()),
           n(inter.size()),
           count(c.count),
+          element(size_of(c.type)),
           partial(c.op == ReduceOp::mean ? ReduceOp::sum : c.op),
           waiting(o) {
       // Replicas wait in the local stages while replica 0 talks to the other workers: their
@@ -251,82 +239,102 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
       waiting.timeout = 2 * o.timeout.value_or(local.options().timeout);
     }
 
-    void finish_mean(std::span<T> data) const {
-      if (call.op == ReduceOp::mean && !data.empty())
-        divide<T>(data, static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
+    /// `kind` over `elements` elements of the call's type, from `send` into `recv`.
+    CollectiveCall stage(Collective kind, std::size_t elements, const void* send, void* recv,
+                         int root = 0) const {
+      CollectiveCall part = call;
+      part.kind = kind;
+      part.count = elements;
+      part.op = partial;
+      part.root = root;
+      part.send = send;
+      part.recv = recv;
+      return part;
+    }
+
+    template <class Part>
+    static void run(Part& part, const CollectiveCall& stage_call, const CallOptions& on) {
+      detail::CallAccess::run(part, stage_call, on);
+    }
+
+    void finish_mean(void* data, std::size_t elements) const {
+      if (call.op == ReduceOp::mean && elements > 0)
+        kernels_of(call).divide(data, elements,
+                                static_cast<std::size_t>(k) * static_cast<std::size_t>(n));
     }
 
     void all_reduce() {
-      auto out = span_of<T>(call.recv, count);
-      local.reduce(cspan_of<T>(call.send, count), leader ? out : std::span<T>{}, partial, 0,
-                   options);
+      void* out = call.recv;
+      run(local, stage(Collective::reduce, count, call.send, leader ? out : nullptr), options);
       if (leader) {
-        inter.all_reduce(out, partial, options);
-        finish_mean(out);
+        run(inter, stage(Collective::all_reduce, count, out, out), options);
+        finish_mean(out, count);
       }
-      local.broadcast(out, 0, waiting);
+      run(local, stage(Collective::broadcast, count, out, out), waiting);
     }
 
     void broadcast() {
       const int root_worker = call.root / k;
       const int root_local = call.root % k;
-      auto out = span_of<T>(call.recv, count);
+      void* out = call.recv;
       if (inter.rank() == root_worker) {
-        local.broadcast(cspan_of<T>(call.send, count), out, root_local, options);
-        if (leader) inter.broadcast(out, root_worker, options);
+        run(local, stage(Collective::broadcast, count, call.send, out, root_local), options);
+        if (leader) run(inter, stage(Collective::broadcast, count, out, out, root_worker), options);
       } else {
-        if (leader) inter.broadcast(out, root_worker, options);
-        local.broadcast(out, 0, waiting);
+        if (leader) run(inter, stage(Collective::broadcast, count, out, out, root_worker), options);
+        run(local, stage(Collective::broadcast, count, out, out), waiting);
       }
     }
 
     void reduce() {
       const int root_worker = call.root / k;
       const int root_local = call.root % k;
-      auto sum = scratch<T>(state.scratch, leader ? count : 0);
-      local.reduce(cspan_of<T>(call.send, count), sum, partial, 0, options);
-      if (leader) inter.reduce(sum, partial, root_worker, options);
+      const std::size_t bytes = count * element;
+      std::byte* sum = leader ? scratch(state.scratch, bytes) : nullptr;
+      run(local, stage(Collective::reduce, count, call.send, sum), options);
+      if (leader) run(inter, stage(Collective::reduce, count, sum, sum, root_worker), options);
       if (inter.rank() != root_worker) return;
       // Only the root's output changes: the result reaches it through a scratch buffer.
-      auto copy = scratch<T>(state.handover, count);
-      if (leader) std::copy(sum.begin(), sum.end(), copy.begin());
-      local.broadcast(copy, 0, waiting);
+      std::byte* copy = scratch(state.handover, bytes);
+      if (leader && bytes > 0) std::memcpy(copy, sum, bytes);
+      run(local, stage(Collective::broadcast, count, copy, copy), waiting);
       if (local.rank() == root_local) {
-        auto out = span_of<T>(call.recv, count);
-        std::copy(copy.begin(), copy.end(), out.begin());
-        finish_mean(out);
+        if (bytes > 0) std::memcpy(call.recv, copy, bytes);
+        finish_mean(call.recv, count);
       }
     }
 
     void all_gather() {
-      auto out = span_of<T>(call.recv, count * static_cast<std::size_t>(k * n));
-      auto mine = out.subspan(static_cast<std::size_t>(inter.rank() * k) * count,
-                              static_cast<std::size_t>(k) * count);
-      local.all_gather(cspan_of<T>(call.send, count), mine, options);
-      if (leader) inter.all_gather(out, options);
-      local.broadcast(out, 0, waiting);
+      auto* out = static_cast<std::byte*>(call.recv);
+      const std::size_t worker_block = static_cast<std::size_t>(k) * count;
+      std::byte* mine = out + static_cast<std::size_t>(inter.rank()) * worker_block * element;
+      run(local, stage(Collective::all_gather, count, call.send, mine), options);
+      if (leader) run(inter, stage(Collective::all_gather, worker_block, mine, out), options);
+      run(local, stage(Collective::broadcast, worker_block * static_cast<std::size_t>(n), out, out),
+          waiting);
     }
 
     void reduce_scatter() {
       const std::size_t total = count * static_cast<std::size_t>(k * n);
-      auto sum = scratch<T>(state.scratch, leader ? total : 0);
-      local.reduce(cspan_of<T>(call.send, total), sum, partial, 0, options);
+      std::byte* sum = leader ? scratch(state.scratch, total * element) : nullptr;
+      run(local, stage(Collective::reduce, total, call.send, sum), options);
       const std::size_t slice = count * static_cast<std::size_t>(k);
-      auto worker_slice = scratch<T>(state.handover, slice);
+      std::byte* worker_slice = scratch(state.handover, slice * element);
       if (leader) {
-        inter.reduce_scatter(std::span<const T>(sum), worker_slice, partial, options);
-        finish_mean(worker_slice);
+        run(inter, stage(Collective::reduce_scatter, slice, sum, worker_slice), options);
+        finish_mean(worker_slice, slice);
       }
-      local.broadcast(worker_slice, 0, waiting);
-      auto out = span_of<T>(call.recv, count);
-      auto block = worker_slice.subspan(static_cast<std::size_t>(local.rank()) * count, count);
-      std::copy(block.begin(), block.end(), out.begin());
+      run(local, stage(Collective::broadcast, slice, worker_slice, worker_slice), waiting);
+      if (count > 0)
+        std::memcpy(call.recv,
+                    worker_slice + static_cast<std::size_t>(local.rank()) * count * element,
+                    count * element);
     }
 
     void barrier() {
-      local.barrier(options);
-      if (leader) inter.barrier(options);
-      local.barrier(waiting);
+      run(local, CollectiveCall{}, options);
+      if (leader) run(inter, CollectiveCall{}, options);
+      run(local, CollectiveCall{}, waiting);
     }
 
     State& state;
@@ -338,7 +346,8 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
     const int k;  // replicas per worker
     const int n;  // workers
     const std::size_t count;
-    const ReduceOp partial;  // what the stages combine with: a mean is a sum until the end
+    const std::size_t element;  // bytes per element
+    const ReduceOp partial;     // what the stages combine with: a mean is a sum until the end
     CallOptions waiting;
   };
 

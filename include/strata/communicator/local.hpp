@@ -61,6 +61,7 @@ static_assert(algorithms::SharedMemoryLink<transport::local::Link>);
 template <class AllReduceAlgorithm = algorithms::AllReduceScatterGather>
 class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllReduceAlgorithm>> {
   friend class detail::CollectiveApi<LocalCommunicator>;
+  friend struct detail::CallAccess;
 
  public:
   static constexpr std::string_view kName = "local";

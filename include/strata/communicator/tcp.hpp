@@ -127,6 +127,7 @@ STRATA_DECL TcpMembership membership_of(cluster::ResolvedCluster& resolved);
 /// @endcode
 class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   friend class detail::CollectiveApi<TcpCommunicator>;
+  friend struct detail::CallAccess;
 
  public:
   static constexpr std::string_view kName = "tcp";

@@ -21,6 +21,8 @@
 
 namespace strata {
 
+struct ReduceKernels;  // core/reduce_kernels.hpp
+
 /// The collectives a Communicator offers.
 enum class Collective : std::uint8_t {
   all_reduce,
@@ -67,6 +69,10 @@ struct CollectiveCall {
   int root = 0;
   const void* send = nullptr;
   void* recv = nullptr;
+  /// The reduction kernels of `type` (`&reduce_kernels_of<T>`), set by the typed call, so that
+  /// the type-erased layers below reduce without instantiating every element type. Not
+  /// compared across ranks: it is this process's address of what `type` already names.
+  const ReduceKernels* kernels = nullptr;
 
   /// True when both calls are the same collective in every field ranks must agree on.
   friend constexpr bool agrees(const CollectiveCall& a, const CollectiveCall& b) noexcept {

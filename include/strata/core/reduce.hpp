@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -36,6 +37,7 @@
 #include <strata/core/detail/reduce_isa.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/float16.hpp>
+#include <strata/core/reduce_kernels.hpp>
 #include <strata/core/reduce_op.hpp>
 
 namespace strata {
@@ -76,14 +78,6 @@ void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op);
 template <Element T>
 void divide(std::span<T> data, std::size_t divisor);
 
-/// Type-erased `reduce_n`, for communicators that carry a `DataType` tag: `out` and each
-/// `inputs[j]` point at `count` elements of `type`.
-///
-/// @throws UsageError (operation "reduce_n") as the typed form, and when `type` is not a
-///         `DataType` or a needed pointer is null.
-STRATA_DECL void reduce_n(DataType type, void* out, const void* const* inputs,
-                          std::size_t num_inputs, std::size_t count, ReduceOp op);
-
 }  // namespace strata
 
 namespace strata {
@@ -101,6 +95,37 @@ void accumulate(std::span<T> inout, std::span<const T> in, ReduceOp op) {
 template <Element T>
 void divide(std::span<T> data, std::size_t divisor) {
   detail::divide_on<T>(detail::best_isa(), data, divisor);
+}
+
+template <Element T>
+void detail::divide_erased(void* data, std::size_t count, std::size_t divisor) {
+  divide<T>(std::span<T>(static_cast<T*>(data), count), divisor);
+}
+
+template <Element T>
+void detail::reduce_n_erased(void* out, const void* const* inputs, std::size_t num_inputs,
+                             std::size_t count, ReduceOp op) {
+  if (num_inputs > 0 && inputs == nullptr) {
+    throw UsageError(-1, "reduce_n", "the array of input pointers is null",
+                     "pass num_inputs pointers to count elements each");
+  }
+  if (count > 0 && out == nullptr) {
+    throw UsageError(-1, "reduce_n", "out is null", "pass an output of count elements");
+  }
+  // Typed copies of the pointers: reading a `const void*` object as a `const T*` would break
+  // aliasing rules.
+  constexpr std::size_t kOnStack = 16;
+  const T* on_stack[kOnStack];
+  std::vector<const T*> on_heap;
+  const T** typed = on_stack;
+  if (num_inputs > kOnStack) {
+    on_heap.resize(num_inputs);
+    typed = on_heap.data();
+  }
+  for (std::size_t j = 0; j < num_inputs; ++j)
+    typed[j] = static_cast<const T*>(inputs[j]);
+  reduce_n<T>(std::span<T>(static_cast<T*>(out), count),
+              std::span<const T* const>(typed, num_inputs), op);
 }
 
 }  // namespace strata

@@ -10,7 +10,7 @@
 #include <strata/algorithms/link.hpp>
 #include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
-#include <strata/core/reduce.hpp>
+#include <strata/core/reduce_kernels.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/transport/plan.hpp>
 
@@ -119,35 +119,34 @@ inline int mod(int value, int n) noexcept {
   return ((value % n) + n) % n;
 }
 
-/// out = first op second over `count` elements (mean combines as sum; see finish_mean).
-inline void combine(DataType type, std::byte* out, const std::byte* first, const std::byte* second,
-                    std::size_t count, ReduceOp op) {
+/// out = first op second over `count` elements of the call's type (mean combines as sum; see
+/// finish_mean).
+inline void combine(const CollectiveCall& call, std::byte* out, const std::byte* first,
+                    const std::byte* second, std::size_t count) {
   if (count == 0) return;
   const void* inputs[2] = {first, second};
-  reduce_n(type, out, inputs, 2, count, op == ReduceOp::mean ? ReduceOp::sum : op);
+  kernels_of(call).reduce_n(out, inputs, 2, count,
+                            call.op == ReduceOp::mean ? ReduceOp::sum : call.op);
 }
 
-/// Divides a finished sum by the group size when the op is mean.
-inline void finish_mean(DataType type, std::byte* data, std::size_t count, ReduceOp op,
+/// Divides a finished sum by the group size when the call's op is mean.
+inline void finish_mean(const CollectiveCall& call, std::byte* data, std::size_t count,
                         int group_size) {
-  if (op != ReduceOp::mean || count == 0) return;
-  visit_data_type(type, [&]<class T>(std::type_identity<T>) {
-    divide<T>(std::span<T>(reinterpret_cast<T*>(data), count),
-              static_cast<std::size_t>(group_size));
-  });
+  if (call.op != ReduceOp::mean || count == 0) return;
+  kernels_of(call).divide(data, count, static_cast<std::size_t>(group_size));
 }
 
 /// Combines two ranks' partials of `count` elements into `out`, the lower rank's first, so
 /// that both partners of an exchange compute the same bits; `last`: the final combine, where a
 /// mean is finished.
-inline void combine_partials(DataType type, std::byte* out, const std::byte* own,
+inline void combine_partials(const CollectiveCall& call, std::byte* out, const std::byte* own,
                              const std::byte* received, bool received_first, std::size_t count,
-                             ReduceOp op, bool last, int group_size) {
+                             bool last, int group_size) {
   if (received_first)
-    combine(type, out, received, own, count, op);
+    combine(call, out, received, own, count);
   else
-    combine(type, out, own, received, count, op);
-  if (last) finish_mean(type, out, count, op, group_size);
+    combine(call, out, own, received, count);
+  if (last) finish_mean(call, out, count, group_size);
 }
 
 /// How recursive doubling and halving-doubling run on any group size: p, the largest power of

@@ -6,8 +6,6 @@
 #include <span>
 #include <vector>
 
-#include <strata/core/data_type.hpp>
-
 namespace strata::algorithms::detail {
 
 /// Element range [begin, end) of slice `index` when `count` elements are split into `parts`
@@ -28,12 +26,14 @@ inline Slice slice_of(std::size_t count, std::size_t element_bytes, int parts, i
   return {boundary(i), boundary(i + 1)};
 }
 
-/// Typed pointers to every rank's input, offset by `offset` elements.
-template <Element T, class Link>
-std::vector<const T*> inputs_of(const Link& link, std::size_t offset) {
-  std::vector<const T*> inputs(static_cast<std::size_t>(link.size()));
+/// Every rank's input, offset by `offset` elements of `element_bytes` each.
+template <class Link>
+std::vector<const void*> inputs_of(const Link& link, std::size_t offset,
+                                   std::size_t element_bytes) {
+  std::vector<const void*> inputs(static_cast<std::size_t>(link.size()));
   for (int r = 0; r < link.size(); ++r)
-    inputs[static_cast<std::size_t>(r)] = static_cast<const T*>(link.peer_call(r).send) + offset;
+    inputs[static_cast<std::size_t>(r)] =
+        static_cast<const std::byte*>(link.peer_call(r).send) + offset * element_bytes;
   return inputs;
 }
 

@@ -6,8 +6,9 @@
 //   void run(const CollectiveCall&, const CallOptions&);      blocking, after earlier async calls
 //   Work submit(const CollectiveCall&, const CallOptions&);   queued behind earlier async calls
 //   [[noreturn]] void fail_usage(Collective, std::string_view what, std::string_view what_to_do);
-// This base turns each typed call into a checked `CollectiveCall` (span sizes, root, overlap),
-// so every model enforces the same rules with the same messages.
+// This base turns each typed call into a checked `CollectiveCall` (span sizes, root, overlap,
+// and the reduction kernels of its type), so every model enforces the same rules with the same
+// messages. A communicator made of others hands them checked calls through `CallAccess`.
 #pragma once
 
 #include <cstddef>
@@ -23,9 +24,26 @@
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/core/data_type.hpp>
+#include <strata/core/reduce_kernels.hpp>
 #include <strata/core/reduce_op.hpp>
 
+#if STRATA_HEADER_ONLY
+// A typed call instantiates the kernels of its type, defined here.
+#include <strata/core/reduce.hpp>
+#endif
+
 namespace strata::communicator::detail {
+
+/// Runs an already checked `CollectiveCall` on a communicator (which befriends this): how
+/// HierarchicalCommunicator passes its stages to its parts without going back through the
+/// typed calls, which would instantiate every element type its run-time tag may name.
+struct CallAccess {
+  template <class Communicator>
+  static void run(Communicator& communicator, const CollectiveCall& call,
+                  const CallOptions& options) {
+    communicator.run(call, options);
+  }
+};
 
 template <class Derived>
 class CollectiveApi {
@@ -144,7 +162,8 @@ class CollectiveApi {
   template <Element T>
   CollectiveCall in_place(Collective kind, std::span<T> data, ReduceOp op = ReduceOp::sum,
                           int root = 0) {
-    CollectiveCall call{kind, data_type_of<T>, data.size(), op, root, data.data(), data.data()};
+    CollectiveCall call{kind, data_type_of<T>, data.size(), op,
+                        root, data.data(),     data.data(), &reduce_kernels_of<T>};
     if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
       const auto n = static_cast<std::size_t>(self().size());
       if (data.size() % n != 0)
@@ -167,7 +186,8 @@ class CollectiveApi {
   template <Element T>
   CollectiveCall out_of_place(Collective kind, std::span<const T> send, std::span<T> recv,
                               ReduceOp op = ReduceOp::sum, int root = 0) {
-    CollectiveCall call{kind, data_type_of<T>, send.size(), op, root, send.data(), recv.data()};
+    CollectiveCall call{kind, data_type_of<T>, send.size(), op,
+                        root, send.data(),     recv.data(), &reduce_kernels_of<T>};
     check_root(call);
     check_overlap(kind, send, recv);
     const auto n = static_cast<std::size_t>(self().size());

@@ -31,6 +31,7 @@
 #include <strata/cluster/resolve.hpp>
 #include <strata/communicator/detail/serial_executor.hpp>
 #include <strata/core/deadline.hpp>
+#include <strata/core/detail/fnv1a.hpp>
 #include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/form_mesh.hpp>
@@ -84,25 +85,17 @@ inline std::optional<std::string> token_from_environment() {
   return environment_variable("STRATA_CLUSTER_TOKEN");
 }
 
-inline std::uint64_t fnv1a(std::uint64_t hash, std::string_view text) noexcept {
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
 inline std::uint64_t fingerprint_of(const std::vector<cluster::Address>& addresses) {
-  std::uint64_t hash = 0xcbf29ce484222325ULL;
+  std::uint64_t hash = strata::detail::kFnv1aBasis;
   for (const auto& address : addresses)
-    hash = fnv1a(hash, address.to_string() + ",");
+    hash = strata::detail::fnv1a(hash, address.to_string() + ",");
   return hash == 0 ? 1 : hash;
 }
 
 inline std::uint64_t tunables_hash(const TcpOptions& tcp) {
-  return fnv1a(0xcbf29ce484222325ULL,
-               fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
-                           to_string(tcp.all_reduce), tcp.small_message_bytes));
+  return strata::detail::fnv1a(strata::detail::kFnv1aBasis,
+                               fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
+                                           to_string(tcp.all_reduce), tcp.small_message_bytes));
 }
 
 inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,
