@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   } catch (const strata::Error& error) {
     fmt::print(stderr, "strata-perf: {}\n", error.what());
-    return kExitFailure;
+    return static_cast<int>(strata::exit_status_of(error));
   } catch (const std::exception& error) {
     fmt::print(stderr, "strata-perf: {}\n", error.what());
     return kExitFailure;

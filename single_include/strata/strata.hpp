@@ -734,6 +734,7 @@ inline std::optional<std::string> environment_variable(std::string_view name) {
 // Every message has the form "strata: rank R: OPERATION: what happened; what to do". Low
 // layers work with error codes; the communicator boundary throws, adding rank and operation.
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -818,6 +819,29 @@ class UsageError : public Error {
              std::string_view what_to_do)
       : Error(rank, operation, what_happened, what_to_do) {}
 };
+
+/// The exit status a program gives each error class, so that a launcher or a script can tell a
+/// root cause from its echoes: a rank that exits with `peer_failure` or `timeout` failed because
+/// of another. The values are <sysexits.h>'s for the nearest meaning; strata's own programs
+/// (strata-perf, the example trainer) exit with them, and strata-launch reads them.
+enum class ExitStatus : int {
+  failure = 1,         ///< any other exception
+  peer_failure = 69,   ///< PeerFailureError (EX_UNAVAILABLE)
+  usage_error = 70,    ///< UsageError: a bug in the calling code (EX_SOFTWARE)
+  timeout = 75,        ///< TimeoutError (EX_TEMPFAIL)
+  mismatch = 76,       ///< MismatchError (EX_PROTOCOL)
+  configuration = 78,  ///< ConfigurationError (EX_CONFIG)
+};
+
+/// The exit status of a program that ends with `error`.
+inline ExitStatus exit_status_of(const std::exception& error) noexcept {
+  if (dynamic_cast<const TimeoutError*>(&error) != nullptr) return ExitStatus::timeout;
+  if (dynamic_cast<const PeerFailureError*>(&error) != nullptr) return ExitStatus::peer_failure;
+  if (dynamic_cast<const MismatchError*>(&error) != nullptr) return ExitStatus::mismatch;
+  if (dynamic_cast<const ConfigurationError*>(&error) != nullptr) return ExitStatus::configuration;
+  if (dynamic_cast<const UsageError*>(&error) != nullptr) return ExitStatus::usage_error;
+  return ExitStatus::failure;
+}
 
 }  // namespace strata
 // ---- end strata/core/error.hpp ----

@@ -529,6 +529,81 @@ TEST_CASE("a program that cannot be executed: status 127 and a message") {
   CHECK(contains(result.err, "exited with status 127\n"));
 }
 
+namespace {
+
+// Shell text that waits (at most 4 s) until every pid listed in `file` (one per line) is gone
+// or, with `state` "T", stopped.
+std::string wait_until_peers(const std::string& file, int lines, std::string_view state = "gone") {
+  const std::string waiting =
+      state == "T" ? "! grep -q ') T' /proc/$p/stat 2>/dev/null" : "kill -0 $p 2>/dev/null";
+  return wait_for_lines(file, lines) + "i=0; for p in $(cat '" + file + "'); do while " + waiting +
+         " && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done; done; ";
+}
+
+// The summary line of `rank` ("strata-launch:   rank R: ...").
+std::string summary_line(const std::string& err, int rank) {
+  const std::string prefix = "strata-launch:   rank " + std::to_string(rank) + ": ";
+  const auto at = err.find(prefix);
+  if (at == std::string::npos) return "";
+  return err.substr(at + prefix.size(), err.find('\n', at) - at - prefix.size());
+}
+
+}  // namespace
+
+TEST_CASE("a worker killed by a signal is the root cause, however its peers end") {
+  // Rank 1 is SIGKILLed; rank 0 notices, takes a moment to raise (as a survivor of a strata
+  // group does) and exits with strata's peer-failure status.
+  TempDir dir;
+  const auto pids = dir.file("pids");
+  std::ofstream(pids).close();
+  const std::string script = "if [ \"$STRATA_LAUNCH_RANK\" = 1 ]; then echo $$ >> '" + pids +
+                             "'; kill -KILL $$; fi; " + wait_until_peers(pids, 1) +
+                             "sleep 0.3; echo 'PeerFailureError: rank 1 closed its connections' "
+                             ">&2; exit 69";
+  const auto result = run({"-n", "2", "--", "sh", "-c", script});
+  CHECK(result.status == 137);
+  CHECK(result.elapsed < 5s);
+  // The survivor's own error reached the user: it was given time to say it.
+  CHECK(by_rank(result.err).at(0) ==
+        std::vector<std::string>{"PeerFailureError: rank 1 closed its connections"});
+  CHECK(contains(result.err, "strata-launch: summary: the failure started at rank 1\n"));
+  CHECK(summary_line(result.err, 1) == "killed by signal 9 (SIGKILL) (root cause)");
+  CHECK(summary_line(result.err, 0) ==
+        "exited with status 69 (PeerFailureError), after rank 1 failed");
+}
+
+TEST_CASE("two workers killed at once are both named, and the peers' echoes after them") {
+  TempDir dir;
+  const auto pids = dir.file("pids");
+  std::ofstream(pids).close();
+  const std::string script = "if [ \"$STRATA_LAUNCH_RANK\" != 0 ]; then echo $$ >> '" + pids +
+                             "'; " + wait_for_lines(pids, 2) + "kill -KILL $$; fi; " +
+                             wait_until_peers(pids, 2) + "exit 69";
+  const auto result = run({"-n", "3", "--", "sh", "-c", script});
+  CHECK(result.status == 137);
+  CHECK(summary_line(result.err, 1) == "killed by signal 9 (SIGKILL) (root cause)");
+  CHECK(summary_line(result.err, 2) == "killed by signal 9 (SIGKILL) (root cause)");
+  CHECK(contains(summary_line(result.err, 0), "exited with status 69 (PeerFailureError), after "));
+  CHECK((contains(result.err, "the failure started at rank 1, rank 2\n") ||
+         contains(result.err, "the failure started at rank 2, rank 1\n")));
+}
+
+TEST_CASE("a stopped worker whose peers time out is named as the stalled one") {
+  TempDir dir;
+  const auto pids = dir.file("pids");
+  std::ofstream(pids).close();
+  const std::string script = "if [ \"$STRATA_LAUNCH_RANK\" = 1 ]; then echo $$ >> '" + pids +
+                             "'; kill -STOP $$; exit 0; fi; " + wait_until_peers(pids, 1, "T") +
+                             "echo 'TimeoutError: rank 1 did not answer' >&2; exit 75";
+  const auto result = run({"-n", "2", "--grace", "1", "--", "sh", "-c", script});
+  CHECK(result.status == 75);  // the first failure's: the stalled rank was ended by the launcher
+  CHECK(result.elapsed < 6s);
+  CHECK(contains(result.err, "strata-launch: summary: the failure started at rank 1\n"));
+  CHECK(contains(summary_line(result.err, 1), "stopped (SIGSTOP) while its peers waited for it"));
+  CHECK(summary_line(result.err, 0) == "exited with status 75 (TimeoutError), after rank 1 failed");
+  CHECK(all_gone(read_lines(pids)));
+}
+
 #else
 
 TEST_CASE("strata-launch tests need the tools (STRATA_BUILD_TOOLS=ON)") {

@@ -16,21 +16,31 @@
 // or stderr (worker stderr); a last line without newline is printed when the worker exits, and
 // lines longer than 64 KiB are printed in 64 KiB pieces.
 //
-// The first worker that exits non-zero or by a signal is reported on stderr
-// ("strata-launch: rank 2 exited with status 3", "... killed by signal 9 (SIGKILL)"); every
-// other worker's process group gets SIGTERM, and SIGKILL if it is still running --grace seconds
-// later (default 5). SIGINT or SIGTERM to the launcher is forwarded once to every worker's
-// process group, with the same escalation; a second one sends SIGKILL at once. (A SIGINT that
-// is ignored when the launcher starts stays ignored, as shells expect of background commands.)
-// On Linux a worker also gets SIGTERM if the launcher itself is killed.
+// Each worker that exits non-zero or by a signal is reported on stderr as it is seen
+// ("strata-launch: rank 2 exited with status 76 (MismatchError)", "... killed by signal 9
+// (SIGKILL)"). After the first failure the others get a short window (min(--grace, 2 s)) to
+// report their own errors and exit by themselves: in a strata group they are already failing.
+// Then every worker still running gets SIGTERM to its process group, and SIGKILL if it is still
+// running --grace seconds later (default 5). SIGINT or SIGTERM to the launcher is forwarded once
+// to every worker's process group at once, with the same escalation; a second one sends SIGKILL
+// at once. (A SIGINT that is ignored when the launcher starts stays ignored, as shells expect of
+// background commands.) On Linux a worker also gets SIGTERM if the launcher itself is killed.
 //
-// Exit status: 0 when every worker exited 0; else the first failure's status (128+S for
+// After a failure a summary names the root cause first, one line per worker. A worker killed by
+// a signal the launcher did not send, or that exited non-zero with a status other than
+// strata's timeout and peer-failure statuses (strata::ExitStatus), is a root cause; workers
+// that exited with those two failed because of a peer; a worker that was still running and
+// stopped (SIGSTOP) when its peers timed out is named as the stalled one. Among root causes the
+// earliest seen comes first; two workers killed at once are both named.
+//
+// Exit status: 0 when every worker exited 0; else the first root cause's status (128+S for
 // signal S); 130/143 after SIGINT/SIGTERM to the launcher; 2 for usage errors; 1 when the
 // launcher itself fails (no free ports, fork failure). A PROGRAM that cannot be executed makes
 // its worker print "strata-launch: cannot run PROGRAM: <reason>" and exit 127.
 //
 // POSIX only: fork/execvp, pipes, poll, waitpid, kill; one thread.
 #include <strata/config.hpp>
+#include <strata/core/error.hpp>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -54,6 +64,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,19 +86,23 @@ constexpr std::size_t kMaxLineBytes = 64 * 1024;  // longer lines are printed in
 constexpr int kLauncherError = 1;
 constexpr int kUsageError = 2;
 constexpr int kCannotExecute = 127;  // what shells use for "command not found"
+// How long the other workers get to report and exit by themselves after a failure, at most.
+constexpr std::chrono::milliseconds kReportWindow{2000};
 
 constexpr std::string_view kUsage =
     R"(usage: strata-launch -n N [--local-replicas K] [--host HOST] [--grace SECONDS] -- PROGRAM [ARGS...]
 
 Runs N workers of PROGRAM on this machine, each with a TF_CONFIG describing an N-worker cluster
 on free ports of HOST (worker 0 acts as chief), and prints their output prefixed with "[rank] ".
-When a worker fails, the others are stopped and the launcher exits with the worker's status.
+When a worker fails, the others get a short window to report and exit, are then stopped, and
+the launcher prints a summary naming the root cause and exits with its status.
 
 options:
   -n N                  number of workers (N >= 1)
   --local-replicas K    set STRATA_LOCAL_REPLICAS=K in every worker (K >= 1)
   --host HOST           address the workers listen on (default 127.0.0.1)
-  --grace SECONDS       time between SIGTERM and SIGKILL when stopping workers (default 5)
+  --grace SECONDS       time between SIGTERM and SIGKILL when stopping workers (default 5);
+                        after a failure the others first get min(SECONDS, 2) to exit
   -h, --help            print this help and exit
   --version             print the version and exit
 
@@ -389,7 +404,38 @@ struct Worker {
   bool running = false;
   Stream out, err;
   std::vector<std::string> env;  // "NAME=value", prepared before fork
+  // How it ended, once reaped.
+  int code = 0;                       // exit status, or 128+S for signal S
+  int signal = 0;                     // the signal that killed it, 0 when it exited
+  long order = -1;                    // the reap pass that saw it end: smaller is earlier
+  bool signaled_by_launcher = false;  // it was still running when the launcher signaled it
+  bool stalled = false;               // stopped (SIGSTOP) when the launcher had to stop it
 };
+
+// What a worker's end says about the failure.
+enum class Role { fine, root_cause, stalled, after_peer, stopped_by_launcher };
+
+Role role_of(const Worker& worker) {
+  if (worker.stalled) return Role::stalled;
+  if (worker.code == 0) return Role::fine;
+  if (worker.signaled_by_launcher && (worker.signal == SIGTERM || worker.signal == SIGKILL))
+    return Role::stopped_by_launcher;
+  if (worker.signal == 0 && (worker.code == static_cast<int>(strata::ExitStatus::peer_failure) ||
+                             worker.code == static_cast<int>(strata::ExitStatus::timeout)))
+    return Role::after_peer;
+  return Role::root_cause;
+}
+
+// "exited with status 4 (PeerFailureError)", "killed by signal 9 (SIGKILL)".
+std::string describe_end(const Worker& worker);
+
+// True when the process is stopped (state T in /proc/PID/stat): a SIGSTOPped worker.
+bool is_stopped(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');  // the command name may hold spaces and parentheses
+  return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'T';
+}
 
 class Launcher {
  public:
@@ -414,6 +460,7 @@ class Launcher {
   void stop(int signal, int exit_status);
   void signal_running(int signal);
   void kill_remaining();
+  void summarize();
 
   Options options_;
   int wake_read_fd_;
@@ -421,6 +468,8 @@ class Launcher {
   bool stopping_ = false;
   bool killed_ = false;
   int exit_status_ = 0;
+  long reap_passes_ = 0;
+  std::optional<Clock::time_point> stop_at_;  // end of the report window after a failure
   std::optional<Clock::time_point> kill_at_;
   std::sig_atomic_t sigint_seen_ = 0;
   std::sig_atomic_t sigterm_seen_ = 0;
@@ -462,6 +511,7 @@ int Launcher::run(std::vector<std::vector<std::string>> environments,
 
   while (any_running())
     poll_once();
+  summarize();
   return exit_status_;
 }
 
@@ -552,12 +602,14 @@ void Launcher::poll_once() {
       owners.emplace_back(&worker, stream);
     }
   }
-  // Without a pending SIGKILL the wait is driven by output, signals and SIGCHLD alone.
+  // Without a pending stop or SIGKILL the wait is driven by output, signals and SIGCHLD alone.
   int timeout_ms = -1;
-  if (kill_at_) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*kill_at_ - Clock::now());
-    timeout_ms =
+  for (const auto& at : {stop_at_, kill_at_}) {
+    if (!at) continue;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*at - Clock::now());
+    const int ms =
         static_cast<int>(std::clamp<std::chrono::milliseconds::rep>(left.count(), 0, INT_MAX));
+    timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
   }
   const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
   if (ready > 0) {
@@ -572,6 +624,12 @@ void Launcher::poll_once() {
   }
   handle_signals();
   reap();
+  if (stop_at_ && Clock::now() >= *stop_at_) {
+    stop_at_.reset();
+    for (auto& worker : workers_)
+      if (worker.running) worker.stalled = is_stopped(worker.pid);
+    stop(SIGTERM, exit_status_);
+  }
   if (kill_at_ && Clock::now() >= *kill_at_) kill_remaining();
 }
 
@@ -621,6 +679,7 @@ void Launcher::close_stream(Worker& worker, Stream& stream) {
 }
 
 void Launcher::reap() {
+  ++reap_passes_;
   for (auto& worker : workers_) {
     if (!worker.running) continue;
     int status = 0;
@@ -636,13 +695,88 @@ void Launcher::reap() {
       if (stream->fd >= 0) read_stream(worker, *stream, true);
       close_stream(worker, *stream);
     }
-    const int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-    if (code == 0 || stopping_) continue;
-    message(WIFSIGNALED(status)
-                ? fmt::format("rank {} killed by {}", worker.rank, signal_name(WTERMSIG(status)))
-                : fmt::format("rank {} exited with status {}", worker.rank, code));
-    stop(SIGTERM, code);
+    worker.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    worker.code = WIFSIGNALED(status) ? 128 + worker.signal : WEXITSTATUS(status);
+    worker.order = reap_passes_;
+    if (worker.code == 0) continue;
+    message(fmt::format("rank {} {}", worker.rank, describe_end(worker)));
+    if (stopping_ || stop_at_) continue;
+    // The first failure: the others are failing too and get a moment to say why.
+    exit_status_ = worker.code;
+    stop_at_ = Clock::now() + std::min<std::chrono::milliseconds>(options_.grace, kReportWindow);
   }
+}
+
+std::string describe_end(const Worker& worker) {
+  if (worker.signal != 0) return fmt::format("killed by {}", signal_name(worker.signal));
+  std::string_view meaning;
+  switch (static_cast<strata::ExitStatus>(worker.code)) {
+    case strata::ExitStatus::timeout:
+      meaning = " (TimeoutError)";
+      break;
+    case strata::ExitStatus::peer_failure:
+      meaning = " (PeerFailureError)";
+      break;
+    case strata::ExitStatus::mismatch:
+      meaning = " (MismatchError)";
+      break;
+    case strata::ExitStatus::configuration:
+      meaning = " (ConfigurationError)";
+      break;
+    case strata::ExitStatus::usage_error:
+      meaning = " (UsageError)";
+      break;
+    default:
+      break;
+  }
+  return fmt::format("exited with status {}{}", worker.code, meaning);
+}
+
+void Launcher::summarize() {
+  std::vector<const Worker*> order;
+  for (const auto& worker : workers_)
+    if (role_of(worker) != Role::fine) order.push_back(&worker);
+  if (order.empty()) return;
+  // Root causes first, by when they ended (then rank); then the stalled; then the rest.
+  std::stable_sort(order.begin(), order.end(), [](const Worker* a, const Worker* b) {
+    return std::tuple(role_of(*a), a->order, a->rank) < std::tuple(role_of(*b), b->order, b->rank);
+  });
+  std::vector<const Worker*> causes;
+  for (const Worker* worker : order)
+    if (role_of(*worker) == Role::root_cause || role_of(*worker) == Role::stalled)
+      causes.push_back(worker);
+  if (causes.empty()) causes.push_back(order.front());  // only echoes: the earliest
+  std::string blamed;
+  for (const Worker* cause : causes)
+    blamed += fmt::format("{}rank {}", blamed.empty() ? "" : ", ", cause->rank);
+  // The status is the first root cause's; a stalled worker was ended by the launcher, so the
+  // status stays that of the first failure it caused.
+  if (!sigint_seen_ && !sigterm_seen_ && role_of(*causes.front()) == Role::root_cause)
+    exit_status_ = causes.front()->code;
+  std::string text = fmt::format("summary: the failure started at {}\n", blamed);
+  for (const Worker* worker : order) {
+    std::string line = fmt::format("strata-launch:   rank {}: ", worker->rank);
+    const bool cause = std::find(causes.begin(), causes.end(), worker) != causes.end();
+    switch (cause && role_of(*worker) != Role::stalled ? Role::root_cause : role_of(*worker)) {
+      case Role::root_cause:
+        line += fmt::format("{} (root cause)", describe_end(*worker));
+        break;
+      case Role::stalled:
+        line += "stopped (SIGSTOP) while its peers waited for it (root cause); killed";
+        break;
+      case Role::after_peer:
+        line += fmt::format("{}, after {} failed", describe_end(*worker), blamed);
+        break;
+      case Role::stopped_by_launcher:
+        line += fmt::format("{} by strata-launch", describe_end(*worker));
+        break;
+      case Role::fine:
+        break;
+    }
+    text += line + "\n";
+  }
+  text.pop_back();
+  message(text);
 }
 
 void Launcher::handle_signals() {
@@ -662,6 +796,7 @@ void Launcher::handle_signals() {
 }
 
 void Launcher::stop(int signal, int exit_status) {
+  stop_at_.reset();
   stopping_ = true;
   exit_status_ = exit_status;
   signal_running(signal);
@@ -669,7 +804,8 @@ void Launcher::stop(int signal, int exit_status) {
 }
 
 void Launcher::signal_running(int signal) {
-  for (const auto& worker : workers_) {
+  for (auto& worker : workers_) {
+    if (worker.running) worker.signaled_by_launcher = true;
     // The group reaches the worker's own children too; the pid alone covers a worker that has
     // moved to a group of its own.
     if (worker.running && ::kill(-worker.pid, signal) != 0) ::kill(worker.pid, signal);
