@@ -3,6 +3,7 @@
 // on rank 0.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -20,9 +21,13 @@
 #include <perf/run_info.hpp>
 #include <perf/sweep.hpp>
 
+#include <strata/communicator/options.hpp>
 #include <strata/core/data_type.hpp>
 
 namespace strata::perf {
+
+/// How long the other ranks wait in the first collective while rank 0 measures --ceiling.
+inline constexpr std::chrono::minutes kCeilingWait{10};
 
 /// Bytes of one rank's record in gather_rank_info: "pid\thost\twhere", NUL-padded.
 inline constexpr std::size_t kRankRecordBytes = 192;
@@ -36,10 +41,16 @@ std::vector<RankInfo> parse_rank_records(std::span<const std::uint8_t> records, 
 /// Every rank's entry of the "# Using devices" header: each rank contributes its own process id,
 /// host name and `where`, gathered to all through the communicator.
 template <class Comm>
-std::vector<RankInfo> gather_rank_info(Comm& comm, std::string_view where) {
+std::vector<RankInfo> gather_rank_info(Comm& comm, std::string_view where,
+                                       communicator::CallOptions call = {}) {
   const std::vector<std::uint8_t> mine = own_rank_record(where);
   std::vector<std::uint8_t> all(kRankRecordBytes * static_cast<std::size_t>(comm.size()));
-  comm.all_gather(std::span<const std::uint8_t>(mine), std::span<std::uint8_t>(all));
+  const std::span<const std::uint8_t> send(mine);
+  const std::span<std::uint8_t> recv(all);
+  if constexpr (requires { comm.all_gather(send, recv, call); })
+    comm.all_gather(send, recv, call);
+  else
+    comm.all_gather(send, recv);  // a peer library's communicator keeps its own deadline
   return parse_rank_records(all, comm.size());
 }
 
@@ -52,11 +63,14 @@ template <class Comm>
 int run_rank(Comm& comm, const Options& options, std::string_view algorithm, std::string_view where,
              Reporter* reporter, const std::vector<int>& group_cpus = {}) {
   check_against_group(options, comm.size());
-  // Measured before the group's first collective, while the other ranks wait in it.
+  // Measured before the group's first collective, while the other ranks wait in it: they wait
+  // for as long as the measurement may take on a loaded machine, not the group's deadline.
   std::optional<Ceilings> ceilings;
+  communicator::CallOptions first_call;
+  if (options.ceiling) first_call.timeout = kCeilingWait;
   if (options.ceiling && comm.rank() == 0) ceilings = on_cpus(group_cpus, measure_ceilings);
-  RunInfo info{options, comm.size(), std::string(algorithm), gather_rank_info(comm, where),
-               ceilings};
+  RunInfo info{options, comm.size(), std::string(algorithm),
+               gather_rank_info(comm, where, first_call), ceilings};
   if (reporter != nullptr) reporter->begin(info);
   const Summary summary = visit_data_type(options.type, [&](auto tag) {
     using T = typename decltype(tag)::type;

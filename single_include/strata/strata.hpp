@@ -3319,6 +3319,38 @@ struct ReduceScatterRing {
 
 #include <fmt/format.h>
 
+// ---- begin strata/core/detail/escape.hpp ----
+// strata/core/detail/escape.hpp — text from outside (TF_CONFIG, a peer's abort reason) made safe
+// to put in a message.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace strata::detail {
+
+/// `text` for a message: bytes outside printable ASCII become \xNN (the text may be anything a
+/// user, a fuzzer or a hostile peer wrote: no control characters or invalid UTF-8 reach a log),
+/// and only the first `max_shown` bytes are kept, followed by "..." when cut.
+inline std::string escaped(std::string_view text, std::size_t max_shown) {
+  std::string out;
+  const std::size_t shown = text.size() <= max_shown ? text.size() : max_shown;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x20 || byte >= 0x7f) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += static_cast<char>(byte);
+    }
+  }
+  if (shown < text.size()) out += "...";
+  return out;
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/escape.hpp ----
 
 namespace strata::cluster {
 
@@ -3369,23 +3401,7 @@ namespace detail::spec {
 inline constexpr std::string_view kAddressHint =
     "write host:port, e.g. 'worker-0.example.com:2222', '10.0.0.1:2222' or '[::1]:2222'";
 
-// `text` for a message: bytes outside printable ASCII become \xNN (the text may be anything
-// a user or a fuzzer wrote), and only the first `max_shown` bytes are kept, so that messages
-// stay short.
-inline std::string escaped(std::string_view text, std::size_t max_shown) {
-  std::string out;
-  const std::size_t shown = text.size() <= max_shown ? text.size() : max_shown;
-  for (std::size_t i = 0; i < shown; ++i) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    if (byte < 0x20 || byte >= 0x7f) {
-      out += fmt::format("\\x{:02x}", byte);
-    } else {
-      out += static_cast<char>(byte);
-    }
-  }
-  if (shown < text.size()) out += "...";
-  return out;
-}
+using strata::detail::escaped;
 
 // `text` escaped and between `quote`s; a cut text says how long it was.
 inline std::string quote_text(std::string_view text, char quote = '\'') {
@@ -5010,6 +5026,8 @@ namespace strata::cluster {
 
 /// The longest TF_CONFIG accepted (a cluster of 10 000 tasks needs well under 1 MiB).
 inline constexpr std::size_t kMaxTfConfigBytes = std::size_t{16} << 20;
+/// The deepest nesting of JSON values accepted (a TF_CONFIG needs 3).
+inline constexpr int kMaxTfConfigDepth = 32;
 
 /// A parsed TF_CONFIG.
 struct TfConfig {
@@ -5031,14 +5049,15 @@ struct TfConfig {
 /// ("rpc_layer", ...) are ignored.
 ///
 /// @throws ConfigurationError (rank -1, operation "TF_CONFIG"), and nothing else for any
-///   input (std::bad_alloc aside), when: the text is not JSON (the message gives the byte offset)
-///   or longer than `kMaxTfConfigBytes`; the top level is not an object; "cluster" is missing, not
-///   an object or has no job; a job name is unknown ("master" gets a hint: TF2 calls it "chief"); a
-///   job is neither a list nor an object, or is empty; an address is not a string or not host:port
-///   (see `parse_address`); a sparse index is not a non-negative integer string or above
-///   `kMaxTaskIndex`; two tasks share an address (both are named); there is more than one chief;
-///   "task" is not an object; task.type is missing, unknown or has no job in the cluster;
-///   task.index is missing, not an integer, negative or not a task of that job.
+///   input (std::bad_alloc aside), when: the text is not JSON (the message gives the byte offset),
+///   longer than `kMaxTfConfigBytes` or nested deeper than `kMaxTfConfigDepth`; the top level is
+///   not an object; "cluster" is missing, not an object or has no job; a job name is unknown
+///   ("master" gets a hint: TF2 calls it "chief"); a job is neither a list nor an object, or is
+///   empty; an address is not a string or not host:port (see `parse_address`); a sparse index is
+///   not a non-negative integer string or above `kMaxTaskIndex`; two tasks share an address (both
+///   are named); there is more than one chief; "task" is not an object; task.type is missing,
+///   unknown or has no job in the cluster; task.index is missing, not an integer, negative or not a
+///   task of that job.
 /// Cost: linear in the size of the text; memory proportional to it.
 STRATA_DECL TfConfig parse_tf_config(std::string_view json);
 
@@ -5320,7 +5339,16 @@ STRATA_DECL TfConfig parse_tf_config(std::string_view json) {
                     "check that TF_CONFIG holds a cluster description and nothing else");
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(json.data(), json.data() + json.size());
+    // A depth cap: nested brackets cost memory per level (16 MiB of '[' took 1.2 GB).
+    root = nlohmann::json::parse(
+        json.data(), json.data() + json.size(),
+        [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+          if (depth > kMaxTfConfigDepth)
+            tf_config_error(fmt::format("values nest deeper than {} levels", kMaxTfConfigDepth),
+                            "a TF_CONFIG nests three levels deep: " +
+                                std::string(detail::tf::kTfConfigExample));
+          return true;
+        });
   } catch (const nlohmann::json::parse_error& error) {
     tf_config_error(fmt::format("not valid JSON: syntax error at byte {}: {}", error.byte,
                                 detail::tf::json_error_text(error)),
@@ -9137,7 +9165,10 @@ class CallControl {
     std::string text;
     if (payload.size() > 1)
       text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
-    const std::string what = fmt::format("rank {} failed the group: {}", peer, text);
+    // The reason is the peer's bytes: escaped, so that no control character or invalid UTF-8
+    // reaches this rank's logs.
+    const std::string what = fmt::format("rank {} failed the group: {}", peer,
+                                         strata::detail::escaped(text, text.size()));
     switch (kind) {
       case FailureClass::mismatch:
         throw MismatchError(rank(), operation(), what);

@@ -203,10 +203,15 @@ TEST_CASE("unknown top-level keys are ignored; task and environment are optional
       R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "index": 0}, "environment": "google"})");
   CHECK(google.environment == "google");
 
-  // Deep nesting under an ignored key costs memory in proportion, never the stack.
-  const std::string deep = R"({"cluster": {"worker": ["w:1"]}, "x": )" + std::string(100'000, '[') +
-                           std::string(100'000, ']') + "}";
+  // Nesting under an ignored key is accepted up to the cap; deeper is refused (see the
+  // "malformed: not JSON" cases), never a stack overflow or memory in proportion.
+  const std::string deep = R"({"cluster": {"worker": ["w:1"]}, "x": )" +
+                           std::string(strata::cluster::kMaxTfConfigDepth - 1, '[') +
+                           std::string(strata::cluster::kMaxTfConfigDepth - 1, ']') + "}";
   CHECK(parse_tf_config(deep).cluster.num_tasks(TaskType::worker) == 1);
+  CHECK_THROWS_AS(parse_tf_config(R"({"cluster": {"worker": ["w:1"]}, "x": )" +
+                                  std::string(100'000, '[') + std::string(100'000, ']') + "}"),
+                  strata::ConfigurationError);
 }
 
 TEST_CASE("task.index may be an integer or a string of digits") {
@@ -266,8 +271,18 @@ TEST_CASE("malformed: JSON syntax errors give the byte position") {
   // Too long to be a cluster description: refused before parsing.
   check_rejected(std::string(strata::cluster::kMaxTfConfigBytes + 1, ' '),
                  {"bytes long, more than the limit of 16777216"});
-  // Unclosed deep nesting.
-  check_rejected(std::string(200'000, '['), {"syntax error at byte 200001"});
+  // Deep nesting is refused at the cap, before it costs memory, closed or not, even at the
+  // size limit.
+  check_rejected(std::string(200'000, '['), {"values nest deeper than 32 levels"});
+  check_rejected(std::string(strata::cluster::kMaxTfConfigBytes, '['),
+                 {"values nest deeper than 32 levels"});
+  check_rejected(R"({"cluster": {"worker": ["w:1"]}, "x": )" + std::string(40, '[') +
+                     std::string(40, ']') + "}",
+                 {"values nest deeper than 32 levels"});
+  // 32 levels are accepted (and ignored: an unknown key).
+  CHECK_NOTHROW(strata::cluster::parse_tf_config(R"({"cluster": {"worker": ["w:1"]}, "x": )" +
+                                                 std::string(31, '[') + std::string(31, ']') +
+                                                 "}"));
 }
 
 TEST_CASE("malformed: the top level is not an object") {

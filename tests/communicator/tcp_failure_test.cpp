@@ -408,6 +408,28 @@ TEST_CASE("abort() from another thread releases every rank with the reason") {
   }
 }
 
+TEST_CASE("a peer's abort reason reaches the others escaped: no control bytes, no bad UTF-8") {
+  auto group = TcpCommunicator::create(2, deadline(20s));
+  auto errors = run_ranks(3, [&](int r) {
+    if (r == 2) {  // a thread of rank 1 aborts with bytes meant for a terminal
+      std::this_thread::sleep_for(200ms);
+      group[1].abort("bad\x1b[2J\nline\xff");
+      return;
+    }
+    std::vector<float> data(16, 1.0F);
+    if (r == 1) std::this_thread::sleep_for(2s);  // rank 0 waits in the call
+    group[static_cast<std::size_t>(r)].all_reduce(std::span(data), strata::ReduceOp::sum);
+  });
+  const auto& error = errors[0];
+  REQUIRE(error);
+  CHECK_MESSAGE(holds<strata::PeerFailureError>(error), message_of(error));
+  const std::string text = message_of(error);
+  CHECK_MESSAGE(text.find("bad\\x1b[2J\\x0aline\\xff") != std::string::npos, text);
+  CHECK(text.find('\x1b') == std::string::npos);
+  CHECK(text.find('\n') == std::string::npos);
+  CHECK(text.find('\xff') == std::string::npos);
+}
+
 TEST_CASE("a usage error on one rank fails the group for the others at once") {
   auto group = TcpCommunicator::create(2, deadline(10s));
   const auto start = std::chrono::steady_clock::now();

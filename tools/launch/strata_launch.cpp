@@ -418,15 +418,15 @@ enum class Role { fine, root_cause, stalled, after_peer, stopped_by_launcher };
 Role role_of(const Worker& worker) {
   if (worker.stalled) return Role::stalled;
   if (worker.code == 0) return Role::fine;
-  if (worker.signaled_by_launcher && (worker.signal == SIGTERM || worker.signal == SIGKILL))
-    return Role::stopped_by_launcher;
+  // Any signal after the launcher's (its SIGTERM or SIGKILL, or the user's SIGINT it forwarded).
+  if (worker.signaled_by_launcher && worker.signal != 0) return Role::stopped_by_launcher;
   if (worker.signal == 0 && (worker.code == static_cast<int>(strata::ExitStatus::peer_failure) ||
                              worker.code == static_cast<int>(strata::ExitStatus::timeout)))
     return Role::after_peer;
   return Role::root_cause;
 }
 
-// "exited with status 4 (PeerFailureError)", "killed by signal 9 (SIGKILL)".
+// "exited with status 69 (PeerFailureError)", "killed by signal 9 (SIGKILL)".
 std::string describe_end(const Worker& worker);
 
 // True when the process is stopped (state T in /proc/PID/stat): a SIGSTOPped worker.
@@ -736,7 +736,11 @@ void Launcher::summarize() {
   std::vector<const Worker*> order;
   for (const auto& worker : workers_)
     if (role_of(worker) != Role::fine) order.push_back(&worker);
-  if (order.empty()) return;
+  // Nothing failed by itself (every worker ended well or by the launcher's signals, as after a
+  // Ctrl-C): nothing to blame.
+  if (std::all_of(order.begin(), order.end(),
+                  [](const Worker* w) { return role_of(*w) == Role::stopped_by_launcher; }))
+    return;
   // Root causes first, by when they ended (then rank); then the stalled; then the rest.
   std::stable_sort(order.begin(), order.end(), [](const Worker* a, const Worker* b) {
     return std::tuple(role_of(*a), a->order, a->rank) < std::tuple(role_of(*b), b->order, b->rank);

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <strata/core/detail/escape.hpp>
 #include <strata/core/detail/text_formatter.hpp>
 #include <strata/core/error.hpp>
 
@@ -67,23 +68,7 @@ namespace detail::spec {
 inline constexpr std::string_view kAddressHint =
     "write host:port, e.g. 'worker-0.example.com:2222', '10.0.0.1:2222' or '[::1]:2222'";
 
-// `text` for a message: bytes outside printable ASCII become \xNN (the text may be anything
-// a user or a fuzzer wrote), and only the first `max_shown` bytes are kept, so that messages
-// stay short.
-inline std::string escaped(std::string_view text, std::size_t max_shown) {
-  std::string out;
-  const std::size_t shown = text.size() <= max_shown ? text.size() : max_shown;
-  for (std::size_t i = 0; i < shown; ++i) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    if (byte < 0x20 || byte >= 0x7f) {
-      out += fmt::format("\\x{:02x}", byte);
-    } else {
-      out += static_cast<char>(byte);
-    }
-  }
-  if (shown < text.size()) out += "...";
-  return out;
-}
+using strata::detail::escaped;
 
 // `text` escaped and between `quote`s; a cut text says how long it was.
 inline std::string quote_text(std::string_view text, char quote = '\'') {

@@ -29,6 +29,8 @@ namespace strata::cluster {
 
 /// The longest TF_CONFIG accepted (a cluster of 10 000 tasks needs well under 1 MiB).
 inline constexpr std::size_t kMaxTfConfigBytes = std::size_t{16} << 20;
+/// The deepest nesting of JSON values accepted (a TF_CONFIG needs 3).
+inline constexpr int kMaxTfConfigDepth = 32;
 
 /// A parsed TF_CONFIG.
 struct TfConfig {
@@ -50,14 +52,15 @@ struct TfConfig {
 /// ("rpc_layer", ...) are ignored.
 ///
 /// @throws ConfigurationError (rank -1, operation "TF_CONFIG"), and nothing else for any
-///   input (std::bad_alloc aside), when: the text is not JSON (the message gives the byte offset)
-///   or longer than `kMaxTfConfigBytes`; the top level is not an object; "cluster" is missing, not
-///   an object or has no job; a job name is unknown ("master" gets a hint: TF2 calls it "chief"); a
-///   job is neither a list nor an object, or is empty; an address is not a string or not host:port
-///   (see `parse_address`); a sparse index is not a non-negative integer string or above
-///   `kMaxTaskIndex`; two tasks share an address (both are named); there is more than one chief;
-///   "task" is not an object; task.type is missing, unknown or has no job in the cluster;
-///   task.index is missing, not an integer, negative or not a task of that job.
+///   input (std::bad_alloc aside), when: the text is not JSON (the message gives the byte offset),
+///   longer than `kMaxTfConfigBytes` or nested deeper than `kMaxTfConfigDepth`; the top level is
+///   not an object; "cluster" is missing, not an object or has no job; a job name is unknown
+///   ("master" gets a hint: TF2 calls it "chief"); a job is neither a list nor an object, or is
+///   empty; an address is not a string or not host:port (see `parse_address`); a sparse index is
+///   not a non-negative integer string or above `kMaxTaskIndex`; two tasks share an address (both
+///   are named); there is more than one chief; "task" is not an object; task.type is missing,
+///   unknown or has no job in the cluster; task.index is missing, not an integer, negative or not a
+///   task of that job.
 /// Cost: linear in the size of the text; memory proportional to it.
 STRATA_DECL TfConfig parse_tf_config(std::string_view json);
 

@@ -262,7 +262,16 @@ STRATA_DECL TfConfig parse_tf_config(std::string_view json) {
                     "check that TF_CONFIG holds a cluster description and nothing else");
   nlohmann::json root;
   try {
-    root = nlohmann::json::parse(json.data(), json.data() + json.size());
+    // A depth cap: nested brackets cost memory per level (16 MiB of '[' took 1.2 GB).
+    root = nlohmann::json::parse(
+        json.data(), json.data() + json.size(),
+        [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+          if (depth > kMaxTfConfigDepth)
+            tf_config_error(fmt::format("values nest deeper than {} levels", kMaxTfConfigDepth),
+                            "a TF_CONFIG nests three levels deep: " +
+                                std::string(detail::tf::kTfConfigExample));
+          return true;
+        });
   } catch (const nlohmann::json::parse_error& error) {
     tf_config_error(fmt::format("not valid JSON: syntax error at byte {}: {}", error.byte,
                                 detail::tf::json_error_text(error)),

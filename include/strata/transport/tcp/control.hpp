@@ -26,6 +26,7 @@
 
 #include <strata/core/collective.hpp>
 #include <strata/core/deadline.hpp>
+#include <strata/core/detail/escape.hpp>
 #include <strata/core/detail/join.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/frame.hpp>
@@ -272,7 +273,10 @@ class CallControl {
     std::string text;
     if (payload.size() > 1)
       text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
-    const std::string what = fmt::format("rank {} failed the group: {}", peer, text);
+    // The reason is the peer's bytes: escaped, so that no control character or invalid UTF-8
+    // reaches this rank's logs.
+    const std::string what = fmt::format("rank {} failed the group: {}", peer,
+                                         strata::detail::escaped(text, text.size()));
     switch (kind) {
       case FailureClass::mismatch:
         throw MismatchError(rank(), operation(), what);
