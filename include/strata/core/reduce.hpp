@@ -135,15 +135,6 @@ void detail::reduce_n_erased(void* out, const void* const* inputs, std::size_t n
   prefix template void reduce_n<T>(std::span<T>, std::span<const T* const>, ReduceOp); \
   prefix template void accumulate<T>(std::span<T>, std::span<const T>, ReduceOp);      \
   prefix template void divide<T>(std::span<T>, std::size_t);
-#define STRATA_REDUCE_KERNELS_OF_EVERY_ELEMENT(prefix) \
-  STRATA_REDUCE_KERNELS(prefix, std::int8_t)           \
-  STRATA_REDUCE_KERNELS(prefix, std::uint8_t)          \
-  STRATA_REDUCE_KERNELS(prefix, std::int32_t)          \
-  STRATA_REDUCE_KERNELS(prefix, std::int64_t)          \
-  STRATA_REDUCE_KERNELS(prefix, float16)               \
-  STRATA_REDUCE_KERNELS(prefix, bfloat16)              \
-  STRATA_REDUCE_KERNELS(prefix, float)                 \
-  STRATA_REDUCE_KERNELS(prefix, double)
 
 #if STRATA_HEADER_ONLY
 #include <strata/core/impl/reduce.ipp>
@@ -151,6 +142,6 @@ void detail::reduce_n_erased(void* out, const void* const* inputs, std::size_t n
 namespace strata {
 // Compiled once, in the library: a unit that reduces does not instantiate the kernels for every
 // element type and instruction set again.
-STRATA_REDUCE_KERNELS_OF_EVERY_ELEMENT(extern)
+STRATA_FOR_EVERY_ELEMENT(STRATA_REDUCE_KERNELS, extern)
 }  // namespace strata
 #endif

@@ -69,20 +69,23 @@ inline const ReduceKernels& kernels_of(const CollectiveCall& call) {
   prefix template void detail::reduce_n_erased<T>(void*, const void* const*, std::size_t, \
                                                   std::size_t, ReduceOp);                 \
   prefix template void detail::divide_erased<T>(void*, std::size_t, std::size_t);
-#define STRATA_ERASED_KERNELS_OF_EVERY_ELEMENT(prefix) \
-  STRATA_ERASED_KERNELS(prefix, std::int8_t)           \
-  STRATA_ERASED_KERNELS(prefix, std::uint8_t)          \
-  STRATA_ERASED_KERNELS(prefix, std::int32_t)          \
-  STRATA_ERASED_KERNELS(prefix, std::int64_t)          \
-  STRATA_ERASED_KERNELS(prefix, float16)               \
-  STRATA_ERASED_KERNELS(prefix, bfloat16)              \
-  STRATA_ERASED_KERNELS(prefix, float)                 \
-  STRATA_ERASED_KERNELS(prefix, double)
+// `macro(prefix, T)` for every element type T: the one list the explicit instantiations use.
+// clang-format off
+#define STRATA_FOR_EVERY_ELEMENT(macro, prefix) \
+  macro(prefix, std::int8_t)                    \
+  macro(prefix, std::uint8_t)                   \
+  macro(prefix, std::int32_t)                   \
+  macro(prefix, std::int64_t)                   \
+  macro(prefix, float16)                        \
+  macro(prefix, bfloat16)                       \
+  macro(prefix, float)                          \
+  macro(prefix, double)
+// clang-format on
 
 #if !STRATA_HEADER_ONLY
 namespace strata {
 // Compiled once, in the library (core/impl/reduce.ipp). Header-only, a unit that takes a table
 // also includes core/reduce.hpp, where they are defined.
-STRATA_ERASED_KERNELS_OF_EVERY_ELEMENT(extern)
+STRATA_FOR_EVERY_ELEMENT(STRATA_ERASED_KERNELS, extern)
 }  // namespace strata
 #endif
