@@ -107,6 +107,9 @@ int run(const Arguments& args, int replicas) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line by line even into a pipe (strata-launch, a log collector): a worker that is stopped
+  // loses no line it printed.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const Arguments args = parse(argc, argv);
   try {
     const int local = args.replicas > 0 ? args.replicas : 4;

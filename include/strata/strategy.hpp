@@ -24,6 +24,8 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -295,7 +297,7 @@ class Strategy {
           std::lock_guard lock(failure_mutex);
           if (!first_failure) first_failure = std::current_exception();
         }
-        communicators_[r].abort(fmt::format("replica {} raised an exception", replica));
+        communicator::fail_group(communicators_[r], cause_of_replica_failure(r));
       }
     };
     pool_.run(body);
@@ -368,6 +370,38 @@ class Strategy {
     if constexpr (kManyProcesses) {
       communicators_.front().combine_across_workers(values, local_op(op));
       if (op == ReduceOp::mean) divide<T>(values, static_cast<std::size_t>(num_replicas_in_sync()));
+    }
+  }
+
+  // Why replica `r` stopped, for every other replica (call inside a catch): a strata::Error
+  // passes its root cause on; any other exception (the user's) is this replica's failure, and
+  // its text reaches every rank.
+  std::exception_ptr cause_of_replica_failure(std::size_t r) const noexcept {
+    const std::exception_ptr error = std::current_exception();
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error&) {
+      return error;
+    } catch (const std::exception& e) {
+      return failure_of_replica(r, e.what());
+    } catch (...) {
+      return failure_of_replica(r, "an exception that is not a std::exception");
+    }
+  }
+
+  std::exception_ptr failure_of_replica(std::size_t r, std::string_view what) const noexcept {
+    try {
+      const C& communicator = communicators_[r];
+      const int rank = communicator.rank();
+      std::string who = fmt::format("replica {}", rank);
+      if constexpr (requires { communicator.worker_rank(); })
+        who = fmt::format("worker {}, replica {}", communicator.worker_rank(),
+                          communicator.local_rank());
+      return std::make_exception_ptr(
+          PeerFailureError(rank, "Strategy::run",
+                           RootCause{rank, fmt::format("{} raised an exception: {}", who, what)}));
+    } catch (...) {
+      return std::current_exception();
     }
   }
 

@@ -733,6 +733,8 @@ inline std::optional<std::string> environment_variable(std::string_view name) {
 //
 // Every message has the form "strata: rank R: OPERATION: what happened; what to do". Low
 // layers work with error codes; the communicator boundary throws, adding rank and operation.
+// A failure that started on another rank says so through its RootCause, passed on unchanged
+// from rank to rank: "strata: rank 0: all_reduce: peer failure: rank 2 closed ...; what to do".
 
 #include <exception>
 #include <stdexcept>
@@ -744,6 +746,13 @@ inline std::optional<std::string> environment_variable(std::string_view name) {
 
 namespace strata {
 
+/// Where a failure started and what happened there. Ranks pass it on unchanged (over TCP in
+/// the abort message), so that every rank of a failed group names the same root cause, once.
+struct RootCause {
+  int rank = -1;              ///< the rank the failure started at; -1 when no rank applies
+  std::string what_happened;  ///< stands alone: names that rank ("rank 2 closed ...")
+};
+
 /// Base of every exception strata throws. `rank()` is the rank that raised it (-1 when no
 /// rank applies, e.g. a configuration read before a group exists) and `operation()` the
 /// call that failed ("all_reduce", "STRATA_TIMEOUT", ...).
@@ -751,13 +760,27 @@ class Error : public std::runtime_error {
  public:
   int rank() const noexcept { return rank_; }
   const std::string& operation() const noexcept { return operation_; }
+  /// Where the failure started: this error itself, or another rank's failure passed on.
+  const RootCause& root_cause() const noexcept { return cause_; }
 
  protected:
   Error(int rank, std::string_view operation, std::string_view what_happened,
         std::string_view what_to_do)
       : std::runtime_error(format_message(rank, operation, what_happened, what_to_do)),
         rank_(rank),
-        operation_(operation) {}
+        operation_(operation),
+        cause_{rank, rank >= 0 ? fmt::format("rank {} in {}: {}", rank, operation, what_happened)
+                               : fmt::format("{}: {}", operation, what_happened)} {}
+
+  /// A failure that started elsewhere (`cause`), as this rank's `operation` meets it; `kind`
+  /// names it ("peer failure", "timeout", "mismatch").
+  Error(int rank, std::string_view operation, std::string_view kind, RootCause cause,
+        std::string_view what_to_do)
+      : std::runtime_error(format_message(
+            rank, operation, fmt::format("{}: {}", kind, cause.what_happened), what_to_do)),
+        rank_(rank),
+        operation_(operation),
+        cause_(std::move(cause)) {}
 
  private:
   static std::string format_message(int rank, std::string_view operation,
@@ -771,37 +794,55 @@ class Error : public std::runtime_error {
 
   int rank_;
   std::string operation_;
+  RootCause cause_;
 };
 
 /// A blocking call passed its deadline, usually because a peer is slow, stalled or never
 /// called the matching collective. The communicator is poisoned afterwards.
 class TimeoutError : public Error {
  public:
+  static constexpr std::string_view kWhatToDo =
+      "check that every rank calls the same collectives in the same order, or raise the "
+      "deadline (CommunicatorOptions::timeout or STRATA_TIMEOUT)";
   TimeoutError(int rank, std::string_view operation, std::string_view what_happened,
-               std::string_view what_to_do =
-                   "check that every rank calls the same collectives in the same order, or raise "
-                   "the deadline (CommunicatorOptions::timeout or STRATA_TIMEOUT)")
+               std::string_view what_to_do = kWhatToDo)
       : Error(rank, operation, what_happened, what_to_do) {}
+  /// Another rank's timeout, passed on.
+  TimeoutError(int rank, std::string_view operation, RootCause cause,
+               std::string_view what_to_do =
+                   "find the rank named above (stopped, hung, or calling other collectives), or "
+                   "raise the deadline (CommunicatorOptions::timeout or STRATA_TIMEOUT)")
+      : Error(rank, operation, "timeout", std::move(cause), what_to_do) {}
 };
 
 /// A peer died, aborted or failed inside the group; every surviving rank sees this.
 class PeerFailureError : public Error {
  public:
+  static constexpr std::string_view kWhatToDo =
+      "the group cannot continue: restart the job (or re-create the group)";
   PeerFailureError(int rank, std::string_view operation, std::string_view what_happened,
-                   std::string_view what_to_do =
-                       "the group cannot continue: restart the job (or re-create the group)")
+                   std::string_view what_to_do = kWhatToDo)
       : Error(rank, operation, what_happened, what_to_do) {}
+  /// A failure that started at `cause.rank` (a peer that died, aborted or failed), met here.
+  PeerFailureError(int rank, std::string_view operation, RootCause cause,
+                   std::string_view what_to_do = kWhatToDo)
+      : Error(rank, operation, "peer failure", std::move(cause), what_to_do) {}
 };
 
 /// Ranks disagree about a collective call (kind, count, element type, op or root). Raised on
 /// every rank of the group, never silently reduced.
 class MismatchError : public Error {
  public:
+  static constexpr std::string_view kWhatToDo =
+      "every rank must call the same collective with the same count, element type, op and "
+      "root, in the same order";
   MismatchError(int rank, std::string_view operation, std::string_view what_happened,
-                std::string_view what_to_do =
-                    "every rank must call the same collective with the same count, element "
-                    "type, op and root, in the same order")
+                std::string_view what_to_do = kWhatToDo)
       : Error(rank, operation, what_happened, what_to_do) {}
+  /// Another rank's mismatch, passed on.
+  MismatchError(int rank, std::string_view operation, RootCause cause,
+                std::string_view what_to_do = kWhatToDo)
+      : Error(rank, operation, "mismatch", std::move(cause), what_to_do) {}
 };
 
 /// Options or environment are invalid; the message names the setting.
@@ -5592,6 +5633,7 @@ using strata::reduces;
 //     calls of the same rank; buffers belong to the collective until its `Work` completes.
 
 #include <concepts>
+#include <exception>
 #include <span>
 #include <string_view>
 
@@ -5759,6 +5801,24 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
   { c.barrier_async() } -> std::same_as<Work>;
   c.abort(reason);
 };
+
+/// Fails `c`'s group because of `error`, from any thread: strata's communicators pass its root
+/// cause (a strata::Error's, with its error type) on to every rank; another Communicator gets
+/// its text as abort's reason.
+template <class C>
+void fail_group(C& c, const std::exception_ptr& error) noexcept {
+  if constexpr (requires { c.fail(error); }) {
+    c.fail(error);
+  } else {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      c.abort(e.what());
+    } catch (...) {
+      c.abort("an exception that is not a std::exception");
+    }
+  }
+}
 
 }  // namespace strata::communicator
 // ---- end strata/communicator/communicator.hpp ----
@@ -6457,8 +6517,8 @@ class Group {
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
 
   /// Throws the group's first failure as seen from `rank` in `operation`: a timeout stays a
-  /// `TimeoutError` and a mismatch a `MismatchError` on every rank (the slow or disagreeing
-  /// rank is named in the nested message); anything else becomes a `PeerFailureError`.
+  /// `TimeoutError` and a mismatch a `MismatchError` on every rank, anything else becomes a
+  /// `PeerFailureError`; each names the failure's root cause.
   [[noreturn]] void raise_failure(int rank, std::string_view operation) const {
     std::exception_ptr failure;
     {
@@ -6469,14 +6529,13 @@ class Group {
       std::rethrow_exception(failure);
     } catch (const Error& error) {
       if (error.rank() == rank && error.operation() == operation) throw;  // our own, as raised
-      // The nested message already says what to do.
-      const std::string what = fmt::format("the group failed: {}", error.what());
-      if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(rank, operation, what, "");
+      if (dynamic_cast<const TimeoutError*>(&error))
+        throw TimeoutError(rank, operation, error.root_cause());
       if (dynamic_cast<const MismatchError*>(&error))
-        throw MismatchError(rank, operation, what, "");
-      throw PeerFailureError(rank, operation, what, "");
+        throw MismatchError(rank, operation, error.root_cause());
+      throw PeerFailureError(rank, operation, error.root_cause());
     } catch (const std::exception& error) {
-      throw PeerFailureError(rank, operation, fmt::format("the group failed: {}", error.what()));
+      throw PeerFailureError(rank, operation, RootCause{-1, error.what()});
     }
   }
 
@@ -6632,12 +6691,16 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   /// `PeerFailureError` carrying `reason`. Use it when this replica cannot continue.
   void abort(std::string_view reason) noexcept {
     try {
-      endpoint_->group->rendezvous.fail(std::make_exception_ptr(
-          PeerFailureError(rank(), "abort", fmt::format("rank {} aborted: {}", rank(), reason))));
+      fail(std::make_exception_ptr(PeerFailureError(
+          rank(), "abort", RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)})));
     } catch (...) {
-      endpoint_->group->rendezvous.fail(std::current_exception());
+      fail(std::current_exception());
     }
   }
+
+  /// Fails the whole group from any thread because of `error`: every pending and later call
+  /// on every rank raises its root cause (see fail_group).
+  void fail(const std::exception_ptr& error) noexcept { endpoint_->group->rendezvous.fail(error); }
 
  private:
   struct Group {
@@ -6980,6 +7043,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   /// Fails the whole group from any thread: every pending and later call on every rank throws
   /// PeerFailureError carrying `reason`.
   STRATA_DECL void abort(std::string_view reason) noexcept;
+  /// Fails the whole group from any thread because of `error`: every rank raises its root
+  /// cause, with its error type (see fail_group).
+  STRATA_DECL void fail(const std::exception_ptr& error) noexcept;
 
  private:
   struct State;  // communicator/impl/tcp.ipp
@@ -7102,27 +7168,31 @@ std::string join(const Range& range, std::string_view separator) {
 // ---- begin strata/transport/tcp/handshake.hpp ----
 // strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
 //
-// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+// The rank with the higher number connects; the lower one accepts. The acceptor says nothing
+// until it has checked what the connector sent, so a probe learns nothing it did not bring:
 //
-//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
-//                                    incarnation, connection index, nonce)
-//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
-//   connector → acceptor   MAC_c
-//   acceptor → connector   Status   (accepted, or why not)
+//   connector → acceptor   Hello_c  (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce_c)
+//   With a cluster token (STRATA_CLUSTER_TOKEN) on the acceptor, the token is proven first:
+//   acceptor → connector   Status challenge + nonce_a (32 random bytes)
+//   connector → acceptor   MAC_c = HMAC(token, "strata-connect" ‖ Hello_c ‖ nonce_a)
+//   Then, or at once without a token:
+//   acceptor → connector   Status: accepted + Hello_a (+ MAC_a with a token), or why not
+//   connector → acceptor   Status: accepted, or why the connector refuses the acceptor
 //
 // Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
 // u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
-// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
-// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
-// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. A Status
+// is one byte (HandshakeStatus); after a refusal the acceptor closes the connection.
+// MAC_a = HMAC(token, "strata-accept" ‖ Hello_c ‖ Hello_a), and Hello_a carries nonce_a.
 //
-// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
-// given different clusters never pair up), world size, ranks and tunables (chunk size,
-// connections per peer, algorithm choice: ranks that would cut messages differently are
-// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
-// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
-// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
-// the MACs are zero and ignored; a side with a token refuses a side without one.
+// Before the challenge the acceptor answers only the protocol version and whether both sides
+// hold a token; after it (or without a token) it checks the cluster fingerprint (a hash of the
+// cluster spec: ranks given different clusters never pair up), world size, rank and tunables
+// (chunk size, connections per peer, algorithm choice: ranks that would cut messages
+// differently are refused up front), and the connector checks the same of the acceptor's
+// Hello. The nonces make both MACs fresh, so a recorded handshake cannot be replayed, and the
+// token itself never crosses the wire.
 //
 // Once a rank holds every connection of its mesh it sends kMeshReady on each control
 // connection, and it starts collectives only after every peer's kMeshReady has arrived (see
@@ -7185,7 +7255,8 @@ inline constexpr std::uint32_t kMaxControlPayload = 4096;
 
 enum class FrameType : std::uint8_t {
   data = 1,            ///< a segment of a collective's data (may be empty)
-  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  abort = 2,           ///< the sender failed the group; payload: FailureClass byte, the root
+                       ///< cause's rank (i32, little-endian), what happened there (text)
   timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
   alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
   goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
@@ -7353,9 +7424,9 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
 namespace strata::transport::tcp {
 
 inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
-// 3 since frames carry lending (frame.hpp version 2): a rank of before is refused at the
-// handshake, not at its first collective.
-inline constexpr std::uint16_t kProtocolVersion = 3;
+// 4 since the acceptor checks the connector (and its token) before it answers with its own
+// Hello; 3 since frames carry lending (frame.hpp version 2).
+inline constexpr std::uint16_t kProtocolVersion = 4;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kHelloBytes = 80;
@@ -7396,7 +7467,13 @@ enum class HandshakeStatus : std::uint8_t {
   token_unexpected = 8,
   authentication_failed = 9,
   stale_incarnation = 10,
+  challenge = 11,  ///< not a verdict: prove the cluster token over the nonce that follows
 };
+
+/// Whether `value` is a status this protocol version sends.
+inline bool is_handshake_status(std::byte value) noexcept {
+  return static_cast<unsigned>(value) <= 11;
+}
 
 inline std::string_view to_string(HandshakeStatus status) noexcept {
   switch (status) {
@@ -7424,6 +7501,8 @@ inline std::string_view to_string(HandshakeStatus status) noexcept {
       return "the cluster tokens (STRATA_CLUSTER_TOKEN) differ";
     case HandshakeStatus::stale_incarnation:
       return "another incarnation of this rank is already connected";
+    case HandshakeStatus::challenge:
+      return "the acceptor asks for proof of the cluster token (STRATA_CLUSTER_TOKEN)";
   }
   return "invalid status";
 }
@@ -7474,18 +7553,22 @@ inline void random_bytes(std::span<std::byte> out) {
                              "check that the system's random source (/dev/urandom) is available");
 }
 
-/// HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello); the label is zero-padded to
-/// 16 bytes (labels are short ASCII constants without NUL).
+/// HMAC-SHA256(token, label ‖ first ‖ second); the label is zero-padded to 16 bytes (labels
+/// are short ASCII constants without NUL). The handshake MACs the connector's Hello followed by
+/// the acceptor's challenge nonce (MAC_c) or by the acceptor's Hello (MAC_a).
 inline Mac handshake_mac(std::string_view token, std::string_view label,
-                         const HelloBytes& connector, const HelloBytes& acceptor) {
+                         std::span<const std::byte> first, std::span<const std::byte> second) {
   std::array<unsigned char, 16 + 2 * kHelloBytes> message{};
+  if (first.size() + second.size() > message.size() - 16)
+    throw UsageError(-1, "handshake", "a handshake MAC covers at most two Hellos",
+                     "MAC a Hello with a nonce or with another Hello");
   std::size_t n = 0;
   for (char c : label.substr(0, 16))
     message[n++] = static_cast<unsigned char>(c);
   n = 16;
-  for (std::byte b : connector)
+  for (std::byte b : first)
     message[n++] = static_cast<unsigned char>(b);
-  for (std::byte b : acceptor)
+  for (std::byte b : second)
     message[n++] = static_cast<unsigned char>(b);
   Mac mac{};
   unsigned int length = 0;
@@ -7701,7 +7784,18 @@ class PendingMesh {
     if (missing_ == 0) exchange_readiness();
   }
 
-  /// Whether the acceptor takes the connection whose Hello is `theirs`.
+  /// The acceptor's first answer to `theirs`: with a token of its own it tells a stranger only
+  /// whether the protocol and the token's presence match, and challenges it; without one it
+  /// judges at once.
+  HandshakeStatus screen(const Hello& theirs) const {
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (!config_.token) return judge(theirs);
+    if ((theirs.flags & Hello::kHasToken) == 0) return HandshakeStatus::token_required;
+    return HandshakeStatus::challenge;
+  }
+
+  /// Whether the acceptor takes the connection whose Hello is `theirs` (after the challenge,
+  /// when there is a token).
   HandshakeStatus judge(const Hello& theirs) const {
     if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
     if (theirs.cluster != config_.cluster) return HandshakeStatus::other_cluster;
@@ -7972,12 +8066,13 @@ class Connector {
     bool abandoned = false;
     Hello mine;
     HelloBytes mine_bytes{};
-    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
-    HelloBytes theirs_bytes{};
-    Mac mac{};
     std::array<std::byte, 1> status{};
+    bool challenged = false;
+    std::array<std::byte, kNonceBytes> challenge{};
+    Mac mac{};
+    std::array<std::byte, kHelloBytes + kMacBytes> reply{};  // the acceptor's Hello and MAC
+    std::array<std::byte, 1> final_status{};
     std::uint64_t incarnation_seen = 0;
-    bool authentic = true;
   };
 
   const MeshConfig& config() const noexcept { return pending_.config(); }
@@ -8024,6 +8119,7 @@ class Connector {
   void send_hello(const std::shared_ptr<Attempt>& attempt) {
     attempt->mine = pending_.own_hello(attempt->index);
     attempt->mine_bytes = encode(attempt->mine);
+    attempt->challenged = false;
     attempt->timer.expires_at(
         std::min(pending_.deadline().time_point(), Clock::now() + kHandshakeTimeout));
     attempt->timer.async_wait([attempt](std::error_code ec) {
@@ -8036,15 +8132,7 @@ class Connector {
                       [this, attempt](std::error_code ec, std::size_t) {
                         if (attempt->abandoned) return;
                         if (ec) return retry(attempt, ec.message());
-                        asio::async_read(attempt->socket, asio::buffer(attempt->reply),
-                                         [this, attempt](std::error_code read_ec, std::size_t) {
-                                           if (attempt->abandoned) return;
-                                           if (read_ec)
-                                             return retry(attempt,
-                                                          "the connection closed during the "
-                                                          "handshake");
-                                           on_reply(attempt);
-                                         });
+                        read_status(attempt);
                       });
   }
 
@@ -8056,28 +8144,59 @@ class Connector {
                              "TCP options and STRATA_CLUSTER_TOKEN");
   }
 
-  // The acceptor's Hello, verdict and MAC arrived: check them, and answer with our MAC.
-  void on_reply(const std::shared_ptr<Attempt>& attempt) {
-    std::copy_n(attempt->reply.begin(), kHelloBytes, attempt->theirs_bytes.begin());
-    Hello theirs;
-    if (!decode(std::span<const std::byte, kHelloBytes>(attempt->theirs_bytes), theirs))
-      return retry(attempt, "the peer answered with bytes that are not a strata handshake");
-    const auto status = static_cast<HandshakeStatus>(attempt->reply[kHelloBytes]);
+  // Reads `buffer` whole, then goes on with `next`; a connection that closes is retried.
+  template <typename Buffer, typename Next>
+  void read(const std::shared_ptr<Attempt>& attempt, Buffer buffer, Next next) {
+    asio::async_read(attempt->socket, buffer,
+                     [this, attempt, next](std::error_code ec, std::size_t) {
+                       if (attempt->abandoned) return;
+                       if (ec) return retry(attempt, "the connection closed during the handshake");
+                       next();
+                     });
+  }
+
+  void read_status(const std::shared_ptr<Attempt>& attempt) {
+    read(attempt, asio::buffer(attempt->status), [this, attempt] { on_status(attempt); });
+  }
+
+  // The acceptor's word on our Hello: a challenge, accepted (its Hello follows), or why not.
+  void on_status(const std::shared_ptr<Attempt>& attempt) {
+    if (!is_handshake_status(attempt->status[0]))
+      return retry(attempt,
+                   "the peer answered with bytes that are not a strata handshake of protocol "
+                   "version " +
+                       std::to_string(kProtocolVersion));
+    const auto status = static_cast<HandshakeStatus>(attempt->status[0]);
+    const bool token = config().token.has_value();
     try {
       switch (status) {
+        case HandshakeStatus::challenge:
+          if (!token || attempt->challenged)
+            refused(attempt->peer, "it asked for a proof of a cluster token out of turn");
+          attempt->challenged = true;
+          return read(attempt, asio::buffer(attempt->challenge),
+                      [this, attempt] { answer_challenge(attempt); });
         case HandshakeStatus::accepted:
-          break;
+          // An acceptor without our token would have said so: one that skips the challenge is
+          // not a rank of this cluster.
+          if (token && !attempt->challenged)
+            refused(attempt->peer, "it accepted this rank without checking the cluster token");
+          return read(attempt,
+                      asio::buffer(attempt->reply.data(), kHelloBytes + (token ? kMacBytes : 0)),
+                      [this, attempt] { on_acceptor_hello(attempt); });
         case HandshakeStatus::stale_incarnation:
           return retry(attempt, std::string(to_string(status)));
         default:
           refused(attempt->peer, to_string(status));
       }
-      check_acceptor(attempt, theirs);
     } catch (...) {
       pending_.fail(std::current_exception());
-      return;
     }
-    attempt->incarnation_seen = theirs.incarnation;
+  }
+
+  void answer_challenge(const std::shared_ptr<Attempt>& attempt) {
+    attempt->mac =
+        handshake_mac(*config().token, "strata-connect", attempt->mine_bytes, attempt->challenge);
     asio::async_write(attempt->socket, asio::buffer(attempt->mac),
                       [this, attempt](std::error_code ec, std::size_t) {
                         if (attempt->abandoned) return;
@@ -8087,48 +8206,55 @@ class Connector {
   }
 
   // The acceptor must be who the cluster spec says, in the same cluster, with our token.
-  void check_acceptor(const std::shared_ptr<Attempt>& attempt, const Hello& theirs) {
+  HandshakeStatus judge_acceptor(const std::shared_ptr<Attempt>& attempt, const Hello& theirs,
+                                 const HelloBytes& theirs_bytes) const {
     const MeshConfig& config = this->config();
-    if (theirs.rank != attempt->peer || theirs.world_size != pending_.size() ||
-        theirs.cluster != config.cluster || theirs.tunables != config.tunables ||
-        theirs.version != kProtocolVersion)
-      refused(attempt->peer, fmt::format("it answered as rank {} of {} with other settings",
-                                         theirs.rank, theirs.world_size));
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (theirs.cluster != config.cluster) return HandshakeStatus::other_cluster;
+    if (theirs.world_size != pending_.size()) return HandshakeStatus::world_size_differs;
+    if (theirs.rank != attempt->peer) return HandshakeStatus::unexpected_rank;
+    if (theirs.tunables != config.tunables) return HandshakeStatus::tunables_differ;
     if (config.token) {
       Mac mac{};
-      std::copy_n(attempt->reply.begin() + kHelloBytes + 1, kMacBytes, mac.begin());
-      // On a wrong MAC the exchange still completes (with a MAC that cannot match), so that
-      // the acceptor, too, learns that the tokens differ and can say so.
-      attempt->authentic = same_mac(mac, handshake_mac(*config.token, "strata-accept",
-                                                       attempt->mine_bytes, attempt->theirs_bytes));
-      if (attempt->authentic)
-        attempt->mac = handshake_mac(*config.token, "strata-connect", attempt->mine_bytes,
-                                     attempt->theirs_bytes);
+      std::copy_n(attempt->reply.begin() + kHelloBytes, kMacBytes, mac.begin());
+      if (theirs.nonce != attempt->challenge ||
+          !same_mac(mac, handshake_mac(*config.token, "strata-accept", attempt->mine_bytes,
+                                       theirs_bytes)))
+        return HandshakeStatus::authentication_failed;
     }
+    return HandshakeStatus::accepted;
   }
 
-  // The acceptor's last word: accepted, or why not.
-  void read_status(const std::shared_ptr<Attempt>& attempt) {
-    asio::async_read(
-        attempt->socket, asio::buffer(attempt->status),
-        [this, attempt](std::error_code read_ec, std::size_t) {
-          if (attempt->abandoned) return;
-          if (read_ec) return retry(attempt, "the connection closed during the handshake");
-          auto final_status = static_cast<HandshakeStatus>(attempt->status[0]);
-          if (!attempt->authentic) final_status = HandshakeStatus::authentication_failed;
-          if (final_status != HandshakeStatus::accepted) {
-            pending_.fail(std::make_exception_ptr(ConfigurationError(
-                config().rank, "rendezvous",
-                fmt::format("rank {} ({}) refused this rank: {}", attempt->peer,
-                            pending_.address(attempt->peer).to_string(), to_string(final_status)),
-                "give every rank the same STRATA_CLUSTER_TOKEN")));
-            return;
-          }
-          attempt->timer.cancel();
-          attempt->abandoned = true;  // done: the socket moves to the mesh
-          pending_.established(attempt->peer, attempt->index, std::move(attempt->socket),
-                               attempt->incarnation_seen);
-        });
+  // The acceptor's Hello (and MAC) arrived: check them and tell the acceptor the verdict.
+  void on_acceptor_hello(const std::shared_ptr<Attempt>& attempt) {
+    HelloBytes theirs_bytes{};
+    std::copy_n(attempt->reply.begin(), kHelloBytes, theirs_bytes.begin());
+    Hello theirs;
+    if (!decode(std::span<const std::byte, kHelloBytes>(theirs_bytes), theirs))
+      return retry(attempt, "the peer answered with bytes that are not a strata handshake");
+    const HandshakeStatus verdict = judge_acceptor(attempt, theirs, theirs_bytes);
+    attempt->final_status[0] = static_cast<std::byte>(verdict);
+    attempt->incarnation_seen = theirs.incarnation;
+    std::string why(to_string(verdict));
+    if (verdict == HandshakeStatus::unexpected_rank)
+      why = fmt::format("it answered as rank {}", theirs.rank);
+    asio::async_write(attempt->socket, asio::buffer(attempt->final_status),
+                      [this, attempt, verdict, why](std::error_code ec, std::size_t) {
+                        if (attempt->abandoned) return;
+                        if (verdict != HandshakeStatus::accepted) {
+                          try {
+                            refused(attempt->peer, why);
+                          } catch (...) {
+                            pending_.fail(std::current_exception());
+                          }
+                          return;
+                        }
+                        if (ec) return retry(attempt, ec.message());
+                        attempt->timer.cancel();
+                        attempt->abandoned = true;  // done: the socket moves to the mesh
+                        pending_.established(attempt->peer, attempt->index,
+                                             std::move(attempt->socket), attempt->incarnation_seen);
+                      });
   }
 
   PendingMesh& pending_;
@@ -8220,9 +8346,10 @@ class Listener {
     std::string remote;
     HelloBytes theirs_bytes{};
     Hello theirs;
-    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
+    std::array<std::byte, kNonceBytes> challenge{};
+    std::array<std::byte, 1 + kHelloBytes + kMacBytes> reply{};
     Mac mac{};
-    std::array<std::byte, 1> status{};
+    std::array<std::byte, 1> final_status{};
   };
 
   int rank() const noexcept { return pending_.config().rank; }
@@ -8319,76 +8446,92 @@ class Listener {
                      });
   }
 
-  // The connector's Hello arrived: answer with ours, the verdict and our MAC.
+  // The connector's Hello arrived: challenge it when there is a token, else judge it.
   void on_hello(const std::shared_ptr<Incoming>& in) {
     if (!decode(std::span<const std::byte, kHelloBytes>(in->theirs_bytes), in->theirs)) {
       reject(in->remote, "sent bytes that are not a strata handshake");
       in->abandon();
       return;
     }
+    const HandshakeStatus first = pending_.screen(in->theirs);
+    if (first != HandshakeStatus::challenge) return answer(in, first);
+    random_bytes(in->challenge);
+    in->reply[0] = static_cast<std::byte>(first);
+    std::copy(in->challenge.begin(), in->challenge.end(), in->reply.begin() + 1);
+    asio::async_write(in->socket, asio::buffer(in->reply.data(), 1 + kNonceBytes),
+                      [this, in](std::error_code ec, std::size_t) {
+                        if (ec) return in->abandon();
+                        asio::async_read(in->socket, asio::buffer(in->mac),
+                                         [this, in](std::error_code read_ec, std::size_t) {
+                                           if (read_ec) {
+                                             if (read_ec != asio::error::operation_aborted)
+                                               reject(in->remote,
+                                                      "closed or timed out before proving the "
+                                                      "cluster token");
+                                             return in->abandon();
+                                           }
+                                           on_mac(in);
+                                         });
+                      });
+  }
+
+  // The connector's answer to the challenge: only a connector that proved the token is judged.
+  void on_mac(const std::shared_ptr<Incoming>& in) {
+    const bool authentic = same_mac(
+        in->mac,
+        handshake_mac(*pending_.config().token, "strata-connect", in->theirs_bytes, in->challenge));
+    answer(in, authentic ? pending_.judge(in->theirs) : HandshakeStatus::authentication_failed);
+  }
+
+  // The verdict: accepted with our Hello (and MAC), or the reason alone, then the connection
+  // closes.
+  void answer(const std::shared_ptr<Incoming>& in, HandshakeStatus status) {
+    const MeshConfig& config = pending_.config();
     const Hello& theirs = in->theirs;
-    HandshakeStatus status = pending_.judge(theirs);
+    std::size_t length = 1;
+    in->reply[0] = static_cast<std::byte>(status);
     if (status == HandshakeStatus::accepted) {
       const auto known = pending_.peer_incarnation(theirs.rank);
       if (known != 0 && known != theirs.incarnation)
         pending_.forget_peer(theirs.rank);  // restarted
+      Hello mine = pending_.own_hello(theirs.connection);
+      if (config.token) mine.nonce = in->challenge;
+      const HelloBytes mine_bytes = encode(mine);
+      std::copy(mine_bytes.begin(), mine_bytes.end(), in->reply.begin() + 1);
+      length += kHelloBytes;
+      if (config.token) {
+        const Mac mac = handshake_mac(*config.token, "strata-accept", in->theirs_bytes, mine_bytes);
+        std::copy(mac.begin(), mac.end(), in->reply.begin() + 1 + kHelloBytes);
+        length += kMacBytes;
+      }
     }
-    const MeshConfig& config = pending_.config();
-    const Hello mine = pending_.own_hello(theirs.connection);
-    const HelloBytes mine_bytes = encode(mine);
-    std::copy(mine_bytes.begin(), mine_bytes.end(), in->reply.begin());
-    in->reply[kHelloBytes] = static_cast<std::byte>(status);
-    Mac mac{};
-    if (status == HandshakeStatus::accepted && config.token)
-      mac = handshake_mac(*config.token, "strata-accept", in->theirs_bytes, mine_bytes);
-    std::copy(mac.begin(), mac.end(), in->reply.begin() + kHelloBytes + 1);
-    asio::async_write(in->socket, asio::buffer(in->reply),
-                      [this, in, status, mine_bytes](std::error_code ec, std::size_t) {
+    asio::async_write(in->socket, asio::buffer(in->reply.data(), length),
+                      [this, in, status](std::error_code ec, std::size_t) {
                         if (ec || status != HandshakeStatus::accepted) {
                           if (!ec)
                             reject(in->remote, fmt::format("claimed rank {}: {}", in->theirs.rank,
                                                            to_string(status)));
-                          in->abandon();
-                          return;
+                          return in->abandon();
                         }
-                        read_mac(in, mine_bytes);
+                        read_final_status(in);
                       });
   }
 
-  void read_mac(const std::shared_ptr<Incoming>& in, const HelloBytes& mine_bytes) {
-    asio::async_read(in->socket, asio::buffer(in->mac),
-                     [this, in, mine_bytes](std::error_code read_ec, std::size_t) {
-                       if (read_ec) {
-                         in->abandon();
-                         return;
+  // The connector's last word on our Hello: accepted takes the connection.
+  void read_final_status(const std::shared_ptr<Incoming>& in) {
+    asio::async_read(in->socket, asio::buffer(in->final_status),
+                     [this, in](std::error_code ec, std::size_t) {
+                       if (ec) return in->abandon();
+                       const auto status = static_cast<HandshakeStatus>(in->final_status[0]);
+                       if (status != HandshakeStatus::accepted) {
+                         reject(in->remote, fmt::format("rank {} refused this rank: {}",
+                                                        in->theirs.rank, to_string(status)));
+                         return in->abandon();
                        }
-                       on_mac(in, mine_bytes);
+                       in->timer.cancel();
+                       pending_.established(in->theirs.rank, in->theirs.connection,
+                                            std::move(in->socket), in->theirs.incarnation);
                      });
-  }
-
-  // The connector's MAC arrived: say whether it proves the token, and take the connection.
-  void on_mac(const std::shared_ptr<Incoming>& in, const HelloBytes& mine_bytes) {
-    const MeshConfig& config = pending_.config();
-    bool authentic = true;
-    if (config.token)
-      authentic = same_mac(
-          in->mac, handshake_mac(*config.token, "strata-connect", in->theirs_bytes, mine_bytes));
-    in->status[0] = static_cast<std::byte>(authentic ? HandshakeStatus::accepted
-                                                     : HandshakeStatus::authentication_failed);
-    asio::async_write(in->socket, asio::buffer(in->status),
-                      [this, in, authentic](std::error_code ec, std::size_t) {
-                        if (ec || !authentic) {
-                          if (!authentic)
-                            reject(in->remote,
-                                   fmt::format("claimed rank {}: {}", in->theirs.rank,
-                                               to_string(HandshakeStatus::authentication_failed)));
-                          in->abandon();
-                          return;
-                        }
-                        in->timer.cancel();
-                        pending_.established(in->theirs.rank, in->theirs.connection,
-                                             std::move(in->socket), in->theirs.incarnation);
-                      });
   }
 
   PendingMesh& pending_;
@@ -8748,33 +8891,41 @@ class Group {
   /// Rethrows the group's first failure, as seen by a later call.
   [[noreturn]] void raise_failure(std::string_view operation) const {
     std::lock_guard lock(failure_mutex_);
-    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
-    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    const std::string_view todo =
+        "the group failed in an earlier call: re-create the communicator (every rank) to "
+        "continue";
     switch (failure_class_) {
       case FailureClass::mismatch:
-        throw MismatchError(rank(), operation, why, todo);
+        throw MismatchError(rank(), operation, failure_cause_, todo);
       case FailureClass::timeout:
-        throw TimeoutError(rank(), operation, why, todo);
+        throw TimeoutError(rank(), operation, failure_cause_, todo);
       case FailureClass::peer_failure:
         break;
     }
-    throw PeerFailureError(rank(), operation, why, todo);
+    throw PeerFailureError(rank(), operation, failure_cause_, todo);
   }
 
-  /// Fails the group: remembers the first failure, tells every peer why (on the control
-  /// connections, which are always at a message boundary), and shuts every connection so that
-  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
-  void fail(FailureClass kind, std::string_view text) noexcept {
-    {
-      std::lock_guard lock(failure_mutex_);
-      if (failed_.load(std::memory_order_relaxed)) return;
-      failure_class_ = kind;
-      failure_text_ = std::string(text);
+  /// Fails the group: remembers the first failure, tells every peer its root cause (on the
+  /// control connections, which are always at a message boundary), and shuts every connection
+  /// so that peers blocked on this rank wake at once. Safe from any thread; later calls are
+  /// no-ops.
+  void fail(FailureClass kind, const RootCause& cause) noexcept {
+    try {
+      {
+        std::lock_guard lock(failure_mutex_);
+        if (failed_.load(std::memory_order_relaxed)) return;
+        failure_class_ = kind;
+        failure_cause_ = cause;
+        failed_.store(true, std::memory_order_release);
+      }
+      std::string payload(1 + 4, static_cast<char>(kind));
+      detail::store_le<std::uint32_t>(reinterpret_cast<std::byte*>(payload.data() + 1),
+                                      static_cast<std::uint32_t>(cause.rank));
+      payload.append(std::string_view(cause.what_happened).substr(0, kMaxControlPayload - 5));
+      broadcast_control(FrameType::abort, payload);
+    } catch (...) {  // out of memory for the text: the peers still learn from the shutdown
       failed_.store(true, std::memory_order_release);
     }
-    std::string payload(1, static_cast<char>(kind));
-    payload.append(text.substr(0, kMaxControlPayload - 1));
-    broadcast_control(FrameType::abort, payload);
     for (int peer = 0; peer < size(); ++peer) {
       if (peer == rank()) continue;
       ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
@@ -8785,18 +8936,21 @@ class Group {
     [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
   }
 
-  /// Fails the group with `error` (a strata::Error) as the reason.
+  /// Fails the group with `error` as the reason: a strata::Error passes its root cause on, any
+  /// other exception is a failure of this rank.
   void fail(const std::exception_ptr& error) noexcept {
     try {
       std::rethrow_exception(error);
     } catch (const MismatchError& e) {
-      fail(FailureClass::mismatch, e.what());
+      fail(FailureClass::mismatch, e.root_cause());
     } catch (const TimeoutError& e) {
-      fail(FailureClass::timeout, e.what());
+      fail(FailureClass::timeout, e.root_cause());
+    } catch (const Error& e) {
+      fail(FailureClass::peer_failure, e.root_cause());
     } catch (const std::exception& e) {
-      fail(FailureClass::peer_failure, e.what());
+      fail(FailureClass::peer_failure, own_cause(e.what()));
     } catch (...) {
-      fail(FailureClass::peer_failure, "unknown error");
+      fail(FailureClass::peer_failure, own_cause("an exception that is not a std::exception"));
     }
   }
 
@@ -8845,6 +8999,14 @@ class Group {
   }
 
  private:
+  RootCause own_cause(std::string_view what) const {
+    try {
+      return {rank(), fmt::format("rank {} failed: {}", rank(), what)};
+    } catch (...) {
+      return {rank(), {}};
+    }
+  }
+
   void say_goodbye() noexcept {
     broadcast_control(FrameType::goodbye, {});
     for (int peer = 0; peer < size(); ++peer) {
@@ -8868,7 +9030,7 @@ class Group {
   mutable std::mutex failure_mutex_;
   std::atomic<bool> failed_{false};
   FailureClass failure_class_ = FailureClass::peer_failure;
-  std::string failure_text_;
+  RootCause failure_cause_;
 };
 
 }  // namespace strata::transport::tcp
@@ -8951,7 +9113,8 @@ class CallControl {
           state.closed = true;
           throw PeerFailureError(
               rank(), operation(),
-              fmt::format("rank {} sent an invalid control message ({})", peer, ec.message()));
+              RootCause{peer, fmt::format("rank {} sent an invalid control message ({})", peer,
+                                          ec.message())});
         }
         want += header.payload_bytes;
       }
@@ -9015,14 +9178,16 @@ class CallControl {
     }
     if (control.departed)
       throw PeerFailureError(rank(), operation(),
-                             fmt::format("rank {} closed its communicator while this rank still "
-                                         "expected data from it in collective #{}",
-                                         peer, sequence_),
+                             RootCause{peer, fmt::format("rank {} closed its communicator while "
+                                                         "rank {} still expected data from it "
+                                                         "in collective #{}",
+                                                         peer, rank(), sequence_)},
                              "every rank must call the same collectives the same number of times");
     throw PeerFailureError(rank(), operation(),
-                           fmt::format("rank {} closed its connection in collective #{}: the "
-                                       "process exited, crashed or was killed",
-                                       peer, sequence_));
+                           RootCause{peer, fmt::format("rank {} closed its connections in "
+                                                       "collective #{} (the process exited, "
+                                                       "crashed or was killed)",
+                                                       peer, sequence_)});
   }
 
   /// After a failure, before the caller gets its buffer back: waits, for a grace period at
@@ -9147,40 +9312,46 @@ class CallControl {
         break;
       case FrameType::data:
         state.closed = true;
-        throw PeerFailureError(rank(), operation(),
-                               fmt::format("rank {} sent data on its control connection", peer));
+        throw PeerFailureError(
+            rank(), operation(),
+            RootCause{peer, fmt::format("rank {} sent data on its control connection", peer)});
     }
     return true;
   }
 
+  // A peer failed the group: raises its root cause, with the error type of the rank where
+  // the failure started.
   [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
     const auto kind =
         payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
+    RootCause cause{peer, {}};
     std::string text;
-    if (payload.size() > 1)
-      text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
-    // The reason is the peer's bytes: escaped, so that no control character or invalid UTF-8
+    if (payload.size() >= 5) {
+      const auto origin = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&payload[1]));
+      if (origin >= -1 && origin < size()) cause.rank = origin;
+      text.assign(reinterpret_cast<const char*>(payload.data() + 5), payload.size() - 5);
+    }
+    // The text is the peer's bytes: escaped, so that no control character or invalid UTF-8
     // reaches this rank's logs.
-    const std::string what = fmt::format("rank {} failed the group: {}", peer,
-                                         strata::detail::escaped(text, text.size()));
+    cause.what_happened = text.empty() ? fmt::format("rank {} failed the group", peer)
+                                       : strata::detail::escaped(text, text.size());
     switch (kind) {
       case FailureClass::mismatch:
-        throw MismatchError(rank(), operation(), what);
+        throw MismatchError(rank(), operation(), std::move(cause));
       case FailureClass::timeout:
-        throw TimeoutError(rank(), operation(), what,
-                           "find the rank named above (stopped, hung, or calling other "
-                           "collectives), or raise the deadline");
+        throw TimeoutError(rank(), operation(), std::move(cause));
       case FailureClass::peer_failure:
         break;
     }
-    throw PeerFailureError(rank(), operation(), what);
+    throw PeerFailureError(rank(), operation(), std::move(cause));
   }
 
   [[noreturn]] void peer_closed_control(int peer) {
     throw PeerFailureError(rank(), operation(),
-                           fmt::format("rank {} closed its connections without saying why in "
-                                       "collective #{}: the process exited, crashed or was killed",
-                                       peer, sequence_));
+                           RootCause{peer, fmt::format("rank {} closed its connections without "
+                                                       "saying why in collective #{} (the process "
+                                                       "exited, crashed or was killed)",
+                                                       peer, sequence_)});
   }
 
   // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
@@ -9211,13 +9382,13 @@ class CallControl {
           fmt::format("; {} {} did not answer (stopped, hung, or not inside a collective)",
                       silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
     if (!waiting_for.empty())
-      what += fmt::format("; this rank was waiting for {} {}",
+      what += fmt::format("; rank {} was waiting for {} {}", rank(),
                           waiting_for.size() == 1 ? "rank" : "ranks",
                           strata::detail::join(waiting_for, ", "));
     for (int peer = 0; peer < size(); ++peer)
       if (unreleased(peer) > 0)
-        what += fmt::format("; rank {} had not read {} of the bytes this rank lent it", peer,
-                            unreleased(peer));
+        what += fmt::format("; rank {} had not read {} of the bytes rank {} lent it", peer,
+                            unreleased(peer), rank());
     return what;
   }
 
@@ -9442,13 +9613,15 @@ struct Channel {
     FrameHeader got;
     if (auto ec = decode(recv_header, got, control.group().chunk_bytes()))
       throw PeerFailureError(control.rank(), control.operation(),
-                             fmt::format("rank {} sent an invalid message ({}); the connection "
-                                         "carries something other than strata",
-                                         peer, ec.message()));
+                             RootCause{peer, fmt::format("rank {} sent an invalid message ({}); "
+                                                         "the connection carries something "
+                                                         "other than strata",
+                                                         peer, ec.message())});
     if (got.type != FrameType::data)
       throw PeerFailureError(
           control.rank(), control.operation(),
-          fmt::format("rank {} sent a control message on a data connection", peer));
+          RootCause{peer,
+                    fmt::format("rank {} sent a control message on a data connection", peer)});
     const FrameHeader want = data_header(control, expected_bytes);
     CollectiveCall theirs;
     theirs.kind = got.kind;
@@ -9460,8 +9633,9 @@ struct Channel {
     if (got.payload_bytes != want.payload_bytes)
       throw PeerFailureError(
           control.rank(), control.operation(),
-          fmt::format("rank {} sent a {}-byte message where this rank expected {} bytes", peer,
-                      got.payload_bytes, want.payload_bytes),
+          RootCause{peer, fmt::format("rank {} sent a {}-byte message where rank {} expected {} "
+                                      "bytes",
+                                      peer, got.payload_bytes, control.rank(), want.payload_bytes)},
           "run the same strata version on every rank");
     return got.flags;
   }
@@ -9471,14 +9645,15 @@ struct Channel {
     if (got.sequence != sequence)
       throw MismatchError(
           control.rank(), control.operation(),
-          fmt::format("rank {} sent data for its collective #{} ({}) while this rank is in "
+          fmt::format("rank {} sent data for its collective #{} ({}) while rank {} is in "
                       "collective #{} ({})",
-                      peer, got.sequence, describe_header(got), sequence, describe(control.call())),
+                      peer, got.sequence, describe_header(got), control.rank(), sequence,
+                      describe(control.call())),
           "every rank must call the same collectives in the same order; one rank called more "
           "or fewer than the others");
     throw MismatchError(control.rank(), control.operation(),
-                        fmt::format("ranks disagree on collective #{}: this rank (rank {}) called "
-                                    "{} but rank {} called {}",
+                        fmt::format("ranks disagree on collective #{}: rank {} called {} but "
+                                    "rank {} called {}",
                                     sequence, control.rank(), describe(control.call()), peer,
                                     describe_header(got)));
   }
@@ -10215,16 +10390,23 @@ STRATA_DECL const TcpOptions& TcpCommunicator::tcp_options() const noexcept {
 }
 
 STRATA_DECL void TcpCommunicator::abort(std::string_view reason) noexcept {
-  state_->group->fail(
-      transport::tcp::FailureClass::peer_failure,
-      fmt::format("strata: rank {}: abort: rank {} aborted: {}", rank(), rank(), reason));
+  try {
+    state_->group->fail(transport::tcp::FailureClass::peer_failure,
+                        RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)});
+  } catch (...) {  // no memory for the text: the group fails all the same
+    state_->group->fail(transport::tcp::FailureClass::peer_failure, RootCause{rank(), {}});
+  }
+}
+
+STRATA_DECL void TcpCommunicator::fail(const std::exception_ptr& error) noexcept {
+  state_->group->fail(error);
 }
 
 STRATA_DECL void TcpCommunicator::fail_usage(Collective kind, std::string_view what,
                                              std::string_view what_to_do) {
   UsageError error(rank(), to_string(kind), what, what_to_do);
   // The peers are about to wait for this rank: fail the group so they learn why at once.
-  state_->group->fail(transport::tcp::FailureClass::peer_failure, error.what());
+  state_->group->fail(transport::tcp::FailureClass::peer_failure, error.root_cause());
   throw error;
 }
 
@@ -10388,8 +10570,20 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 
   /// Fails the local group and the cross-worker group: every replica of every worker raises.
   void abort(std::string_view reason) noexcept {
-    state_->local.abort(reason);
-    state_->shared->inter.abort(reason);
+    try {
+      fail(std::make_exception_ptr(
+          PeerFailureError(rank(), "abort",
+                           RootCause{rank(), fmt::format("worker {}, replica {} aborted: {}",
+                                                         worker_rank(), local_rank(), reason)})));
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+  /// Fails both groups because of `error`: every replica of every worker raises its root cause.
+  void fail(const std::exception_ptr& error) noexcept {
+    fail_group(state_->local, error);
+    fail_group(state_->shared->inter, error);
   }
 
   /// Combines one value per process across the workers (op over workers), from the thread
@@ -10421,7 +10615,7 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   [[noreturn]] void fail_usage(Collective kind, std::string_view what,
                                std::string_view what_to_do) {
     UsageError error(rank(), to_string(kind), what, what_to_do);
-    abort(error.what());
+    fail(std::make_exception_ptr(error));
     throw error;
   }
 
@@ -10447,11 +10641,11 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
     try {
       dispatch(state, call, options);
-    } catch (const std::exception& error) {
+    } catch (...) {
       // One failed stage (a strata::Error, or std::bad_alloc) must release every replica of
       // every worker.
-      state.local.abort(error.what());
-      state.shared->inter.abort(error.what());
+      fail_group(state.local, std::current_exception());
+      fail_group(state.shared->inter, std::current_exception());
       throw;
     }
   }
@@ -12098,6 +12292,8 @@ struct OneDevice : SharedCopy {
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -13454,7 +13650,7 @@ class Strategy {
           std::lock_guard lock(failure_mutex);
           if (!first_failure) first_failure = std::current_exception();
         }
-        communicators_[r].abort(fmt::format("replica {} raised an exception", replica));
+        communicator::fail_group(communicators_[r], cause_of_replica_failure(r));
       }
     };
     pool_.run(body);
@@ -13527,6 +13723,38 @@ class Strategy {
     if constexpr (kManyProcesses) {
       communicators_.front().combine_across_workers(values, local_op(op));
       if (op == ReduceOp::mean) divide<T>(values, static_cast<std::size_t>(num_replicas_in_sync()));
+    }
+  }
+
+  // Why replica `r` stopped, for every other replica (call inside a catch): a strata::Error
+  // passes its root cause on; any other exception (the user's) is this replica's failure, and
+  // its text reaches every rank.
+  std::exception_ptr cause_of_replica_failure(std::size_t r) const noexcept {
+    const std::exception_ptr error = std::current_exception();
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error&) {
+      return error;
+    } catch (const std::exception& e) {
+      return failure_of_replica(r, e.what());
+    } catch (...) {
+      return failure_of_replica(r, "an exception that is not a std::exception");
+    }
+  }
+
+  std::exception_ptr failure_of_replica(std::size_t r, std::string_view what) const noexcept {
+    try {
+      const C& communicator = communicators_[r];
+      const int rank = communicator.rank();
+      std::string who = fmt::format("replica {}", rank);
+      if constexpr (requires { communicator.worker_rank(); })
+        who = fmt::format("worker {}, replica {}", communicator.worker_rank(),
+                          communicator.local_rank());
+      return std::make_exception_ptr(
+          PeerFailureError(rank, "Strategy::run",
+                           RootCause{rank, fmt::format("{} raised an exception: {}", who, what)}));
+    } catch (...) {
+      return std::current_exception();
     }
   }
 

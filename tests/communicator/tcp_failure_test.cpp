@@ -348,7 +348,7 @@ TEST_CASE("ranks that disagree on count, type, op, root or kind all raise Mismat
       CHECK_MESSAGE(holds<strata::MismatchError>(error), message_of(error));
       const std::string message = message_of(error);
       if (message.find("but rank") != std::string::npos ||
-          message.find("while this rank is in") != std::string::npos)
+          message.find(" is in collective #") != std::string::npos)
         named_both_views = true;
     }
     CHECK(named_both_views);
@@ -356,7 +356,7 @@ TEST_CASE("ranks that disagree on count, type, op, root or kind all raise Mismat
     auto later = run_ranks(3, [&](int r) { group[static_cast<std::size_t>(r)].barrier(); });
     for (const auto& error : later) {
       CHECK(holds<strata::MismatchError>(error));
-      CHECK(message_of(error).find("failed earlier") != std::string::npos);
+      CHECK(message_of(error).find("failed in an earlier call") != std::string::npos);
     }
   }
 }
@@ -614,6 +614,180 @@ TEST_CASE("a restarted rank's second incarnation is refused while the first is c
                   message_of(errors[static_cast<std::size_t>(who)]));
   }
   CHECK(sums == std::vector<float>{6.0F, 6.0F, 6.0F});
+}
+
+// A blocking TCP connection to 127.0.0.1:`port` (a listening socket: it accepts at once).
+int connect_loopback(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  return fd;
+}
+
+// A stranger's connection to 127.0.0.1:`port`: sends `hello`, then `mac` once `before_mac`
+// bytes have arrived (when `mac` is given), and returns every byte received until the peer
+// closes the connection (or 5 s pass).
+std::vector<std::byte> probe(std::uint16_t port, const strata::transport::tcp::Hello& hello,
+                             std::optional<strata::transport::tcp::Mac> mac = std::nullopt,
+                             std::size_t before_mac = 0) {
+  const int fd = connect_loopback(port);
+  const auto bytes = strata::transport::tcp::encode(hello);
+  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(bytes.size()));
+  std::vector<std::byte> received;
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < until) {
+    if (mac && received.size() == before_mac) {
+      REQUIRE(::send(fd, mac->data(), mac->size(), MSG_NOSIGNAL) ==
+              static_cast<ssize_t>(mac->size()));
+      mac.reset();
+    }
+    pollfd ready{fd, POLLIN, 0};
+    if (::poll(&ready, 1, 100) <= 0) continue;
+    std::array<std::byte, 256> chunk{};
+    const ssize_t n = ::recv(fd, chunk.data(), chunk.size(), 0);
+    if (n <= 0) break;  // closed (a reset counts as closed too)
+    received.insert(received.end(), chunk.begin(), chunk.begin() + n);
+  }
+  ::close(fd);
+  return received;
+}
+
+std::vector<std::byte> status_bytes(
+    std::initializer_list<strata::transport::tcp::HandshakeStatus> list) {
+  std::vector<std::byte> out;
+  for (auto status : list)
+    out.push_back(static_cast<std::byte>(status));
+  return out;
+}
+
+TEST_CASE("a probe of a rank's port learns nothing it did not send") {
+  // Rank 1 probes rank 0's port as a stranger would before joining: each probe gets one status
+  // byte (or, with a token, a challenge of fresh random bytes) and the connection closes; no
+  // probe sees rank 0's Hello, so none learns the cluster's fingerprint or tunables.
+  using strata::transport::tcp::HandshakeStatus;
+  using strata::transport::tcp::Hello;
+  using strata::transport::tcp::kNonceBytes;
+  constexpr std::uint64_t kFingerprint = 0x5eed0fc1a55e7001ULL;
+  for (const bool with_token : {false, true}) {
+    CAPTURE(with_token);
+    Ports ports(2);
+    TcpOptions tcp;
+    if (with_token) tcp.cluster_token = "s3cret";
+    Hello stranger;
+    stranger.rank = 1;
+    stranger.world_size = 2;
+    stranger.cluster = 0x1234;  // not the cluster's
+    stranger.incarnation = 42;
+    stranger.flags = with_token ? Hello::kHasToken : 0;
+    std::vector<std::vector<std::byte>> answers;
+    auto errors = run_ranks(2, [&](int r) {
+      auto membership = ports.membership(r);
+      membership.cluster_fingerprint = kFingerprint;
+      if (r == 1) {
+        const std::uint16_t port = ports.addresses[0].port;
+        Hello old_version = stranger;
+        old_version.version = 3;
+        answers.push_back(probe(port, old_version));
+        if (!with_token) {
+          answers.push_back(probe(port, stranger));
+          Hello other_size = stranger;
+          other_size.cluster = kFingerprint;  // a stranger who guessed the fingerprint right
+          other_size.world_size = 3;
+          answers.push_back(probe(port, other_size));
+        } else {
+          Hello no_token = stranger;
+          no_token.flags = 0;
+          answers.push_back(probe(port, no_token));
+          // Claims a token, answers the challenge with a guess.
+          answers.push_back(probe(port, stranger, strata::transport::tcp::Mac{}, 1 + kNonceBytes));
+          answers.push_back(probe(port, stranger, strata::transport::tcp::Mac{}, 1 + kNonceBytes));
+        }
+      }
+      TcpCommunicator comm(std::move(membership), tcp, deadline(15s));
+      std::vector<int> data{r + 1};
+      comm.all_reduce(std::span(data), strata::ReduceOp::sum);
+      CHECK(data[0] == 3);
+    });
+    CHECK_MESSAGE(!errors[0], message_of(errors[0]));
+    CHECK_MESSAGE(!errors[1], message_of(errors[1]));
+    REQUIRE(answers.size() == (with_token ? 4U : 3U));
+    CHECK(answers[0] == status_bytes({HandshakeStatus::bad_version}));
+    if (!with_token) {
+      CHECK(answers[1] == status_bytes({HandshakeStatus::other_cluster}));
+      CHECK(answers[2] == status_bytes({HandshakeStatus::world_size_differs}));
+    } else {
+      CHECK(answers[1] == status_bytes({HandshakeStatus::token_required}));
+      for (std::size_t k : {2U, 3U}) {
+        CAPTURE(k);
+        REQUIRE(answers[k].size() == 1 + kNonceBytes + 1);
+        CHECK(answers[k].front() == static_cast<std::byte>(HandshakeStatus::challenge));
+        CHECK(answers[k].back() == static_cast<std::byte>(HandshakeStatus::authentication_failed));
+      }
+      // The challenges are fresh: a recorded answer to one cannot answer the next.
+      CHECK(!std::equal(answers[2].begin() + 1, answers[2].begin() + 1 + kNonceBytes,
+                        answers[3].begin() + 1));
+    }
+  }
+}
+
+TEST_CASE("a prober who knows the token but not the cluster is refused after the challenge") {
+  using strata::transport::tcp::HandshakeStatus;
+  using strata::transport::tcp::Hello;
+  using strata::transport::tcp::kNonceBytes;
+  Ports ports(2);
+  TcpOptions tcp;
+  tcp.cluster_token = "s3cret";
+  // Answers the challenge correctly (it knows the token) for a Hello of another cluster, and
+  // replays that answer on a second connection, whose challenge differs.
+  Hello insider;
+  insider.rank = 1;
+  insider.world_size = 2;
+  insider.cluster = 0x1234;
+  insider.incarnation = 7;
+  insider.flags = Hello::kHasToken;
+  std::vector<std::vector<std::byte>> answers;
+  auto errors = run_ranks(2, [&](int r) {
+    if (r == 1) {
+      const std::uint16_t port = ports.addresses[0].port;
+      const int fd = connect_loopback(port);
+      const auto hello = strata::transport::tcp::encode(insider);
+      REQUIRE(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) ==
+              static_cast<ssize_t>(hello.size()));
+      std::array<std::byte, 1 + kNonceBytes> challenge{};
+      std::size_t got = 0;
+      while (got < challenge.size()) {
+        const ssize_t n = ::recv(fd, challenge.data() + got, challenge.size() - got, 0);
+        REQUIRE(n > 0);
+        got += static_cast<std::size_t>(n);
+      }
+      REQUIRE(challenge[0] == static_cast<std::byte>(HandshakeStatus::challenge));
+      const auto mac = strata::transport::tcp::handshake_mac("s3cret", "strata-connect", hello,
+                                                             std::span(challenge).subspan(1));
+      REQUIRE(::send(fd, mac.data(), mac.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(mac.size()));
+      std::vector<std::byte> rest;
+      std::array<std::byte, 256> chunk{};
+      for (ssize_t n; (n = ::recv(fd, chunk.data(), chunk.size(), 0)) > 0;)
+        rest.insert(rest.end(), chunk.begin(), chunk.begin() + n);
+      ::close(fd);
+      answers.push_back(rest);
+      answers.push_back(probe(port, insider, mac, 1 + kNonceBytes));  // the replay
+    }
+    TcpCommunicator comm(ports.membership(r), tcp, deadline(15s));
+    std::vector<int> data{r + 1};
+    comm.all_reduce(std::span(data), strata::ReduceOp::sum);
+    CHECK(data[0] == 3);
+  });
+  CHECK_MESSAGE(!errors[0], message_of(errors[0]));
+  CHECK_MESSAGE(!errors[1], message_of(errors[1]));
+  REQUIRE(answers.size() == 2);
+  CHECK(answers[0] == status_bytes({HandshakeStatus::other_cluster}));
+  REQUIRE(answers[1].size() == 1 + kNonceBytes + 1);
+  CHECK(answers[1].back() == static_cast<std::byte>(HandshakeStatus::authentication_failed));
 }
 
 TEST_CASE("hostile bytes on a rank's port are dropped and the group still forms") {

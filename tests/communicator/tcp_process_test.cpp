@@ -81,10 +81,42 @@ TEST_CASE(
       const auto took = std::chrono::steady_clock::now() - killed_at;
       const std::string output = survivor.output();
       CHECK_MESSAGE(survivor.exit_code() == 3, output);
-      CHECK_MESSAGE(output.find(fmt::format("rank {} closed", victim)) != std::string::npos,
+      // One root cause, named once: the killed rank, whichever survivor saw it first; no
+      // survivor's message nests another's, or repeats what to do.
+      CHECK_MESSAGE(output.find(fmt::format("peer failure: rank {} closed its connections",
+                                            victim)) != std::string::npos,
                     output);
+      CHECK_MESSAGE(output.find("failed the group") == std::string::npos, output);
+      CHECK_MESSAGE(output.find("strata: ") == output.rfind("strata: "), output);
+      CHECK_MESSAGE(output.find("restart the job") == output.rfind("restart the job"), output);
       // Well within the 2 s deadline: a dead peer is seen, not waited for.
       CHECK(took < 1500ms);
+    }
+  }
+}
+
+TEST_CASE("a user's exception on one replica reaches every rank of every worker with its text") {
+  for (const int replicas : {1, 2}) {
+    CAPTURE(replicas);
+    Workers workers(loopback_cluster(3), {"raise", std::to_string(replicas), "1"},
+                    {{"STRATA_TIMEOUT", "10s"}});
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      auto& worker = workers.processes[static_cast<std::size_t>(r)];
+      REQUIRE(worker.wait_for(20s));
+      const std::string output = worker.output();
+      if (r == 1) {  // the user's own exception, as thrown
+        CHECK_MESSAGE(worker.exit_code() == 7, output);
+        CHECK_MESSAGE(output.find("error other") != std::string::npos, output);
+        CHECK_MESSAGE(output.find("loss is NaN at step 3") != std::string::npos, output);
+        continue;
+      }
+      CHECK_MESSAGE(worker.exit_code() == 3, output);
+      CHECK_MESSAGE(output.find(fmt::format("peer failure: worker 1, replica {} raised an "
+                                            "exception: loss is NaN at step 3",
+                                            replicas - 1)) != std::string::npos,
+                    output);
+      CHECK_MESSAGE(output.find("strata: ") == output.rfind("strata: "), output);
     }
   }
 }

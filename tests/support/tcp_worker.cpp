@@ -14,6 +14,9 @@
 //                           MultiWorkerMirroredStrategy (K local replicas) and with
 //                           OneDeviceStrategy; prints "replicas N", "drift D" (largest
 //                           parameter difference) and "params" with the exact bits.
+//   raise K WORKER          MultiWorkerMirroredStrategy (K local replicas) running steps of
+//                           all-reduces; in step 3 the last replica of worker WORKER throws
+//                           std::runtime_error("loss is NaN at step 3").
 //   conformance [LARGE]     every collective × op × element type × count {0, 1, 7, 1023, LARGE}
 //                           (default 65539) × root × in/out of place, checking this rank's
 //                           outputs against the one collective reference (tools/reference/);
@@ -81,6 +84,23 @@ int train(std::span<const std::string_view> args) {
   }
   fmt::print("replicas {}\nchief {}\ndrift {:.3e}\nparams {}\nok\n",
              strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, drift, bits);
+  return 0;
+}
+
+// raise K WORKER: a user's exception on one replica of one worker, the others in all-reduces.
+int raise_in_replica(std::span<const std::string_view> args) {
+  const int replicas = std::stoi(std::string(args[1]));
+  strata::MultiWorkerMirroredStrategy strategy({.num_replicas = replicas});
+  const int culprit = std::stoi(std::string(args[2])) * replicas + replicas - 1;
+  for (int step = 0; step < 1000; ++step) {
+    strategy.run([&](auto& context) {
+      if (step == 3 && context.replica_id_in_sync_group() == culprit)
+        throw std::runtime_error("loss is NaN at step 3");
+      std::vector<float> gradient(1000, 1.0F);
+      context.all_reduce(strata::ReduceOp::sum, std::span(gradient));
+    });
+  }
+  fmt::print("ok\n");
   return 0;
 }
 
@@ -196,12 +216,13 @@ int main(int argc, char** argv) {
     fmt::print(
         stderr,
         "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | train K EPOCHS | "
-        "conformance [LARGE]\n");
+        "raise K WORKER | conformance [LARGE]\n");
     return 2;
   }
   auto began = Clock::now();
   try {
     if (args[0] == "train" && args.size() == 3) return train(args);
+    if (args[0] == "raise" && args.size() == 3) return raise_in_replica(args);
     auto resolved = strata::resolve_cluster();
     if (args[0] == "conformance" && args.size() <= 2)
       return conformance_scenario(args, resolved, began);

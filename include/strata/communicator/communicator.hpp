@@ -25,6 +25,7 @@
 #pragma once
 
 #include <concepts>
+#include <exception>
 #include <span>
 #include <string_view>
 
@@ -94,5 +95,23 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
   { c.barrier_async() } -> std::same_as<Work>;
   c.abort(reason);
 };
+
+/// Fails `c`'s group because of `error`, from any thread: strata's communicators pass its root
+/// cause (a strata::Error's, with its error type) on to every rank; another Communicator gets
+/// its text as abort's reason.
+template <class C>
+void fail_group(C& c, const std::exception_ptr& error) noexcept {
+  if constexpr (requires { c.fail(error); }) {
+    c.fail(error);
+  } else {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      c.abort(e.what());
+    } catch (...) {
+      c.abort("an exception that is not a std::exception");
+    }
+  }
+}
 
 }  // namespace strata::communicator

@@ -16,6 +16,7 @@
 
 #include <strata/cluster/resolve.hpp>
 #include <strata/communicator/collective.hpp>
+#include <strata/communicator/communicator.hpp>
 #include <strata/communicator/detail/collective_api.hpp>
 #include <strata/communicator/detail/serial_executor.hpp>
 #include <strata/communicator/local.hpp>
@@ -119,8 +120,20 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 
   /// Fails the local group and the cross-worker group: every replica of every worker raises.
   void abort(std::string_view reason) noexcept {
-    state_->local.abort(reason);
-    state_->shared->inter.abort(reason);
+    try {
+      fail(std::make_exception_ptr(
+          PeerFailureError(rank(), "abort",
+                           RootCause{rank(), fmt::format("worker {}, replica {} aborted: {}",
+                                                         worker_rank(), local_rank(), reason)})));
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+  /// Fails both groups because of `error`: every replica of every worker raises its root cause.
+  void fail(const std::exception_ptr& error) noexcept {
+    fail_group(state_->local, error);
+    fail_group(state_->shared->inter, error);
   }
 
   /// Combines one value per process across the workers (op over workers), from the thread
@@ -152,7 +165,7 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   [[noreturn]] void fail_usage(Collective kind, std::string_view what,
                                std::string_view what_to_do) {
     UsageError error(rank(), to_string(kind), what, what_to_do);
-    abort(error.what());
+    fail(std::make_exception_ptr(error));
     throw error;
   }
 
@@ -178,11 +191,11 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
     try {
       dispatch(state, call, options);
-    } catch (const std::exception& error) {
+    } catch (...) {
       // One failed stage (a strata::Error, or std::bad_alloc) must release every replica of
       // every worker.
-      state.local.abort(error.what());
-      state.shared->inter.abort(error.what());
+      fail_group(state.local, std::current_exception());
+      fail_group(state.shared->inter, std::current_exception());
       throw;
     }
   }

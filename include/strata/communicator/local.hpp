@@ -102,12 +102,16 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   /// `PeerFailureError` carrying `reason`. Use it when this replica cannot continue.
   void abort(std::string_view reason) noexcept {
     try {
-      endpoint_->group->rendezvous.fail(std::make_exception_ptr(
-          PeerFailureError(rank(), "abort", fmt::format("rank {} aborted: {}", rank(), reason))));
+      fail(std::make_exception_ptr(PeerFailureError(
+          rank(), "abort", RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)})));
     } catch (...) {
-      endpoint_->group->rendezvous.fail(std::current_exception());
+      fail(std::current_exception());
     }
   }
+
+  /// Fails the whole group from any thread because of `error`: every pending and later call
+  /// on every rank raises its root cause (see fail_group).
+  void fail(const std::exception_ptr& error) noexcept { endpoint_->group->rendezvous.fail(error); }
 
  private:
   struct Group {

@@ -166,6 +166,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   /// Fails the whole group from any thread: every pending and later call on every rank throws
   /// PeerFailureError carrying `reason`.
   STRATA_DECL void abort(std::string_view reason) noexcept;
+  /// Fails the whole group from any thread because of `error`: every rank raises its root
+  /// cause, with its error type (see fail_group).
+  STRATA_DECL void fail(const std::exception_ptr& error) noexcept;
 
  private:
   struct State;  // communicator/impl/tcp.ipp

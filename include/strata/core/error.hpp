@@ -15,6 +15,8 @@
 //
 // Every message has the form "strata: rank R: OPERATION: what happened; what to do". Low
 // layers work with error codes; the communicator boundary throws, adding rank and operation.
+// A failure that started on another rank says so through its RootCause, passed on unchanged
+// from rank to rank: "strata: rank 0: all_reduce: peer failure: rank 2 closed ...; what to do".
 #pragma once
 
 #include <exception>
@@ -27,6 +29,13 @@
 
 namespace strata {
 
+/// Where a failure started and what happened there. Ranks pass it on unchanged (over TCP in
+/// the abort message), so that every rank of a failed group names the same root cause, once.
+struct RootCause {
+  int rank = -1;              ///< the rank the failure started at; -1 when no rank applies
+  std::string what_happened;  ///< stands alone: names that rank ("rank 2 closed ...")
+};
+
 /// Base of every exception strata throws. `rank()` is the rank that raised it (-1 when no
 /// rank applies, e.g. a configuration read before a group exists) and `operation()` the
 /// call that failed ("all_reduce", "STRATA_TIMEOUT", ...).
@@ -34,13 +43,27 @@ class Error : public std::runtime_error {
  public:
   int rank() const noexcept { return rank_; }
   const std::string& operation() const noexcept { return operation_; }
+  /// Where the failure started: this error itself, or another rank's failure passed on.
+  const RootCause& root_cause() const noexcept { return cause_; }
 
  protected:
   Error(int rank, std::string_view operation, std::string_view what_happened,
         std::string_view what_to_do)
       : std::runtime_error(format_message(rank, operation, what_happened, what_to_do)),
         rank_(rank),
-        operation_(operation) {}
+        operation_(operation),
+        cause_{rank, rank >= 0 ? fmt::format("rank {} in {}: {}", rank, operation, what_happened)
+                               : fmt::format("{}: {}", operation, what_happened)} {}
+
+  /// A failure that started elsewhere (`cause`), as this rank's `operation` meets it; `kind`
+  /// names it ("peer failure", "timeout", "mismatch").
+  Error(int rank, std::string_view operation, std::string_view kind, RootCause cause,
+        std::string_view what_to_do)
+      : std::runtime_error(format_message(
+            rank, operation, fmt::format("{}: {}", kind, cause.what_happened), what_to_do)),
+        rank_(rank),
+        operation_(operation),
+        cause_(std::move(cause)) {}
 
  private:
   static std::string format_message(int rank, std::string_view operation,
@@ -54,37 +77,55 @@ class Error : public std::runtime_error {
 
   int rank_;
   std::string operation_;
+  RootCause cause_;
 };
 
 /// A blocking call passed its deadline, usually because a peer is slow, stalled or never
 /// called the matching collective. The communicator is poisoned afterwards.
 class TimeoutError : public Error {
  public:
+  static constexpr std::string_view kWhatToDo =
+      "check that every rank calls the same collectives in the same order, or raise the "
+      "deadline (CommunicatorOptions::timeout or STRATA_TIMEOUT)";
   TimeoutError(int rank, std::string_view operation, std::string_view what_happened,
-               std::string_view what_to_do =
-                   "check that every rank calls the same collectives in the same order, or raise "
-                   "the deadline (CommunicatorOptions::timeout or STRATA_TIMEOUT)")
+               std::string_view what_to_do = kWhatToDo)
       : Error(rank, operation, what_happened, what_to_do) {}
+  /// Another rank's timeout, passed on.
+  TimeoutError(int rank, std::string_view operation, RootCause cause,
+               std::string_view what_to_do =
+                   "find the rank named above (stopped, hung, or calling other collectives), or "
+                   "raise the deadline (CommunicatorOptions::timeout or STRATA_TIMEOUT)")
+      : Error(rank, operation, "timeout", std::move(cause), what_to_do) {}
 };
 
 /// A peer died, aborted or failed inside the group; every surviving rank sees this.
 class PeerFailureError : public Error {
  public:
+  static constexpr std::string_view kWhatToDo =
+      "the group cannot continue: restart the job (or re-create the group)";
   PeerFailureError(int rank, std::string_view operation, std::string_view what_happened,
-                   std::string_view what_to_do =
-                       "the group cannot continue: restart the job (or re-create the group)")
+                   std::string_view what_to_do = kWhatToDo)
       : Error(rank, operation, what_happened, what_to_do) {}
+  /// A failure that started at `cause.rank` (a peer that died, aborted or failed), met here.
+  PeerFailureError(int rank, std::string_view operation, RootCause cause,
+                   std::string_view what_to_do = kWhatToDo)
+      : Error(rank, operation, "peer failure", std::move(cause), what_to_do) {}
 };
 
 /// Ranks disagree about a collective call (kind, count, element type, op or root). Raised on
 /// every rank of the group, never silently reduced.
 class MismatchError : public Error {
  public:
+  static constexpr std::string_view kWhatToDo =
+      "every rank must call the same collective with the same count, element type, op and "
+      "root, in the same order";
   MismatchError(int rank, std::string_view operation, std::string_view what_happened,
-                std::string_view what_to_do =
-                    "every rank must call the same collective with the same count, element "
-                    "type, op and root, in the same order")
+                std::string_view what_to_do = kWhatToDo)
       : Error(rank, operation, what_happened, what_to_do) {}
+  /// Another rank's mismatch, passed on.
+  MismatchError(int rank, std::string_view operation, RootCause cause,
+                std::string_view what_to_do = kWhatToDo)
+      : Error(rank, operation, "mismatch", std::move(cause), what_to_do) {}
 };
 
 /// Options or environment are invalid; the message names the setting.

@@ -91,15 +91,12 @@ struct HandmadePeer {
       wire::random_bytes(hello.nonce);
       const auto hello_bytes = wire::encode(hello);
       asio::write(socket, asio::buffer(hello_bytes));
-      std::array<std::byte, wire::kHelloBytes + 1 + wire::kMacBytes> reply{};
+      // Without a token: the acceptor's status and Hello, then our verdict on it.
+      std::array<std::byte, 1 + wire::kHelloBytes> reply{};
       asio::read(socket, asio::buffer(reply));
-      REQUIRE(static_cast<wire::HandshakeStatus>(reply[wire::kHelloBytes]) ==
-              wire::HandshakeStatus::accepted);
-      const wire::Mac no_token{};  // without a token the MACs are zeros
-      asio::write(socket, asio::buffer(no_token));
-      std::array<std::byte, 1> status{};
-      asio::read(socket, asio::buffer(status));
-      REQUIRE(static_cast<wire::HandshakeStatus>(status[0]) == wire::HandshakeStatus::accepted);
+      REQUIRE(static_cast<wire::HandshakeStatus>(reply[0]) == wire::HandshakeStatus::accepted);
+      const auto accepted = static_cast<std::byte>(wire::HandshakeStatus::accepted);
+      asio::write(socket, asio::buffer(&accepted, 1));
     }
   }
   void say(std::byte byte) { asio::write(sockets[0], asio::buffer(&byte, 1)); }
@@ -135,14 +132,13 @@ void accept_then_die(tcp::acceptor& acceptor, int data_connections) {
     mine.incarnation = wire::detail::load_le<std::uint64_t>(incarnation.data());
     wire::random_bytes(mine.nonce);
     const auto mine_bytes = wire::encode(mine);
-    std::array<std::byte, wire::kHelloBytes + 1 + wire::kMacBytes> reply{};  // MAC: zeros
-    std::copy(mine_bytes.begin(), mine_bytes.end(), reply.begin());
-    reply[wire::kHelloBytes] = static_cast<std::byte>(wire::HandshakeStatus::accepted);
+    std::array<std::byte, 1 + wire::kHelloBytes> reply{};  // without a token: no challenge
+    reply[0] = static_cast<std::byte>(wire::HandshakeStatus::accepted);
+    std::copy(mine_bytes.begin(), mine_bytes.end(), reply.begin() + 1);
     asio::write(socket, asio::buffer(reply));
-    wire::Mac mac{};
-    asio::read(socket, asio::buffer(mac));
-    const auto status = static_cast<std::byte>(wire::HandshakeStatus::accepted);
-    asio::write(socket, asio::buffer(&status, 1));
+    std::byte verdict{};
+    asio::read(socket, asio::buffer(&verdict, 1));
+    REQUIRE(verdict == static_cast<std::byte>(wire::HandshakeStatus::accepted));
     sockets.push_back(std::move(socket));
   }
   // Rank 1 holds its whole mesh once its kMeshReady comes: closing now leaves nothing unread.

@@ -39,12 +39,13 @@ static_assert(kHelloBytes == 80);
 static_assert(kNonceBytes == 32);
 static_assert(kMacBytes == 32);
 static_assert(kHelloMagic == 0x48525453);
-static_assert(kProtocolVersion == 3);
+static_assert(kProtocolVersion == 4);
 static_assert(Hello::kHasToken == 1);
 // The status travels as one byte: its values must not move.
 static_assert(static_cast<int>(HandshakeStatus::accepted) == 0);
 static_assert(static_cast<int>(HandshakeStatus::authentication_failed) == 9);
 static_assert(static_cast<int>(HandshakeStatus::stale_incarnation) == 10);
+static_assert(static_cast<int>(HandshakeStatus::challenge) == 11);
 
 constexpr std::byte b(unsigned value) {
   return static_cast<std::byte>(value);
@@ -283,8 +284,13 @@ constexpr std::string_view kAcceptMac =  // token kToken, label "strata-accept"
     "c7ceb14d2cfd1c5c97dc253a53e98669ebdd1f9a1d45145848212cc0c5b00587";
 constexpr std::string_view kEmptyTokenMac =  // token "", label "strata-connect"
     "e354c76d1954b0b9d835e5229a7c8ea800296427b32ec9303d426c4d0837b988";
+// The connector's answer to a challenge: label "strata-connect", the connector's Hello and the
+// acceptor's nonce a0 a1 ... bf (confirmed with `openssl dgst -sha256 -hmac` as well).
+constexpr std::string_view kChallengeMac =
+    "0436df6d918887cc718140f59e2762bcbc4f50a4127e9d0265ae9fecc2c93910";
 
-TEST_CASE("handshake_mac is HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello)") {
+TEST_CASE(
+    "handshake_mac is HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello or nonce)") {
   const HelloBytes connector = encode(connector_hello());
   const HelloBytes acceptor = encode(acceptor_hello());
   CHECK(to_hex(handshake_mac(kToken, "strata-connect", connector, acceptor)) == kConnectMac);
@@ -293,6 +299,11 @@ TEST_CASE("handshake_mac is HMAC-SHA256(token, label ‖ connector Hello ‖ acc
   CHECK(to_hex(handshake_mac("", "strata-connect", connector, acceptor)) == kEmptyTokenMac);
   CHECK(to_hex(handshake_mac(std::string_view{}, "strata-connect", connector, acceptor)) ==
         kEmptyTokenMac);
+  const std::array<std::byte, kNonceBytes> nonce = acceptor_hello().nonce;
+  CHECK(to_hex(handshake_mac(kToken, "strata-connect", connector, nonce)) == kChallengeMac);
+  // A MAC never covers more than two Hellos' worth of bytes.
+  const std::vector<std::byte> too_long(kHelloBytes + 1);
+  CHECK_THROWS_AS(handshake_mac(kToken, "strata-connect", connector, too_long), strata::UsageError);
 }
 
 TEST_CASE("the MAC depends on the token, the label and both Hellos") {
@@ -390,18 +401,21 @@ TEST_CASE("random_bytes fills the whole span with fresh values") {
 
 TEST_CASE("to_string(HandshakeStatus) names every status differently") {
   std::set<std::string_view> names;
-  for (unsigned value = 0; value <= 10; ++value) {
+  for (unsigned value = 0; value <= 11; ++value) {
     CAPTURE(value);
     const std::string_view name = to_string(static_cast<HandshakeStatus>(value));
     CHECK(!name.empty());
     CHECK(name != "invalid status");
     names.insert(name);
   }
-  CHECK(names.size() == 11);
+  CHECK(names.size() == 12);
   CHECK(to_string(HandshakeStatus::accepted) == "accepted");
   CHECK(to_string(HandshakeStatus::authentication_failed) ==
         "the cluster tokens (STRATA_CLUSTER_TOKEN) differ");
-  CHECK(to_string(static_cast<HandshakeStatus>(11)) == "invalid status");
+  CHECK(to_string(static_cast<HandshakeStatus>(12)) == "invalid status");
+  for (unsigned value = 0; value < 256; ++value)
+    CHECK(strata::transport::tcp::is_handshake_status(static_cast<std::byte>(value)) ==
+          (value <= 11));
   CHECK(to_string(static_cast<HandshakeStatus>(255)) == "invalid status");
 }
 

@@ -365,7 +365,8 @@ void send_abort(int control, std::uint64_t calls) {
   wire::FrameHeader abort;
   abort.type = wire::FrameType::abort;
   abort.sequence = calls;
-  const std::string why = "\x01rank 0 gave up";
+  // Peer failure, the root cause at rank 0 (i32, little-endian), then the text.
+  const std::string why = std::string("\x01\0\0\0\0", 5) + "rank 0 gave up";
   abort.payload_bytes = static_cast<std::uint32_t>(why.size());
   send_frame(control, abort, std::as_bytes(std::span(why)));
 }
@@ -378,9 +379,9 @@ TEST_CASE("a receiver that read lent pages reports its lender's abort instead of
   REQUIRE(error);
   CHECK(failed);
   CHECK_THROWS_AS(std::rethrow_exception(error), strata::PeerFailureError);
-  CHECK_MESSAGE(
-      message_of(error).find("rank 0 failed the group: rank 0 gave up") != std::string::npos,
-      message_of(error));
+  CHECK_MESSAGE(message_of(error).find("rank 1: broadcast: peer failure: rank 0 gave up;") !=
+                    std::string::npos,
+                message_of(error));
 }
 
 TEST_CASE("a lender's failure in a later call, or its close, is the next call's news") {

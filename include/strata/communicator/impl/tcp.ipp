@@ -215,16 +215,23 @@ STRATA_DECL const TcpOptions& TcpCommunicator::tcp_options() const noexcept {
 }
 
 STRATA_DECL void TcpCommunicator::abort(std::string_view reason) noexcept {
-  state_->group->fail(
-      transport::tcp::FailureClass::peer_failure,
-      fmt::format("strata: rank {}: abort: rank {} aborted: {}", rank(), rank(), reason));
+  try {
+    state_->group->fail(transport::tcp::FailureClass::peer_failure,
+                        RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)});
+  } catch (...) {  // no memory for the text: the group fails all the same
+    state_->group->fail(transport::tcp::FailureClass::peer_failure, RootCause{rank(), {}});
+  }
+}
+
+STRATA_DECL void TcpCommunicator::fail(const std::exception_ptr& error) noexcept {
+  state_->group->fail(error);
 }
 
 STRATA_DECL void TcpCommunicator::fail_usage(Collective kind, std::string_view what,
                                              std::string_view what_to_do) {
   UsageError error(rank(), to_string(kind), what, what_to_do);
   // The peers are about to wait for this rank: fail the group so they learn why at once.
-  state_->group->fail(transport::tcp::FailureClass::peer_failure, error.what());
+  state_->group->fail(transport::tcp::FailureClass::peer_failure, error.root_cause());
   throw error;
 }
 

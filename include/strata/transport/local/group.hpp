@@ -128,8 +128,8 @@ class Group {
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
 
   /// Throws the group's first failure as seen from `rank` in `operation`: a timeout stays a
-  /// `TimeoutError` and a mismatch a `MismatchError` on every rank (the slow or disagreeing
-  /// rank is named in the nested message); anything else becomes a `PeerFailureError`.
+  /// `TimeoutError` and a mismatch a `MismatchError` on every rank, anything else becomes a
+  /// `PeerFailureError`; each names the failure's root cause.
   [[noreturn]] void raise_failure(int rank, std::string_view operation) const {
     std::exception_ptr failure;
     {
@@ -140,14 +140,13 @@ class Group {
       std::rethrow_exception(failure);
     } catch (const Error& error) {
       if (error.rank() == rank && error.operation() == operation) throw;  // our own, as raised
-      // The nested message already says what to do.
-      const std::string what = fmt::format("the group failed: {}", error.what());
-      if (dynamic_cast<const TimeoutError*>(&error)) throw TimeoutError(rank, operation, what, "");
+      if (dynamic_cast<const TimeoutError*>(&error))
+        throw TimeoutError(rank, operation, error.root_cause());
       if (dynamic_cast<const MismatchError*>(&error))
-        throw MismatchError(rank, operation, what, "");
-      throw PeerFailureError(rank, operation, what, "");
+        throw MismatchError(rank, operation, error.root_cause());
+      throw PeerFailureError(rank, operation, error.root_cause());
     } catch (const std::exception& error) {
-      throw PeerFailureError(rank, operation, fmt::format("the group failed: {}", error.what()));
+      throw PeerFailureError(rank, operation, RootCause{-1, error.what()});
     }
   }
 

@@ -192,13 +192,15 @@ struct Channel {
     FrameHeader got;
     if (auto ec = decode(recv_header, got, control.group().chunk_bytes()))
       throw PeerFailureError(control.rank(), control.operation(),
-                             fmt::format("rank {} sent an invalid message ({}); the connection "
-                                         "carries something other than strata",
-                                         peer, ec.message()));
+                             RootCause{peer, fmt::format("rank {} sent an invalid message ({}); "
+                                                         "the connection carries something "
+                                                         "other than strata",
+                                                         peer, ec.message())});
     if (got.type != FrameType::data)
       throw PeerFailureError(
           control.rank(), control.operation(),
-          fmt::format("rank {} sent a control message on a data connection", peer));
+          RootCause{peer,
+                    fmt::format("rank {} sent a control message on a data connection", peer)});
     const FrameHeader want = data_header(control, expected_bytes);
     CollectiveCall theirs;
     theirs.kind = got.kind;
@@ -210,8 +212,9 @@ struct Channel {
     if (got.payload_bytes != want.payload_bytes)
       throw PeerFailureError(
           control.rank(), control.operation(),
-          fmt::format("rank {} sent a {}-byte message where this rank expected {} bytes", peer,
-                      got.payload_bytes, want.payload_bytes),
+          RootCause{peer, fmt::format("rank {} sent a {}-byte message where rank {} expected {} "
+                                      "bytes",
+                                      peer, got.payload_bytes, control.rank(), want.payload_bytes)},
           "run the same strata version on every rank");
     return got.flags;
   }
@@ -221,14 +224,15 @@ struct Channel {
     if (got.sequence != sequence)
       throw MismatchError(
           control.rank(), control.operation(),
-          fmt::format("rank {} sent data for its collective #{} ({}) while this rank is in "
+          fmt::format("rank {} sent data for its collective #{} ({}) while rank {} is in "
                       "collective #{} ({})",
-                      peer, got.sequence, describe_header(got), sequence, describe(control.call())),
+                      peer, got.sequence, describe_header(got), control.rank(), sequence,
+                      describe(control.call())),
           "every rank must call the same collectives in the same order; one rank called more "
           "or fewer than the others");
     throw MismatchError(control.rank(), control.operation(),
-                        fmt::format("ranks disagree on collective #{}: this rank (rank {}) called "
-                                    "{} but rank {} called {}",
+                        fmt::format("ranks disagree on collective #{}: rank {} called {} but "
+                                    "rank {} called {}",
                                     sequence, control.rank(), describe(control.call()), peer,
                                     describe_header(got)));
   }

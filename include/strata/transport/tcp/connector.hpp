@@ -84,12 +84,13 @@ class Connector {
     bool abandoned = false;
     Hello mine;
     HelloBytes mine_bytes{};
-    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
-    HelloBytes theirs_bytes{};
-    Mac mac{};
     std::array<std::byte, 1> status{};
+    bool challenged = false;
+    std::array<std::byte, kNonceBytes> challenge{};
+    Mac mac{};
+    std::array<std::byte, kHelloBytes + kMacBytes> reply{};  // the acceptor's Hello and MAC
+    std::array<std::byte, 1> final_status{};
     std::uint64_t incarnation_seen = 0;
-    bool authentic = true;
   };
 
   const MeshConfig& config() const noexcept { return pending_.config(); }
@@ -136,6 +137,7 @@ class Connector {
   void send_hello(const std::shared_ptr<Attempt>& attempt) {
     attempt->mine = pending_.own_hello(attempt->index);
     attempt->mine_bytes = encode(attempt->mine);
+    attempt->challenged = false;
     attempt->timer.expires_at(
         std::min(pending_.deadline().time_point(), Clock::now() + kHandshakeTimeout));
     attempt->timer.async_wait([attempt](std::error_code ec) {
@@ -148,15 +150,7 @@ class Connector {
                       [this, attempt](std::error_code ec, std::size_t) {
                         if (attempt->abandoned) return;
                         if (ec) return retry(attempt, ec.message());
-                        asio::async_read(attempt->socket, asio::buffer(attempt->reply),
-                                         [this, attempt](std::error_code read_ec, std::size_t) {
-                                           if (attempt->abandoned) return;
-                                           if (read_ec)
-                                             return retry(attempt,
-                                                          "the connection closed during the "
-                                                          "handshake");
-                                           on_reply(attempt);
-                                         });
+                        read_status(attempt);
                       });
   }
 
@@ -168,28 +162,59 @@ class Connector {
                              "TCP options and STRATA_CLUSTER_TOKEN");
   }
 
-  // The acceptor's Hello, verdict and MAC arrived: check them, and answer with our MAC.
-  void on_reply(const std::shared_ptr<Attempt>& attempt) {
-    std::copy_n(attempt->reply.begin(), kHelloBytes, attempt->theirs_bytes.begin());
-    Hello theirs;
-    if (!decode(std::span<const std::byte, kHelloBytes>(attempt->theirs_bytes), theirs))
-      return retry(attempt, "the peer answered with bytes that are not a strata handshake");
-    const auto status = static_cast<HandshakeStatus>(attempt->reply[kHelloBytes]);
+  // Reads `buffer` whole, then goes on with `next`; a connection that closes is retried.
+  template <typename Buffer, typename Next>
+  void read(const std::shared_ptr<Attempt>& attempt, Buffer buffer, Next next) {
+    asio::async_read(attempt->socket, buffer,
+                     [this, attempt, next](std::error_code ec, std::size_t) {
+                       if (attempt->abandoned) return;
+                       if (ec) return retry(attempt, "the connection closed during the handshake");
+                       next();
+                     });
+  }
+
+  void read_status(const std::shared_ptr<Attempt>& attempt) {
+    read(attempt, asio::buffer(attempt->status), [this, attempt] { on_status(attempt); });
+  }
+
+  // The acceptor's word on our Hello: a challenge, accepted (its Hello follows), or why not.
+  void on_status(const std::shared_ptr<Attempt>& attempt) {
+    if (!is_handshake_status(attempt->status[0]))
+      return retry(attempt,
+                   "the peer answered with bytes that are not a strata handshake of protocol "
+                   "version " +
+                       std::to_string(kProtocolVersion));
+    const auto status = static_cast<HandshakeStatus>(attempt->status[0]);
+    const bool token = config().token.has_value();
     try {
       switch (status) {
+        case HandshakeStatus::challenge:
+          if (!token || attempt->challenged)
+            refused(attempt->peer, "it asked for a proof of a cluster token out of turn");
+          attempt->challenged = true;
+          return read(attempt, asio::buffer(attempt->challenge),
+                      [this, attempt] { answer_challenge(attempt); });
         case HandshakeStatus::accepted:
-          break;
+          // An acceptor without our token would have said so: one that skips the challenge is
+          // not a rank of this cluster.
+          if (token && !attempt->challenged)
+            refused(attempt->peer, "it accepted this rank without checking the cluster token");
+          return read(attempt,
+                      asio::buffer(attempt->reply.data(), kHelloBytes + (token ? kMacBytes : 0)),
+                      [this, attempt] { on_acceptor_hello(attempt); });
         case HandshakeStatus::stale_incarnation:
           return retry(attempt, std::string(to_string(status)));
         default:
           refused(attempt->peer, to_string(status));
       }
-      check_acceptor(attempt, theirs);
     } catch (...) {
       pending_.fail(std::current_exception());
-      return;
     }
-    attempt->incarnation_seen = theirs.incarnation;
+  }
+
+  void answer_challenge(const std::shared_ptr<Attempt>& attempt) {
+    attempt->mac =
+        handshake_mac(*config().token, "strata-connect", attempt->mine_bytes, attempt->challenge);
     asio::async_write(attempt->socket, asio::buffer(attempt->mac),
                       [this, attempt](std::error_code ec, std::size_t) {
                         if (attempt->abandoned) return;
@@ -199,48 +224,55 @@ class Connector {
   }
 
   // The acceptor must be who the cluster spec says, in the same cluster, with our token.
-  void check_acceptor(const std::shared_ptr<Attempt>& attempt, const Hello& theirs) {
+  HandshakeStatus judge_acceptor(const std::shared_ptr<Attempt>& attempt, const Hello& theirs,
+                                 const HelloBytes& theirs_bytes) const {
     const MeshConfig& config = this->config();
-    if (theirs.rank != attempt->peer || theirs.world_size != pending_.size() ||
-        theirs.cluster != config.cluster || theirs.tunables != config.tunables ||
-        theirs.version != kProtocolVersion)
-      refused(attempt->peer, fmt::format("it answered as rank {} of {} with other settings",
-                                         theirs.rank, theirs.world_size));
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (theirs.cluster != config.cluster) return HandshakeStatus::other_cluster;
+    if (theirs.world_size != pending_.size()) return HandshakeStatus::world_size_differs;
+    if (theirs.rank != attempt->peer) return HandshakeStatus::unexpected_rank;
+    if (theirs.tunables != config.tunables) return HandshakeStatus::tunables_differ;
     if (config.token) {
       Mac mac{};
-      std::copy_n(attempt->reply.begin() + kHelloBytes + 1, kMacBytes, mac.begin());
-      // On a wrong MAC the exchange still completes (with a MAC that cannot match), so that
-      // the acceptor, too, learns that the tokens differ and can say so.
-      attempt->authentic = same_mac(mac, handshake_mac(*config.token, "strata-accept",
-                                                       attempt->mine_bytes, attempt->theirs_bytes));
-      if (attempt->authentic)
-        attempt->mac = handshake_mac(*config.token, "strata-connect", attempt->mine_bytes,
-                                     attempt->theirs_bytes);
+      std::copy_n(attempt->reply.begin() + kHelloBytes, kMacBytes, mac.begin());
+      if (theirs.nonce != attempt->challenge ||
+          !same_mac(mac, handshake_mac(*config.token, "strata-accept", attempt->mine_bytes,
+                                       theirs_bytes)))
+        return HandshakeStatus::authentication_failed;
     }
+    return HandshakeStatus::accepted;
   }
 
-  // The acceptor's last word: accepted, or why not.
-  void read_status(const std::shared_ptr<Attempt>& attempt) {
-    asio::async_read(
-        attempt->socket, asio::buffer(attempt->status),
-        [this, attempt](std::error_code read_ec, std::size_t) {
-          if (attempt->abandoned) return;
-          if (read_ec) return retry(attempt, "the connection closed during the handshake");
-          auto final_status = static_cast<HandshakeStatus>(attempt->status[0]);
-          if (!attempt->authentic) final_status = HandshakeStatus::authentication_failed;
-          if (final_status != HandshakeStatus::accepted) {
-            pending_.fail(std::make_exception_ptr(ConfigurationError(
-                config().rank, "rendezvous",
-                fmt::format("rank {} ({}) refused this rank: {}", attempt->peer,
-                            pending_.address(attempt->peer).to_string(), to_string(final_status)),
-                "give every rank the same STRATA_CLUSTER_TOKEN")));
-            return;
-          }
-          attempt->timer.cancel();
-          attempt->abandoned = true;  // done: the socket moves to the mesh
-          pending_.established(attempt->peer, attempt->index, std::move(attempt->socket),
-                               attempt->incarnation_seen);
-        });
+  // The acceptor's Hello (and MAC) arrived: check them and tell the acceptor the verdict.
+  void on_acceptor_hello(const std::shared_ptr<Attempt>& attempt) {
+    HelloBytes theirs_bytes{};
+    std::copy_n(attempt->reply.begin(), kHelloBytes, theirs_bytes.begin());
+    Hello theirs;
+    if (!decode(std::span<const std::byte, kHelloBytes>(theirs_bytes), theirs))
+      return retry(attempt, "the peer answered with bytes that are not a strata handshake");
+    const HandshakeStatus verdict = judge_acceptor(attempt, theirs, theirs_bytes);
+    attempt->final_status[0] = static_cast<std::byte>(verdict);
+    attempt->incarnation_seen = theirs.incarnation;
+    std::string why(to_string(verdict));
+    if (verdict == HandshakeStatus::unexpected_rank)
+      why = fmt::format("it answered as rank {}", theirs.rank);
+    asio::async_write(attempt->socket, asio::buffer(attempt->final_status),
+                      [this, attempt, verdict, why](std::error_code ec, std::size_t) {
+                        if (attempt->abandoned) return;
+                        if (verdict != HandshakeStatus::accepted) {
+                          try {
+                            refused(attempt->peer, why);
+                          } catch (...) {
+                            pending_.fail(std::current_exception());
+                          }
+                          return;
+                        }
+                        if (ec) return retry(attempt, ec.message());
+                        attempt->timer.cancel();
+                        attempt->abandoned = true;  // done: the socket moves to the mesh
+                        pending_.established(attempt->peer, attempt->index,
+                                             std::move(attempt->socket), attempt->incarnation_seen);
+                      });
   }
 
   PendingMesh& pending_;

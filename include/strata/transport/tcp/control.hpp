@@ -65,7 +65,8 @@ class CallControl {
           state.closed = true;
           throw PeerFailureError(
               rank(), operation(),
-              fmt::format("rank {} sent an invalid control message ({})", peer, ec.message()));
+              RootCause{peer, fmt::format("rank {} sent an invalid control message ({})", peer,
+                                          ec.message())});
         }
         want += header.payload_bytes;
       }
@@ -129,14 +130,16 @@ class CallControl {
     }
     if (control.departed)
       throw PeerFailureError(rank(), operation(),
-                             fmt::format("rank {} closed its communicator while this rank still "
-                                         "expected data from it in collective #{}",
-                                         peer, sequence_),
+                             RootCause{peer, fmt::format("rank {} closed its communicator while "
+                                                         "rank {} still expected data from it "
+                                                         "in collective #{}",
+                                                         peer, rank(), sequence_)},
                              "every rank must call the same collectives the same number of times");
     throw PeerFailureError(rank(), operation(),
-                           fmt::format("rank {} closed its connection in collective #{}: the "
-                                       "process exited, crashed or was killed",
-                                       peer, sequence_));
+                           RootCause{peer, fmt::format("rank {} closed its connections in "
+                                                       "collective #{} (the process exited, "
+                                                       "crashed or was killed)",
+                                                       peer, sequence_)});
   }
 
   /// After a failure, before the caller gets its buffer back: waits, for a grace period at
@@ -261,40 +264,46 @@ class CallControl {
         break;
       case FrameType::data:
         state.closed = true;
-        throw PeerFailureError(rank(), operation(),
-                               fmt::format("rank {} sent data on its control connection", peer));
+        throw PeerFailureError(
+            rank(), operation(),
+            RootCause{peer, fmt::format("rank {} sent data on its control connection", peer)});
     }
     return true;
   }
 
+  // A peer failed the group: raises its root cause, with the error type of the rank where
+  // the failure started.
   [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
     const auto kind =
         payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
+    RootCause cause{peer, {}};
     std::string text;
-    if (payload.size() > 1)
-      text.assign(reinterpret_cast<const char*>(payload.data() + 1), payload.size() - 1);
-    // The reason is the peer's bytes: escaped, so that no control character or invalid UTF-8
+    if (payload.size() >= 5) {
+      const auto origin = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&payload[1]));
+      if (origin >= -1 && origin < size()) cause.rank = origin;
+      text.assign(reinterpret_cast<const char*>(payload.data() + 5), payload.size() - 5);
+    }
+    // The text is the peer's bytes: escaped, so that no control character or invalid UTF-8
     // reaches this rank's logs.
-    const std::string what = fmt::format("rank {} failed the group: {}", peer,
-                                         strata::detail::escaped(text, text.size()));
+    cause.what_happened = text.empty() ? fmt::format("rank {} failed the group", peer)
+                                       : strata::detail::escaped(text, text.size());
     switch (kind) {
       case FailureClass::mismatch:
-        throw MismatchError(rank(), operation(), what);
+        throw MismatchError(rank(), operation(), std::move(cause));
       case FailureClass::timeout:
-        throw TimeoutError(rank(), operation(), what,
-                           "find the rank named above (stopped, hung, or calling other "
-                           "collectives), or raise the deadline");
+        throw TimeoutError(rank(), operation(), std::move(cause));
       case FailureClass::peer_failure:
         break;
     }
-    throw PeerFailureError(rank(), operation(), what);
+    throw PeerFailureError(rank(), operation(), std::move(cause));
   }
 
   [[noreturn]] void peer_closed_control(int peer) {
     throw PeerFailureError(rank(), operation(),
-                           fmt::format("rank {} closed its connections without saying why in "
-                                       "collective #{}: the process exited, crashed or was killed",
-                                       peer, sequence_));
+                           RootCause{peer, fmt::format("rank {} closed its connections without "
+                                                       "saying why in collective #{} (the process "
+                                                       "exited, crashed or was killed)",
+                                                       peer, sequence_)});
   }
 
   // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
@@ -325,13 +334,13 @@ class CallControl {
           fmt::format("; {} {} did not answer (stopped, hung, or not inside a collective)",
                       silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
     if (!waiting_for.empty())
-      what += fmt::format("; this rank was waiting for {} {}",
+      what += fmt::format("; rank {} was waiting for {} {}", rank(),
                           waiting_for.size() == 1 ? "rank" : "ranks",
                           strata::detail::join(waiting_for, ", "));
     for (int peer = 0; peer < size(); ++peer)
       if (unreleased(peer) > 0)
-        what += fmt::format("; rank {} had not read {} of the bytes this rank lent it", peer,
-                            unreleased(peer));
+        what += fmt::format("; rank {} had not read {} of the bytes rank {} lent it", peer,
+                            unreleased(peer), rank());
     return what;
   }
 

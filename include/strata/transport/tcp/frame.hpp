@@ -45,7 +45,8 @@ inline constexpr std::uint32_t kMaxControlPayload = 4096;
 
 enum class FrameType : std::uint8_t {
   data = 1,            ///< a segment of a collective's data (may be empty)
-  abort = 2,           ///< the sender failed the group; payload: error class byte + message
+  abort = 2,           ///< the sender failed the group; payload: FailureClass byte, the root
+                       ///< cause's rank (i32, little-endian), what happened there (text)
   timeout_notice = 3,  ///< the sender's deadline expired; receivers inside a call answer alive
   alive = 4,           ///< answer to a timeout notice: the sender is inside a collective
   goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives

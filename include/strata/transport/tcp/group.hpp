@@ -90,33 +90,41 @@ class Group {
   /// Rethrows the group's first failure, as seen by a later call.
   [[noreturn]] void raise_failure(std::string_view operation) const {
     std::lock_guard lock(failure_mutex_);
-    const std::string why = fmt::format("the group failed earlier: {}", failure_text_);
-    const std::string_view todo = "re-create the communicator (every rank) to continue";
+    const std::string_view todo =
+        "the group failed in an earlier call: re-create the communicator (every rank) to "
+        "continue";
     switch (failure_class_) {
       case FailureClass::mismatch:
-        throw MismatchError(rank(), operation, why, todo);
+        throw MismatchError(rank(), operation, failure_cause_, todo);
       case FailureClass::timeout:
-        throw TimeoutError(rank(), operation, why, todo);
+        throw TimeoutError(rank(), operation, failure_cause_, todo);
       case FailureClass::peer_failure:
         break;
     }
-    throw PeerFailureError(rank(), operation, why, todo);
+    throw PeerFailureError(rank(), operation, failure_cause_, todo);
   }
 
-  /// Fails the group: remembers the first failure, tells every peer why (on the control
-  /// connections, which are always at a message boundary), and shuts every connection so that
-  /// peers blocked on this rank wake at once. Safe from any thread; later calls are no-ops.
-  void fail(FailureClass kind, std::string_view text) noexcept {
-    {
-      std::lock_guard lock(failure_mutex_);
-      if (failed_.load(std::memory_order_relaxed)) return;
-      failure_class_ = kind;
-      failure_text_ = std::string(text);
+  /// Fails the group: remembers the first failure, tells every peer its root cause (on the
+  /// control connections, which are always at a message boundary), and shuts every connection
+  /// so that peers blocked on this rank wake at once. Safe from any thread; later calls are
+  /// no-ops.
+  void fail(FailureClass kind, const RootCause& cause) noexcept {
+    try {
+      {
+        std::lock_guard lock(failure_mutex_);
+        if (failed_.load(std::memory_order_relaxed)) return;
+        failure_class_ = kind;
+        failure_cause_ = cause;
+        failed_.store(true, std::memory_order_release);
+      }
+      std::string payload(1 + 4, static_cast<char>(kind));
+      detail::store_le<std::uint32_t>(reinterpret_cast<std::byte*>(payload.data() + 1),
+                                      static_cast<std::uint32_t>(cause.rank));
+      payload.append(std::string_view(cause.what_happened).substr(0, kMaxControlPayload - 5));
+      broadcast_control(FrameType::abort, payload);
+    } catch (...) {  // out of memory for the text: the peers still learn from the shutdown
       failed_.store(true, std::memory_order_release);
     }
-    std::string payload(1, static_cast<char>(kind));
-    payload.append(text.substr(0, kMaxControlPayload - 1));
-    broadcast_control(FrameType::abort, payload);
     for (int peer = 0; peer < size(); ++peer) {
       if (peer == rank()) continue;
       ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
@@ -127,18 +135,21 @@ class Group {
     [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
   }
 
-  /// Fails the group with `error` (a strata::Error) as the reason.
+  /// Fails the group with `error` as the reason: a strata::Error passes its root cause on, any
+  /// other exception is a failure of this rank.
   void fail(const std::exception_ptr& error) noexcept {
     try {
       std::rethrow_exception(error);
     } catch (const MismatchError& e) {
-      fail(FailureClass::mismatch, e.what());
+      fail(FailureClass::mismatch, e.root_cause());
     } catch (const TimeoutError& e) {
-      fail(FailureClass::timeout, e.what());
+      fail(FailureClass::timeout, e.root_cause());
+    } catch (const Error& e) {
+      fail(FailureClass::peer_failure, e.root_cause());
     } catch (const std::exception& e) {
-      fail(FailureClass::peer_failure, e.what());
+      fail(FailureClass::peer_failure, own_cause(e.what()));
     } catch (...) {
-      fail(FailureClass::peer_failure, "unknown error");
+      fail(FailureClass::peer_failure, own_cause("an exception that is not a std::exception"));
     }
   }
 
@@ -187,6 +198,14 @@ class Group {
   }
 
  private:
+  RootCause own_cause(std::string_view what) const {
+    try {
+      return {rank(), fmt::format("rank {} failed: {}", rank(), what)};
+    } catch (...) {
+      return {rank(), {}};
+    }
+  }
+
   void say_goodbye() noexcept {
     broadcast_control(FrameType::goodbye, {});
     for (int peer = 0; peer < size(); ++peer) {
@@ -210,7 +229,7 @@ class Group {
   mutable std::mutex failure_mutex_;
   std::atomic<bool> failed_{false};
   FailureClass failure_class_ = FailureClass::peer_failure;
-  std::string failure_text_;
+  RootCause failure_cause_;
 };
 
 }  // namespace strata::transport::tcp

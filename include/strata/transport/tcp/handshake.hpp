@@ -1,26 +1,30 @@
 // strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
 //
-// The rank with the higher number connects; the lower one accepts. Messages, all fixed size:
+// The rank with the higher number connects; the lower one accepts. The acceptor says nothing
+// until it has checked what the connector sent, so a probe learns nothing it did not bring:
 //
-//   connector → acceptor   Hello    (its rank, world size, cluster fingerprint, tunables,
-//                                    incarnation, connection index, nonce)
-//   acceptor → connector   Hello    (the acceptor's own) + Status + MAC_a
-//   connector → acceptor   MAC_c
-//   acceptor → connector   Status   (accepted, or why not)
+//   connector → acceptor   Hello_c  (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce_c)
+//   With a cluster token (STRATA_CLUSTER_TOKEN) on the acceptor, the token is proven first:
+//   acceptor → connector   Status challenge + nonce_a (32 random bytes)
+//   connector → acceptor   MAC_c = HMAC(token, "strata-connect" ‖ Hello_c ‖ nonce_a)
+//   Then, or at once without a token:
+//   acceptor → connector   Status: accepted + Hello_a (+ MAC_a with a token), or why not
+//   connector → acceptor   Status: accepted, or why the connector refuses the acceptor
 //
 // Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
 // u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
-// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. The
-// acceptor's reply is its Hello, one status byte (HandshakeStatus) and its 32-byte MAC; the
-// connector answers with its 32-byte MAC; the acceptor ends with one status byte.
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. A Status
+// is one byte (HandshakeStatus); after a refusal the acceptor closes the connection.
+// MAC_a = HMAC(token, "strata-accept" ‖ Hello_c ‖ Hello_a), and Hello_a carries nonce_a.
 //
-// Both sides check protocol version, cluster fingerprint (a hash of the cluster spec: ranks
-// given different clusters never pair up), world size, ranks and tunables (chunk size,
-// connections per peer, algorithm choice: ranks that would cut messages differently are
-// refused up front). With a cluster token (STRATA_CLUSTER_TOKEN) each side proves it knows the
-// token with an HMAC-SHA256 over both Hellos — including both fresh nonces, so a recorded
-// handshake cannot be replayed — and the token itself never crosses the wire. Without a token
-// the MACs are zero and ignored; a side with a token refuses a side without one.
+// Before the challenge the acceptor answers only the protocol version and whether both sides
+// hold a token; after it (or without a token) it checks the cluster fingerprint (a hash of the
+// cluster spec: ranks given different clusters never pair up), world size, rank and tunables
+// (chunk size, connections per peer, algorithm choice: ranks that would cut messages
+// differently are refused up front), and the connector checks the same of the acceptor's
+// Hello. The nonces make both MACs fresh, so a recorded handshake cannot be replayed, and the
+// token itself never crosses the wire.
 //
 // Once a rank holds every connection of its mesh it sends kMeshReady on each control
 // connection, and it starts collectives only after every peer's kMeshReady has arrived (see
@@ -46,9 +50,9 @@
 namespace strata::transport::tcp {
 
 inline constexpr std::uint32_t kHelloMagic = 0x48525453;  // "STRH"
-// 3 since frames carry lending (frame.hpp version 2): a rank of before is refused at the
-// handshake, not at its first collective.
-inline constexpr std::uint16_t kProtocolVersion = 3;
+// 4 since the acceptor checks the connector (and its token) before it answers with its own
+// Hello; 3 since frames carry lending (frame.hpp version 2).
+inline constexpr std::uint16_t kProtocolVersion = 4;
 inline constexpr std::size_t kNonceBytes = 32;
 inline constexpr std::size_t kMacBytes = 32;
 inline constexpr std::size_t kHelloBytes = 80;
@@ -89,7 +93,13 @@ enum class HandshakeStatus : std::uint8_t {
   token_unexpected = 8,
   authentication_failed = 9,
   stale_incarnation = 10,
+  challenge = 11,  ///< not a verdict: prove the cluster token over the nonce that follows
 };
+
+/// Whether `value` is a status this protocol version sends.
+inline bool is_handshake_status(std::byte value) noexcept {
+  return static_cast<unsigned>(value) <= 11;
+}
 
 inline std::string_view to_string(HandshakeStatus status) noexcept {
   switch (status) {
@@ -117,6 +127,8 @@ inline std::string_view to_string(HandshakeStatus status) noexcept {
       return "the cluster tokens (STRATA_CLUSTER_TOKEN) differ";
     case HandshakeStatus::stale_incarnation:
       return "another incarnation of this rank is already connected";
+    case HandshakeStatus::challenge:
+      return "the acceptor asks for proof of the cluster token (STRATA_CLUSTER_TOKEN)";
   }
   return "invalid status";
 }
@@ -167,18 +179,22 @@ inline void random_bytes(std::span<std::byte> out) {
                              "check that the system's random source (/dev/urandom) is available");
 }
 
-/// HMAC-SHA256(token, label ‖ connector Hello ‖ acceptor Hello); the label is zero-padded to
-/// 16 bytes (labels are short ASCII constants without NUL).
+/// HMAC-SHA256(token, label ‖ first ‖ second); the label is zero-padded to 16 bytes (labels
+/// are short ASCII constants without NUL). The handshake MACs the connector's Hello followed by
+/// the acceptor's challenge nonce (MAC_c) or by the acceptor's Hello (MAC_a).
 inline Mac handshake_mac(std::string_view token, std::string_view label,
-                         const HelloBytes& connector, const HelloBytes& acceptor) {
+                         std::span<const std::byte> first, std::span<const std::byte> second) {
   std::array<unsigned char, 16 + 2 * kHelloBytes> message{};
+  if (first.size() + second.size() > message.size() - 16)
+    throw UsageError(-1, "handshake", "a handshake MAC covers at most two Hellos",
+                     "MAC a Hello with a nonce or with another Hello");
   std::size_t n = 0;
   for (char c : label.substr(0, 16))
     message[n++] = static_cast<unsigned char>(c);
   n = 16;
-  for (std::byte b : connector)
+  for (std::byte b : first)
     message[n++] = static_cast<unsigned char>(b);
-  for (std::byte b : acceptor)
+  for (std::byte b : second)
     message[n++] = static_cast<unsigned char>(b);
   Mac mac{};
   unsigned int length = 0;

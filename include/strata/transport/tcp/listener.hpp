@@ -83,9 +83,10 @@ class Listener {
     std::string remote;
     HelloBytes theirs_bytes{};
     Hello theirs;
-    std::array<std::byte, kHelloBytes + 1 + kMacBytes> reply{};
+    std::array<std::byte, kNonceBytes> challenge{};
+    std::array<std::byte, 1 + kHelloBytes + kMacBytes> reply{};
     Mac mac{};
-    std::array<std::byte, 1> status{};
+    std::array<std::byte, 1> final_status{};
   };
 
   int rank() const noexcept { return pending_.config().rank; }
@@ -182,76 +183,92 @@ class Listener {
                      });
   }
 
-  // The connector's Hello arrived: answer with ours, the verdict and our MAC.
+  // The connector's Hello arrived: challenge it when there is a token, else judge it.
   void on_hello(const std::shared_ptr<Incoming>& in) {
     if (!decode(std::span<const std::byte, kHelloBytes>(in->theirs_bytes), in->theirs)) {
       reject(in->remote, "sent bytes that are not a strata handshake");
       in->abandon();
       return;
     }
+    const HandshakeStatus first = pending_.screen(in->theirs);
+    if (first != HandshakeStatus::challenge) return answer(in, first);
+    random_bytes(in->challenge);
+    in->reply[0] = static_cast<std::byte>(first);
+    std::copy(in->challenge.begin(), in->challenge.end(), in->reply.begin() + 1);
+    asio::async_write(in->socket, asio::buffer(in->reply.data(), 1 + kNonceBytes),
+                      [this, in](std::error_code ec, std::size_t) {
+                        if (ec) return in->abandon();
+                        asio::async_read(in->socket, asio::buffer(in->mac),
+                                         [this, in](std::error_code read_ec, std::size_t) {
+                                           if (read_ec) {
+                                             if (read_ec != asio::error::operation_aborted)
+                                               reject(in->remote,
+                                                      "closed or timed out before proving the "
+                                                      "cluster token");
+                                             return in->abandon();
+                                           }
+                                           on_mac(in);
+                                         });
+                      });
+  }
+
+  // The connector's answer to the challenge: only a connector that proved the token is judged.
+  void on_mac(const std::shared_ptr<Incoming>& in) {
+    const bool authentic = same_mac(
+        in->mac,
+        handshake_mac(*pending_.config().token, "strata-connect", in->theirs_bytes, in->challenge));
+    answer(in, authentic ? pending_.judge(in->theirs) : HandshakeStatus::authentication_failed);
+  }
+
+  // The verdict: accepted with our Hello (and MAC), or the reason alone, then the connection
+  // closes.
+  void answer(const std::shared_ptr<Incoming>& in, HandshakeStatus status) {
+    const MeshConfig& config = pending_.config();
     const Hello& theirs = in->theirs;
-    HandshakeStatus status = pending_.judge(theirs);
+    std::size_t length = 1;
+    in->reply[0] = static_cast<std::byte>(status);
     if (status == HandshakeStatus::accepted) {
       const auto known = pending_.peer_incarnation(theirs.rank);
       if (known != 0 && known != theirs.incarnation)
         pending_.forget_peer(theirs.rank);  // restarted
+      Hello mine = pending_.own_hello(theirs.connection);
+      if (config.token) mine.nonce = in->challenge;
+      const HelloBytes mine_bytes = encode(mine);
+      std::copy(mine_bytes.begin(), mine_bytes.end(), in->reply.begin() + 1);
+      length += kHelloBytes;
+      if (config.token) {
+        const Mac mac = handshake_mac(*config.token, "strata-accept", in->theirs_bytes, mine_bytes);
+        std::copy(mac.begin(), mac.end(), in->reply.begin() + 1 + kHelloBytes);
+        length += kMacBytes;
+      }
     }
-    const MeshConfig& config = pending_.config();
-    const Hello mine = pending_.own_hello(theirs.connection);
-    const HelloBytes mine_bytes = encode(mine);
-    std::copy(mine_bytes.begin(), mine_bytes.end(), in->reply.begin());
-    in->reply[kHelloBytes] = static_cast<std::byte>(status);
-    Mac mac{};
-    if (status == HandshakeStatus::accepted && config.token)
-      mac = handshake_mac(*config.token, "strata-accept", in->theirs_bytes, mine_bytes);
-    std::copy(mac.begin(), mac.end(), in->reply.begin() + kHelloBytes + 1);
-    asio::async_write(in->socket, asio::buffer(in->reply),
-                      [this, in, status, mine_bytes](std::error_code ec, std::size_t) {
+    asio::async_write(in->socket, asio::buffer(in->reply.data(), length),
+                      [this, in, status](std::error_code ec, std::size_t) {
                         if (ec || status != HandshakeStatus::accepted) {
                           if (!ec)
                             reject(in->remote, fmt::format("claimed rank {}: {}", in->theirs.rank,
                                                            to_string(status)));
-                          in->abandon();
-                          return;
+                          return in->abandon();
                         }
-                        read_mac(in, mine_bytes);
+                        read_final_status(in);
                       });
   }
 
-  void read_mac(const std::shared_ptr<Incoming>& in, const HelloBytes& mine_bytes) {
-    asio::async_read(in->socket, asio::buffer(in->mac),
-                     [this, in, mine_bytes](std::error_code read_ec, std::size_t) {
-                       if (read_ec) {
-                         in->abandon();
-                         return;
+  // The connector's last word on our Hello: accepted takes the connection.
+  void read_final_status(const std::shared_ptr<Incoming>& in) {
+    asio::async_read(in->socket, asio::buffer(in->final_status),
+                     [this, in](std::error_code ec, std::size_t) {
+                       if (ec) return in->abandon();
+                       const auto status = static_cast<HandshakeStatus>(in->final_status[0]);
+                       if (status != HandshakeStatus::accepted) {
+                         reject(in->remote, fmt::format("rank {} refused this rank: {}",
+                                                        in->theirs.rank, to_string(status)));
+                         return in->abandon();
                        }
-                       on_mac(in, mine_bytes);
+                       in->timer.cancel();
+                       pending_.established(in->theirs.rank, in->theirs.connection,
+                                            std::move(in->socket), in->theirs.incarnation);
                      });
-  }
-
-  // The connector's MAC arrived: say whether it proves the token, and take the connection.
-  void on_mac(const std::shared_ptr<Incoming>& in, const HelloBytes& mine_bytes) {
-    const MeshConfig& config = pending_.config();
-    bool authentic = true;
-    if (config.token)
-      authentic = same_mac(
-          in->mac, handshake_mac(*config.token, "strata-connect", in->theirs_bytes, mine_bytes));
-    in->status[0] = static_cast<std::byte>(authentic ? HandshakeStatus::accepted
-                                                     : HandshakeStatus::authentication_failed);
-    asio::async_write(in->socket, asio::buffer(in->status),
-                      [this, in, authentic](std::error_code ec, std::size_t) {
-                        if (ec || !authentic) {
-                          if (!authentic)
-                            reject(in->remote,
-                                   fmt::format("claimed rank {}: {}", in->theirs.rank,
-                                               to_string(HandshakeStatus::authentication_failed)));
-                          in->abandon();
-                          return;
-                        }
-                        in->timer.cancel();
-                        pending_.established(in->theirs.rank, in->theirs.connection,
-                                             std::move(in->socket), in->theirs.incarnation);
-                      });
   }
 
   PendingMesh& pending_;

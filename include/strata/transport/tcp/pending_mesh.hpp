@@ -117,7 +117,18 @@ class PendingMesh {
     if (missing_ == 0) exchange_readiness();
   }
 
-  /// Whether the acceptor takes the connection whose Hello is `theirs`.
+  /// The acceptor's first answer to `theirs`: with a token of its own it tells a stranger only
+  /// whether the protocol and the token's presence match, and challenges it; without one it
+  /// judges at once.
+  HandshakeStatus screen(const Hello& theirs) const {
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (!config_.token) return judge(theirs);
+    if ((theirs.flags & Hello::kHasToken) == 0) return HandshakeStatus::token_required;
+    return HandshakeStatus::challenge;
+  }
+
+  /// Whether the acceptor takes the connection whose Hello is `theirs` (after the challenge,
+  /// when there is a token).
   HandshakeStatus judge(const Hello& theirs) const {
     if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
     if (theirs.cluster != config_.cluster) return HandshakeStatus::other_cluster;
