@@ -52,6 +52,7 @@
 #include <strata/communicator/communicator.hpp>
 #include <strata/communicator/hierarchical.hpp>
 #include <strata/communicator/local.hpp>
+#include <strata/communicator/nccl.hpp>
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/replica_group.hpp>
 #include <strata/communicator/self.hpp>
@@ -84,6 +85,9 @@
 
 #include <strata/transport/local/group.hpp>
 #include <strata/transport/local/link.hpp>
+#include <strata/transport/nccl/device.hpp>
+#include <strata/transport/nccl/status.hpp>
+#include <strata/transport/nccl/types.hpp>
 #include <strata/transport/plan.hpp>
 
 #include <strata/resolve.hpp>

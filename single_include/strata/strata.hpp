@@ -6702,6 +6702,13 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   /// on every rank raises its root cause (see fail_group).
   void fail(const std::exception_ptr& error) noexcept { endpoint_->group->rendezvous.fail(error); }
 
+  /// Raises the group's failure if another rank failed it: for a caller that waits on
+  /// something else between calls (NcclCommunicator watches its side group with it).
+  void check_peers() const {
+    if (endpoint_->group->rendezvous.failed())
+      endpoint_->group->rendezvous.raise_failure(rank(), "check_peers");
+  }
+
  private:
   struct Group {
     Group(int size, const CommunicatorOptions& opts) : rendezvous(size), options(opts) {}
@@ -7046,6 +7053,11 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   /// Fails the whole group from any thread because of `error`: every rank raises its root
   /// cause, with its error type (see fail_group).
   STRATA_DECL void fail(const std::exception_ptr& error) noexcept;
+  /// Reads, without waiting, what the peers said on their control connections: raises (and
+  /// fails the group) when a peer closed its connections or failed the group. For a caller
+  /// that waits on something else between calls (NcclCommunicator watches its side group
+  /// with it); not while a call of this communicator runs on another thread.
+  STRATA_DECL void check_peers();
 
  private:
   struct State;  // communicator/impl/tcp.ipp
@@ -8885,6 +8897,8 @@ class Group {
   std::uint64_t next_sequence() noexcept {
     return sequence_.fetch_add(1, std::memory_order_relaxed);
   }
+  /// How many calls have begun (the number the next one gets).
+  std::uint64_t calls() const noexcept { return sequence_.load(std::memory_order_relaxed); }
 
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
 
@@ -10402,6 +10416,20 @@ STRATA_DECL void TcpCommunicator::fail(const std::exception_ptr& error) noexcept
   state_->group->fail(error);
 }
 
+STRATA_DECL void TcpCommunicator::check_peers() {
+  auto& group = *state_->group;
+  if (group.failed()) group.raise_failure("check_peers");
+  CollectiveCall call;  // no data: what messages name, a barrier
+  transport::tcp::CallControl control(group, call, group.calls(), Deadline::after({}));
+  try {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) control.read(peer, /*inside_call=*/false);
+  } catch (...) {
+    group.fail(std::current_exception());
+    throw;
+  }
+}
+
 STRATA_DECL void TcpCommunicator::fail_usage(Collective kind, std::string_view what,
                                              std::string_view what_to_do) {
   UsageError error(rank(), to_string(kind), what, what_to_do);
@@ -10819,6 +10847,860 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 
 }  // namespace strata::communicator
 // ---- end strata/communicator/hierarchical.hpp ----
+// ---- begin strata/communicator/nccl.hpp ----
+// strata/communicator/nccl.hpp — the NCCL communicator: collectives over GPU memory.
+//
+// NCCL moves the data; a CPU communicator of the same ranks (the side group: TcpCommunicator
+// across processes, LocalCommunicator among the threads of one process) does what NCCL cannot:
+// it carries the unique id that forms the NCCL group, checks before each collective that every
+// rank calls the same one (NCCL would hang or reinterpret bytes, nccl#1417), and tells a rank
+// that a peer died or failed. Every call has the communicator's deadline: the NCCL group is
+// non-blocking (ncclConfig_t::blocking = 0), and a waiting call polls its completion event,
+// NCCL's asynchronous error and the side group until the deadline, then aborts the NCCL group
+// and raises the same typed errors as the TCP communicator.
+
+
+#if STRATA_HAS_NCCL
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
+// ---- begin strata/transport/nccl/device.hpp ----
+// strata/transport/nccl/device.hpp — the CUDA pieces an NCCL group holds: the current device
+// for a scope, a stream, an event, and a typed buffer of device memory.
+
+
+#if STRATA_HAS_NCCL
+
+#include <cstddef>
+#include <span>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+// ---- begin strata/transport/nccl/status.hpp ----
+// strata/transport/nccl/status.hpp — CUDA runtime and NCCL return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; a failure of a group in flight (a remote peer, a device
+// fault, NCCL's internal errors) a PeerFailureError: the group cannot continue. Messages carry
+// the runtime's own text (NCCL's last error when it has one).
+
+
+#if STRATA_HAS_NCCL
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+/// Throws the strata error that `status` (neither ncclSuccess nor ncclInProgress) of `what`
+/// means; `comm` (may be null) gives NCCL's last error text.
+[[noreturn]] inline void raise_nccl(ncclResult_t status, ncclComm_t comm, int rank,
+                                    std::string_view operation, std::string_view what) {
+  const char* detail = ncclGetLastError(comm);
+  std::string text = fmt::format("{} failed: {}", what, ncclGetErrorString(status));
+  if (detail != nullptr && *detail != '\0') text += fmt::format(" ({})", detail);
+  switch (status) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's device, one GPU per rank, and the same "
+                       "NCCL version on every rank");
+    case ncclRemoteError:
+      throw PeerFailureError(rank, operation, text);
+    case ncclUnhandledCudaError:
+    case ncclSystemError:
+    case ncclInternalError:
+    default:
+      throw PeerFailureError(rank, operation, text);
+  }
+}
+
+/// Checks an NCCL call; ncclInProgress (a non-blocking communicator still working) passes.
+inline void check_nccl(ncclResult_t status, ncclComm_t comm, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != ncclSuccess && status != ncclInProgress)
+    raise_nccl(status, comm, rank, operation, what);
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+
+namespace strata::transport::nccl {
+
+/// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
+inline int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // the runtime keeps the error: clear it for later calls
+    return 0;
+  }
+  return count;
+}
+
+/// Makes `device` current for its scope and restores the one before.
+class DeviceScope {
+ public:
+  DeviceScope(int device, int rank, std::string_view operation) {
+    check_cuda(cudaGetDevice(&previous_), rank, operation, "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), rank, operation, "cudaSetDevice");
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+/// A non-blocking stream of the current device (it does not wait for the legacy default one).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int rank, std::string_view operation) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, operation,
+               "cudaStreamCreateWithFlags");
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  ~Stream() {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// An event without timing (the cheapest to record and query).
+class Event {
+ public:
+  Event() = default;
+  Event(int rank, std::string_view operation) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), rank, operation,
+               "cudaEventCreateWithFlags");
+  }
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+/// `count` elements of T in the memory of the current device.
+template <Element T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count, int rank = -1,
+                        std::string_view operation = "DeviceBuffer")
+      : count_(count) {
+    if (count > 0)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), rank, operation,
+                 "cudaMalloc");
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data_, count_}; }
+
+  /// Copies `host` (at most size() elements) in, and waits for it.
+  void copy_from(std::span<const T> host) {
+    check_cuda(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), -1,
+               "DeviceBuffer", "cudaMemcpy to the device");
+  }
+  /// Copies the first host.size() elements out, and waits for it.
+  void copy_to(std::span<T> host) const {
+    check_cuda(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), -1,
+               "DeviceBuffer", "cudaMemcpy from the device");
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+// ---- begin strata/transport/nccl/status.hpp ----
+// strata/transport/nccl/status.hpp — CUDA runtime and NCCL return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; a failure of a group in flight (a remote peer, a device
+// fault, NCCL's internal errors) a PeerFailureError: the group cannot continue. Messages carry
+// the runtime's own text (NCCL's last error when it has one).
+
+
+#if STRATA_HAS_NCCL
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+/// Throws the strata error that `status` (neither ncclSuccess nor ncclInProgress) of `what`
+/// means; `comm` (may be null) gives NCCL's last error text.
+[[noreturn]] inline void raise_nccl(ncclResult_t status, ncclComm_t comm, int rank,
+                                    std::string_view operation, std::string_view what) {
+  const char* detail = ncclGetLastError(comm);
+  std::string text = fmt::format("{} failed: {}", what, ncclGetErrorString(status));
+  if (detail != nullptr && *detail != '\0') text += fmt::format(" ({})", detail);
+  switch (status) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's device, one GPU per rank, and the same "
+                       "NCCL version on every rank");
+    case ncclRemoteError:
+      throw PeerFailureError(rank, operation, text);
+    case ncclUnhandledCudaError:
+    case ncclSystemError:
+    case ncclInternalError:
+    default:
+      throw PeerFailureError(rank, operation, text);
+  }
+}
+
+/// Checks an NCCL call; ncclInProgress (a non-blocking communicator still working) passes.
+inline void check_nccl(ncclResult_t status, ncclComm_t comm, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != ncclSuccess && status != ncclInProgress)
+    raise_nccl(status, comm, rank, operation, what);
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+// ---- begin strata/transport/nccl/types.hpp ----
+// strata/transport/nccl/types.hpp — strata's element types and reductions as NCCL names them.
+
+
+#if STRATA_HAS_NCCL
+
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
+
+/// NCCL's name of `type`: every strata element type has one.
+constexpr ncclDataType_t nccl_type(DataType type) noexcept {
+  switch (type) {
+    case DataType::int8:
+      return ncclInt8;
+    case DataType::uint8:
+      return ncclUint8;
+    case DataType::int32:
+      return ncclInt32;
+    case DataType::int64:
+      return ncclInt64;
+    case DataType::float16:
+      return ncclFloat16;
+    case DataType::bfloat16:
+      return ncclBfloat16;
+    case DataType::float32:
+      return ncclFloat32;
+    case DataType::float64:
+      return ncclFloat64;
+  }
+  return ncclUint8;
+}
+
+/// NCCL's reduction for `op`; mean is ncclAvg (integers: the sum divided, truncated, as the
+/// CPU communicators do).
+constexpr ncclRedOp_t nccl_op(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::product:
+      return ncclProd;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::mean:
+      return ncclAvg;
+  }
+  return ncclSum;
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/types.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+
+namespace strata::communicator {
+
+/// Settings of an NCCL group beyond CommunicatorOptions.
+struct NcclOptions {
+  /// Before each collective, every rank checks over the side group that all ranks call the
+  /// same one (kind, count, element type, op, root): a mismatch is a MismatchError on every
+  /// rank instead of a hang or wrong results. It costs one small side all-gather per call
+  /// (see benchmarks/RESULTS.md); turn it off only for calls known to agree.
+  bool check_calls = true;
+  /// The caller's stream: each collective starts after the work queued on it so far, and work
+  /// queued on it later starts after the collective. Null: the legacy default stream.
+  cudaStream_t stream = nullptr;
+};
+
+/// One rank of an NCCL group, on one CUDA device; buffers are device memory of that device.
+///
+/// `Side` is a CPU communicator of the same ranks in the same order (TcpCommunicator across
+/// processes, LocalCommunicator among threads). The constructor forms the NCCL group: rank 0
+/// makes the unique id, the side group carries it, every rank joins within the deadline.
+///
+/// Blocking calls return once the result is in the output buffer; `_async` calls run in call
+/// order on a thread of the communicator and their Work completes with the collective. A
+/// failure on any rank (a timeout, a mismatch, a dead peer, `abort`) fails the group on every
+/// rank: its calls raise, the NCCL group is aborted, and later calls refuse.
+///
+/// @code
+///   strata::communicator::TcpCommunicator side(membership);
+///   strata::communicator::NcclCommunicator nccl(std::move(side), /*device=*/0);
+///   nccl.all_reduce(std::span(gradients_on_device, n), strata::ReduceOp::mean);
+/// @endcode
+template <class Side>
+class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
+ public:
+  static constexpr std::string_view kName = "nccl";
+
+  /// Forms the NCCL group of `side`'s ranks, this rank on CUDA device `device`.
+  /// @throws TimeoutError when not every rank joins by the deadline; ConfigurationError for a
+  /// device this process lacks; PeerFailureError when a peer fails meanwhile.
+  NcclCommunicator(Side side, int device, NcclOptions nccl = {}, CommunicatorOptions options = {})
+      : state_(std::make_unique<State>(std::move(side), device, nccl, options)) {
+    form(*state_);
+  }
+  NcclCommunicator(NcclCommunicator&&) noexcept = default;
+  NcclCommunicator& operator=(NcclCommunicator&&) noexcept = default;
+  ~NcclCommunicator() = default;
+
+  int rank() const noexcept { return state_->rank; }
+  int size() const noexcept { return state_->size; }
+  /// The CUDA device of this rank.
+  int device() const noexcept { return state_->device; }
+  const CommunicatorOptions& options() const noexcept { return state_->options; }
+  const NcclOptions& nccl_options() const noexcept { return state_->nccl; }
+  /// The side group (CPU communicator of the same ranks).
+  Side& side() noexcept { return state_->side; }
+  /// The stream the collectives run on.
+  cudaStream_t stream() const noexcept { return state_->stream.get(); }
+  /// NCCL's handle of this rank's communicator, for calls strata does not wrap (null once the
+  /// group has failed). Calls through it bypass strata's checks and deadlines.
+  ncclComm_t native_handle() const noexcept { return state_->comm; }
+
+  /// Fails the whole group from any thread: every pending and later call on every rank throws
+  /// PeerFailureError carrying `reason`.
+  void abort(std::string_view reason) noexcept {
+    try {
+      fail(std::make_exception_ptr(PeerFailureError(
+          rank(), "abort", RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)})));
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+  /// Fails the whole group from any thread because of `error` (see fail_group): the call in
+  /// flight on this rank raises it, and so does every rank through the side group.
+  void fail(const std::exception_ptr& error) noexcept { state_->fail(error); }
+
+ private:
+  friend class detail::CollectiveApi<NcclCommunicator<Side>>;
+  friend struct detail::CallAccess;
+  using Clock = std::chrono::steady_clock;
+
+  // What ranks compare before a collective: kind, type, count, op, root, call number.
+  using Descriptor = std::array<std::int64_t, 6>;
+
+  struct State {
+    State(Side s, int dev, const NcclOptions& n, const CommunicatorOptions& o)
+        : side(std::move(s)),
+          rank(side.rank()),
+          size(side.size()),
+          device(dev),
+          nccl(n),
+          options(o) {}
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+
+    // Aborts the NCCL group unless it finished healthy; the CUDA objects go after it.
+    ~State() {
+      executor.reset();  // finishes the queued calls
+      if (comm == nullptr) return;
+      int previous = 0;
+      (void)cudaGetDevice(&previous);
+      (void)cudaSetDevice(device);
+      if (!failed() && finalize())
+        (void)ncclCommDestroy(comm);
+      else
+        (void)ncclCommAbort(comm);
+      (void)cudaSetDevice(previous);
+    }
+
+    // Finalizes (flushes) a healthy group within the deadline; false if it did not.
+    bool finalize() noexcept {
+      if (ncclCommFinalize(comm) == ncclSuccess) {
+        const auto deadline = Deadline::after(options.timeout);
+        ncclResult_t status = ncclInProgress;
+        while (status == ncclInProgress && !deadline.expired()) {
+          if (ncclCommGetAsyncError(comm, &status) != ncclSuccess) return false;
+          if (status == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        return status == ncclSuccess;
+      }
+      return false;
+    }
+
+    bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+    // The first failure wins; the side group tells the peers. Safe from any thread: the NCCL
+    // group itself is aborted by the thread in the call (or the destructor), never here.
+    void fail(const std::exception_ptr& error) noexcept {
+      {
+        std::lock_guard lock(failure_mutex);
+        if (failed_.load(std::memory_order_relaxed)) return;
+        failure = error;
+        failed_.store(true, std::memory_order_release);
+      }
+      fail_group(side, error);
+    }
+
+    // Rethrows the group's failure as seen by `operation` on this rank.
+    [[noreturn]] void raise_failure(std::string_view operation) const {
+      std::exception_ptr error;
+      {
+        std::lock_guard lock(failure_mutex);
+        error = failure;
+      }
+      const std::string_view todo =
+          "the group failed: re-create the communicator (every rank) to continue";
+      try {
+        std::rethrow_exception(error);
+      } catch (const TimeoutError& e) {
+        throw TimeoutError(rank, operation, e.root_cause(), todo);
+      } catch (const MismatchError& e) {
+        throw MismatchError(rank, operation, e.root_cause(), todo);
+      } catch (const Error& e) {
+        throw PeerFailureError(rank, operation, e.root_cause(), todo);
+      } catch (const std::exception& e) {
+        throw PeerFailureError(rank, operation, RootCause{rank, e.what()}, todo);
+      }
+    }
+
+    Side side;
+    int rank;
+    int size;
+    int device;
+    NcclOptions nccl;
+    CommunicatorOptions options;
+    ncclComm_t comm = nullptr;
+    transport::nccl::Stream stream;
+    transport::nccl::Event ready;  // the caller's stream reached the call
+    transport::nccl::Event done;   // the collective finished
+    transport::nccl::DeviceBuffer<std::uint8_t> barrier_byte;
+    std::uint64_t sequence = 0;
+    mutable std::mutex failure_mutex;
+    std::exception_ptr failure;
+    std::atomic<bool> failed_{false};
+    bool aborted = false;
+    std::unique_ptr<detail::SerialExecutor> executor = std::make_unique<detail::SerialExecutor>();
+  };
+
+  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
+                               std::string_view what_to_do) {
+    UsageError error(rank(), to_string(kind), what, what_to_do);
+    state_->fail(std::make_exception_ptr(error));  // the peers would wait for this rank
+    throw error;
+  }
+
+  void run(const CollectiveCall& call, const CallOptions& options) {
+    state_->executor->drain();  // keep call order with earlier asynchronous calls
+    execute(*state_, call, options);
+  }
+
+  Work submit(const CollectiveCall& call, const CallOptions& options) {
+    auto work = std::make_shared<detail::WorkState>();
+    State* state = state_.get();
+    state->executor->post([state, call, options, work] {
+      try {
+        execute(*state, call, options);
+        work->complete();
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+    });
+    return Work(std::move(work));
+  }
+
+  static std::chrono::milliseconds left(const Deadline& deadline) noexcept {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_point() - Clock::now());
+    return std::max(left, std::chrono::milliseconds(1));
+  }
+
+  // Forms the NCCL group: rank 0's unique id reaches every rank over the side group, then the
+  // non-blocking init is polled until it completes or the deadline passes.
+  static void form(State& state) {
+    constexpr std::string_view kOperation = "rendezvous";
+    const auto deadline = Deadline::after(state.options.timeout);
+    try {
+      const int devices = transport::nccl::device_count();
+      if (state.device < 0 || state.device >= devices)
+        throw ConfigurationError(
+            state.rank, kOperation,
+            fmt::format("CUDA device {} does not exist: this process sees {} device(s)",
+                        state.device, devices),
+            "give each rank a device index below the count (CUDA_VISIBLE_DEVICES)");
+      transport::nccl::DeviceScope scope(state.device, state.rank, kOperation);
+      ncclUniqueId id{};
+      if (state.rank == 0)
+        transport::nccl::check_nccl(ncclGetUniqueId(&id), nullptr, state.rank, kOperation,
+                                    "ncclGetUniqueId");
+      std::span<std::uint8_t> id_bytes(reinterpret_cast<std::uint8_t*>(id.internal),
+                                       sizeof id.internal);
+      state.side.broadcast(id_bytes, 0, CallOptions{left(deadline)});
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      transport::nccl::check_nccl(
+          ncclCommInitRankConfig(&state.comm, state.size, id, state.rank, &config), state.comm,
+          state.rank, kOperation, "ncclCommInitRankConfig");
+      await_nccl(state, kOperation, deadline, "forming the NCCL group");
+      state.stream = transport::nccl::Stream(state.rank, kOperation);
+      state.ready = transport::nccl::Event(state.rank, kOperation);
+      state.done = transport::nccl::Event(state.rank, kOperation);
+      state.barrier_byte = transport::nccl::DeviceBuffer<std::uint8_t>(1, state.rank, kOperation);
+    } catch (...) {
+      state.fail(std::current_exception());
+      abort_nccl(state);
+      throw;
+    }
+  }
+
+  // Polls a non-blocking NCCL operation (init, an enqueue) until it leaves ncclInProgress.
+  static void await_nccl(State& state, std::string_view operation, const Deadline& deadline,
+                         std::string_view what) {
+    for (;;) {
+      ncclResult_t status = ncclSuccess;
+      transport::nccl::check_nccl(ncclCommGetAsyncError(state.comm, &status), state.comm,
+                                  state.rank, operation, "ncclCommGetAsyncError");
+      if (status == ncclSuccess) return;
+      if (status != ncclInProgress) raise_async(state, status, operation, deadline, what);
+      watch(state, operation, deadline, what);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // Runs `side_call` on the side group: its errors become this call's, root cause kept.
+  template <class SideCall>
+  static void on_side(State& state, std::string_view operation, SideCall&& side_call) {
+    try {
+      side_call();
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(state.rank, operation, e.root_cause());
+    } catch (const MismatchError& e) {
+      throw MismatchError(state.rank, operation, e.root_cause());
+    } catch (const Error& e) {
+      throw PeerFailureError(state.rank, operation, e.root_cause());
+    }
+  }
+
+  // What a waiting call checks besides its own completion: an abort, the side group (a dead
+  // or failed peer), the deadline.
+  static void watch(State& state, std::string_view operation, const Deadline& deadline,
+                    std::string_view what) {
+    if (state.failed()) state.raise_failure(operation);
+    if constexpr (requires { state.side.check_peers(); })
+      on_side(state, operation, [&] { state.side.check_peers(); });
+    if (deadline.expired())
+      throw TimeoutError(state.rank, operation,
+                         fmt::format("{} did not complete within {} ms on CUDA device {}; NCCL "
+                                     "cannot tell which rank it waits for (a rank that stalls "
+                                     "or calls other collectives)",
+                                     what, deadline.budget().count(), state.device));
+  }
+
+  // NCCL's network transport sees a dead peer too, but cannot name it: the side group is given
+  // a moment to say who it was before NCCL's own error is raised.
+  [[noreturn]] static void raise_async(State& state, ncclResult_t status,
+                                       std::string_view operation, const Deadline& deadline,
+                                       std::string_view what) {
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (Clock::now() < until) {
+      watch(state, operation, deadline, what);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    transport::nccl::raise_nccl(status, state.comm, state.rank, operation, what);
+  }
+
+  static void abort_nccl(State& state) noexcept {
+    if (state.comm == nullptr || state.aborted) return;
+    state.aborted = true;
+    (void)ncclCommAbort(state.comm);
+    state.comm = nullptr;
+  }
+
+  static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
+    const std::string_view operation = to_string(call.kind);
+    if (state.failed()) state.raise_failure(operation);
+    const auto deadline = Deadline::after(options.timeout.value_or(state.options.timeout));
+    const std::uint64_t sequence = state.sequence++;
+    try {
+      if (state.nccl.check_calls) check_agreement(state, call, sequence, deadline);
+      transport::nccl::DeviceScope scope(state.device, state.rank, operation);
+      enqueue(state, call, deadline);
+      const std::string what = fmt::format("{} (collective #{})", describe(call), sequence);
+      // Spinning first catches small collectives at once; past that, NCCL's error, the side
+      // group and the deadline are checked every millisecond, and after a while the wait
+      // sleeps between queries so that it does not hold a core.
+      const auto started = Clock::now();
+      auto next_check = started;
+      for (int spins = 0;; ++spins) {
+        const cudaError_t done = cudaEventQuery(state.done.get());
+        if (done == cudaSuccess) break;
+        if (done != cudaErrorNotReady)
+          transport::nccl::raise_cuda(done, state.rank, operation, "the collective");
+        if (spins < 1024) continue;
+        const auto now = Clock::now();
+        if (now >= next_check) {
+          ncclResult_t status = ncclSuccess;
+          (void)ncclCommGetAsyncError(state.comm, &status);
+          if (status != ncclSuccess && status != ncclInProgress)
+            raise_async(state, status, operation, deadline, what);
+          watch(state, operation, deadline, what);
+          next_check = now + std::chrono::milliseconds(1);
+        }
+        if (now - started < std::chrono::milliseconds(10))
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    } catch (...) {
+      state.fail(std::current_exception());
+      abort_nccl(state);
+      throw;
+    }
+  }
+
+  // Every rank gathers every rank's descriptor of this call over the side group; all see the
+  // same table, so a disagreement raises MismatchError on every rank.
+  static void check_agreement(State& state, const CollectiveCall& call, std::uint64_t sequence,
+                              const Deadline& deadline) {
+    const Descriptor mine = descriptor(call, sequence);
+    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(state.size));
+    on_side(state, to_string(call.kind), [&] {
+      state.side.all_gather(std::span<const std::int64_t>(mine), std::span(all),
+                            CallOptions{left(deadline)});
+    });
+    for (int peer = 0; peer < state.size; ++peer) {
+      Descriptor theirs{};
+      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(peer * mine.size()), mine.size(),
+                  theirs.begin());
+      if (theirs == mine) continue;
+      CollectiveCall other;
+      other.kind = static_cast<Collective>(theirs[0]);
+      other.type = static_cast<DataType>(theirs[1]);
+      other.count = static_cast<std::size_t>(theirs[2]);
+      other.op = static_cast<ReduceOp>(theirs[3] < 0 ? 0 : theirs[3]);
+      other.root = static_cast<int>(theirs[4]);
+      throw MismatchError(state.rank, to_string(call.kind),
+                          fmt::format("ranks disagree on collective #{}: rank {} called {} but "
+                                      "rank {} called {}",
+                                      sequence, state.rank, describe(call), peer, describe(other)));
+    }
+  }
+
+  static Descriptor descriptor(const CollectiveCall& call, std::uint64_t sequence) noexcept {
+    return {static_cast<std::int64_t>(call.kind),
+            static_cast<std::int64_t>(call.type),
+            static_cast<std::int64_t>(call.count),
+            reduces(call.kind) ? static_cast<std::int64_t>(call.op) : -1,
+            has_root(call.kind) ? call.root : -1,
+            static_cast<std::int64_t>(sequence)};
+  }
+
+  // Queues the collective on the communicator's stream, after the caller's stream, and the
+  // caller's stream after it.
+  static void enqueue(State& state, const CollectiveCall& call, const Deadline& deadline) {
+    namespace nccl = transport::nccl;
+    const std::string_view operation = to_string(call.kind);
+    const cudaStream_t stream = state.stream.get();
+    nccl::check_cuda(cudaEventRecord(state.ready.get(), state.nccl.stream), state.rank, operation,
+                     "cudaEventRecord on the caller's stream");
+    nccl::check_cuda(cudaStreamWaitEvent(stream, state.ready.get(), 0), state.rank, operation,
+                     "cudaStreamWaitEvent");
+    const ncclDataType_t type = nccl::nccl_type(call.type);
+    // The mean of one rank is its sum: NCCL 2.28's ncclAvg on a group of one leaves the last
+    // elements of an out-of-place output unwritten (seen on an H200, docs/nccl.md).
+    const ncclRedOp_t op =
+        state.size == 1 && call.op == ReduceOp::mean ? ncclSum : nccl::nccl_op(call.op);
+    ncclResult_t status = ncclSuccess;
+    switch (call.kind) {
+      case Collective::all_reduce:
+        status = ncclAllReduce(call.send, call.recv, call.count, type, op, state.comm, stream);
+        break;
+      case Collective::broadcast:
+        status =
+            ncclBroadcast(call.send, call.recv, call.count, type, call.root, state.comm, stream);
+        break;
+      case Collective::reduce:
+        status =
+            ncclReduce(call.send, call.recv, call.count, type, op, call.root, state.comm, stream);
+        break;
+      case Collective::all_gather:
+        status = ncclAllGather(call.send, call.recv, call.count, type, state.comm, stream);
+        break;
+      case Collective::reduce_scatter:
+        status = ncclReduceScatter(call.send, call.recv, call.count, type, op, state.comm, stream);
+        break;
+      case Collective::barrier:
+        // NCCL has no barrier: a one-byte all-reduce waits for every rank just the same.
+        status = ncclAllReduce(state.barrier_byte.data(), state.barrier_byte.data(), 1, ncclUint8,
+                               ncclSum, state.comm, stream);
+        break;
+    }
+    nccl::check_nccl(status, state.comm, state.rank, operation, "enqueueing the collective");
+    if (status == ncclInProgress)
+      await_nccl(state, operation, deadline, "enqueueing the collective");
+    nccl::check_cuda(cudaEventRecord(state.done.get(), stream), state.rank, operation,
+                     "cudaEventRecord");
+    nccl::check_cuda(cudaStreamWaitEvent(state.nccl.stream, state.done.get(), 0), state.rank,
+                     operation, "cudaStreamWaitEvent on the caller's stream");
+  }
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::communicator
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/communicator/nccl.hpp ----
 // ---- begin strata/communicator/self.hpp ----
 // strata/communicator/self.hpp — the communicator of a group of one.
 
@@ -13950,5 +14832,379 @@ using DefaultStrategy =
 // ---- end strata/strategies.hpp ----
 
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
+// ---- begin strata/transport/nccl/device.hpp ----
+// strata/transport/nccl/device.hpp — the CUDA pieces an NCCL group holds: the current device
+// for a scope, a stream, an event, and a typed buffer of device memory.
+
+
+#if STRATA_HAS_NCCL
+
+#include <cstddef>
+#include <span>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+// ---- begin strata/transport/nccl/status.hpp ----
+// strata/transport/nccl/status.hpp — CUDA runtime and NCCL return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; a failure of a group in flight (a remote peer, a device
+// fault, NCCL's internal errors) a PeerFailureError: the group cannot continue. Messages carry
+// the runtime's own text (NCCL's last error when it has one).
+
+
+#if STRATA_HAS_NCCL
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+/// Throws the strata error that `status` (neither ncclSuccess nor ncclInProgress) of `what`
+/// means; `comm` (may be null) gives NCCL's last error text.
+[[noreturn]] inline void raise_nccl(ncclResult_t status, ncclComm_t comm, int rank,
+                                    std::string_view operation, std::string_view what) {
+  const char* detail = ncclGetLastError(comm);
+  std::string text = fmt::format("{} failed: {}", what, ncclGetErrorString(status));
+  if (detail != nullptr && *detail != '\0') text += fmt::format(" ({})", detail);
+  switch (status) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's device, one GPU per rank, and the same "
+                       "NCCL version on every rank");
+    case ncclRemoteError:
+      throw PeerFailureError(rank, operation, text);
+    case ncclUnhandledCudaError:
+    case ncclSystemError:
+    case ncclInternalError:
+    default:
+      throw PeerFailureError(rank, operation, text);
+  }
+}
+
+/// Checks an NCCL call; ncclInProgress (a non-blocking communicator still working) passes.
+inline void check_nccl(ncclResult_t status, ncclComm_t comm, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != ncclSuccess && status != ncclInProgress)
+    raise_nccl(status, comm, rank, operation, what);
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+
+namespace strata::transport::nccl {
+
+/// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
+inline int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // the runtime keeps the error: clear it for later calls
+    return 0;
+  }
+  return count;
+}
+
+/// Makes `device` current for its scope and restores the one before.
+class DeviceScope {
+ public:
+  DeviceScope(int device, int rank, std::string_view operation) {
+    check_cuda(cudaGetDevice(&previous_), rank, operation, "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), rank, operation, "cudaSetDevice");
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+/// A non-blocking stream of the current device (it does not wait for the legacy default one).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int rank, std::string_view operation) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, operation,
+               "cudaStreamCreateWithFlags");
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  ~Stream() {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// An event without timing (the cheapest to record and query).
+class Event {
+ public:
+  Event() = default;
+  Event(int rank, std::string_view operation) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), rank, operation,
+               "cudaEventCreateWithFlags");
+  }
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+/// `count` elements of T in the memory of the current device.
+template <Element T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count, int rank = -1,
+                        std::string_view operation = "DeviceBuffer")
+      : count_(count) {
+    if (count > 0)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), rank, operation,
+                 "cudaMalloc");
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data_, count_}; }
+
+  /// Copies `host` (at most size() elements) in, and waits for it.
+  void copy_from(std::span<const T> host) {
+    check_cuda(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), -1,
+               "DeviceBuffer", "cudaMemcpy to the device");
+  }
+  /// Copies the first host.size() elements out, and waits for it.
+  void copy_to(std::span<T> host) const {
+    check_cuda(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), -1,
+               "DeviceBuffer", "cudaMemcpy from the device");
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+// ---- begin strata/transport/nccl/status.hpp ----
+// strata/transport/nccl/status.hpp — CUDA runtime and NCCL return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; a failure of a group in flight (a remote peer, a device
+// fault, NCCL's internal errors) a PeerFailureError: the group cannot continue. Messages carry
+// the runtime's own text (NCCL's last error when it has one).
+
+
+#if STRATA_HAS_NCCL
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+/// Throws the strata error that `status` (neither ncclSuccess nor ncclInProgress) of `what`
+/// means; `comm` (may be null) gives NCCL's last error text.
+[[noreturn]] inline void raise_nccl(ncclResult_t status, ncclComm_t comm, int rank,
+                                    std::string_view operation, std::string_view what) {
+  const char* detail = ncclGetLastError(comm);
+  std::string text = fmt::format("{} failed: {}", what, ncclGetErrorString(status));
+  if (detail != nullptr && *detail != '\0') text += fmt::format(" ({})", detail);
+  switch (status) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's device, one GPU per rank, and the same "
+                       "NCCL version on every rank");
+    case ncclRemoteError:
+      throw PeerFailureError(rank, operation, text);
+    case ncclUnhandledCudaError:
+    case ncclSystemError:
+    case ncclInternalError:
+    default:
+      throw PeerFailureError(rank, operation, text);
+  }
+}
+
+/// Checks an NCCL call; ncclInProgress (a non-blocking communicator still working) passes.
+inline void check_nccl(ncclResult_t status, ncclComm_t comm, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != ncclSuccess && status != ncclInProgress)
+    raise_nccl(status, comm, rank, operation, what);
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+// ---- begin strata/transport/nccl/types.hpp ----
+// strata/transport/nccl/types.hpp — strata's element types and reductions as NCCL names them.
+
+
+#if STRATA_HAS_NCCL
+
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
+
+/// NCCL's name of `type`: every strata element type has one.
+constexpr ncclDataType_t nccl_type(DataType type) noexcept {
+  switch (type) {
+    case DataType::int8:
+      return ncclInt8;
+    case DataType::uint8:
+      return ncclUint8;
+    case DataType::int32:
+      return ncclInt32;
+    case DataType::int64:
+      return ncclInt64;
+    case DataType::float16:
+      return ncclFloat16;
+    case DataType::bfloat16:
+      return ncclBfloat16;
+    case DataType::float32:
+      return ncclFloat32;
+    case DataType::float64:
+      return ncclFloat64;
+  }
+  return ncclUint8;
+}
+
+/// NCCL's reduction for `op`; mean is ncclAvg (integers: the sum divided, truncated, as the
+/// CPU communicators do).
+constexpr ncclRedOp_t nccl_op(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::product:
+      return ncclProd;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::mean:
+      return ncclAvg;
+  }
+  return ncclSum;
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/types.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
 
 // ---- end strata/strata.hpp ----

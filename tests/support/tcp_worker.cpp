@@ -50,18 +50,11 @@
 #include <strata/core/error.hpp>
 #include "logistic_regression.hpp"
 #include "tcp_worker_conformance.hpp"
+#include "worker_errors.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int report(const char* kind, int code, Clock::time_point began, const std::exception& error) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();
-  fmt::print("error {} {} {}\n", kind, ms, error.what());
-  std::fflush(stdout);
-  return code;
-}
 
 }  // namespace
 
@@ -220,22 +213,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto began = Clock::now();
-  try {
+  return strata::testing::exit_code_of(began, [&] {
     if (args[0] == "train" && args.size() == 3) return train(args);
     if (args[0] == "raise" && args.size() == 3) return raise_in_replica(args);
     auto resolved = strata::resolve_cluster();
     if (args[0] == "conformance" && args.size() <= 2)
       return conformance_scenario(args, resolved, began);
     return group_scenario(args, resolved, began);
-  } catch (const strata::PeerFailureError& e) {
-    return report("peer_failure", 3, began, e);
-  } catch (const strata::TimeoutError& e) {
-    return report("timeout", 4, began, e);
-  } catch (const strata::MismatchError& e) {
-    return report("mismatch", 5, began, e);
-  } catch (const strata::ConfigurationError& e) {
-    return report("configuration", 6, began, e);
-  } catch (const std::exception& e) {
-    return report("other", 7, began, e);
-  }
+  });
 }

@@ -1,7 +1,9 @@
-// tests/support/tcp_worker_conformance.hpp — the `conformance` scenario of strata_test_tcp_worker
-// (tcp_worker.cpp): one rank's share of the sweep of tcp_test.cpp, run in a process of its own,
-// checking this rank's outputs against the one collective reference (tools/reference/) and,
-// through digests, that every rank's results are bit-identical.
+// tests/support/tcp_worker_conformance.hpp — the `conformance` scenario of the worker processes
+// (tcp_worker.cpp, nccl_worker.cpp): one rank's share of the sweep of tcp_test.cpp, run in a
+// process of its own, checking this rank's outputs against the one collective reference
+// (tools/reference/) and, through digests, that every rank's results are bit-identical. The
+// buffers are host memory; a `Memory` policy may stage them elsewhere (device memory) around
+// each call, guards included.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +24,7 @@
 #include <collective_reference/elements.hpp>
 #include <collective_reference/inputs.hpp>
 #include <collective_reference/reference.hpp>
-#include <strata/communicator/tcp.hpp>
+#include <strata/communicator/collective.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/reduce_op.hpp>
 
@@ -38,7 +40,6 @@ namespace reference = strata::reference;
 using strata::DataType;
 using strata::ReduceOp;
 using strata::communicator::Collective;
-using strata::communicator::TcpCommunicator;
 using testing::CaseSpec;
 
 // Sentinel elements on each side of every buffer catch writes past a span.
@@ -62,6 +63,8 @@ class Buffer {
       : storage_(count + 2 * kGuard, testing::detail::sentinel_value<T>()), count_(count) {}
   T* data() noexcept { return storage_.data() + kGuard; }
   std::size_t count() const noexcept { return count_; }
+  /// The elements and the guards on both sides: what a Memory policy stages.
+  std::span<T> storage() noexcept { return storage_; }
   bool guards_intact() const {
     const T sentinel = testing::detail::sentinel_value<T>();
     for (std::size_t i = 0; i < kGuard; ++i)
@@ -84,10 +87,24 @@ struct Digests {
   std::uint64_t all_gather = 0;
 };
 
-template <strata::Element T>
-void call(TcpCommunicator& comm, const CaseSpec& spec, Buffer<T>& send, Buffer<T>& recv) {
+// Buffers used where they are, in host memory.
+struct HostMemory {
+  template <strata::Element T, class Call>
+  void run(Buffer<T>& send, Buffer<T>& recv, Call&& call) {
+    call(send.data(), recv.data());
+  }
+  template <class Comm>
+  void all_gather(Comm& comm, std::span<const std::int64_t> mine, std::span<std::int64_t> all) {
+    comm.all_gather(mine, all);
+  }
+};
+
+// The collective of `spec` on `send_count` elements at `send` and `recv_count` at `recv`.
+template <strata::Element T, class Comm>
+void call(Comm& comm, const CaseSpec& spec, T* send, std::size_t send_count, T* recv,
+          std::size_t recv_count) {
   if (spec.in_place) {
-    const std::span<T> data(send.data(), send.count());
+    const std::span<T> data(send, send_count);
     switch (spec.kind) {
       case Collective::all_reduce:
         return comm.all_reduce(data, spec.op);
@@ -104,8 +121,8 @@ void call(TcpCommunicator& comm, const CaseSpec& spec, Buffer<T>& send, Buffer<T
     }
     return;
   }
-  const std::span<const T> in(send.data(), send.count());
-  const std::span<T> out(recv.data(), recv.count());
+  const std::span<const T> in(send, send_count);
+  const std::span<T> out(recv, recv_count);
   switch (spec.kind) {
     case Collective::all_reduce:
       return comm.all_reduce(in, out, spec.op);
@@ -281,13 +298,15 @@ class RankCase {
 };
 
 // Runs one case on this rank and checks this rank's outputs, inputs and guards.
-template <strata::Element T>
-void run_case(TcpCommunicator& comm, std::string_view phase, const CaseSpec& spec,
+template <strata::Element T, class Comm, class Memory>
+void run_case(Comm& comm, Memory& memory, std::string_view phase, const CaseSpec& spec,
               Clock::time_point& began, Totals& totals, Digests& digests) {
   RankCase<T> one(spec, comm.rank(), phase, totals);
   try {
     began = Clock::now();
-    call<T>(comm, spec, one.send(), one.recv());
+    memory.run(one.send(), one.recv(), [&](T* send, T* recv) {
+      call<T>(comm, spec, send, one.send().count(), recv, one.recv().count());
+    });
   } catch (const std::exception&) {
     fmt::print("failed: rank {}, {} {} threw\n", comm.rank(), phase, testing::describe(spec));
     throw;
@@ -312,8 +331,10 @@ std::vector<int> roots_of(Collective kind, int size) {
 
 // Runs `kinds` × counts × element types × ops × roots × in/out of place and a barrier on
 // `comm`, then compares this rank's digests with every other rank's.
-void run_phase(TcpCommunicator& comm, std::string_view phase, std::span<const Collective> kinds,
-               std::span<const std::size_t> counts, Clock::time_point& began, Totals& totals) {
+template <class Comm, class Memory = HostMemory>
+void run_phase(Comm& comm, std::string_view phase, std::span<const Collective> kinds,
+               std::span<const std::size_t> counts, Clock::time_point& began, Totals& totals,
+               Memory memory = {}) {
   Digests digests;
   const int size = comm.size();
   if (size > kMaxRanks)
@@ -329,11 +350,11 @@ void run_phase(TcpCommunicator& comm, std::string_view phase, std::span<const Co
               spec.empty_non_root_recv =
                   kind == Collective::reduce && !in_place && (root + size) % 2 == 1;
               strata::visit_data_type(type, [&]<class T>(std::type_identity<T>) {
-                run_case<T>(comm, phase, spec, began, totals, digests);
+                run_case<T>(comm, memory, phase, spec, began, totals, digests);
               });
             }
-  run_case<std::int8_t>(comm, phase, CaseSpec{Collective::barrier, DataType::int8}, began, totals,
-                        digests);
+  run_case<std::int8_t>(comm, memory, phase, CaseSpec{Collective::barrier, DataType::int8}, began,
+                        totals, digests);
 
   // Results must be bit-identical on every rank (the determinism promise).
   const std::int64_t mine[] = {std::bit_cast<std::int64_t>(digests.all_reduce),
@@ -342,7 +363,7 @@ void run_phase(TcpCommunicator& comm, std::string_view phase, std::span<const Co
   constexpr std::string_view kNames[] = {"all_reduce", "broadcast", "all_gather"};
   std::vector<std::int64_t> everyone(std::size(mine) * static_cast<std::size_t>(size));
   began = Clock::now();
-  comm.all_gather(std::span<const std::int64_t>(mine), std::span(everyone));
+  memory.all_gather(comm, std::span<const std::int64_t>(mine), std::span(everyone));
   for (std::size_t k = 0; k < std::size(mine); ++k)
     for (int q = 0; q < size; ++q)
       if (everyone[static_cast<std::size_t>(q) * std::size(mine) + k] != mine[k]) {

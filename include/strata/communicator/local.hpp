@@ -113,6 +113,13 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   /// on every rank raises its root cause (see fail_group).
   void fail(const std::exception_ptr& error) noexcept { endpoint_->group->rendezvous.fail(error); }
 
+  /// Raises the group's failure if another rank failed it: for a caller that waits on
+  /// something else between calls (NcclCommunicator watches its side group with it).
+  void check_peers() const {
+    if (endpoint_->group->rendezvous.failed())
+      endpoint_->group->rendezvous.raise_failure(rank(), "check_peers");
+  }
+
  private:
   struct Group {
     Group(int size, const CommunicatorOptions& opts) : rendezvous(size), options(opts) {}

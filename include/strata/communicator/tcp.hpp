@@ -169,6 +169,11 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   /// Fails the whole group from any thread because of `error`: every rank raises its root
   /// cause, with its error type (see fail_group).
   STRATA_DECL void fail(const std::exception_ptr& error) noexcept;
+  /// Reads, without waiting, what the peers said on their control connections: raises (and
+  /// fails the group) when a peer closed its connections or failed the group. For a caller
+  /// that waits on something else between calls (NcclCommunicator watches its side group
+  /// with it); not while a call of this communicator runs on another thread.
+  STRATA_DECL void check_peers();
 
  private:
   struct State;  // communicator/impl/tcp.ipp

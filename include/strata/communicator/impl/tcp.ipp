@@ -227,6 +227,20 @@ STRATA_DECL void TcpCommunicator::fail(const std::exception_ptr& error) noexcept
   state_->group->fail(error);
 }
 
+STRATA_DECL void TcpCommunicator::check_peers() {
+  auto& group = *state_->group;
+  if (group.failed()) group.raise_failure("check_peers");
+  CollectiveCall call;  // no data: what messages name, a barrier
+  transport::tcp::CallControl control(group, call, group.calls(), Deadline::after({}));
+  try {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) control.read(peer, /*inside_call=*/false);
+  } catch (...) {
+    group.fail(std::current_exception());
+    throw;
+  }
+}
+
 STRATA_DECL void TcpCommunicator::fail_usage(Collective kind, std::string_view what,
                                              std::string_view what_to_do) {
   UsageError error(rank(), to_string(kind), what, what_to_do);

@@ -84,6 +84,8 @@ class Group {
   std::uint64_t next_sequence() noexcept {
     return sequence_.fetch_add(1, std::memory_order_relaxed);
   }
+  /// How many calls have begun (the number the next one gets).
+  std::uint64_t calls() const noexcept { return sequence_.load(std::memory_order_relaxed); }
 
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
 

@@ -1,0 +1,491 @@
+// strata/communicator/nccl.hpp — the NCCL communicator: collectives over GPU memory.
+//
+// NCCL moves the data; a CPU communicator of the same ranks (the side group: TcpCommunicator
+// across processes, LocalCommunicator among the threads of one process) does what NCCL cannot:
+// it carries the unique id that forms the NCCL group, checks before each collective that every
+// rank calls the same one (NCCL would hang or reinterpret bytes, nccl#1417), and tells a rank
+// that a peer died or failed. Every call has the communicator's deadline: the NCCL group is
+// non-blocking (ncclConfig_t::blocking = 0), and a waiting call polls its completion event,
+// NCCL's asynchronous error and the side group until the deadline, then aborts the NCCL group
+// and raises the same typed errors as the TCP communicator.
+#pragma once
+
+#include <strata/config.hpp>
+
+#if STRATA_HAS_NCCL
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <strata/communicator/collective.hpp>
+#include <strata/communicator/communicator.hpp>
+#include <strata/communicator/detail/collective_api.hpp>
+#include <strata/communicator/detail/serial_executor.hpp>
+#include <strata/communicator/options.hpp>
+#include <strata/communicator/work.hpp>
+#include <strata/core/deadline.hpp>
+#include <strata/core/error.hpp>
+#include <strata/transport/nccl/device.hpp>
+#include <strata/transport/nccl/status.hpp>
+#include <strata/transport/nccl/types.hpp>
+
+namespace strata::communicator {
+
+/// Settings of an NCCL group beyond CommunicatorOptions.
+struct NcclOptions {
+  /// Before each collective, every rank checks over the side group that all ranks call the
+  /// same one (kind, count, element type, op, root): a mismatch is a MismatchError on every
+  /// rank instead of a hang or wrong results. It costs one small side all-gather per call
+  /// (see benchmarks/RESULTS.md); turn it off only for calls known to agree.
+  bool check_calls = true;
+  /// The caller's stream: each collective starts after the work queued on it so far, and work
+  /// queued on it later starts after the collective. Null: the legacy default stream.
+  cudaStream_t stream = nullptr;
+};
+
+/// One rank of an NCCL group, on one CUDA device; buffers are device memory of that device.
+///
+/// `Side` is a CPU communicator of the same ranks in the same order (TcpCommunicator across
+/// processes, LocalCommunicator among threads). The constructor forms the NCCL group: rank 0
+/// makes the unique id, the side group carries it, every rank joins within the deadline.
+///
+/// Blocking calls return once the result is in the output buffer; `_async` calls run in call
+/// order on a thread of the communicator and their Work completes with the collective. A
+/// failure on any rank (a timeout, a mismatch, a dead peer, `abort`) fails the group on every
+/// rank: its calls raise, the NCCL group is aborted, and later calls refuse.
+///
+/// @code
+///   strata::communicator::TcpCommunicator side(membership);
+///   strata::communicator::NcclCommunicator nccl(std::move(side), /*device=*/0);
+///   nccl.all_reduce(std::span(gradients_on_device, n), strata::ReduceOp::mean);
+/// @endcode
+template <class Side>
+class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
+ public:
+  static constexpr std::string_view kName = "nccl";
+
+  /// Forms the NCCL group of `side`'s ranks, this rank on CUDA device `device`.
+  /// @throws TimeoutError when not every rank joins by the deadline; ConfigurationError for a
+  /// device this process lacks; PeerFailureError when a peer fails meanwhile.
+  NcclCommunicator(Side side, int device, NcclOptions nccl = {}, CommunicatorOptions options = {})
+      : state_(std::make_unique<State>(std::move(side), device, nccl, options)) {
+    form(*state_);
+  }
+  NcclCommunicator(NcclCommunicator&&) noexcept = default;
+  NcclCommunicator& operator=(NcclCommunicator&&) noexcept = default;
+  ~NcclCommunicator() = default;
+
+  int rank() const noexcept { return state_->rank; }
+  int size() const noexcept { return state_->size; }
+  /// The CUDA device of this rank.
+  int device() const noexcept { return state_->device; }
+  const CommunicatorOptions& options() const noexcept { return state_->options; }
+  const NcclOptions& nccl_options() const noexcept { return state_->nccl; }
+  /// The side group (CPU communicator of the same ranks).
+  Side& side() noexcept { return state_->side; }
+  /// The stream the collectives run on.
+  cudaStream_t stream() const noexcept { return state_->stream.get(); }
+  /// NCCL's handle of this rank's communicator, for calls strata does not wrap (null once the
+  /// group has failed). Calls through it bypass strata's checks and deadlines.
+  ncclComm_t native_handle() const noexcept { return state_->comm; }
+
+  /// Fails the whole group from any thread: every pending and later call on every rank throws
+  /// PeerFailureError carrying `reason`.
+  void abort(std::string_view reason) noexcept {
+    try {
+      fail(std::make_exception_ptr(PeerFailureError(
+          rank(), "abort", RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)})));
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+
+  /// Fails the whole group from any thread because of `error` (see fail_group): the call in
+  /// flight on this rank raises it, and so does every rank through the side group.
+  void fail(const std::exception_ptr& error) noexcept { state_->fail(error); }
+
+ private:
+  friend class detail::CollectiveApi<NcclCommunicator<Side>>;
+  friend struct detail::CallAccess;
+  using Clock = std::chrono::steady_clock;
+
+  // What ranks compare before a collective: kind, type, count, op, root, call number.
+  using Descriptor = std::array<std::int64_t, 6>;
+
+  struct State {
+    State(Side s, int dev, const NcclOptions& n, const CommunicatorOptions& o)
+        : side(std::move(s)),
+          rank(side.rank()),
+          size(side.size()),
+          device(dev),
+          nccl(n),
+          options(o) {}
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+
+    // Aborts the NCCL group unless it finished healthy; the CUDA objects go after it.
+    ~State() {
+      executor.reset();  // finishes the queued calls
+      if (comm == nullptr) return;
+      int previous = 0;
+      (void)cudaGetDevice(&previous);
+      (void)cudaSetDevice(device);
+      if (!failed() && finalize())
+        (void)ncclCommDestroy(comm);
+      else
+        (void)ncclCommAbort(comm);
+      (void)cudaSetDevice(previous);
+    }
+
+    // Finalizes (flushes) a healthy group within the deadline; false if it did not.
+    bool finalize() noexcept {
+      if (ncclCommFinalize(comm) == ncclSuccess) {
+        const auto deadline = Deadline::after(options.timeout);
+        ncclResult_t status = ncclInProgress;
+        while (status == ncclInProgress && !deadline.expired()) {
+          if (ncclCommGetAsyncError(comm, &status) != ncclSuccess) return false;
+          if (status == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        return status == ncclSuccess;
+      }
+      return false;
+    }
+
+    bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+    // The first failure wins; the side group tells the peers. Safe from any thread: the NCCL
+    // group itself is aborted by the thread in the call (or the destructor), never here.
+    void fail(const std::exception_ptr& error) noexcept {
+      {
+        std::lock_guard lock(failure_mutex);
+        if (failed_.load(std::memory_order_relaxed)) return;
+        failure = error;
+        failed_.store(true, std::memory_order_release);
+      }
+      fail_group(side, error);
+    }
+
+    // Rethrows the group's failure as seen by `operation` on this rank.
+    [[noreturn]] void raise_failure(std::string_view operation) const {
+      std::exception_ptr error;
+      {
+        std::lock_guard lock(failure_mutex);
+        error = failure;
+      }
+      const std::string_view todo =
+          "the group failed: re-create the communicator (every rank) to continue";
+      try {
+        std::rethrow_exception(error);
+      } catch (const TimeoutError& e) {
+        throw TimeoutError(rank, operation, e.root_cause(), todo);
+      } catch (const MismatchError& e) {
+        throw MismatchError(rank, operation, e.root_cause(), todo);
+      } catch (const Error& e) {
+        throw PeerFailureError(rank, operation, e.root_cause(), todo);
+      } catch (const std::exception& e) {
+        throw PeerFailureError(rank, operation, RootCause{rank, e.what()}, todo);
+      }
+    }
+
+    Side side;
+    int rank;
+    int size;
+    int device;
+    NcclOptions nccl;
+    CommunicatorOptions options;
+    ncclComm_t comm = nullptr;
+    transport::nccl::Stream stream;
+    transport::nccl::Event ready;  // the caller's stream reached the call
+    transport::nccl::Event done;   // the collective finished
+    transport::nccl::DeviceBuffer<std::uint8_t> barrier_byte;
+    std::uint64_t sequence = 0;
+    mutable std::mutex failure_mutex;
+    std::exception_ptr failure;
+    std::atomic<bool> failed_{false};
+    bool aborted = false;
+    std::unique_ptr<detail::SerialExecutor> executor = std::make_unique<detail::SerialExecutor>();
+  };
+
+  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
+                               std::string_view what_to_do) {
+    UsageError error(rank(), to_string(kind), what, what_to_do);
+    state_->fail(std::make_exception_ptr(error));  // the peers would wait for this rank
+    throw error;
+  }
+
+  void run(const CollectiveCall& call, const CallOptions& options) {
+    state_->executor->drain();  // keep call order with earlier asynchronous calls
+    execute(*state_, call, options);
+  }
+
+  Work submit(const CollectiveCall& call, const CallOptions& options) {
+    auto work = std::make_shared<detail::WorkState>();
+    State* state = state_.get();
+    state->executor->post([state, call, options, work] {
+      try {
+        execute(*state, call, options);
+        work->complete();
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+    });
+    return Work(std::move(work));
+  }
+
+  static std::chrono::milliseconds left(const Deadline& deadline) noexcept {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline.time_point() - Clock::now());
+    return std::max(left, std::chrono::milliseconds(1));
+  }
+
+  // Forms the NCCL group: rank 0's unique id reaches every rank over the side group, then the
+  // non-blocking init is polled until it completes or the deadline passes.
+  static void form(State& state) {
+    constexpr std::string_view kOperation = "rendezvous";
+    const auto deadline = Deadline::after(state.options.timeout);
+    try {
+      const int devices = transport::nccl::device_count();
+      if (state.device < 0 || state.device >= devices)
+        throw ConfigurationError(
+            state.rank, kOperation,
+            fmt::format("CUDA device {} does not exist: this process sees {} device(s)",
+                        state.device, devices),
+            "give each rank a device index below the count (CUDA_VISIBLE_DEVICES)");
+      transport::nccl::DeviceScope scope(state.device, state.rank, kOperation);
+      ncclUniqueId id{};
+      if (state.rank == 0)
+        transport::nccl::check_nccl(ncclGetUniqueId(&id), nullptr, state.rank, kOperation,
+                                    "ncclGetUniqueId");
+      std::span<std::uint8_t> id_bytes(reinterpret_cast<std::uint8_t*>(id.internal),
+                                       sizeof id.internal);
+      state.side.broadcast(id_bytes, 0, CallOptions{left(deadline)});
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      transport::nccl::check_nccl(
+          ncclCommInitRankConfig(&state.comm, state.size, id, state.rank, &config), state.comm,
+          state.rank, kOperation, "ncclCommInitRankConfig");
+      await_nccl(state, kOperation, deadline, "forming the NCCL group");
+      state.stream = transport::nccl::Stream(state.rank, kOperation);
+      state.ready = transport::nccl::Event(state.rank, kOperation);
+      state.done = transport::nccl::Event(state.rank, kOperation);
+      state.barrier_byte = transport::nccl::DeviceBuffer<std::uint8_t>(1, state.rank, kOperation);
+    } catch (...) {
+      state.fail(std::current_exception());
+      abort_nccl(state);
+      throw;
+    }
+  }
+
+  // Polls a non-blocking NCCL operation (init, an enqueue) until it leaves ncclInProgress.
+  static void await_nccl(State& state, std::string_view operation, const Deadline& deadline,
+                         std::string_view what) {
+    for (;;) {
+      ncclResult_t status = ncclSuccess;
+      transport::nccl::check_nccl(ncclCommGetAsyncError(state.comm, &status), state.comm,
+                                  state.rank, operation, "ncclCommGetAsyncError");
+      if (status == ncclSuccess) return;
+      if (status != ncclInProgress) raise_async(state, status, operation, deadline, what);
+      watch(state, operation, deadline, what);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // Runs `side_call` on the side group: its errors become this call's, root cause kept.
+  template <class SideCall>
+  static void on_side(State& state, std::string_view operation, SideCall&& side_call) {
+    try {
+      side_call();
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(state.rank, operation, e.root_cause());
+    } catch (const MismatchError& e) {
+      throw MismatchError(state.rank, operation, e.root_cause());
+    } catch (const Error& e) {
+      throw PeerFailureError(state.rank, operation, e.root_cause());
+    }
+  }
+
+  // What a waiting call checks besides its own completion: an abort, the side group (a dead
+  // or failed peer), the deadline.
+  static void watch(State& state, std::string_view operation, const Deadline& deadline,
+                    std::string_view what) {
+    if (state.failed()) state.raise_failure(operation);
+    if constexpr (requires { state.side.check_peers(); })
+      on_side(state, operation, [&] { state.side.check_peers(); });
+    if (deadline.expired())
+      throw TimeoutError(state.rank, operation,
+                         fmt::format("{} did not complete within {} ms on CUDA device {}; NCCL "
+                                     "cannot tell which rank it waits for (a rank that stalls "
+                                     "or calls other collectives)",
+                                     what, deadline.budget().count(), state.device));
+  }
+
+  // NCCL's network transport sees a dead peer too, but cannot name it: the side group is given
+  // a moment to say who it was before NCCL's own error is raised.
+  [[noreturn]] static void raise_async(State& state, ncclResult_t status,
+                                       std::string_view operation, const Deadline& deadline,
+                                       std::string_view what) {
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (Clock::now() < until) {
+      watch(state, operation, deadline, what);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    transport::nccl::raise_nccl(status, state.comm, state.rank, operation, what);
+  }
+
+  static void abort_nccl(State& state) noexcept {
+    if (state.comm == nullptr || state.aborted) return;
+    state.aborted = true;
+    (void)ncclCommAbort(state.comm);
+    state.comm = nullptr;
+  }
+
+  static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
+    const std::string_view operation = to_string(call.kind);
+    if (state.failed()) state.raise_failure(operation);
+    const auto deadline = Deadline::after(options.timeout.value_or(state.options.timeout));
+    const std::uint64_t sequence = state.sequence++;
+    try {
+      if (state.nccl.check_calls) check_agreement(state, call, sequence, deadline);
+      transport::nccl::DeviceScope scope(state.device, state.rank, operation);
+      enqueue(state, call, deadline);
+      const std::string what = fmt::format("{} (collective #{})", describe(call), sequence);
+      // Spinning first catches small collectives at once; past that, NCCL's error, the side
+      // group and the deadline are checked every millisecond, and after a while the wait
+      // sleeps between queries so that it does not hold a core.
+      const auto started = Clock::now();
+      auto next_check = started;
+      for (int spins = 0;; ++spins) {
+        const cudaError_t done = cudaEventQuery(state.done.get());
+        if (done == cudaSuccess) break;
+        if (done != cudaErrorNotReady)
+          transport::nccl::raise_cuda(done, state.rank, operation, "the collective");
+        if (spins < 1024) continue;
+        const auto now = Clock::now();
+        if (now >= next_check) {
+          ncclResult_t status = ncclSuccess;
+          (void)ncclCommGetAsyncError(state.comm, &status);
+          if (status != ncclSuccess && status != ncclInProgress)
+            raise_async(state, status, operation, deadline, what);
+          watch(state, operation, deadline, what);
+          next_check = now + std::chrono::milliseconds(1);
+        }
+        if (now - started < std::chrono::milliseconds(10))
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    } catch (...) {
+      state.fail(std::current_exception());
+      abort_nccl(state);
+      throw;
+    }
+  }
+
+  // Every rank gathers every rank's descriptor of this call over the side group; all see the
+  // same table, so a disagreement raises MismatchError on every rank.
+  static void check_agreement(State& state, const CollectiveCall& call, std::uint64_t sequence,
+                              const Deadline& deadline) {
+    const Descriptor mine = descriptor(call, sequence);
+    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(state.size));
+    on_side(state, to_string(call.kind), [&] {
+      state.side.all_gather(std::span<const std::int64_t>(mine), std::span(all),
+                            CallOptions{left(deadline)});
+    });
+    for (int peer = 0; peer < state.size; ++peer) {
+      Descriptor theirs{};
+      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(peer * mine.size()), mine.size(),
+                  theirs.begin());
+      if (theirs == mine) continue;
+      CollectiveCall other;
+      other.kind = static_cast<Collective>(theirs[0]);
+      other.type = static_cast<DataType>(theirs[1]);
+      other.count = static_cast<std::size_t>(theirs[2]);
+      other.op = static_cast<ReduceOp>(theirs[3] < 0 ? 0 : theirs[3]);
+      other.root = static_cast<int>(theirs[4]);
+      throw MismatchError(state.rank, to_string(call.kind),
+                          fmt::format("ranks disagree on collective #{}: rank {} called {} but "
+                                      "rank {} called {}",
+                                      sequence, state.rank, describe(call), peer, describe(other)));
+    }
+  }
+
+  static Descriptor descriptor(const CollectiveCall& call, std::uint64_t sequence) noexcept {
+    return {static_cast<std::int64_t>(call.kind),
+            static_cast<std::int64_t>(call.type),
+            static_cast<std::int64_t>(call.count),
+            reduces(call.kind) ? static_cast<std::int64_t>(call.op) : -1,
+            has_root(call.kind) ? call.root : -1,
+            static_cast<std::int64_t>(sequence)};
+  }
+
+  // Queues the collective on the communicator's stream, after the caller's stream, and the
+  // caller's stream after it.
+  static void enqueue(State& state, const CollectiveCall& call, const Deadline& deadline) {
+    namespace nccl = transport::nccl;
+    const std::string_view operation = to_string(call.kind);
+    const cudaStream_t stream = state.stream.get();
+    nccl::check_cuda(cudaEventRecord(state.ready.get(), state.nccl.stream), state.rank, operation,
+                     "cudaEventRecord on the caller's stream");
+    nccl::check_cuda(cudaStreamWaitEvent(stream, state.ready.get(), 0), state.rank, operation,
+                     "cudaStreamWaitEvent");
+    const ncclDataType_t type = nccl::nccl_type(call.type);
+    // The mean of one rank is its sum: NCCL 2.28's ncclAvg on a group of one leaves the last
+    // elements of an out-of-place output unwritten (seen on an H200, docs/nccl.md).
+    const ncclRedOp_t op =
+        state.size == 1 && call.op == ReduceOp::mean ? ncclSum : nccl::nccl_op(call.op);
+    ncclResult_t status = ncclSuccess;
+    switch (call.kind) {
+      case Collective::all_reduce:
+        status = ncclAllReduce(call.send, call.recv, call.count, type, op, state.comm, stream);
+        break;
+      case Collective::broadcast:
+        status =
+            ncclBroadcast(call.send, call.recv, call.count, type, call.root, state.comm, stream);
+        break;
+      case Collective::reduce:
+        status =
+            ncclReduce(call.send, call.recv, call.count, type, op, call.root, state.comm, stream);
+        break;
+      case Collective::all_gather:
+        status = ncclAllGather(call.send, call.recv, call.count, type, state.comm, stream);
+        break;
+      case Collective::reduce_scatter:
+        status = ncclReduceScatter(call.send, call.recv, call.count, type, op, state.comm, stream);
+        break;
+      case Collective::barrier:
+        // NCCL has no barrier: a one-byte all-reduce waits for every rank just the same.
+        status = ncclAllReduce(state.barrier_byte.data(), state.barrier_byte.data(), 1, ncclUint8,
+                               ncclSum, state.comm, stream);
+        break;
+    }
+    nccl::check_nccl(status, state.comm, state.rank, operation, "enqueueing the collective");
+    if (status == ncclInProgress)
+      await_nccl(state, operation, deadline, "enqueueing the collective");
+    nccl::check_cuda(cudaEventRecord(state.done.get(), stream), state.rank, operation,
+                     "cudaEventRecord");
+    nccl::check_cuda(cudaStreamWaitEvent(state.nccl.stream, state.done.get(), 0), state.rank,
+                     operation, "cudaStreamWaitEvent on the caller's stream");
+  }
+
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::communicator
+
+#endif  // STRATA_HAS_NCCL
