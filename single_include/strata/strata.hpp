@@ -740,6 +740,7 @@ inline std::optional<std::string> environment_variable(std::string_view name) {
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -860,6 +861,33 @@ class UsageError : public Error {
              std::string_view what_to_do)
       : Error(rank, operation, what_happened, what_to_do) {}
 };
+
+/// Raises `error`, a failure that started elsewhere, as `operation` on `rank` meets it: a
+/// TimeoutError or MismatchError stays one, anything else becomes a PeerFailureError, each
+/// with the root cause unchanged (another exception's text is its cause). `what_to_do` replaces
+/// the class's advice when given.
+[[noreturn]] inline void raise_root_cause(const std::exception_ptr& error, int rank,
+                                          std::string_view operation,
+                                          std::string_view what_to_do = {}) {
+  const auto raise = [&]<class Class>(std::type_identity<Class>, RootCause cause) {
+    if (what_to_do.empty()) throw Class(rank, operation, std::move(cause));
+    throw Class(rank, operation, std::move(cause), what_to_do);
+  };
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError& e) {
+    raise(std::type_identity<TimeoutError>{}, e.root_cause());
+  } catch (const MismatchError& e) {
+    raise(std::type_identity<MismatchError>{}, e.root_cause());
+  } catch (const Error& e) {
+    raise(std::type_identity<PeerFailureError>{}, e.root_cause());
+  } catch (const std::exception& e) {
+    raise(std::type_identity<PeerFailureError>{}, RootCause{-1, e.what()});
+  } catch (...) {  // not a std::exception: no text to pass on
+  }
+  throw PeerFailureError(rank, operation,
+                         RootCause{-1, "an exception that is not a std::exception"});
+}
 
 /// The exit status a program gives each error class, so that a launcher or a script can tell a
 /// root cause from its echoes: a rank that exits with `peer_failure` or `timeout` failed because
@@ -6084,10 +6112,13 @@ class CollectiveApi {
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
+
 
 namespace strata::communicator::detail {
 
@@ -6118,6 +6149,22 @@ class SerialExecutor {
       if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
     }
     work_.notify_one();
+  }
+
+  /// Queues `run` and returns the Work that completes once it has run, with its exception if it
+  /// threw: how every communicator runs its asynchronous collectives.
+  template <class Run>
+  Work submit(Run run) {
+    auto work = std::make_shared<WorkState>();
+    post([work, run = std::move(run)] {
+      try {
+        run();
+        work->complete();
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+    });
+    return Work(std::move(work));
   }
 
   /// Blocks until every posted task has finished. Bounded: each task is a collective that ends
@@ -6529,14 +6576,9 @@ class Group {
       std::rethrow_exception(failure);
     } catch (const Error& error) {
       if (error.rank() == rank && error.operation() == operation) throw;  // our own, as raised
-      if (dynamic_cast<const TimeoutError*>(&error))
-        throw TimeoutError(rank, operation, error.root_cause());
-      if (dynamic_cast<const MismatchError*>(&error))
-        throw MismatchError(rank, operation, error.root_cause());
-      throw PeerFailureError(rank, operation, error.root_cause());
-    } catch (const std::exception& error) {
-      throw PeerFailureError(rank, operation, RootCause{-1, error.what()});
+    } catch (...) {
     }
+    raise_root_cause(failure, rank, operation);
   }
 
  private:
@@ -6744,17 +6786,9 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   }
 
   Work submit(const CollectiveCall& call, const CallOptions& options) {
-    auto state = std::make_shared<detail::WorkState>();
     Endpoint* endpoint = endpoint_.get();
-    endpoint->executor.post([endpoint, call, options, state] {
-      try {
-        execute(*endpoint, call, options);
-        state->complete();
-      } catch (...) {
-        state->complete(std::current_exception());
-      }
-    });
-    return Work(std::move(state));
+    return endpoint->executor.submit(
+        [endpoint, call, options] { execute(*endpoint, call, options); });
   }
 
   static void execute(Endpoint& endpoint, const CollectiveCall& call, const CallOptions& options) {
@@ -8905,18 +8939,18 @@ class Group {
   /// Rethrows the group's first failure, as seen by a later call.
   [[noreturn]] void raise_failure(std::string_view operation) const {
     std::lock_guard lock(failure_mutex_);
-    const std::string_view todo =
+    const std::string_view what_to_do =
         "the group failed in an earlier call: re-create the communicator (every rank) to "
         "continue";
     switch (failure_class_) {
       case FailureClass::mismatch:
-        throw MismatchError(rank(), operation, failure_cause_, todo);
+        throw MismatchError(rank(), operation, failure_cause_, what_to_do);
       case FailureClass::timeout:
-        throw TimeoutError(rank(), operation, failure_cause_, todo);
+        throw TimeoutError(rank(), operation, failure_cause_, what_to_do);
       case FailureClass::peer_failure:
         break;
     }
-    throw PeerFailureError(rank(), operation, failure_cause_, todo);
+    throw PeerFailureError(rank(), operation, failure_cause_, what_to_do);
   }
 
   /// Fails the group: remembers the first failure, tells every peer its root cause (on the
@@ -10444,17 +10478,8 @@ STRATA_DECL void TcpCommunicator::run(const CollectiveCall& call, const CallOpti
 }
 
 STRATA_DECL Work TcpCommunicator::submit(const CollectiveCall& call, const CallOptions& options) {
-  auto work = std::make_shared<detail::WorkState>();
   State* state = state_.get();
-  state->executor.post([state, call, options, work] {
-    try {
-      execute(*state, call, options);
-      work->complete();
-    } catch (...) {
-      work->complete(std::current_exception());
-    }
-  });
-  return Work(std::move(work));
+  return state->executor.submit([state, call, options] { execute(*state, call, options); });
 }
 
 STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& call,
@@ -10653,17 +10678,8 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   }
 
   Work submit(const CollectiveCall& call, const CallOptions& options) {
-    auto work = std::make_shared<detail::WorkState>();
     State* state = state_.get();
-    state->executor.post([state, call, options, work] {
-      try {
-        execute(*state, call, options);
-        work->complete();
-      } catch (...) {
-        work->complete(std::current_exception());
-      }
-    });
-    return Work(std::move(work));
+    return state->executor.submit([state, call, options] { execute(*state, call, options); });
   }
 
   static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {
@@ -11399,19 +11415,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
         std::lock_guard lock(failure_mutex);
         error = failure;
       }
-      const std::string_view todo =
-          "the group failed: re-create the communicator (every rank) to continue";
-      try {
-        std::rethrow_exception(error);
-      } catch (const TimeoutError& e) {
-        throw TimeoutError(rank, operation, e.root_cause(), todo);
-      } catch (const MismatchError& e) {
-        throw MismatchError(rank, operation, e.root_cause(), todo);
-      } catch (const Error& e) {
-        throw PeerFailureError(rank, operation, e.root_cause(), todo);
-      } catch (const std::exception& e) {
-        throw PeerFailureError(rank, operation, RootCause{rank, e.what()}, todo);
-      }
+      raise_root_cause(error, rank, operation,
+                       "the group failed: re-create the communicator (every rank) to continue");
     }
 
     Side side;
@@ -11446,17 +11451,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
   }
 
   Work submit(const CollectiveCall& call, const CallOptions& options) {
-    auto work = std::make_shared<detail::WorkState>();
     State* state = state_.get();
-    state->executor->post([state, call, options, work] {
-      try {
-        execute(*state, call, options);
-        work->complete();
-      } catch (...) {
-        work->complete(std::current_exception());
-      }
-    });
-    return Work(std::move(work));
+    return state->executor->submit([state, call, options] { execute(*state, call, options); });
   }
 
   static std::chrono::milliseconds left(const Deadline& deadline) noexcept {
@@ -11522,12 +11518,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
   static void on_side(State& state, std::string_view operation, SideCall&& side_call) {
     try {
       side_call();
-    } catch (const TimeoutError& e) {
-      throw TimeoutError(state.rank, operation, e.root_cause());
-    } catch (const MismatchError& e) {
-      throw MismatchError(state.rank, operation, e.root_cause());
-    } catch (const Error& e) {
-      throw PeerFailureError(state.rank, operation, e.root_cause());
+    } catch (const Error&) {
+      raise_root_cause(std::current_exception(), state.rank, operation);
     }
   }
 

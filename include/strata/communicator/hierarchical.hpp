@@ -175,17 +175,8 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   }
 
   Work submit(const CollectiveCall& call, const CallOptions& options) {
-    auto work = std::make_shared<detail::WorkState>();
     State* state = state_.get();
-    state->executor.post([state, call, options, work] {
-      try {
-        execute(*state, call, options);
-        work->complete();
-      } catch (...) {
-        work->complete(std::current_exception());
-      }
-    });
-    return Work(std::move(work));
+    return state->executor.submit([state, call, options] { execute(*state, call, options); });
   }
 
   static void execute(State& state, const CollectiveCall& call, const CallOptions& options) {

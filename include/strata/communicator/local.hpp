@@ -155,17 +155,9 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
   }
 
   Work submit(const CollectiveCall& call, const CallOptions& options) {
-    auto state = std::make_shared<detail::WorkState>();
     Endpoint* endpoint = endpoint_.get();
-    endpoint->executor.post([endpoint, call, options, state] {
-      try {
-        execute(*endpoint, call, options);
-        state->complete();
-      } catch (...) {
-        state->complete(std::current_exception());
-      }
-    });
-    return Work(std::move(state));
+    return endpoint->executor.submit(
+        [endpoint, call, options] { execute(*endpoint, call, options); });
   }
 
   static void execute(Endpoint& endpoint, const CollectiveCall& call, const CallOptions& options) {

@@ -188,19 +188,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
         std::lock_guard lock(failure_mutex);
         error = failure;
       }
-      const std::string_view todo =
-          "the group failed: re-create the communicator (every rank) to continue";
-      try {
-        std::rethrow_exception(error);
-      } catch (const TimeoutError& e) {
-        throw TimeoutError(rank, operation, e.root_cause(), todo);
-      } catch (const MismatchError& e) {
-        throw MismatchError(rank, operation, e.root_cause(), todo);
-      } catch (const Error& e) {
-        throw PeerFailureError(rank, operation, e.root_cause(), todo);
-      } catch (const std::exception& e) {
-        throw PeerFailureError(rank, operation, RootCause{rank, e.what()}, todo);
-      }
+      raise_root_cause(error, rank, operation,
+                       "the group failed: re-create the communicator (every rank) to continue");
     }
 
     Side side;
@@ -235,17 +224,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
   }
 
   Work submit(const CollectiveCall& call, const CallOptions& options) {
-    auto work = std::make_shared<detail::WorkState>();
     State* state = state_.get();
-    state->executor->post([state, call, options, work] {
-      try {
-        execute(*state, call, options);
-        work->complete();
-      } catch (...) {
-        work->complete(std::current_exception());
-      }
-    });
-    return Work(std::move(work));
+    return state->executor->submit([state, call, options] { execute(*state, call, options); });
   }
 
   static std::chrono::milliseconds left(const Deadline& deadline) noexcept {
@@ -311,12 +291,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
   static void on_side(State& state, std::string_view operation, SideCall&& side_call) {
     try {
       side_call();
-    } catch (const TimeoutError& e) {
-      throw TimeoutError(state.rank, operation, e.root_cause());
-    } catch (const MismatchError& e) {
-      throw MismatchError(state.rank, operation, e.root_cause());
-    } catch (const Error& e) {
-      throw PeerFailureError(state.rank, operation, e.root_cause());
+    } catch (const Error&) {
+      raise_root_cause(std::current_exception(), state.rank, operation);
     }
   }
 

@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -143,6 +144,33 @@ class UsageError : public Error {
              std::string_view what_to_do)
       : Error(rank, operation, what_happened, what_to_do) {}
 };
+
+/// Raises `error`, a failure that started elsewhere, as `operation` on `rank` meets it: a
+/// TimeoutError or MismatchError stays one, anything else becomes a PeerFailureError, each
+/// with the root cause unchanged (another exception's text is its cause). `what_to_do` replaces
+/// the class's advice when given.
+[[noreturn]] inline void raise_root_cause(const std::exception_ptr& error, int rank,
+                                          std::string_view operation,
+                                          std::string_view what_to_do = {}) {
+  const auto raise = [&]<class Class>(std::type_identity<Class>, RootCause cause) {
+    if (what_to_do.empty()) throw Class(rank, operation, std::move(cause));
+    throw Class(rank, operation, std::move(cause), what_to_do);
+  };
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError& e) {
+    raise(std::type_identity<TimeoutError>{}, e.root_cause());
+  } catch (const MismatchError& e) {
+    raise(std::type_identity<MismatchError>{}, e.root_cause());
+  } catch (const Error& e) {
+    raise(std::type_identity<PeerFailureError>{}, e.root_cause());
+  } catch (const std::exception& e) {
+    raise(std::type_identity<PeerFailureError>{}, RootCause{-1, e.what()});
+  } catch (...) {  // not a std::exception: no text to pass on
+  }
+  throw PeerFailureError(rank, operation,
+                         RootCause{-1, "an exception that is not a std::exception"});
+}
 
 /// The exit status a program gives each error class, so that a launcher or a script can tell a
 /// root cause from its echoes: a rank that exits with `peer_failure` or `timeout` failed because

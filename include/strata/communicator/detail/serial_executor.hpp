@@ -3,10 +3,14 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
+
+#include <strata/communicator/work.hpp>
 
 namespace strata::communicator::detail {
 
@@ -37,6 +41,22 @@ class SerialExecutor {
       if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
     }
     work_.notify_one();
+  }
+
+  /// Queues `run` and returns the Work that completes once it has run, with its exception if it
+  /// threw: how every communicator runs its asynchronous collectives.
+  template <class Run>
+  Work submit(Run run) {
+    auto work = std::make_shared<WorkState>();
+    post([work, run = std::move(run)] {
+      try {
+        run();
+        work->complete();
+      } catch (...) {
+        work->complete(std::current_exception());
+      }
+    });
+    return Work(std::move(work));
   }
 
   /// Blocks until every posted task has finished. Bounded: each task is a collective that ends

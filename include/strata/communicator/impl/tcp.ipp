@@ -255,17 +255,8 @@ STRATA_DECL void TcpCommunicator::run(const CollectiveCall& call, const CallOpti
 }
 
 STRATA_DECL Work TcpCommunicator::submit(const CollectiveCall& call, const CallOptions& options) {
-  auto work = std::make_shared<detail::WorkState>();
   State* state = state_.get();
-  state->executor.post([state, call, options, work] {
-    try {
-      execute(*state, call, options);
-      work->complete();
-    } catch (...) {
-      work->complete(std::current_exception());
-    }
-  });
-  return Work(std::move(work));
+  return state->executor.submit([state, call, options] { execute(*state, call, options); });
 }
 
 STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& call,

@@ -140,14 +140,9 @@ class Group {
       std::rethrow_exception(failure);
     } catch (const Error& error) {
       if (error.rank() == rank && error.operation() == operation) throw;  // our own, as raised
-      if (dynamic_cast<const TimeoutError*>(&error))
-        throw TimeoutError(rank, operation, error.root_cause());
-      if (dynamic_cast<const MismatchError*>(&error))
-        throw MismatchError(rank, operation, error.root_cause());
-      throw PeerFailureError(rank, operation, error.root_cause());
-    } catch (const std::exception& error) {
-      throw PeerFailureError(rank, operation, RootCause{-1, error.what()});
+    } catch (...) {
     }
+    raise_root_cause(failure, rank, operation);
   }
 
  private:

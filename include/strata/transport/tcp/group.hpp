@@ -92,18 +92,18 @@ class Group {
   /// Rethrows the group's first failure, as seen by a later call.
   [[noreturn]] void raise_failure(std::string_view operation) const {
     std::lock_guard lock(failure_mutex_);
-    const std::string_view todo =
+    const std::string_view what_to_do =
         "the group failed in an earlier call: re-create the communicator (every rank) to "
         "continue";
     switch (failure_class_) {
       case FailureClass::mismatch:
-        throw MismatchError(rank(), operation, failure_cause_, todo);
+        throw MismatchError(rank(), operation, failure_cause_, what_to_do);
       case FailureClass::timeout:
-        throw TimeoutError(rank(), operation, failure_cause_, todo);
+        throw TimeoutError(rank(), operation, failure_cause_, what_to_do);
       case FailureClass::peer_failure:
         break;
     }
-    throw PeerFailureError(rank(), operation, failure_cause_, todo);
+    throw PeerFailureError(rank(), operation, failure_cause_, what_to_do);
   }
 
   /// Fails the group: remembers the first failure, tells every peer its root cause (on the
