@@ -26,7 +26,8 @@ endfunction()
 
 # strata_link_dependencies(<target> <INTERFACE|PUBLIC|PRIVATE> [NO_GPU])
 #   What every way of consuming strata needs besides its include directory: C++20, the
-#   third-party targets, and the STRATA_HAS_CUDA / STRATA_HAS_NCCL switches with their libraries.
+#   third-party targets, and the STRATA_HAS_CUDA / STRATA_HAS_NCCL switches with their libraries
+#   (strata_cuda, strata's kernels, with CUDA).
 #   Used by the strata target and by the test-only variants (single header, headers checked
 #   with CUDA/NCCL off), so they cannot drift. NO_GPU leaves the CUDA/NCCL switches at 0.
 function(strata_link_dependencies target scope)
@@ -39,7 +40,7 @@ function(strata_link_dependencies target scope)
   endif()
   if(STRATA_ENABLE_CUDA)
     target_compile_definitions(${target} ${scope} STRATA_HAS_CUDA=1)
-    target_link_libraries(${target} ${scope} CUDA::cudart)
+    target_link_libraries(${target} ${scope} CUDA::cudart strata_cuda)
   endif()
   if(STRATA_ENABLE_NCCL)
     target_compile_definitions(${target} ${scope} STRATA_HAS_NCCL=1)

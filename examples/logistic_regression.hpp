@@ -5,6 +5,7 @@
 // example's gradient vanishes there — mini-batch SGD converges to (w*, b*) itself.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -73,6 +74,57 @@ struct TrainResult {
   std::vector<double> epoch_losses;  // mean cross-entropy over each epoch's steps
 };
 
+/// One replica's gradient and loss on the host: the examples `rows` of its slice of the batch,
+/// each gradient scaled by `scale` (1 / global batch). Returns the replica's share of the loss.
+inline float host_gradients(const Problem& problem, std::span<const std::size_t> rows,
+                            std::span<const float> weights, float bias, float scale,
+                            std::span<float> grad_w, std::span<float> grad_b) {
+  const std::size_t d = problem.features;
+  std::fill(grad_w.begin(), grad_w.end(), 0.0f);
+  grad_b[0] = 0.0f;
+  float loss = 0;
+  for (const std::size_t row : rows) {
+    const auto x = problem.row(row);
+    const float y = problem.targets[row];
+    float z = bias;
+    for (std::size_t j = 0; j < d; ++j)
+      z += x[j] * weights[j];
+    const float p = sigmoid(z);
+    loss -= y * std::log(p) + (1 - y) * std::log(1 - p);
+    for (std::size_t j = 0; j < d; ++j)
+      grad_w[j] += (p - y) * x[j];
+    grad_b[0] += p - y;
+  }
+  for (auto& g : grad_w)
+    g *= scale;
+  grad_b[0] *= scale;
+  return loss * scale;
+}
+
+/// Where a replica's gradients live and how they are computed: host buffers for the CPU
+/// strategies (gpu_gradients.hpp has the GPU's).
+class HostWorkspace {
+ public:
+  HostWorkspace(const Problem& problem, int /*local_replica*/)
+      : problem_(&problem), grad_w_(problem.features), grad_b_(1) {}
+
+  float gradients(std::span<const std::size_t> rows, std::span<const float> weights,
+                  std::span<const float> bias, float scale) {
+    return host_gradients(*problem_, rows, weights, bias[0], scale, grad_w_, grad_b_);
+  }
+  std::span<float> grad_w() { return grad_w_; }
+  std::span<float> grad_b() { return grad_b_; }
+
+ private:
+  const Problem* problem_;
+  std::vector<float> grad_w_, grad_b_;
+};
+
+template <class Strategy>
+struct WorkspaceOf {
+  using type = HostWorkspace;
+};
+
 // [snippet:usage]
 /// Trains on `problem` with any strategy: the loop does not know which one it runs on.
 template <class Strategy, class OnEpoch>
@@ -93,6 +145,11 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
                                             .shuffle = true,
                                             .drop_remainder = false});
 
+  // Each replica's gradient buffers, where its strategy computes (host or GPU).
+  std::vector<typename WorkspaceOf<Strategy>::type> workspaces;
+  for (int r = 0; r < strategy.num_local_replicas(); ++r)
+    workspaces.emplace_back(problem, r);
+
   TrainResult result;
   for (std::size_t epoch = 0; epoch < config.epochs; ++epoch) {
     double loss_sum = 0;
@@ -101,36 +158,21 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
       auto losses = strategy.run([&](auto& replica) {
         const auto mine = strata::data::split_batch(
             batch.size(), replica.replica_id_in_sync_group(), replica.num_replicas_in_sync());
-        const auto weights = replica.read(w);
-        const float bias = replica.read(b)[0];
-        std::vector<float> grad_w(d, 0.0f), grad_b(1, 0.0f);
-        float loss = 0;
-        for (std::size_t k = mine.offset; k < mine.end(); ++k) {
-          const auto x = problem.row(batch[k]);
-          const float y = problem.targets[batch[k]];
-          float z = bias;
-          for (std::size_t j = 0; j < d; ++j)
-            z += x[j] * weights[j];
-          const float p = sigmoid(z);
-          loss -= y * std::log(p) + (1 - y) * std::log(1 - p);
-          for (std::size_t j = 0; j < d; ++j)
-            grad_w[j] += (p - y) * x[j];
-          grad_b[0] += p - y;
-        }
-        const float scale = 1.0f / float(batch.size());
-        for (auto& g : grad_w)
-          g *= scale;
-        grad_b[0] *= scale;
-        replica.apply_gradients(sgd, std::span(grad_w), w);
-        replica.apply_gradients(sgd, std::span(grad_b), b);
-        return loss * scale;  // this replica's share of the batch's mean loss
+        auto& workspace = workspaces[static_cast<std::size_t>(replica.local_replica_id())];
+        const float loss =
+            workspace.gradients(std::span(batch).subspan(mine.offset, mine.size), replica.read(w),
+                                replica.read(b), 1.0f / float(batch.size()));
+        replica.apply_gradients(sgd, workspace.grad_w(), w);
+        replica.apply_gradients(sgd, workspace.grad_b(), b);
+        return loss;  // this replica's share of the batch's mean loss
       });
       loss_sum += strategy.reduce(strata::ReduceOp::sum, losses);
     }
     result.epoch_losses.push_back(loss_sum / double(sampler.steps_per_epoch()));
     on_epoch(epoch, result.epoch_losses.back());
   }
-  result.weights.assign(w.read().begin(), w.read().end());
+  const auto weights = w.read();  // a host copy for GPU strategies
+  result.weights.assign(weights.begin(), weights.end());
   result.bias = b.read()[0];
   return result;
 }

@@ -1,11 +1,15 @@
 // examples/train.cpp — the demo: logistic regression trained data-parallel with strata.
 //
-//   strata_example_train [--strategy mirrored|multi-worker|central|one|default] [--replicas N]
-//                        [--epochs E] [--batch B]
+//   strata_example_train [--strategy mirrored|multi-worker|central|one|default|gpu-mirrored|
+//                                    gpu-multi-worker|gpu-central] [--replicas N] [--epochs E]
+//                        [--batch B]
 //
 // Prints the loss per epoch, then the learned parameters next to the known solution, and
 // compares them with single-process training (OneDeviceStrategy) on the same global batches.
 // Exits non-zero if training did not reach the solution or differs from the single-process run.
+// The GPU strategies (built with CUDA; gpu-mirrored and gpu-multi-worker with NCCL too) compute
+// each replica's gradient with a CUDA kernel (gpu_kernels.cu); gpu-mirrored and gpu-central
+// default to one replica per GPU, gpu-multi-worker to one per process, as multi-worker does.
 //
 // multi-worker runs one process per worker, with the cluster from TF_CONFIG (or torchrun,
 // OpenMPI, SLURM); only the chief prints:
@@ -19,6 +23,9 @@
 #include <fmt/format.h>
 
 #include "logistic_regression.hpp"
+#if STRATA_HAS_CUDA
+#include "gpu_gradients.hpp"
+#endif
 
 namespace {
 
@@ -29,13 +36,17 @@ struct Arguments {
 };
 
 constexpr std::string_view kUsage =
-    "usage: strata_example_train [--strategy mirrored|multi-worker|central|one|default]\n"
+    "usage: strata_example_train [--strategy mirrored|multi-worker|central|one|default|\n"
+    "                                        gpu-mirrored|gpu-multi-worker|gpu-central]\n"
     "                            [--replicas N] [--epochs E] [--batch B]\n"
     "\n"
     "Trains a logistic regression under the strategy and checks it against training on one\n"
     "replica. multi-worker reads its cluster from TF_CONFIG (strata-launch sets it), torchrun,\n"
-    "OpenMPI or SLURM. Exit status: 0 when the result matches, 1 when it does not or on any\n"
-    "other error, 2 for a bad command line, and strata::ExitStatus for strata's errors:\n"
+    "OpenMPI or SLURM. gpu-mirrored (NCCL) and gpu-central run one replica per GPU unless\n"
+    "--replicas says otherwise, gpu-multi-worker (NCCL) one GPU per process, in builds with\n"
+    "CUDA. Exit status: 0 when the result matches,\n"
+    "1 when it does not or on any other error, 2 for a bad command line, and\n"
+    "strata::ExitStatus for strata's errors:\n"
     "69 peer failure, 70 usage error, 75 timeout, 76 mismatch, 78 configuration.\n";
 
 [[noreturn]] void usage(const char* why) {
@@ -119,6 +130,16 @@ int main(int argc, char** argv) {
     if (args.strategy == "central") return run<strata::CentralStorageStrategy>(args, local);
     if (args.strategy == "one") return run<strata::OneDeviceStrategy>(args, 1);
     if (args.strategy == "default") return run<strata::DefaultStrategy>(args, 1);
+#if STRATA_HAS_NCCL
+    if (args.strategy == "gpu-mirrored")
+      return run<strata::GpuMirroredStrategy>(args, args.replicas);
+    if (args.strategy == "gpu-multi-worker")
+      return run<strata::GpuMultiWorkerMirroredStrategy>(args, args.replicas);
+#endif
+#if STRATA_HAS_CUDA
+    if (args.strategy == "gpu-central")
+      return run<strata::GpuCentralStorageStrategy>(args, args.replicas);
+#endif
     usage("unknown strategy");
   } catch (const std::exception& error) {
     fmt::print(stderr, "{}\n", error.what());

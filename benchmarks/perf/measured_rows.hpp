@@ -12,7 +12,9 @@
 //      (check.hpp) and the guard elements it overwrote; the counts are summed over the ranks
 //      (an all-reduce sum).
 // Every call goes through the communicator, so every wait has its deadline
-// (CommunicatorOptions::timeout).
+// (CommunicatorOptions::timeout). A communicator of device memory (NcclCommunicator) gets device
+// buffers: inputs are filled on the host and copied over before the calls, outputs copied back
+// for the check; the run's own all-reduces go through its side group, in host memory.
 #pragma once
 
 #include <algorithm>
@@ -34,8 +36,14 @@
 #include <perf/sweep.hpp>
 
 #include <strata/communicator/collective.hpp>
+#include <strata/communicator/replica_group.hpp>
+#include <strata/config.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/reduce_op.hpp>
+
+#if STRATA_HAS_CUDA
+#include <strata/transport/cuda/device.hpp>
+#endif
 
 namespace strata::perf {
 
@@ -57,6 +65,10 @@ class MeasuredRows {
     }
     send_.resize(send);
     recv_.resize(recv + kGuard);
+    if constexpr (kDevice) {
+      device_send_ = transport::cuda::DeviceBuffer<T>(send_.size());
+      device_recv_ = transport::cuda::DeviceBuffer<T>(recv_.size());
+    }
   }
 
   Row operator()(const SweepPoint& point) {
@@ -81,15 +93,16 @@ class MeasuredRows {
     // Timing runs on valid inputs (not poison: NaN or denormal arithmetic could be slower).
     const std::uint64_t timing_seed = 2 * (2 * point.index + (in_place ? 1 : 0));
     fill(point, in_place, DataCheck<T>(timing_seed, options_.op, n), /*poison=*/false);
+    to_device(point);
     for (int i = 0; i < options_.warmup_iters; ++i)
       call(point, in_place);
-    comm_.barrier();
+    host_comm().barrier();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < options_.iters; ++i)
       call(point, in_place);
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
     double seconds = elapsed.count() / options_.iters;
-    comm_.all_reduce(std::span<double>(&seconds, 1), ReduceOp::max);
+    host_comm().all_reduce(std::span<double>(&seconds, 1), ReduceOp::max);
 
     Measurement m;
     m.time_us = seconds * 1e6;
@@ -100,10 +113,12 @@ class MeasuredRows {
     show(point, in_place, "checking");
     const DataCheck<T> check(timing_seed + 1, options_.op, n);
     fill(point, in_place, check, /*poison=*/true);
+    to_device(point);
     call(point, in_place);
+    from_device(point);
     const std::int64_t wrong = count_wrong(point, in_place, check);
     std::int64_t totals[2] = {wrong, wrong != 0 ? 1 : 0};
-    comm_.all_reduce(std::span<std::int64_t>(totals), ReduceOp::sum);
+    host_comm().all_reduce(std::span<std::int64_t>(totals), ReduceOp::sum);
     m.wrong = totals[0];
     m.ranks_wrong = totals[1];
     return m;
@@ -143,13 +158,38 @@ class MeasuredRows {
       recv_[i] = check.input(rank, i);
   }
 
+  // The communicator of the run's own bookkeeping (the barrier, the slowest time, the wrong
+  // counts), which works on host memory: a communicator of device memory has its side group.
+  auto& host_comm() {
+    if constexpr (kDevice)
+      return comm_.side();
+    else
+      return comm_;
+  }
+
+  // Copies what the point's calls read (the inputs, and the poisoned output with its guard) to
+  // the device buffers; nothing for host memory.
+  void to_device(const SweepPoint& point) {
+    if constexpr (kDevice) {
+      device_send_.copy_from(std::span<const T>(send_.data(), point.sizes.send_count));
+      device_recv_.copy_from(std::span<const T>(recv_.data(), output_elements(point) + kGuard));
+    }
+  }
+  // Copies the point's output and its guard back for the check.
+  void from_device(const SweepPoint& point) {
+    if constexpr (kDevice)
+      device_recv_.copy_to(std::span<T>(recv_.data(), output_elements(point) + kGuard));
+  }
+
   void call(const SweepPoint& point, bool in_place) {
     const auto& s = point.sizes;
     const ReduceOp op = options_.op;
     const int root = options_.root;
-    const std::span<const T> send(send_.data(), s.send_count);
-    const std::span<T> recv(recv_.data(), s.recv_count);
-    const std::span<T> data(recv_.data(), std::max(s.send_count, s.recv_count));
+    T* const send_data = kDevice ? device_data(device_send_) : send_.data();
+    T* const recv_data = kDevice ? device_data(device_recv_) : recv_.data();
+    const std::span<const T> send(send_data, s.send_count);
+    const std::span<T> recv(recv_data, s.recv_count);
+    const std::span<T> data(recv_data, std::max(s.send_count, s.recv_count));
     switch (options_.collective) {
       case Collective::all_reduce:
         in_place ? comm_.all_reduce(data, op) : comm_.all_reduce(send, recv, op);
@@ -230,6 +270,19 @@ class MeasuredRows {
 
   // Poisoned elements after each point's output: a write past it counts as wrong.
   static constexpr std::size_t kGuard = 64;
+  static constexpr bool kDevice = communicator::kDeviceMemory<Comm>;
+
+#if STRATA_HAS_CUDA
+  using DeviceBuffer = transport::cuda::DeviceBuffer<T>;
+  static T* device_data(const DeviceBuffer& buffer) noexcept {
+    return buffer.data();
+  }
+#else
+  struct DeviceBuffer {};
+  static T* device_data(const DeviceBuffer& /*buffer*/) noexcept {
+    return nullptr;
+  }
+#endif
 
   Comm& comm_;
   const Options& options_;
@@ -237,6 +290,9 @@ class MeasuredRows {
   std::size_t points_;
   std::vector<T> send_;
   std::vector<T> recv_;
+  // Device memory of the rank's device, for a communicator of device memory.
+  DeviceBuffer device_send_;
+  DeviceBuffer device_recv_;
 };
 
 }  // namespace strata::perf

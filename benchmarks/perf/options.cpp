@@ -157,8 +157,10 @@ void set_transport(Options& options, std::string_view text) {
     options.transport = Transport::local;
   else if (text == "tcp")
     options.transport = Transport::tcp;
+  else if (text == "nccl")
+    options.transport = Transport::nccl;
   else
-    fail(fmt::format("unknown transport '{}': use local or tcp", text));
+    fail(fmt::format("unknown transport '{}': use local, tcp or nccl", text));
 }
 
 void set_algorithm(Options& options, std::string_view text) {
@@ -283,14 +285,22 @@ void check_transport_settings(const Options& options) {
     fail(
         fmt::format("--algo {} is a local algorithm: with --transport tcp use auto, ring, rd or hd",
                     to_string(algorithm)));
-  if (options.congestion && local && !options.compare)
+  const bool nccl = options.transport == Transport::nccl;
+  if (nccl && algorithm != Algorithm::automatic)
+    fail(fmt::format("--algo {}: NCCL chooses its own algorithms; leave --algo out",
+                     to_string(algorithm)));
+  if (options.congestion && (local || nccl) && !options.compare)
     fail("--congestion sets strata's TCP connections: use it with --transport tcp");
-  if (options.lend_from && local && !options.compare)
+  if (options.lend_from && (local || nccl) && !options.compare)
     fail("--lend-from sets strata's TCP connections: use it with --transport tcp");
 }
 
 void check_compare(const Options& options) {
   if (!options.compare) return;
+  if (options.transport == Transport::nccl)
+    fail(
+        "--compare runs strata's CPU transports and their peers: --transport nccl compares "
+        "with raw NCCL by itself");
   if (options.collective != Collective::all_reduce)
     fail("--compare measures all_reduce only: the peers' other collectives are not wired");
   if (options.json) fail("--compare writes --csv only");

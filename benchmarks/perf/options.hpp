@@ -31,8 +31,9 @@ class CommandLineError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Where the ranks run: threads of this process, or processes that talk over TCP.
-enum class Transport : std::uint8_t { local, tcp };
+/// Where the ranks run: threads of this process, processes that talk over TCP, or threads of
+/// this process on its GPUs, one each, through NCCL.
+enum class Transport : std::uint8_t { local, tcp, nccl };
 
 /// The all-reduce algorithm, per transport: `automatic` is each transport's default
 /// (local: scatter-gather; tcp: recursive doubling while small, ring above).
@@ -46,7 +47,15 @@ enum class Algorithm : std::uint8_t {
 };
 
 constexpr std::string_view to_string(Transport transport) noexcept {
-  return transport == Transport::local ? "local" : "tcp";
+  switch (transport) {
+    case Transport::local:
+      return "local";
+    case Transport::tcp:
+      return "tcp";
+    case Transport::nccl:
+      return "nccl";
+  }
+  return "?";
 }
 
 constexpr std::string_view to_string(Algorithm algorithm) noexcept {

@@ -19,4 +19,8 @@ int run_local(const Options& options);
 /// cluster a launcher describes), or the supervisor of a group on 127.0.0.1 (strata_perf_tcp.cpp).
 int run_tcp(const Options& options, char** argv);
 
+/// --transport nccl: every rank a thread of this process on a GPU of its own, NcclCommunicator
+/// against raw NCCL (strata_perf_nccl.cpp; a command-line error in builds without NCCL).
+int run_nccl(const Options& options);
+
 }  // namespace strata::perf

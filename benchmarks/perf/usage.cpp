@@ -26,6 +26,10 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
                            tcp: ranks are processes on 127.0.0.1, started by strata-perf, or
                            this process is one rank of the cluster that TF_CONFIG, torchrun,
                            OpenMPI or SLURM describe (e.g. under strata-launch)
+                           nccl: ranks are threads of this process, one per GPU (--ranks
+                           defaults to the GPUs it sees), with NcclCommunicator; raw NCCL
+                           calls and strata with its call check off are measured in the
+                           same run, and the footer compares them
       --ranks N            number of ranks (default 2; under a launcher, its world size)
       --algo A             all-reduce algorithm. local: auto (scatter_gather),
                            scatter_gather, reduce_to_one. tcp: auto (recursive doubling up to

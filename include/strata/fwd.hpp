@@ -4,6 +4,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <memory>
 
 #include <strata/core/data_type.hpp>
 
@@ -85,7 +86,7 @@ struct CentralStorage;
 struct OneDevice;
 struct Default;
 enum class VariableAggregation;
-template <std::floating_point T>
+template <std::floating_point T, class Allocator = std::allocator<T>>
 class Variable;
 }  // namespace strata::placement
 

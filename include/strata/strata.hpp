@@ -54,6 +54,7 @@
 #include <strata/communicator/local.hpp>
 #include <strata/communicator/nccl.hpp>
 #include <strata/communicator/options.hpp>
+#include <strata/communicator/reduce_to_one_device.hpp>
 #include <strata/communicator/replica_group.hpp>
 #include <strata/communicator/self.hpp>
 #include <strata/communicator/tcp.hpp>
@@ -67,11 +68,16 @@
 #include <strata/optim/adam.hpp>
 #include <strata/optim/momentum.hpp>
 #include <strata/optim/optimizer.hpp>
+#include <strata/optim/rules.hpp>
 #include <strata/optim/sgd.hpp>
 
 #include <strata/placement/central_storage.hpp>
 #include <strata/placement/copies.hpp>
 #include <strata/placement/default.hpp>
+#include <strata/placement/device_variable.hpp>
+#include <strata/placement/gpu_central_storage.hpp>
+#include <strata/placement/gpu_mirrored.hpp>
+#include <strata/placement/gpu_replicas.hpp>
 #include <strata/placement/mirrored.hpp>
 #include <strata/placement/one_device.hpp>
 #include <strata/placement/placement.hpp>
@@ -83,9 +89,11 @@
 #include <strata/sync/sync.hpp>
 #include <strata/sync/synchronous.hpp>
 
+#include <strata/transport/cuda/device.hpp>
+#include <strata/transport/cuda/kernels.hpp>
+#include <strata/transport/cuda/status.hpp>
 #include <strata/transport/local/group.hpp>
 #include <strata/transport/local/link.hpp>
-#include <strata/transport/nccl/device.hpp>
 #include <strata/transport/nccl/status.hpp>
 #include <strata/transport/nccl/types.hpp>
 #include <strata/transport/plan.hpp>

@@ -8,6 +8,14 @@
 // | OneDeviceStrategy       | OneDevice      | SelfCommunicator                   | Synchronous |
 // | DefaultStrategy         | Default        | SelfCommunicator                   | Synchronous |
 //
+// and on GPUs, where strata is built with CUDA (STRATA_HAS_CUDA) and NCCL (STRATA_HAS_NCCL):
+//
+// | alias                      | Placement         | Communicator                      | Sync   |
+// |----------------------------|-------------------|-----------------------------------|--------|
+// | GpuMirroredStrategy        | GpuMirrored       | NcclCommunicator<Local>   (NCCL)  | Sync.  |
+// | GpuMultiWorkerMirrored...  | GpuMirrored       | NcclCommunicator<Hierarchical>    | Sync.  |
+// | GpuCentralStorageStrategy  | GpuCentralStorage | ReduceToOneDevice                 | Sync.  |
+//
 // Switching strategy is changing one alias; the training loop stays as it is.
 #pragma once
 
@@ -22,6 +30,15 @@
 #include <strata/placement/one_device.hpp>
 #include <strata/strategy.hpp>
 #include <strata/sync/synchronous.hpp>
+
+#if STRATA_HAS_CUDA
+#include <strata/communicator/reduce_to_one_device.hpp>
+#include <strata/placement/gpu_central_storage.hpp>
+#include <strata/placement/gpu_mirrored.hpp>
+#endif
+#if STRATA_HAS_NCCL
+#include <strata/communicator/nccl.hpp>
+#endif
 
 namespace strata {
 
@@ -53,5 +70,31 @@ using OneDeviceStrategy =
 /// What code gets when nobody chose a strategy: pass-through, one replica, no copies.
 using DefaultStrategy =
     Strategy<placement::Default, communicator::SelfCommunicator, sync::Synchronous>;
+
+#if STRATA_HAS_CUDA
+/// Variables kept once on the host, in pinned memory the replicas' kernels read; one replica
+/// per GPU (several may share one), gradients reduced onto one GPU with a CUDA kernel
+/// (ReductionToOneDevice) and applied once, on the CPU.
+using GpuCentralStorageStrategy =
+    Strategy<placement::GpuCentralStorage, communicator::ReduceToOneDevice, sync::Synchronous>;
+#endif
+
+#if STRATA_HAS_NCCL
+/// MirroredStrategy on the GPUs of one process: one replica per GPU, variables and optimizer
+/// state in device memory, gradients all-reduced by NCCL and applied on every GPU by a kernel.
+using GpuMirroredStrategy =
+    Strategy<placement::GpuMirrored,
+             communicator::NcclCommunicator<communicator::LocalCommunicator<>>, sync::Synchronous>;
+
+/// MultiWorkerMirroredStrategy on GPUs: every process of the cluster (resolve_cluster()) runs
+/// its local replicas on its GPUs (one by default: STRATA_LOCAL_REPLICAS), NCCL all-reduces
+/// the gradients of every replica of every process, and the TCP side group carries NCCL's
+/// unique id, checks every call and names a dead process. Processes of one host take its GPUs
+/// in the order of their local rank.
+using GpuMultiWorkerMirroredStrategy =
+    Strategy<placement::GpuMirrored,
+             communicator::NcclCommunicator<communicator::HierarchicalCommunicator<>>,
+             sync::Synchronous>;
+#endif
 
 }  // namespace strata

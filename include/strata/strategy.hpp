@@ -196,6 +196,19 @@ class Strategy {
                 "strata::Strategy: the sync policy lacks `static constexpr std::string_view "
                 "kName` or `static constexpr bool kWaitsForAllReplicas`; see sync::Sync.");
 
+  static_assert(
+      !placement::kOnDevice<P> ||
+          requires(const C& c) {
+            { c.device() } -> std::convertible_to<int>;
+          },
+      "strata::Strategy: a GPU placement needs a communicator whose ranks say their CUDA "
+      "device (`int device() const`): the placement puts each replica's copies there.");
+  static_assert(placement::kOnDevice<P> == communicator::kDeviceMemory<C>,
+                "strata::Strategy: the placement and the communicator disagree on where buffers "
+                "live: a GPU placement (GpuMirrored, GpuCentralStorage) needs a communicator "
+                "over device memory (NcclCommunicator, ReduceToOneDevice), and a CPU placement "
+                "one over host memory.");
+
   static constexpr bool kManyReplicas = P::kMaxReplicas > 1;
   static constexpr bool kCommunicatorConnectsMany = C::kMaxSize > 1;
 
@@ -288,6 +301,7 @@ class Strategy {
       const auto r = static_cast<std::size_t>(replica);
       context_type context(communicators_[r], replica);
       try {
+        [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)
           fn(context);
         else
@@ -355,7 +369,10 @@ class Strategy {
   variable_type<T> create_variable(
       std::span<const std::type_identity_t<T>> initial,
       placement::VariableAggregation aggregation = placement::VariableAggregation::mean) const {
-    return P::template create<T>(num_local_replicas(), initial, aggregation);
+    if constexpr (placement::kOnDevice<P>)
+      return P::template create<T>(std::span<const int>(devices_), initial, aggregation);
+    else
+      return P::template create<T>(num_local_replicas(), initial, aggregation);
   }
 
  private:
@@ -417,12 +434,35 @@ class Strategy {
       return C::create(replicas, cluster, options.communicator,
                        std::forward<CommunicatorSettings>(settings)...);
     } else {
-      const int replicas = options.num_replicas > 0 ? options.num_replicas
-                           : P::kMaxReplicas == 1   ? 1
-                                                    : detail::usable_cpus();
+      const int replicas = options.num_replicas > 0 ? options.num_replicas : default_replicas();
       return C::create(replicas, options.communicator,
                        std::forward<CommunicatorSettings>(settings)...);
     }
+  }
+
+  // One replica per usable CPU, or what the placement says (one per GPU).
+  static int default_replicas() {
+    if constexpr (requires { P::default_replicas(); })
+      return P::default_replicas();
+    else
+      return P::kMaxReplicas == 1 ? 1 : detail::usable_cpus();
+  }
+
+  // What binds a replica's thread to its device while the replica function runs, if anything.
+  auto enter_replica(int replica) const {
+    if constexpr (requires { P::replica_scope(replica); })
+      return P::replica_scope(devices_[static_cast<std::size_t>(replica)]);
+    else
+      return 0;
+  }
+
+  // The CUDA device of each local replica, as its communicator chose it (GPU placements).
+  static std::vector<int> devices_of(const std::vector<C>& communicators) {
+    std::vector<int> devices;
+    if constexpr (placement::kOnDevice<P>)
+      for (const C& communicator : communicators)
+        devices.push_back(communicator.device());
+    return devices;
   }
 
   static void check_replicas(int requested) {
@@ -435,6 +475,7 @@ class Strategy {
   }
 
   std::vector<C> communicators_;
+  std::vector<int> devices_ = devices_of(communicators_);
   detail::ReplicaPool pool_;
   std::atomic<bool> running_{false};
 };

@@ -83,6 +83,7 @@ inline constexpr Version kVersion{STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR, ST
 
 #include <concepts>
 #include <cstdint>
+#include <memory>
 
 // ---- begin strata/core/data_type.hpp ----
 // strata/core/data_type.hpp — the element types collectives move and reduce.
@@ -509,7 +510,7 @@ struct CentralStorage;
 struct OneDevice;
 struct Default;
 enum class VariableAggregation;
-template <std::floating_point T>
+template <std::floating_point T, class Allocator = std::allocator<T>>
 class Variable;
 }  // namespace strata::placement
 
@@ -5663,7 +5664,10 @@ using strata::reduces;
 #include <concepts>
 #include <exception>
 #include <span>
+#include <string>
 #include <string_view>
+
+#include <fmt/format.h>
 
 // ---- begin strata/communicator/options.hpp ----
 // strata/communicator/options.hpp — run-time tunables shared by every communicator.
@@ -5829,6 +5833,19 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
   { c.barrier_async() } -> std::same_as<Work>;
   c.abort(reason);
 };
+
+/// What `abort(reason)` spreads from rank `rank` in strata's communicators: a PeerFailureError
+/// whose root cause reads "<who> aborted: <reason>" (who: "rank R" unless given).
+inline std::exception_ptr abort_failure(int rank, std::string_view reason,
+                                        std::string_view who = {}) noexcept {
+  try {
+    const std::string name = who.empty() ? fmt::format("rank {}", rank) : std::string(who);
+    return std::make_exception_ptr(PeerFailureError(
+        rank, "abort", RootCause{rank, fmt::format("{} aborted: {}", name, reason)}));
+  } catch (...) {  // no memory for the text: the group fails all the same
+    return std::current_exception();
+  }
+}
 
 /// Fails `c`'s group because of `error`, from any thread: strata's communicators pass its root
 /// cause (a strata::Error's, with its error type) on to every rank; another Communicator gets
@@ -6633,7 +6650,10 @@ class Group {
 // strata/transport/local/link.hpp — one rank's SharedMemoryLink (algorithms/link.hpp) for one call.
 
 #include <cstdint>
+#include <exception>
 #include <string_view>
+
+#include <fmt/format.h>
 
 
 namespace strata::transport::local {
@@ -6652,6 +6672,8 @@ class Link {
   /// The first synchronization point of a collective that moves data: once released, every
   /// rank may work on every other rank's buffers until `Group::end_transfer`.
   void open_transfer() { group_->arrive_and_wait(rank_, deadline_, operation_, true); }
+  /// Fails the group (every rank's pending and later calls raise `error`'s root cause).
+  void fail(const std::exception_ptr& error) noexcept { group_->fail(error); }
 
  private:
   Group* group_;
@@ -6660,6 +6682,22 @@ class Link {
   Deadline deadline_;
   std::string_view operation_;
 };
+
+/// Raises MismatchError, and fails the group, unless every rank posted the same collective
+/// (after `open_transfer`). Every rank runs the same comparison on the same posted calls, so
+/// either all ranks raise the mismatch or none does.
+inline void check_agreement(Link& link) {
+  const CollectiveCall& first = link.peer_call(0);
+  for (int r = 1; r < link.size(); ++r) {
+    const CollectiveCall& other = link.peer_call(r);
+    if (agrees(first, other)) continue;
+    MismatchError error(link.rank(), to_string(link.peer_call(link.rank()).kind),
+                        fmt::format("ranks disagree: rank 0 called {} but rank {} called {}",
+                                    describe(first), r, describe(other)));
+    link.fail(std::make_exception_ptr(error));
+    throw error;
+  }
+}
 
 }  // namespace strata::transport::local
 // ---- end strata/transport/local/link.hpp ----
@@ -6731,14 +6769,7 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
 
   /// Fails the whole group from any thread: every pending and later call on every rank throws
   /// `PeerFailureError` carrying `reason`. Use it when this replica cannot continue.
-  void abort(std::string_view reason) noexcept {
-    try {
-      fail(std::make_exception_ptr(PeerFailureError(
-          rank(), "abort", RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)})));
-    } catch (...) {
-      fail(std::current_exception());
-    }
-  }
+  void abort(std::string_view reason) noexcept { fail(abort_failure(rank(), reason)); }
 
   /// Fails the whole group from any thread because of `error`: every pending and later call
   /// on every rank raises its root cause (see fail_group).
@@ -6804,7 +6835,7 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
     // agree on the bookkeeping.
     link.open_transfer();  // every rank has posted its call
     try {
-      check_agreement(link, rendezvous);
+      transport::local::check_agreement(link);
       switch (call.kind) {
         case Collective::all_reduce:
           AllReduceAlgorithm::run(link, call);
@@ -6833,22 +6864,6 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
       throw;
     }
     rendezvous.end_transfer(/*failed=*/false);
-  }
-
-  // Every rank runs the same comparison on the same posted calls, so either all ranks raise
-  // the mismatch or none does.
-  static void check_agreement(const transport::local::Link& link,
-                              transport::local::Group& rendezvous) {
-    const CollectiveCall& first = link.peer_call(0);
-    for (int r = 1; r < link.size(); ++r) {
-      const CollectiveCall& other = link.peer_call(r);
-      if (agrees(first, other)) continue;
-      MismatchError error(link.rank(), to_string(link.peer_call(link.rank()).kind),
-                          fmt::format("ranks disagree: rank 0 called {} but rank {} called {}",
-                                      describe(first), r, describe(other)));
-      rendezvous.fail(std::make_exception_ptr(error));
-      throw error;
-    }
   }
 
   std::unique_ptr<Endpoint> endpoint_;
@@ -6899,6 +6914,16 @@ concept CombinesAcrossProcesses = requires(C& c, const C& cc, std::span<float> v
 };
 
 }  // namespace detail
+
+/// Whether communicator C takes buffers in memory a GPU reaches (C::kDeviceMemory): what a GPU
+/// placement needs.
+template <class C>
+inline constexpr bool kDeviceMemory = [] {
+  if constexpr (requires { C::kDeviceMemory; })
+    return static_cast<bool>(C::kDeviceMemory);
+  else
+    return false;
+}();
 
 /// C models ReplicaGroup if a strategy can build and drive the communicators of its replicas:
 ///   1. C models Communicator (rank, size, the collectives, abort: a strategy aborts the group
@@ -10624,10 +10649,8 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   /// Fails the local group and the cross-worker group: every replica of every worker raises.
   void abort(std::string_view reason) noexcept {
     try {
-      fail(std::make_exception_ptr(
-          PeerFailureError(rank(), "abort",
-                           RootCause{rank(), fmt::format("worker {}, replica {} aborted: {}",
-                                                         worker_rank(), local_rank(), reason)})));
+      fail(abort_failure(rank(), reason,
+                         fmt::format("worker {}, replica {}", worker_rank(), local_rank())));
     } catch (...) {
       fail(std::current_exception());
     }
@@ -10637,6 +10660,16 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   void fail(const std::exception_ptr& error) noexcept {
     fail_group(state_->local, error);
     fail_group(state_->shared->inter, error);
+  }
+
+  /// Raises the group's failure, without waiting, when a local replica or another worker
+  /// failed it or a worker's connections closed: for a caller that waits on something else
+  /// between calls (NcclCommunicator watches its side group with it). Only local replica 0
+  /// reads the workers' connections, which take one thread at a time; it is the replica that
+  /// runs the cross-worker stage of every collective.
+  void check_peers() {
+    state_->local.check_peers();
+    if (local_rank() == 0) state_->shared->inter.check_peers();
   }
 
   /// Combines one value per process across the workers (op over workers), from the thread
@@ -10884,8 +10917,10 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -10897,44 +10932,45 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 #include <fmt/format.h>
 #include <nccl.h>
 
-#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
-#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
-// ---- begin strata/transport/nccl/device.hpp ----
-// strata/transport/nccl/device.hpp — the CUDA pieces an NCCL group holds: the current device
-// for a scope, a stream, an event, and a typed buffer of device memory.
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+// ---- begin strata/transport/cuda/device.hpp ----
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
 
 
-#if STRATA_HAS_NCCL
+#if STRATA_HAS_CUDA
 
+#include <chrono>
 #include <cstddef>
 #include <span>
+#include <string_view>
+#include <thread>
 #include <utility>
 
 #include <cuda_runtime_api.h>
 
-#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-// ---- begin strata/transport/nccl/status.hpp ----
-// strata/transport/nccl/status.hpp — CUDA runtime and NCCL return codes as strata errors.
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
 //
 // A code that says the caller passed something wrong (an invalid pointer, device or argument)
 // is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
-// out of memory) a ConfigurationError; a failure of a group in flight (a remote peer, a device
-// fault, NCCL's internal errors) a PeerFailureError: the group cannot continue. Messages carry
-// the runtime's own text (NCCL's last error when it has one).
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
 
 
-#if STRATA_HAS_NCCL
+#if STRATA_HAS_CUDA
 
 #include <string>
 #include <string_view>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
-#include <nccl.h>
 
 
-namespace strata::transport::nccl {
+namespace strata::transport::cuda {
 
 /// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
 /// `operation`.
@@ -10967,43 +11003,13 @@ inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
   if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
 }
 
-/// Throws the strata error that `status` (neither ncclSuccess nor ncclInProgress) of `what`
-/// means; `comm` (may be null) gives NCCL's last error text.
-[[noreturn]] inline void raise_nccl(ncclResult_t status, ncclComm_t comm, int rank,
-                                    std::string_view operation, std::string_view what) {
-  const char* detail = ncclGetLastError(comm);
-  std::string text = fmt::format("{} failed: {}", what, ncclGetErrorString(status));
-  if (detail != nullptr && *detail != '\0') text += fmt::format(" ({})", detail);
-  switch (status) {
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      throw UsageError(rank, operation, text,
-                       "pass device memory of this rank's device, one GPU per rank, and the same "
-                       "NCCL version on every rank");
-    case ncclRemoteError:
-      throw PeerFailureError(rank, operation, text);
-    case ncclUnhandledCudaError:
-    case ncclSystemError:
-    case ncclInternalError:
-    default:
-      throw PeerFailureError(rank, operation, text);
-  }
-}
+}  // namespace strata::transport::cuda
 
-/// Checks an NCCL call; ncclInProgress (a non-blocking communicator still working) passes.
-inline void check_nccl(ncclResult_t status, ncclComm_t comm, int rank, std::string_view operation,
-                       std::string_view what) {
-  if (status != ncclSuccess && status != ncclInProgress)
-    raise_nccl(status, comm, rank, operation, what);
-}
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
 
-}  // namespace strata::transport::nccl
-
-#endif  // STRATA_HAS_NCCL
-// ---- end strata/transport/nccl/status.hpp ----
-#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-
-namespace strata::transport::nccl {
+namespace strata::transport::cuda {
 
 /// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
 inline int device_count() noexcept {
@@ -11013,6 +11019,18 @@ inline int device_count() noexcept {
     return 0;
   }
   return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
 }
 
 /// Makes `device` current for its scope and restores the one before.
@@ -11074,6 +11092,31 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 /// `count` elements of T in the memory of the current device.
 template <Element T>
 class DeviceBuffer {
@@ -11117,15 +11160,41 @@ class DeviceBuffer {
   std::size_t count_ = 0;
 };
 
-}  // namespace strata::transport::nccl
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
 
-#endif  // STRATA_HAS_NCCL
-// ---- end strata/transport/nccl/device.hpp ----
-#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
 #ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
 #define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
 // ---- begin strata/transport/nccl/status.hpp ----
-// strata/transport/nccl/status.hpp — CUDA runtime and NCCL return codes as strata errors.
+// strata/transport/nccl/status.hpp — NCCL return codes as strata errors (the CUDA runtime's
+// are in transport/cuda/status.hpp).
 //
 // A code that says the caller passed something wrong (an invalid pointer, device or argument)
 // is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
@@ -11139,12 +11208,30 @@ class DeviceBuffer {
 #include <string>
 #include <string_view>
 
-#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <nccl.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
 
-namespace strata::transport::nccl {
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
 
 /// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
 /// `operation`.
@@ -11176,6 +11263,14 @@ inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
                        std::string_view what) {
   if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
 }
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::transport::nccl {
 
 /// Throws the strata error that `status` (neither ncclSuccess nor ncclInProgress) of `what`
 /// means; `comm` (may be null) gives NCCL's last error text.
@@ -11306,6 +11401,45 @@ template <class Side>
 class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
  public:
   static constexpr std::string_view kName = "nccl";
+  static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  static constexpr bool kSpansProcesses = Side::kSpansProcesses;
+  static constexpr bool kDeviceMemory = true;
+
+  /// The group of `replicas` threads of one process (a side group that does not span
+  /// processes, e.g. LocalCommunicator<>), rank r on CUDA device
+  /// transport::cuda::replica_device(r), formed by one thread per rank: what GpuMirroredStrategy
+  /// runs on. @throws UsageError for more replicas than devices (NCCL takes one device per
+  /// rank); the constructor's errors otherwise.
+  static std::vector<NcclCommunicator> create(
+      int replicas, CommunicatorOptions options = {},
+      NcclOptions nccl = {}) requires(!Side::kSpansProcesses) {
+    check_devices(replicas, replicas);
+    return form_group(Side::create(replicas, options), 0, nccl, options);
+  }
+
+  /// This process's `local_replicas` ranks of the group over every process of `cluster` (a side
+  /// group that spans processes, e.g. HierarchicalCommunicator<>): what
+  /// GpuMultiWorkerMirroredStrategy runs on. The processes of one host share its GPUs in the
+  /// order of their local rank: this one's replicas take the devices after those of the
+  /// processes before it (cluster.local_rank), modulo the devices it sees.
+  /// @throws UsageError for more local replicas than devices; the side group's and the
+  /// constructor's errors otherwise.
+  static std::vector<NcclCommunicator> create(
+      int local_replicas, cluster::ResolvedCluster& cluster, CommunicatorOptions options = {},
+      NcclOptions nccl = {}) requires(Side::kSpansProcesses) {
+    check_devices(local_replicas, local_replicas);
+    return form_group(Side::create(local_replicas, cluster, options),
+                      cluster.local_rank * local_replicas, nccl, options);
+  }
+
+  /// True on the process that writes checkpoints (the side group's chief).
+  bool is_chief() const noexcept requires(Side::kSpansProcesses) { return state_->side.is_chief(); }
+
+  /// Combines one value per process across the processes, in host memory (Strategy::reduce).
+  template <Element T>
+  void combine_across_workers(std::span<T> values, ReduceOp op) requires(Side::kSpansProcesses) {
+    state_->side.combine_across_workers(values, op);
+  }
 
   /// Forms the NCCL group of `side`'s ranks, this rank on CUDA device `device`.
   /// @throws TimeoutError when not every rank joins by the deadline; ConfigurationError for a
@@ -11334,14 +11468,7 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
 
   /// Fails the whole group from any thread: every pending and later call on every rank throws
   /// PeerFailureError carrying `reason`.
-  void abort(std::string_view reason) noexcept {
-    try {
-      fail(std::make_exception_ptr(PeerFailureError(
-          rank(), "abort", RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)})));
-    } catch (...) {
-      fail(std::current_exception());
-    }
-  }
+  void abort(std::string_view reason) noexcept { fail(abort_failure(rank(), reason)); }
 
   /// Fails the whole group from any thread because of `error` (see fail_group): the call in
   /// flight on this rank raises it, and so does every rank through the side group.
@@ -11426,10 +11553,10 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     NcclOptions nccl;
     CommunicatorOptions options;
     ncclComm_t comm = nullptr;
-    transport::nccl::Stream stream;
-    transport::nccl::Event ready;  // the caller's stream reached the call
-    transport::nccl::Event done;   // the collective finished
-    transport::nccl::DeviceBuffer<std::uint8_t> barrier_byte;
+    transport::cuda::Stream stream;
+    transport::cuda::Event ready;  // the caller's stream reached the call
+    transport::cuda::Event done;   // the collective finished
+    transport::cuda::DeviceBuffer<std::uint8_t> barrier_byte;
     std::uint64_t sequence = 0;
     mutable std::mutex failure_mutex;
     std::exception_ptr failure;
@@ -11437,6 +11564,46 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     bool aborted = false;
     std::unique_ptr<detail::SerialExecutor> executor = std::make_unique<detail::SerialExecutor>();
   };
+
+  static void check_devices(int replicas, int wanted) {
+    const int devices = transport::cuda::device_count();
+    if (replicas < 1 || wanted > devices)
+      throw UsageError(-1, "NcclCommunicator::create",
+                       fmt::format("{} replica(s) on {} CUDA device(s): NCCL takes one device per "
+                                   "rank",
+                                   replicas, devices),
+                       "ask for 1 to one replica per GPU, or use ReduceToOneDevice "
+                       "(GpuCentralStorageStrategy), which shares a GPU among replicas");
+  }
+
+  // Forms the NCCL group of `sides` (this process's ranks of the side group), local rank r on
+  // device (first_device + r) modulo the devices, one thread per rank: each rank's
+  // constructor is a collective of the side group.
+  static std::vector<NcclCommunicator> form_group(std::vector<Side> sides, int first_device,
+                                                  const NcclOptions& nccl,
+                                                  const CommunicatorOptions& options) {
+    const int devices = transport::cuda::device_count();
+    std::vector<std::optional<NcclCommunicator>> formed(sides.size());
+    std::vector<std::exception_ptr> errors(sides.size());
+    {
+      std::vector<std::jthread> threads;
+      for (std::size_t r = 0; r < sides.size(); ++r)
+        threads.emplace_back([&, r] {
+          try {
+            formed[r].emplace(std::move(sides[r]), (first_device + static_cast<int>(r)) % devices,
+                              nccl, options);
+          } catch (...) {
+            errors[r] = std::current_exception();
+          }
+        });
+    }
+    for (const auto& error : errors)
+      if (error) std::rethrow_exception(error);
+    std::vector<NcclCommunicator> group;
+    for (auto& communicator : formed)
+      group.push_back(std::move(*communicator));
+    return group;
+  }
 
   [[noreturn]] void fail_usage(Collective kind, std::string_view what,
                                std::string_view what_to_do) {
@@ -11467,14 +11634,14 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     constexpr std::string_view kOperation = "rendezvous";
     const auto deadline = Deadline::after(state.options.timeout);
     try {
-      const int devices = transport::nccl::device_count();
+      const int devices = transport::cuda::device_count();
       if (state.device < 0 || state.device >= devices)
         throw ConfigurationError(
             state.rank, kOperation,
             fmt::format("CUDA device {} does not exist: this process sees {} device(s)",
                         state.device, devices),
             "give each rank a device index below the count (CUDA_VISIBLE_DEVICES)");
-      transport::nccl::DeviceScope scope(state.device, state.rank, kOperation);
+      transport::cuda::DeviceScope scope(state.device, state.rank, kOperation);
       ncclUniqueId id{};
       if (state.rank == 0)
         transport::nccl::check_nccl(ncclGetUniqueId(&id), nullptr, state.rank, kOperation,
@@ -11488,10 +11655,10 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
           ncclCommInitRankConfig(&state.comm, state.size, id, state.rank, &config), state.comm,
           state.rank, kOperation, "ncclCommInitRankConfig");
       await_nccl(state, kOperation, deadline, "forming the NCCL group");
-      state.stream = transport::nccl::Stream(state.rank, kOperation);
-      state.ready = transport::nccl::Event(state.rank, kOperation);
-      state.done = transport::nccl::Event(state.rank, kOperation);
-      state.barrier_byte = transport::nccl::DeviceBuffer<std::uint8_t>(1, state.rank, kOperation);
+      state.stream = transport::cuda::Stream(state.rank, kOperation);
+      state.ready = transport::cuda::Event(state.rank, kOperation);
+      state.done = transport::cuda::Event(state.rank, kOperation);
+      state.barrier_byte = transport::cuda::DeviceBuffer<std::uint8_t>(1, state.rank, kOperation);
     } catch (...) {
       state.fail(std::current_exception());
       abort_nccl(state);
@@ -11565,34 +11732,16 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     const std::uint64_t sequence = state.sequence++;
     try {
       if (state.nccl.check_calls) check_agreement(state, call, sequence, deadline);
-      transport::nccl::DeviceScope scope(state.device, state.rank, operation);
+      transport::cuda::DeviceScope scope(state.device, state.rank, operation);
       enqueue(state, call, deadline);
       const std::string what = fmt::format("{} (collective #{})", describe(call), sequence);
-      // Spinning first catches small collectives at once; past that, NCCL's error, the side
-      // group and the deadline are checked every millisecond, and after a while the wait
-      // sleeps between queries so that it does not hold a core.
-      const auto started = Clock::now();
-      auto next_check = started;
-      for (int spins = 0;; ++spins) {
-        const cudaError_t done = cudaEventQuery(state.done.get());
-        if (done == cudaSuccess) break;
-        if (done != cudaErrorNotReady)
-          transport::nccl::raise_cuda(done, state.rank, operation, "the collective");
-        if (spins < 1024) continue;
-        const auto now = Clock::now();
-        if (now >= next_check) {
-          ncclResult_t status = ncclSuccess;
-          (void)ncclCommGetAsyncError(state.comm, &status);
-          if (status != ncclSuccess && status != ncclInProgress)
-            raise_async(state, status, operation, deadline, what);
-          watch(state, operation, deadline, what);
-          next_check = now + std::chrono::milliseconds(1);
-        }
-        if (now - started < std::chrono::milliseconds(10))
-          std::this_thread::yield();
-        else
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      transport::cuda::wait_for(state.done.get(), state.rank, operation, [&] {
+        ncclResult_t status = ncclSuccess;
+        (void)ncclCommGetAsyncError(state.comm, &status);
+        if (status != ncclSuccess && status != ncclInProgress)
+          raise_async(state, status, operation, deadline, what);
+        watch(state, operation, deadline, what);
+      });
     } catch (...) {
       state.fail(std::current_exception());
       abort_nccl(state);
@@ -11640,12 +11789,13 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
   // Queues the collective on the communicator's stream, after the caller's stream, and the
   // caller's stream after it.
   static void enqueue(State& state, const CollectiveCall& call, const Deadline& deadline) {
+    namespace cuda = transport::cuda;
     namespace nccl = transport::nccl;
     const std::string_view operation = to_string(call.kind);
     const cudaStream_t stream = state.stream.get();
-    nccl::check_cuda(cudaEventRecord(state.ready.get(), state.nccl.stream), state.rank, operation,
+    cuda::check_cuda(cudaEventRecord(state.ready.get(), state.nccl.stream), state.rank, operation,
                      "cudaEventRecord on the caller's stream");
-    nccl::check_cuda(cudaStreamWaitEvent(stream, state.ready.get(), 0), state.rank, operation,
+    cuda::check_cuda(cudaStreamWaitEvent(stream, state.ready.get(), 0), state.rank, operation,
                      "cudaStreamWaitEvent");
     const ncclDataType_t type = nccl::nccl_type(call.type);
     // The mean of one rank is its sum: NCCL 2.28's ncclAvg on a group of one leaves the last
@@ -11680,9 +11830,9 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     nccl::check_nccl(status, state.comm, state.rank, operation, "enqueueing the collective");
     if (status == ncclInProgress)
       await_nccl(state, operation, deadline, "enqueueing the collective");
-    nccl::check_cuda(cudaEventRecord(state.done.get(), stream), state.rank, operation,
+    cuda::check_cuda(cudaEventRecord(state.done.get(), stream), state.rank, operation,
                      "cudaEventRecord");
-    nccl::check_cuda(cudaStreamWaitEvent(state.nccl.stream, state.done.get(), 0), state.rank,
+    cuda::check_cuda(cudaStreamWaitEvent(state.nccl.stream, state.done.get(), 0), state.rank,
                      operation, "cudaStreamWaitEvent on the caller's stream");
   }
 
@@ -11693,6 +11843,801 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
 
 #endif  // STRATA_HAS_NCCL
 // ---- end strata/communicator/nccl.hpp ----
+// ---- begin strata/communicator/reduce_to_one_device.hpp ----
+// strata/communicator/reduce_to_one_device.hpp — collectives among the replicas (threads) of
+// one process whose buffers live on GPUs: TF's ReductionToOneDevice.
+//
+// Every reduction copies the ranks' data to one device (rank 0's, or the root's), reduces it
+// there with one CUDA kernel in rank order, and copies the result to every rank that receives
+// it. It needs no NCCL, takes any number of replicas per GPU, and every rank gets the bits that
+// strata::reduce_n gives on the host. The ranks meet on the host as LocalCommunicator's do
+// (transport/local/): a posted call, checked for agreement, then the device work, then a last
+// meeting so that no rank returns while a peer may still copy from or into its buffers.
+
+
+#if STRATA_HAS_CUDA
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+// ---- begin strata/transport/cuda/device.hpp ----
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
+
+
+#if STRATA_HAS_CUDA
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::transport::cuda {
+
+/// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
+inline int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // the runtime keeps the error: clear it for later calls
+    return 0;
+  }
+  return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
+}
+
+/// Makes `device` current for its scope and restores the one before.
+class DeviceScope {
+ public:
+  DeviceScope(int device, int rank, std::string_view operation) {
+    check_cuda(cudaGetDevice(&previous_), rank, operation, "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), rank, operation, "cudaSetDevice");
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+/// A non-blocking stream of the current device (it does not wait for the legacy default one).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int rank, std::string_view operation) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, operation,
+               "cudaStreamCreateWithFlags");
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  ~Stream() {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// An event without timing (the cheapest to record and query).
+class Event {
+ public:
+  Event() = default;
+  Event(int rank, std::string_view operation) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), rank, operation,
+               "cudaEventCreateWithFlags");
+  }
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+/// `count` elements of T in the memory of the current device.
+template <Element T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count, int rank = -1,
+                        std::string_view operation = "DeviceBuffer")
+      : count_(count) {
+    if (count > 0)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), rank, operation,
+                 "cudaMalloc");
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data_, count_}; }
+
+  /// Copies `host` (at most size() elements) in, and waits for it.
+  void copy_from(std::span<const T> host) {
+    check_cuda(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), -1,
+               "DeviceBuffer", "cudaMemcpy to the device");
+  }
+  /// Copies the first host.size() elements out, and waits for it.
+  void copy_to(std::span<T> host) const {
+    check_cuda(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), -1,
+               "DeviceBuffer", "cudaMemcpy from the device");
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
+
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+// ---- begin strata/transport/cuda/kernels.hpp ----
+// strata/transport/cuda/kernels.hpp — the CUDA kernels strata launches, declared for every
+// compiler. nvcc compiles them once (transport/cuda/impl/kernels.cuh, the strata::cuda
+// library that strata::strata links when CUDA is on), so that no unit including strata needs a
+// CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
+//
+// This header includes nothing that a CUDA compiler cannot parse.
+
+
+#if STRATA_HAS_CUDA
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
+#define STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
+// ---- begin strata/optim/rules.hpp ----
+// strata/optim/rules.hpp — the per-element arithmetic of each optimizer, as small structs of
+// coefficients that host loops and CUDA kernels both run, so that an update gives the same
+// bits on the CPU and on a GPU (the kernels are compiled without FMA contraction).
+//
+// A rule is computed once per update by its optimizer (`visit_rule`), which checks the
+// hyperparameters; `rule(p, g, slots, n, i)` then updates element `i` of `n` parameters, with
+// slot `k` of element `i` at `slots[k * n + i]` (OptimizerState's layout).
+//
+// This header includes nothing that a CUDA compiler cannot parse: the kernels include it.
+
+#include <cmath>
+#include <cstddef>
+
+#if defined(__CUDACC__)
+#define STRATA_HOST_DEVICE __host__ __device__
+#else
+#define STRATA_HOST_DEVICE
+#endif
+
+namespace strata::optim {
+
+namespace detail {
+
+template <class T>
+STRATA_HOST_DEVICE inline T square_root(T x) {
+#if defined(__CUDA_ARCH__)
+  return ::sqrt(x);  // CUDA's overloads for float and double, correctly rounded by default
+#else
+  return std::sqrt(x);
+#endif
+}
+
+}  // namespace detail
+
+/// Plain SGD: p -= learning_rate · g.
+template <class T>
+struct SgdRule {
+  static constexpr std::size_t kSlots = 0;
+  T learning_rate;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* /*slots*/, std::size_t /*n*/,
+                                     std::size_t i) const {
+    p[i] -= learning_rate * g[i];
+  }
+};
+
+/// Momentum (Keras): v = momentum · v − learning_rate · g;  p += v.
+template <class T>
+struct MomentumRule {
+  static constexpr std::size_t kSlots = 1;
+  T learning_rate;
+  T momentum;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t /*n*/,
+                                     std::size_t i) const {
+    T& v = slots[i];
+    v = momentum * v - learning_rate * g[i];
+    p[i] += v;
+  }
+};
+
+/// Nesterov momentum (Keras): v = momentum · v − learning_rate · g;
+/// p += momentum · v − learning_rate · g.
+template <class T>
+struct NesterovMomentumRule {
+  static constexpr std::size_t kSlots = 1;
+  T learning_rate;
+  T momentum;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t /*n*/,
+                                     std::size_t i) const {
+    T& v = slots[i];
+    const T step = learning_rate * g[i];
+    v = momentum * v - step;
+    p[i] += momentum * v - step;
+  }
+};
+
+/// Adam (Keras), with the bias correction folded into `step_size` (see optim/adam.hpp):
+/// m += (g − m)(1 − β1);  v += (g² − v)(1 − β2);  p −= step_size · m / (√v + ε).
+template <class T>
+struct AdamRule {
+  static constexpr std::size_t kSlots = 2;
+  T step_size;
+  T one_minus_beta1;
+  T one_minus_beta2;
+  T epsilon;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t n,
+                                     std::size_t i) const {
+    T& m = slots[i];
+    T& v = slots[n + i];
+    m += (g[i] - m) * one_minus_beta1;
+    v += (g[i] * g[i] - v) * one_minus_beta2;
+    p[i] -= step_size * m / (detail::square_root(v) + epsilon);
+  }
+};
+
+namespace detail {
+
+/// Runs `rule` over `n` elements on the host.
+template <class Rule, class T>
+void apply_rule(const Rule& rule, T* params, const T* grads, T* slots, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    rule(params, grads, slots, n, i);
+}
+
+}  // namespace detail
+
+}  // namespace strata::optim
+// ---- end strata/optim/rules.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
+
+namespace strata::transport::cuda::kernels {
+
+/// Element types, with strata::DataType's values (transport/cuda/reduce.hpp checks that).
+enum class Element : std::uint8_t {
+  int8,
+  uint8,
+  int32,
+  int64,
+  float16,
+  bfloat16,
+  float32,
+  float64
+};
+/// Reductions, with strata::ReduceOp's values and meaning.
+enum class Op : std::uint8_t { sum, product, min, max, mean };
+
+/// Queues on `stream`: `out[i] = slot[0][i] op slot[1][i] op ... op slot[k-1][i]` for i < count,
+/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), combined in slot
+/// order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined in float
+/// and rounded once, a mean divides the sum by k. `out` may be slot 0 but no other slot.
+cudaError_t reduce_slots(Element type, Op op, void* out, const void* slots, std::size_t slot_count,
+                         std::size_t count, cudaStream_t stream) noexcept;
+
+/// Queues on `stream` the optimizer update `rule` (optim/rules.hpp) over `n` parameters:
+/// rule(params, grads, slots, n, i) for every i < n. Instantiated for the rules of Sgd,
+/// Momentum and Adam, for float and double.
+template <class Rule, class T>
+cudaError_t apply_rule(const Rule& rule, T* params, const T* grads, T* slots, std::size_t n,
+                       cudaStream_t stream) noexcept;
+
+}  // namespace strata::transport::cuda::kernels
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/kernels.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::communicator {
+
+/// One rank of a group of replicas of one process, each on a CUDA device (several ranks may
+/// share one). Buffers are memory the rank's device can reach: its device memory, or pinned
+/// host memory (transport::cuda::PinnedAllocator).
+///
+/// Each call starts after the work queued so far on the legacy default stream of the rank's
+/// device, and returns once its results are in place. `_async` calls run in call order on a
+/// thread of the communicator. A failure on any rank (a timeout, a mismatch, a CUDA error,
+/// `abort`) fails the group on every rank.
+///
+/// @code
+///   auto group = strata::communicator::ReduceToOneDevice::create(4);  // replica r on GPU r % n
+///   // on replica r's thread, with `gradient` in the memory of group[r].device():
+///   group[r].all_reduce(std::span(gradient, count), strata::ReduceOp::mean);
+/// @endcode
+class ReduceToOneDevice : public detail::CollectiveApi<ReduceToOneDevice> {
+  friend class detail::CollectiveApi<ReduceToOneDevice>;
+  friend struct detail::CallAccess;
+
+ public:
+  static constexpr std::string_view kName = "reduce_to_one_device";
+  static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  static constexpr bool kSpansProcesses = false;
+  static constexpr bool kDeviceMemory = true;
+
+  /// Creates a group of `size` ranks, rank r on CUDA device transport::cuda::replica_device(r).
+  /// @throws UsageError when size < 1; ConfigurationError when no device is visible.
+  static std::vector<ReduceToOneDevice> create(int size, CommunicatorOptions options = {}) {
+    if (size < 1)
+      throw UsageError(-1, "ReduceToOneDevice::create",
+                       fmt::format("a group needs at least one rank, got size {}", size),
+                       "pass the number of replicas (threads) that will take part");
+    std::vector<int> devices;
+    for (int r = 0; r < size; ++r)
+      devices.push_back(transport::cuda::replica_device(r, "ReduceToOneDevice::create"));
+    return create(std::span<const int>(devices), options);
+  }
+
+  /// Creates a group of devices.size() ranks, rank r on CUDA device devices[r].
+  /// @throws UsageError when `devices` is empty or names a device this process lacks.
+  static std::vector<ReduceToOneDevice> create(std::span<const int> devices,
+                                               CommunicatorOptions options = {}) {
+    const int visible = transport::cuda::device_count();
+    if (devices.empty())
+      throw UsageError(-1, "ReduceToOneDevice::create", "a group needs at least one rank",
+                       "pass one CUDA device per replica");
+    for (const int device : devices)
+      if (device < 0 || device >= visible)
+        throw UsageError(
+            -1, "ReduceToOneDevice::create",
+            fmt::format("CUDA device {} does not exist: this process sees {}", device, visible),
+            "pass device indices below the count (CUDA_VISIBLE_DEVICES)");
+    auto group = std::make_shared<Group>(static_cast<int>(devices.size()), options);
+    std::vector<ReduceToOneDevice> ranks;
+    for (std::size_t r = 0; r < devices.size(); ++r)
+      ranks.push_back(ReduceToOneDevice(group, static_cast<int>(r), devices[r]));
+    return ranks;
+  }
+
+  ReduceToOneDevice(ReduceToOneDevice&&) noexcept = default;
+  ReduceToOneDevice& operator=(ReduceToOneDevice&&) noexcept = default;
+  ReduceToOneDevice(const ReduceToOneDevice&) = delete;
+  ReduceToOneDevice& operator=(const ReduceToOneDevice&) = delete;
+  ~ReduceToOneDevice() = default;  // waits for this rank's pending asynchronous calls
+
+  int rank() const noexcept { return endpoint_->rank; }
+  int size() const noexcept { return endpoint_->group->rendezvous.size(); }
+  /// The CUDA device of this rank.
+  int device() const noexcept { return endpoint_->device; }
+  const CommunicatorOptions& options() const noexcept { return endpoint_->group->options; }
+
+  /// Fails the whole group from any thread: every pending and later call on every rank throws
+  /// PeerFailureError carrying `reason`.
+  void abort(std::string_view reason) noexcept { fail(abort_failure(rank(), reason)); }
+
+  /// Fails the whole group from any thread because of `error` (see fail_group).
+  void fail(const std::exception_ptr& error) noexcept { endpoint_->group->rendezvous.fail(error); }
+
+  /// Raises the group's failure if another rank failed it.
+  void check_peers() const {
+    if (endpoint_->group->rendezvous.failed())
+      endpoint_->group->rendezvous.raise_failure(rank(), "check_peers");
+  }
+
+ private:
+  struct Group {
+    Group(int size, const CommunicatorOptions& opts) : rendezvous(size), options(opts) {}
+    transport::local::Group rendezvous;
+    CommunicatorOptions options;
+  };
+
+  // Heap-held so that queued asynchronous calls keep a stable address when the communicator
+  // is moved; the executor is declared last, so it finishes pending calls first.
+  struct Endpoint {
+    Endpoint(std::shared_ptr<Group> g, int r, int d) : group(std::move(g)), rank(r), device(d) {
+      transport::cuda::DeviceScope scope(device, rank, "ReduceToOneDevice::create");
+      stream = transport::cuda::Stream(rank, "ReduceToOneDevice::create");
+      ready = transport::cuda::Event(rank, "ReduceToOneDevice::create");
+      done = transport::cuda::Event(rank, "ReduceToOneDevice::create");
+    }
+    std::shared_ptr<Group> group;
+    int rank;
+    int device;
+    std::uint64_t round = 0;
+    transport::cuda::Stream stream;
+    transport::cuda::Event ready;  // the caller's stream reached the call
+    transport::cuda::Event done;   // this rank's device work finished
+    // On the rank that reduces: every rank's data side by side, then the reduced result.
+    transport::cuda::DeviceBuffer<std::uint8_t> staging;
+    detail::SerialExecutor executor;
+  };
+
+  ReduceToOneDevice(std::shared_ptr<Group> group, int rank, int device)
+      : endpoint_(std::make_unique<Endpoint>(std::move(group), rank, device)) {}
+
+  [[noreturn]] void fail_usage(Collective kind, std::string_view what,
+                               std::string_view what_to_do) {
+    UsageError error(rank(), to_string(kind), what, what_to_do);
+    endpoint_->group->rendezvous.fail(std::make_exception_ptr(error));
+    throw error;
+  }
+
+  void run(const CollectiveCall& call, const CallOptions& options) {
+    endpoint_->executor.drain();  // keep call order with earlier asynchronous calls
+    execute(*endpoint_, call, options);
+  }
+
+  Work submit(const CollectiveCall& call, const CallOptions& options) {
+    Endpoint* endpoint = endpoint_.get();
+    return endpoint->executor.submit(
+        [endpoint, call, options] { execute(*endpoint, call, options); });
+  }
+
+  static void execute(Endpoint& endpoint, const CollectiveCall& call, const CallOptions& options) {
+    auto& rendezvous = endpoint.group->rendezvous;
+    const std::string_view operation = to_string(call.kind);
+    if (rendezvous.failed()) rendezvous.raise_failure(endpoint.rank, operation);
+    const Deadline deadline =
+        Deadline::after(options.timeout.value_or(endpoint.group->options.timeout));
+    const std::uint64_t round = endpoint.round++;
+    const auto watch = [&] {
+      if (rendezvous.failed()) rendezvous.raise_failure(endpoint.rank, operation);
+      if (deadline.expired())
+        throw TimeoutError(endpoint.rank, operation,
+                           fmt::format("{} did not finish on CUDA device {} within {} ms",
+                                       describe(call), endpoint.device, deadline.budget().count()));
+    };
+    transport::cuda::DeviceScope scope(endpoint.device, endpoint.rank, operation);
+    try {
+      // Peers read and write this rank's buffers from their streams: the work the caller
+      // queued on them must be done first.
+      check(cudaEventRecord(endpoint.ready.get(), nullptr), endpoint, operation,
+            "cudaEventRecord on the default stream");
+      transport::cuda::wait_for(endpoint.ready.get(), endpoint.rank, operation, watch);
+    } catch (...) {
+      rendezvous.fail(std::current_exception());
+      throw;
+    }
+    rendezvous.call(round, endpoint.rank) = call;
+    transport::local::Link link(rendezvous, round, endpoint.rank, deadline, operation);
+    link.open_transfer();  // every rank has posted its call
+    try {
+      transport::local::check_agreement(link);
+      if (move_data(endpoint, link, call)) {
+        check(cudaEventRecord(endpoint.done.get(), endpoint.stream.get()), endpoint, operation,
+              "cudaEventRecord");
+        transport::cuda::wait_for(endpoint.done.get(), endpoint.rank, operation, watch);
+      }
+      if (call.kind != Collective::barrier) link.sync();
+    } catch (...) {
+      rendezvous.fail(std::current_exception());
+      rendezvous.end_transfer(/*failed=*/true);
+      throw;
+    }
+    rendezvous.end_transfer(/*failed=*/false);
+  }
+
+  // Queues this rank's part of the collective on its stream; false when it has none.
+  static bool move_data(Endpoint& endpoint, const transport::local::Link& link,
+                        const CollectiveCall& call) {
+    const int n = link.size();
+    const int rank = endpoint.rank;
+    const std::size_t bytes = call.count * size_of(call.type);
+    switch (call.kind) {
+      case Collective::all_reduce:
+        if (rank != 0) return false;
+        reduce_here(endpoint, link, call, call.count, call.recv);
+        for (int peer = 1; peer < n; ++peer)
+          copy(endpoint, link.peer_call(peer).recv, call.recv, bytes);
+        return true;
+      case Collective::reduce:
+        if (rank != call.root) return false;
+        reduce_here(endpoint, link, call, call.count, call.recv);
+        return true;
+      case Collective::reduce_scatter: {
+        if (rank != 0) return false;
+        // `count` is each rank's share: the reduced whole goes after the ranks' inputs.
+        const std::size_t total = call.count * static_cast<std::size_t>(n);
+        auto* result = staging(endpoint, (static_cast<std::size_t>(n) + 1) * total, call) +
+                       static_cast<std::size_t>(n) * total * size_of(call.type);
+        reduce_here(endpoint, link, call, total, result);
+        for (int peer = 0; peer < n; ++peer)
+          copy(endpoint, link.peer_call(peer).recv, result + static_cast<std::size_t>(peer) * bytes,
+               bytes);
+        return true;
+      }
+      case Collective::broadcast:
+        if (rank != call.root) return false;
+        for (int peer = 0; peer < n; ++peer)
+          copy(endpoint, link.peer_call(peer).recv, call.send, bytes);
+        return true;
+      case Collective::all_gather: {
+        auto* out = static_cast<std::uint8_t*>(call.recv);
+        for (int peer = 0; peer < n; ++peer)
+          copy(endpoint, out + static_cast<std::size_t>(peer) * bytes, link.peer_call(peer).send,
+               bytes);
+        return true;
+      }
+      case Collective::barrier:
+        return false;
+    }
+    return false;
+  }
+
+  // Copies every rank's `count` input elements side by side into this rank's staging buffer
+  // and reduces them, in rank order, into `out`.
+  static void reduce_here(Endpoint& endpoint, const transport::local::Link& link,
+                          const CollectiveCall& call, std::size_t count, void* out) {
+    const int n = link.size();
+    const std::size_t bytes = count * size_of(call.type);
+    std::uint8_t* slots = staging(endpoint, static_cast<std::size_t>(n) * count, call);
+    for (int peer = 0; peer < n; ++peer)
+      copy(endpoint, slots + static_cast<std::size_t>(peer) * bytes, link.peer_call(peer).send,
+           bytes);
+    namespace kernels = transport::cuda::kernels;
+    check(kernels::reduce_slots(static_cast<kernels::Element>(call.type),
+                                static_cast<kernels::Op>(call.op), out, slots,
+                                static_cast<std::size_t>(n), count, endpoint.stream.get()),
+          endpoint, to_string(call.kind), "the reduction kernel");
+  }
+
+  // At least `count` elements of the call's type in this rank's staging buffer.
+  static std::uint8_t* staging(Endpoint& endpoint, std::size_t count, const CollectiveCall& call) {
+    const std::size_t bytes = count * size_of(call.type);
+    if (endpoint.staging.size() < bytes)
+      endpoint.staging =
+          transport::cuda::DeviceBuffer<std::uint8_t>(bytes, endpoint.rank, to_string(call.kind));
+    return endpoint.staging.data();
+  }
+
+  static void copy(Endpoint& endpoint, void* to, const void* from, std::size_t bytes) {
+    if (to == from || bytes == 0) return;
+    // cudaMemcpyDefault: unified addressing tells the devices (or pinned host memory) apart.
+    check(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, endpoint.stream.get()), endpoint,
+          "copy", "cudaMemcpyAsync between the replicas' buffers");
+  }
+
+  static void check(cudaError_t status, const Endpoint& endpoint, std::string_view operation,
+                    std::string_view what) {
+    transport::cuda::check_cuda(status, endpoint.rank, operation, what);
+  }
+
+  std::unique_ptr<Endpoint> endpoint_;
+};
+
+// The kernels take strata's element and reduction codes as they are.
+static_assert(static_cast<int>(transport::cuda::kernels::Element::float16) ==
+                  static_cast<int>(DataType::float16) &&
+              static_cast<int>(transport::cuda::kernels::Element::float64) ==
+                  static_cast<int>(DataType::float64) &&
+              static_cast<int>(transport::cuda::kernels::Element::int64) ==
+                  static_cast<int>(DataType::int64));
+static_assert(static_cast<int>(transport::cuda::kernels::Op::mean) ==
+                  static_cast<int>(ReduceOp::mean) &&
+              static_cast<int>(transport::cuda::kernels::Op::max) ==
+                  static_cast<int>(ReduceOp::max));
+
+}  // namespace strata::communicator
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/communicator/reduce_to_one_device.hpp ----
 // ---- begin strata/communicator/self.hpp ----
 // strata/communicator/self.hpp — the communicator of a group of one.
 
@@ -12414,6 +13359,7 @@ inline std::vector<std::size_t> shard_indices_strided(std::size_t num_examples, 
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -12550,6 +13496,121 @@ inline void check_unit_interval(std::string_view operation, std::string_view nam
 
 }  // namespace strata::optim
 // ---- end strata/optim/optimizer.hpp ----
+#ifndef STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
+#define STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
+// ---- begin strata/optim/rules.hpp ----
+// strata/optim/rules.hpp — the per-element arithmetic of each optimizer, as small structs of
+// coefficients that host loops and CUDA kernels both run, so that an update gives the same
+// bits on the CPU and on a GPU (the kernels are compiled without FMA contraction).
+//
+// A rule is computed once per update by its optimizer (`visit_rule`), which checks the
+// hyperparameters; `rule(p, g, slots, n, i)` then updates element `i` of `n` parameters, with
+// slot `k` of element `i` at `slots[k * n + i]` (OptimizerState's layout).
+//
+// This header includes nothing that a CUDA compiler cannot parse: the kernels include it.
+
+#include <cmath>
+#include <cstddef>
+
+#if defined(__CUDACC__)
+#define STRATA_HOST_DEVICE __host__ __device__
+#else
+#define STRATA_HOST_DEVICE
+#endif
+
+namespace strata::optim {
+
+namespace detail {
+
+template <class T>
+STRATA_HOST_DEVICE inline T square_root(T x) {
+#if defined(__CUDA_ARCH__)
+  return ::sqrt(x);  // CUDA's overloads for float and double, correctly rounded by default
+#else
+  return std::sqrt(x);
+#endif
+}
+
+}  // namespace detail
+
+/// Plain SGD: p -= learning_rate · g.
+template <class T>
+struct SgdRule {
+  static constexpr std::size_t kSlots = 0;
+  T learning_rate;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* /*slots*/, std::size_t /*n*/,
+                                     std::size_t i) const {
+    p[i] -= learning_rate * g[i];
+  }
+};
+
+/// Momentum (Keras): v = momentum · v − learning_rate · g;  p += v.
+template <class T>
+struct MomentumRule {
+  static constexpr std::size_t kSlots = 1;
+  T learning_rate;
+  T momentum;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t /*n*/,
+                                     std::size_t i) const {
+    T& v = slots[i];
+    v = momentum * v - learning_rate * g[i];
+    p[i] += v;
+  }
+};
+
+/// Nesterov momentum (Keras): v = momentum · v − learning_rate · g;
+/// p += momentum · v − learning_rate · g.
+template <class T>
+struct NesterovMomentumRule {
+  static constexpr std::size_t kSlots = 1;
+  T learning_rate;
+  T momentum;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t /*n*/,
+                                     std::size_t i) const {
+    T& v = slots[i];
+    const T step = learning_rate * g[i];
+    v = momentum * v - step;
+    p[i] += momentum * v - step;
+  }
+};
+
+/// Adam (Keras), with the bias correction folded into `step_size` (see optim/adam.hpp):
+/// m += (g − m)(1 − β1);  v += (g² − v)(1 − β2);  p −= step_size · m / (√v + ε).
+template <class T>
+struct AdamRule {
+  static constexpr std::size_t kSlots = 2;
+  T step_size;
+  T one_minus_beta1;
+  T one_minus_beta2;
+  T epsilon;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t n,
+                                     std::size_t i) const {
+    T& m = slots[i];
+    T& v = slots[n + i];
+    m += (g[i] - m) * one_minus_beta1;
+    v += (g[i] * g[i] - v) * one_minus_beta2;
+    p[i] -= step_size * m / (detail::square_root(v) + epsilon);
+  }
+};
+
+namespace detail {
+
+/// Runs `rule` over `n` elements on the host.
+template <class Rule, class T>
+void apply_rule(const Rule& rule, T* params, const T* grads, T* slots, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    rule(params, grads, slots, n, i);
+}
+
+}  // namespace detail
+
+}  // namespace strata::optim
+// ---- end strata/optim/rules.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
 
 namespace strata::optim {
 
@@ -12600,33 +13661,30 @@ struct Adam {
   template <std::floating_point T>
   void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
              OptimizerState<T>& state) const {
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Adam::apply", kSlots, params.size(), grads.size(), state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
+    ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
     constexpr std::string_view kOperation = "optim::Adam::apply";
     detail::check_learning_rate(kOperation, learning_rate);
     detail::check_unit_interval(kOperation, "beta1", beta1, /*one_allowed=*/false);
     detail::check_unit_interval(kOperation, "beta2", beta2, /*one_allowed=*/false);
     detail::check_hyperparameter(kOperation, "epsilon", epsilon,
                                  std::isfinite(epsilon) && epsilon >= 0.0, "finite and >= 0");
-    detail::check_apply_sizes(kOperation, kSlots, params.size(), grads.size(), state);
-
-    const auto t = static_cast<double>(state.step + 1);
+    const auto t = static_cast<double>(step + 1);
     const double bias1 = 1.0 - std::pow(beta1, t);  // > 0 because beta1 < 1 and t >= 1
     const double bias2 = 1.0 - std::pow(beta2, t);
-    const T lr_t = static_cast<T>(learning_rate * std::sqrt(bias2) / bias1);
-    const T one_minus_beta1 = static_cast<T>(1.0 - beta1);
-    const T one_minus_beta2 = static_cast<T>(1.0 - beta2);
-    const T eps = static_cast<T>(epsilon);
-
-    const std::size_t n = params.size();
-    T* p = params.data();
-    const T* g = grads.data();
-    T* m = state.slots.data();
-    T* v = m + n;
-    for (std::size_t i = 0; i < n; ++i) {
-      m[i] += (g[i] - m[i]) * one_minus_beta1;
-      v[i] += (g[i] * g[i] - v[i]) * one_minus_beta2;
-      p[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
-    }
-    ++state.step;
+    f(AdamRule<T>{static_cast<T>(learning_rate * std::sqrt(bias2) / bias1),
+                  static_cast<T>(1.0 - beta1), static_cast<T>(1.0 - beta2),
+                  static_cast<T>(epsilon)});
   }
 };
 
@@ -12637,6 +13695,7 @@ struct Adam {
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -12685,31 +13744,30 @@ struct Momentum {
   template <std::floating_point T>
   void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
              OptimizerState<T>& state) const {
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Momentum::apply", kSlots, params.size(), grads.size(),
+                                state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
+    ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
+    (void)step;
     constexpr std::string_view kOperation = "optim::Momentum::apply";
     detail::check_learning_rate(kOperation, learning_rate);
     detail::check_unit_interval(kOperation, "momentum", momentum, /*one_allowed=*/true);
-    detail::check_apply_sizes(kOperation, kSlots, params.size(), grads.size(), state);
-
     const T lr = static_cast<T>(learning_rate);
     const T mu = static_cast<T>(momentum);
-    T* p = params.data();
-    const T* g = grads.data();
-    T* v = state.slots.data();
-    const std::size_t n = params.size();
-    // Two branch-free loops rather than a test per element, so that each vectorizes.
-    if (nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const T step = lr * g[i];
-        v[i] = mu * v[i] - step;
-        p[i] += mu * v[i] - step;
-      }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        v[i] = mu * v[i] - lr * g[i];
-        p[i] += v[i];
-      }
-    }
-    ++state.step;
+    // Two rules rather than a test per element, so that each loop vectorizes.
+    if (nesterov)
+      f(NesterovMomentumRule<T>{lr, mu});
+    else
+      f(MomentumRule<T>{lr, mu});
   }
 };
 
@@ -12720,6 +13778,7 @@ struct Momentum {
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -12759,17 +13818,21 @@ struct Sgd {
   template <std::floating_point T>
   void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
              OptimizerState<T>& state) const {
-    constexpr std::string_view kOperation = "optim::Sgd::apply";
-    detail::check_learning_rate(kOperation, learning_rate);
-    detail::check_apply_sizes(kOperation, kSlots, params.size(), grads.size(), state);
-
-    const T lr = static_cast<T>(learning_rate);
-    T* p = params.data();
-    const T* g = grads.data();
-    const std::size_t n = params.size();
-    for (std::size_t i = 0; i < n; ++i)
-      p[i] -= lr * g[i];
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Sgd::apply", kSlots, params.size(), grads.size(), state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
     ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
+    (void)step;
+    detail::check_learning_rate("optim::Sgd::apply", learning_rate);
+    f(SgdRule<T>{static_cast<T>(learning_rate)});
   }
 };
 
@@ -12795,11 +13858,13 @@ struct Sgd {
 // strata/placement/placement.hpp — the Placement concept: where variables live and how a
 // replica reads and updates them.
 
+#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 // ---- begin strata/placement/variable.hpp ----
 // strata/placement/variable.hpp — distributed variables: storage that follows the placement.
@@ -12808,6 +13873,7 @@ struct Sgd {
 #include <array>
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -12846,11 +13912,13 @@ using strata::to_string;
 /// `assign()` sets every copy. Do not move a variable while `run` is in progress.
 ///
 /// Trainable variables hold float or double (16-bit training keeps float master weights).
-template <std::floating_point T>
+/// `Allocator` places the values: GpuCentralStorage keeps them in pinned host memory, which
+/// kernels on every GPU read directly.
+template <std::floating_point T, class Allocator>
 class Variable {
  public:
   Variable(std::size_t num_copies, std::span<const T> initial, VariableAggregation aggregation)
-      : copies_(num_copies, std::vector<T>(initial.begin(), initial.end())),
+      : copies_(num_copies, std::vector<T, Allocator>(initial.begin(), initial.end())),
         aggregation_(aggregation),
         states_(num_copies) {
     if (num_copies == 0)
@@ -12907,7 +13975,7 @@ class Variable {
   }
 
  private:
-  std::vector<std::vector<T>> copies_;
+  std::vector<std::vector<T, Allocator>> copies_;
   VariableAggregation aggregation_;
   struct OptimizerSlots {
     optim::OptimizerState<T> state;
@@ -12942,17 +14010,32 @@ struct strata::EnumNames<strata::placement::UpdateSite> {
 
 namespace strata::placement {
 
+/// Whether placement P keeps values in memory a GPU reaches (P::kDeviceMemory).
+template <class P>
+inline constexpr bool kOnDevice = [] {
+  if constexpr (requires { P::kDeviceMemory; })
+    return static_cast<bool>(P::kDeviceMemory);
+  else
+    return false;
+}();
+
+/// What a placement's `create` is given to place the copies of a variable: the number of local
+/// replicas, or for a GPU placement the CUDA device of each local replica (which the strategy's
+/// communicators chose).
+template <class P>
+using ReplicaPlaces = std::conditional_t<kOnDevice<P>, std::span<const int>, int>;
+
 namespace detail {
 
 /// The members a placement has for variables of element type T.
 template <class P, class T>
 concept PlacesVariablesOf = requires(typename P::template variable_type<T>& variable,
                                      const typename P::template variable_type<T>& cvariable,
-                                     int local_replicas, int local_replica,
+                                     ReplicaPlaces<P> replicas, int local_replica,
                                      std::span<const T> values, VariableAggregation aggregation,
                                      const optim::Sgd& optimizer) {
   {
-    P::template create<T>(local_replicas, values, aggregation)
+    P::template create<T>(replicas, values, aggregation)
     } -> std::same_as<typename P::template variable_type<T>>;
   { cvariable.size() } -> std::convertible_to<std::size_t>;
   { cvariable.aggregation() } -> std::same_as<VariableAggregation>;
@@ -12974,7 +14057,8 @@ concept PlacesVariablesOf = requires(typename P::template variable_type<T>& vari
 ///      policy needs to know to deliver gradients: to every replica, or to replica 0 with the
 ///      others waiting;
 ///   4. for T = float and double, `P::variable_type<T>` is the variable it creates with
-///      `P::create<T>(local_replicas, initial, aggregation)`: the placement owns where values
+///      `P::create<T>(places, initial, aggregation)`, places being ReplicaPlaces<P> (the local
+///      replicas, or each one's CUDA device): the placement owns where values
 ///      and optimizer slots live. A variable tells its `size()` and `aggregation()`, and outside
 ///      `Strategy::run` reads (`read()`) and sets (`assign(values)`) the model's value;
 ///   5. `P::read(variable, local_replica)` is what a replica reads,
@@ -12982,8 +14066,16 @@ concept PlacesVariablesOf = requires(typename P::template variable_type<T>& vari
 ///      assigned (empty when the replica writes none), and
 ///      `P::apply(variable, local_replica, optimizer, gradient)` applies the replica's part of
 ///      an update, given the gradient the sync policy aggregated.
-/// It leaves out devices (a GPU placement maps replicas to CUDA devices) and when gradients
-/// meet (the sync policy's), and how values cross processes (the communicator's).
+/// A placement may also have (GPU placements do, placement/gpu_replicas.hpp):
+///   - `P::kDeviceMemory` (bool): its values and the replicas' buffers are memory a GPU
+///     reaches, so the communicator must take device buffers (`C::kDeviceMemory`, with a
+///     `device()` per rank);
+///   - `P::default_replicas()`: the replicas of a process when none were asked for;
+///   - `P::replica_scope(device)`: an object that, while it lives on a replica's thread, binds
+///     the thread to the replica's CUDA device (which its communicator's `device()` names);
+///   - `P::copy_values(from, to)`: how a replica's value is copied into a variable.
+/// It leaves out when gradients meet (the sync policy's) and how values cross processes (the
+/// communicator's).
 template <class P>
 concept Placement = requires {
   { P::kName } -> std::convertible_to<std::string_view>;
@@ -12991,6 +14083,15 @@ concept Placement = requires {
   { P::kUpdateSite } -> std::convertible_to<UpdateSite>;
 }
 &&detail::PlacesVariablesOf<P, float>&& detail::PlacesVariablesOf<P, double>;
+
+/// Copies a replica's value into a variable's storage as placement P does it.
+template <class P, class T>
+void copy_values(std::span<const T> from, std::span<T> to) {
+  if constexpr (requires { P::copy_values(from, to); })
+    P::copy_values(from, to);
+  else
+    std::copy(from.begin(), from.end(), to.begin());
+}
 
 }  // namespace strata::placement
 // ---- end strata/placement/placement.hpp ----
@@ -13089,6 +14190,2046 @@ struct Default : SharedCopy {
 
 }  // namespace strata::placement
 // ---- end strata/placement/default.hpp ----
+// ---- begin strata/placement/device_variable.hpp ----
+// strata/placement/device_variable.hpp — a variable with a copy in the memory of each
+// replica's GPU, and its optimizer state next to it.
+
+
+#if STRATA_HAS_CUDA
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+// ---- begin strata/transport/cuda/device.hpp ----
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
+
+
+#if STRATA_HAS_CUDA
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::transport::cuda {
+
+/// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
+inline int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // the runtime keeps the error: clear it for later calls
+    return 0;
+  }
+  return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
+}
+
+/// Makes `device` current for its scope and restores the one before.
+class DeviceScope {
+ public:
+  DeviceScope(int device, int rank, std::string_view operation) {
+    check_cuda(cudaGetDevice(&previous_), rank, operation, "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), rank, operation, "cudaSetDevice");
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+/// A non-blocking stream of the current device (it does not wait for the legacy default one).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int rank, std::string_view operation) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, operation,
+               "cudaStreamCreateWithFlags");
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  ~Stream() {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// An event without timing (the cheapest to record and query).
+class Event {
+ public:
+  Event() = default;
+  Event(int rank, std::string_view operation) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), rank, operation,
+               "cudaEventCreateWithFlags");
+  }
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+/// `count` elements of T in the memory of the current device.
+template <Element T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count, int rank = -1,
+                        std::string_view operation = "DeviceBuffer")
+      : count_(count) {
+    if (count > 0)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), rank, operation,
+                 "cudaMalloc");
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data_, count_}; }
+
+  /// Copies `host` (at most size() elements) in, and waits for it.
+  void copy_from(std::span<const T> host) {
+    check_cuda(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), -1,
+               "DeviceBuffer", "cudaMemcpy to the device");
+  }
+  /// Copies the first host.size() elements out, and waits for it.
+  void copy_to(std::span<T> host) const {
+    check_cuda(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), -1,
+               "DeviceBuffer", "cudaMemcpy from the device");
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
+
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+// ---- begin strata/transport/cuda/kernels.hpp ----
+// strata/transport/cuda/kernels.hpp — the CUDA kernels strata launches, declared for every
+// compiler. nvcc compiles them once (transport/cuda/impl/kernels.cuh, the strata::cuda
+// library that strata::strata links when CUDA is on), so that no unit including strata needs a
+// CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
+//
+// This header includes nothing that a CUDA compiler cannot parse.
+
+
+#if STRATA_HAS_CUDA
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+
+namespace strata::transport::cuda::kernels {
+
+/// Element types, with strata::DataType's values (transport/cuda/reduce.hpp checks that).
+enum class Element : std::uint8_t {
+  int8,
+  uint8,
+  int32,
+  int64,
+  float16,
+  bfloat16,
+  float32,
+  float64
+};
+/// Reductions, with strata::ReduceOp's values and meaning.
+enum class Op : std::uint8_t { sum, product, min, max, mean };
+
+/// Queues on `stream`: `out[i] = slot[0][i] op slot[1][i] op ... op slot[k-1][i]` for i < count,
+/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), combined in slot
+/// order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined in float
+/// and rounded once, a mean divides the sum by k. `out` may be slot 0 but no other slot.
+cudaError_t reduce_slots(Element type, Op op, void* out, const void* slots, std::size_t slot_count,
+                         std::size_t count, cudaStream_t stream) noexcept;
+
+/// Queues on `stream` the optimizer update `rule` (optim/rules.hpp) over `n` parameters:
+/// rule(params, grads, slots, n, i) for every i < n. Instantiated for the rules of Sgd,
+/// Momentum and Adam, for float and double.
+template <class Rule, class T>
+cudaError_t apply_rule(const Rule& rule, T* params, const T* grads, T* slots, std::size_t n,
+                       cudaStream_t stream) noexcept;
+
+}  // namespace strata::transport::cuda::kernels
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/kernels.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::placement {
+
+namespace detail {
+
+template <class O, class T>
+concept RunsOnDevices = requires(const O& optimizer, std::int64_t step) {
+  optimizer.template visit_rule<T>(step, [](const auto& /*rule*/) {});
+};
+
+}  // namespace detail
+
+/// A variable created through a GPU strategy: one copy of `size()` elements in the memory of
+/// each replica's device, and the optimizer state of each copy on the same device. Replicas
+/// reach their copy through ReplicaContext::read and apply_gradients; outside Strategy::run,
+/// `read()` copies the primary copy to the host and `assign()` sets every copy from the host.
+///
+/// Updates run on the device, on its legacy default stream, with the optimizer's own
+/// per-element rule (optim/rules.hpp), so a copy on a GPU takes the same values as a host copy
+/// updated with the same gradients.
+template <std::floating_point T>
+class DeviceVariable {
+ public:
+  /// One copy on each of `devices`, all set to `initial` (host memory).
+  DeviceVariable(std::span<const int> devices, std::span<const T> initial,
+                 VariableAggregation aggregation)
+      : aggregation_(aggregation), size_(initial.size()) {
+    if (devices.empty())
+      throw UsageError(-1, "DeviceVariable", "a variable needs at least one copy",
+                       "create variables through a strategy (Strategy::create_variable)");
+    for (const int device : devices) {
+      transport::cuda::DeviceScope scope(device, -1, "create_variable");
+      Copy copy;
+      copy.device = device;
+      copy.values = transport::cuda::DeviceBuffer<T>(size_, -1, "create_variable");
+      copy.values.copy_from(initial);
+      copies_.push_back(std::move(copy));
+    }
+  }
+
+  std::size_t size() const noexcept { return size_; }
+  std::size_t num_copies() const noexcept { return copies_.size(); }
+  VariableAggregation aggregation() const noexcept { return aggregation_; }
+
+  /// The values of the primary copy (copy 0), copied to the host once the work queued before
+  /// on its device's default stream has finished.
+  std::vector<T> read() const {
+    std::vector<T> values(size_);
+    transport::cuda::DeviceScope scope(copies_.front().device, -1, "Variable::read");
+    copies_.front().values.copy_to(std::span(values));
+    return values;
+  }
+
+  /// Cross-replica assignment from host memory: sets every copy.
+  /// @throws UsageError on a size mismatch.
+  void assign(std::span<const T> value) {
+    if (value.size() != size_)
+      throw UsageError(-1, "Variable::assign",
+                       fmt::format("value has {} elements, the variable {}", value.size(), size_),
+                       "assign a value of the variable's size");
+    for (auto& copy : copies_) {
+      transport::cuda::DeviceScope scope(copy.device, -1, "Variable::assign");
+      copy.values.copy_from(value);
+    }
+  }
+
+  /// Copy `index` (0 ≤ index < num_copies()), in the memory of device(index).
+  std::span<T> copy(std::size_t index) noexcept { return copies_[index].values.span(); }
+  std::span<const T> copy(std::size_t index) const noexcept { return copies_[index].values.span(); }
+  /// The CUDA device that holds copy `index`.
+  int device(std::size_t index) const noexcept { return copies_[index].device; }
+
+  /// Applies `optimizer` to copy `index` with `gradient` (device memory of that copy's device),
+  /// on the device's default stream. Each copy's state is touched only by the replica that
+  /// owns it. @throws UsageError when the copy was updated before by an optimizer with a
+  /// different number of slots, or for an invalid hyperparameter.
+  template <class O>
+  void apply(std::size_t index, const O& optimizer, std::span<const T> gradient) {
+    static_assert(detail::RunsOnDevices<O, T>,
+                  "strata: a GPU placement runs the optimizer's per-element rule in a CUDA "
+                  "kernel, so the optimizer needs visit_rule<T>(step, f) (optim/rules.hpp), as "
+                  "strata::optim::Sgd, Momentum and Adam have");
+    Copy& copy = copies_[index];
+    transport::cuda::DeviceScope scope(copy.device, -1, "apply_gradients");
+    optimizer.template visit_rule<T>(copy.step, [&](const auto& rule) {
+      constexpr std::size_t kSlots = std::remove_cvref_t<decltype(rule)>::kSlots;
+      if (!copy.state_created) {
+        copy.slots = transport::cuda::DeviceBuffer<T>(kSlots * size_, -1, "apply_gradients");
+        transport::cuda::check_cuda(cudaMemset(copy.slots.data(), 0, copy.slots.size() * sizeof(T)),
+                                    -1, "apply_gradients", "cudaMemset of the optimizer's slots");
+        copy.slots_per_element = kSlots;
+        copy.state_created = true;
+      }
+      if (copy.slots_per_element != kSlots)
+        throw UsageError(-1, "apply_gradients",
+                         fmt::format("this variable was updated by an optimizer with {} slots "
+                                     "per element, now by one with {}",
+                                     copy.slots_per_element, kSlots),
+                         "update each variable with one optimizer");
+      transport::cuda::check_cuda(
+          transport::cuda::kernels::apply_rule(rule, copy.values.data(), gradient.data(),
+                                               copy.slots.data(), size_, nullptr),
+          -1, "apply_gradients", "the optimizer's kernel");
+    });
+    ++copy.step;
+  }
+
+ private:
+  struct Copy {
+    int device = 0;
+    transport::cuda::DeviceBuffer<T> values;
+    transport::cuda::DeviceBuffer<T> slots;
+    std::size_t slots_per_element = 0;
+    bool state_created = false;
+    std::int64_t step = 0;
+  };
+  VariableAggregation aggregation_;
+  std::size_t size_;
+  std::vector<Copy> copies_;
+};
+
+}  // namespace strata::placement
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/placement/device_variable.hpp ----
+// ---- begin strata/placement/gpu_central_storage.hpp ----
+// strata/placement/gpu_central_storage.hpp — one host copy of every variable, replicas on GPUs.
+
+
+#if STRATA_HAS_CUDA
+
+#include <concepts>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
+#define STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
+// ---- begin strata/placement/gpu_replicas.hpp ----
+// strata/placement/gpu_replicas.hpp — what every GPU placement shares: replicas mapped to
+// CUDA devices, and values copied wherever they live.
+
+
+#if STRATA_HAS_CUDA
+
+#include <span>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+// ---- begin strata/transport/cuda/device.hpp ----
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
+
+
+#if STRATA_HAS_CUDA
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::transport::cuda {
+
+/// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
+inline int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // the runtime keeps the error: clear it for later calls
+    return 0;
+  }
+  return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
+}
+
+/// Makes `device` current for its scope and restores the one before.
+class DeviceScope {
+ public:
+  DeviceScope(int device, int rank, std::string_view operation) {
+    check_cuda(cudaGetDevice(&previous_), rank, operation, "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), rank, operation, "cudaSetDevice");
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+/// A non-blocking stream of the current device (it does not wait for the legacy default one).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int rank, std::string_view operation) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, operation,
+               "cudaStreamCreateWithFlags");
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  ~Stream() {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// An event without timing (the cheapest to record and query).
+class Event {
+ public:
+  Event() = default;
+  Event(int rank, std::string_view operation) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), rank, operation,
+               "cudaEventCreateWithFlags");
+  }
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+/// `count` elements of T in the memory of the current device.
+template <Element T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count, int rank = -1,
+                        std::string_view operation = "DeviceBuffer")
+      : count_(count) {
+    if (count > 0)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), rank, operation,
+                 "cudaMalloc");
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data_, count_}; }
+
+  /// Copies `host` (at most size() elements) in, and waits for it.
+  void copy_from(std::span<const T> host) {
+    check_cuda(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), -1,
+               "DeviceBuffer", "cudaMemcpy to the device");
+  }
+  /// Copies the first host.size() elements out, and waits for it.
+  void copy_to(std::span<T> host) const {
+    check_cuda(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), -1,
+               "DeviceBuffer", "cudaMemcpy from the device");
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
+
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::placement {
+
+/// What the GPU placements share: a replica runs on the CUDA device its communicator chose (by
+/// default a process runs one replica per visible device, tf.distribute's MirroredStrategy on
+/// every GPU), and values are copied wherever they live.
+struct GpuReplicas {
+  /// The placement's values live in memory a GPU reaches; the strategy requires a
+  /// communicator whose buffers may be device memory.
+  static constexpr bool kDeviceMemory = true;
+
+  /// Replicas when StrategyOptions::num_replicas is 0: one per visible CUDA device.
+  static int default_replicas() {
+    transport::cuda::replica_device(0, "Strategy");  // throws when there is none
+    return transport::cuda::device_count();
+  }
+
+  /// Makes `device`, a replica's, current on the replica's thread while the replica function
+  /// runs: kernels it launches go to that device.
+  static transport::cuda::DeviceScope replica_scope(int device) {
+    return transport::cuda::DeviceScope(device, -1, "Strategy::run");
+  }
+
+  /// Copies values between any memories a GPU reaches (device or pinned host), waiting for
+  /// the copy: what a replica's assignment writes.
+  template <class T>
+  static void copy_values(std::span<const T> from, std::span<T> to) {
+    transport::cuda::check_cuda(
+        cudaMemcpy(to.data(), from.data(), from.size_bytes(), cudaMemcpyDefault), -1, "assign",
+        "cudaMemcpy of the assigned value");
+  }
+};
+
+}  // namespace strata::placement
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/placement/gpu_replicas.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+// ---- begin strata/transport/cuda/device.hpp ----
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
+
+
+#if STRATA_HAS_CUDA
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::transport::cuda {
+
+/// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
+inline int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // the runtime keeps the error: clear it for later calls
+    return 0;
+  }
+  return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
+}
+
+/// Makes `device` current for its scope and restores the one before.
+class DeviceScope {
+ public:
+  DeviceScope(int device, int rank, std::string_view operation) {
+    check_cuda(cudaGetDevice(&previous_), rank, operation, "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), rank, operation, "cudaSetDevice");
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+/// A non-blocking stream of the current device (it does not wait for the legacy default one).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int rank, std::string_view operation) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, operation,
+               "cudaStreamCreateWithFlags");
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  ~Stream() {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// An event without timing (the cheapest to record and query).
+class Event {
+ public:
+  Event() = default;
+  Event(int rank, std::string_view operation) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), rank, operation,
+               "cudaEventCreateWithFlags");
+  }
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+/// `count` elements of T in the memory of the current device.
+template <Element T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count, int rank = -1,
+                        std::string_view operation = "DeviceBuffer")
+      : count_(count) {
+    if (count > 0)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), rank, operation,
+                 "cudaMalloc");
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data_, count_}; }
+
+  /// Copies `host` (at most size() elements) in, and waits for it.
+  void copy_from(std::span<const T> host) {
+    check_cuda(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), -1,
+               "DeviceBuffer", "cudaMemcpy to the device");
+  }
+  /// Copies the first host.size() elements out, and waits for it.
+  void copy_to(std::span<T> host) const {
+    check_cuda(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), -1,
+               "DeviceBuffer", "cudaMemcpy from the device");
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
+
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::placement {
+
+/// tf.distribute's CentralStorageStrategy on GPUs: every variable lives once, on the host, in
+/// pinned memory that each replica's kernels read directly; the replicas' gradients are reduced
+/// onto one GPU (ReduceToOneDevice), copied to the host, and the optimizer updates the host
+/// copy once, on the CPU, as TF does.
+struct GpuCentralStorage : GpuReplicas {
+  static constexpr std::string_view kName = "GpuCentralStorage";
+  static constexpr int kMaxReplicas = std::numeric_limits<int>::max();
+  static constexpr UpdateSite kUpdateSite = UpdateSite::one_replica;
+
+  template <std::floating_point T>
+  using variable_type = Variable<T, transport::cuda::PinnedAllocator<T>>;
+
+  template <std::floating_point T>
+  static variable_type<T> create(std::span<const int> /*devices*/, std::span<const T> initial,
+                                 VariableAggregation aggregation) {
+    return variable_type<T>(1, initial, aggregation);
+  }
+  template <std::floating_point T>
+  static std::span<const T> read(const variable_type<T>& variable, int /*local_replica*/) noexcept {
+    return variable.copy(0);
+  }
+  template <std::floating_point T>
+  static std::span<T> write_target(variable_type<T>& variable, int local_replica) noexcept {
+    return local_replica == 0 ? variable.copy(0) : std::span<T>{};
+  }
+  /// Replica 0 copies the reduced gradient (on its device) to the host and applies the update.
+  template <class O, std::floating_point T>
+  static void apply(variable_type<T>& variable, int local_replica, const O& optimizer,
+                    std::span<const T> gradient) {
+    if (local_replica != 0) return;
+    std::vector<T> host(gradient.size());
+    transport::cuda::check_cuda(
+        cudaMemcpy(host.data(), gradient.data(), gradient.size_bytes(), cudaMemcpyDefault), 0,
+        "apply_gradients", "cudaMemcpy of the reduced gradient to the host");
+    optimizer.apply(variable.copy(0), std::span<const T>(host),
+                    variable.optimizer_state(0, optimizer));
+  }
+};
+
+}  // namespace strata::placement
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/placement/gpu_central_storage.hpp ----
+// ---- begin strata/placement/gpu_mirrored.hpp ----
+// strata/placement/gpu_mirrored.hpp — a copy of every variable on every replica's GPU.
+
+
+#if STRATA_HAS_CUDA
+
+#include <concepts>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string_view>
+
+#ifndef STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
+#define STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
+// ---- begin strata/placement/gpu_replicas.hpp ----
+// strata/placement/gpu_replicas.hpp — what every GPU placement shares: replicas mapped to
+// CUDA devices, and values copied wherever they live.
+
+
+#if STRATA_HAS_CUDA
+
+#include <span>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+// ---- begin strata/transport/cuda/device.hpp ----
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
+
+
+#if STRATA_HAS_CUDA
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::transport::cuda {
+
+/// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
+inline int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // the runtime keeps the error: clear it for later calls
+    return 0;
+  }
+  return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
+}
+
+/// Makes `device` current for its scope and restores the one before.
+class DeviceScope {
+ public:
+  DeviceScope(int device, int rank, std::string_view operation) {
+    check_cuda(cudaGetDevice(&previous_), rank, operation, "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), rank, operation, "cudaSetDevice");
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+/// A non-blocking stream of the current device (it does not wait for the legacy default one).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int rank, std::string_view operation) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, operation,
+               "cudaStreamCreateWithFlags");
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  ~Stream() {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// An event without timing (the cheapest to record and query).
+class Event {
+ public:
+  Event() = default;
+  Event(int rank, std::string_view operation) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), rank, operation,
+               "cudaEventCreateWithFlags");
+  }
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+/// `count` elements of T in the memory of the current device.
+template <Element T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count, int rank = -1,
+                        std::string_view operation = "DeviceBuffer")
+      : count_(count) {
+    if (count > 0)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), rank, operation,
+                 "cudaMalloc");
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data_, count_}; }
+
+  /// Copies `host` (at most size() elements) in, and waits for it.
+  void copy_from(std::span<const T> host) {
+    check_cuda(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), -1,
+               "DeviceBuffer", "cudaMemcpy to the device");
+  }
+  /// Copies the first host.size() elements out, and waits for it.
+  void copy_to(std::span<T> host) const {
+    check_cuda(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), -1,
+               "DeviceBuffer", "cudaMemcpy from the device");
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
+
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::placement {
+
+/// What the GPU placements share: a replica runs on the CUDA device its communicator chose (by
+/// default a process runs one replica per visible device, tf.distribute's MirroredStrategy on
+/// every GPU), and values are copied wherever they live.
+struct GpuReplicas {
+  /// The placement's values live in memory a GPU reaches; the strategy requires a
+  /// communicator whose buffers may be device memory.
+  static constexpr bool kDeviceMemory = true;
+
+  /// Replicas when StrategyOptions::num_replicas is 0: one per visible CUDA device.
+  static int default_replicas() {
+    transport::cuda::replica_device(0, "Strategy");  // throws when there is none
+    return transport::cuda::device_count();
+  }
+
+  /// Makes `device`, a replica's, current on the replica's thread while the replica function
+  /// runs: kernels it launches go to that device.
+  static transport::cuda::DeviceScope replica_scope(int device) {
+    return transport::cuda::DeviceScope(device, -1, "Strategy::run");
+  }
+
+  /// Copies values between any memories a GPU reaches (device or pinned host), waiting for
+  /// the copy: what a replica's assignment writes.
+  template <class T>
+  static void copy_values(std::span<const T> from, std::span<T> to) {
+    transport::cuda::check_cuda(
+        cudaMemcpy(to.data(), from.data(), from.size_bytes(), cudaMemcpyDefault), -1, "assign",
+        "cudaMemcpy of the assigned value");
+  }
+};
+
+}  // namespace strata::placement
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/placement/gpu_replicas.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
+
+namespace strata::placement {
+
+/// tf.distribute's MirroredStrategy placement on GPUs: each replica owns a copy of every
+/// variable, and its optimizer state, in its device's memory; gradients (device memory) are
+/// all-reduced and every replica applies the same update to its copy with a CUDA kernel.
+struct GpuMirrored : GpuReplicas {
+  static constexpr std::string_view kName = "GpuMirrored";
+  static constexpr int kMaxReplicas = std::numeric_limits<int>::max();
+  static constexpr UpdateSite kUpdateSite = UpdateSite::every_replica;
+
+  template <std::floating_point T>
+  using variable_type = DeviceVariable<T>;
+
+  /// A copy on each of `devices`, the local replicas' devices.
+  template <std::floating_point T>
+  static DeviceVariable<T> create(std::span<const int> devices, std::span<const T> initial,
+                                  VariableAggregation aggregation) {
+    return DeviceVariable<T>(devices, initial, aggregation);
+  }
+  template <std::floating_point T>
+  static std::span<const T> read(const DeviceVariable<T>& variable, int local_replica) noexcept {
+    return variable.copy(static_cast<std::size_t>(local_replica));
+  }
+  template <std::floating_point T>
+  static std::span<T> write_target(DeviceVariable<T>& variable, int local_replica) noexcept {
+    return variable.copy(static_cast<std::size_t>(local_replica));
+  }
+  template <class O, std::floating_point T>
+  static void apply(DeviceVariable<T>& variable, int local_replica, const O& optimizer,
+                    std::span<const T> gradient) {
+    variable.apply(static_cast<std::size_t>(local_replica), optimizer, gradient);
+  }
+};
+
+}  // namespace strata::placement
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/placement/gpu_mirrored.hpp ----
+#ifndef STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
+#define STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
+// ---- begin strata/placement/gpu_replicas.hpp ----
+// strata/placement/gpu_replicas.hpp — what every GPU placement shares: replicas mapped to
+// CUDA devices, and values copied wherever they live.
+
+
+#if STRATA_HAS_CUDA
+
+#include <span>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+// ---- begin strata/transport/cuda/device.hpp ----
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
+
+
+#if STRATA_HAS_CUDA
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::transport::cuda {
+
+/// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
+inline int device_count() noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // the runtime keeps the error: clear it for later calls
+    return 0;
+  }
+  return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
+}
+
+/// Makes `device` current for its scope and restores the one before.
+class DeviceScope {
+ public:
+  DeviceScope(int device, int rank, std::string_view operation) {
+    check_cuda(cudaGetDevice(&previous_), rank, operation, "cudaGetDevice");
+    if (previous_ != device) check_cuda(cudaSetDevice(device), rank, operation, "cudaSetDevice");
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+/// A non-blocking stream of the current device (it does not wait for the legacy default one).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int rank, std::string_view operation) {
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), rank, operation,
+               "cudaStreamCreateWithFlags");
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  ~Stream() {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+/// An event without timing (the cheapest to record and query).
+class Event {
+ public:
+  Event() = default;
+  Event(int rank, std::string_view operation) {
+    check_cuda(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), rank, operation,
+               "cudaEventCreateWithFlags");
+  }
+  Event(Event&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  Event& operator=(Event&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
+  }
+  ~Event() {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+/// `count` elements of T in the memory of the current device.
+template <Element T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t count, int rank = -1,
+                        std::string_view operation = "DeviceBuffer")
+      : count_(count) {
+    if (count > 0)
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&data_), count * sizeof(T)), rank, operation,
+                 "cudaMalloc");
+  }
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) (void)cudaFree(data_);
+  }
+
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::span<T> span() const noexcept { return {data_, count_}; }
+
+  /// Copies `host` (at most size() elements) in, and waits for it.
+  void copy_from(std::span<const T> host) {
+    check_cuda(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), -1,
+               "DeviceBuffer", "cudaMemcpy to the device");
+  }
+  /// Copies the first host.size() elements out, and waits for it.
+  void copy_to(std::span<T> host) const {
+    check_cuda(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), -1,
+               "DeviceBuffer", "cudaMemcpy from the device");
+  }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
+
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
+
+
+#if STRATA_HAS_CUDA
+
+#include <string>
+#include <string_view>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+
+namespace strata::transport::cuda {
+
+/// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
+/// `operation`.
+[[noreturn]] inline void raise_cuda(cudaError_t status, int rank, std::string_view operation,
+                                    std::string_view what) {
+  const std::string text =
+      fmt::format("{} failed: {} ({})", what, cudaGetErrorString(status), cudaGetErrorName(status));
+  switch (status) {
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidDevicePointer:
+    case cudaErrorInvalidDevice:
+    case cudaErrorInvalidResourceHandle:
+      throw UsageError(rank, operation, text,
+                       "pass device memory of this rank's CUDA device, and a valid device index");
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorMemoryAllocation:
+      throw ConfigurationError(rank, operation, text,
+                               "run on a machine with a CUDA device and its driver, with enough "
+                               "free device memory");
+    default:
+      throw PeerFailureError(rank, operation, text,
+                             "the device failed: restart the job (or re-create the group)");
+  }
+}
+
+/// Checks a CUDA runtime call.
+inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
+                       std::string_view what) {
+  if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
+}
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+
+namespace strata::placement {
+
+/// What the GPU placements share: a replica runs on the CUDA device its communicator chose (by
+/// default a process runs one replica per visible device, tf.distribute's MirroredStrategy on
+/// every GPU), and values are copied wherever they live.
+struct GpuReplicas {
+  /// The placement's values live in memory a GPU reaches; the strategy requires a
+  /// communicator whose buffers may be device memory.
+  static constexpr bool kDeviceMemory = true;
+
+  /// Replicas when StrategyOptions::num_replicas is 0: one per visible CUDA device.
+  static int default_replicas() {
+    transport::cuda::replica_device(0, "Strategy");  // throws when there is none
+    return transport::cuda::device_count();
+  }
+
+  /// Makes `device`, a replica's, current on the replica's thread while the replica function
+  /// runs: kernels it launches go to that device.
+  static transport::cuda::DeviceScope replica_scope(int device) {
+    return transport::cuda::DeviceScope(device, -1, "Strategy::run");
+  }
+
+  /// Copies values between any memories a GPU reaches (device or pinned host), waiting for
+  /// the copy: what a replica's assignment writes.
+  template <class T>
+  static void copy_values(std::span<const T> from, std::span<T> to) {
+    transport::cuda::check_cuda(
+        cudaMemcpy(to.data(), from.data(), from.size_bytes(), cudaMemcpyDefault), -1, "assign",
+        "cudaMemcpy of the assigned value");
+  }
+};
+
+}  // namespace strata::placement
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/placement/gpu_replicas.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_PLACEMENT_GPU_REPLICAS_HPP
 // ---- begin strata/placement/mirrored.hpp ----
 // strata/placement/mirrored.hpp — a full copy of every variable on every replica.
 
@@ -13137,6 +16278,14 @@ struct OneDevice : SharedCopy {
 // | CentralStorageStrategy  | CentralStorage | LocalCommunicator<ReduceToOne>     | Synchronous |
 // | OneDeviceStrategy       | OneDevice      | SelfCommunicator                   | Synchronous |
 // | DefaultStrategy         | Default        | SelfCommunicator                   | Synchronous |
+//
+// and on GPUs, where strata is built with CUDA (STRATA_HAS_CUDA) and NCCL (STRATA_HAS_NCCL):
+//
+// | alias                      | Placement         | Communicator                      | Sync   |
+// |----------------------------|-------------------|-----------------------------------|--------|
+// | GpuMirroredStrategy        | GpuMirrored       | NcclCommunicator<Local>   (NCCL)  | Sync.  |
+// | GpuMultiWorkerMirrored...  | GpuMirrored       | NcclCommunicator<Hierarchical>    | Sync.  |
+// | GpuCentralStorageStrategy  | GpuCentralStorage | ReduceToOneDevice                 | Sync.  |
 //
 // Switching strategy is changing one alias; the training loop stays as it is.
 
@@ -14423,6 +17572,19 @@ class Strategy {
                 "strata::Strategy: the sync policy lacks `static constexpr std::string_view "
                 "kName` or `static constexpr bool kWaitsForAllReplicas`; see sync::Sync.");
 
+  static_assert(
+      !placement::kOnDevice<P> ||
+          requires(const C& c) {
+            { c.device() } -> std::convertible_to<int>;
+          },
+      "strata::Strategy: a GPU placement needs a communicator whose ranks say their CUDA "
+      "device (`int device() const`): the placement puts each replica's copies there.");
+  static_assert(placement::kOnDevice<P> == communicator::kDeviceMemory<C>,
+                "strata::Strategy: the placement and the communicator disagree on where buffers "
+                "live: a GPU placement (GpuMirrored, GpuCentralStorage) needs a communicator "
+                "over device memory (NcclCommunicator, ReduceToOneDevice), and a CPU placement "
+                "one over host memory.");
+
   static constexpr bool kManyReplicas = P::kMaxReplicas > 1;
   static constexpr bool kCommunicatorConnectsMany = C::kMaxSize > 1;
 
@@ -14515,6 +17677,7 @@ class Strategy {
       const auto r = static_cast<std::size_t>(replica);
       context_type context(communicators_[r], replica);
       try {
+        [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)
           fn(context);
         else
@@ -14582,7 +17745,10 @@ class Strategy {
   variable_type<T> create_variable(
       std::span<const std::type_identity_t<T>> initial,
       placement::VariableAggregation aggregation = placement::VariableAggregation::mean) const {
-    return P::template create<T>(num_local_replicas(), initial, aggregation);
+    if constexpr (placement::kOnDevice<P>)
+      return P::template create<T>(std::span<const int>(devices_), initial, aggregation);
+    else
+      return P::template create<T>(num_local_replicas(), initial, aggregation);
   }
 
  private:
@@ -14644,12 +17810,35 @@ class Strategy {
       return C::create(replicas, cluster, options.communicator,
                        std::forward<CommunicatorSettings>(settings)...);
     } else {
-      const int replicas = options.num_replicas > 0 ? options.num_replicas
-                           : P::kMaxReplicas == 1   ? 1
-                                                    : detail::usable_cpus();
+      const int replicas = options.num_replicas > 0 ? options.num_replicas : default_replicas();
       return C::create(replicas, options.communicator,
                        std::forward<CommunicatorSettings>(settings)...);
     }
+  }
+
+  // One replica per usable CPU, or what the placement says (one per GPU).
+  static int default_replicas() {
+    if constexpr (requires { P::default_replicas(); })
+      return P::default_replicas();
+    else
+      return P::kMaxReplicas == 1 ? 1 : detail::usable_cpus();
+  }
+
+  // What binds a replica's thread to its device while the replica function runs, if anything.
+  auto enter_replica(int replica) const {
+    if constexpr (requires { P::replica_scope(replica); })
+      return P::replica_scope(devices_[static_cast<std::size_t>(replica)]);
+    else
+      return 0;
+  }
+
+  // The CUDA device of each local replica, as its communicator chose it (GPU placements).
+  static std::vector<int> devices_of(const std::vector<C>& communicators) {
+    std::vector<int> devices;
+    if constexpr (placement::kOnDevice<P>)
+      for (const C& communicator : communicators)
+        devices.push_back(communicator.device());
+    return devices;
   }
 
   static void check_replicas(int requested) {
@@ -14662,6 +17851,7 @@ class Strategy {
   }
 
   std::vector<C> communicators_;
+  std::vector<int> devices_ = devices_of(communicators_);
   detail::ReplicaPool pool_;
   std::atomic<bool> running_{false};
 };
@@ -14671,7 +17861,6 @@ class Strategy {
 // ---- begin strata/sync/synchronous.hpp ----
 // strata/sync/synchronous.hpp — every step, every replica's gradient reaches the variables.
 
-#include <algorithm>
 #include <span>
 #include <string_view>
 
@@ -14741,7 +17930,7 @@ struct Synchronous {
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     const std::span<T> target = P::write_target(variable, context.local_replica_id());
     if (!many) {
-      std::copy(value.begin(), value.end(), target.begin());
+      placement::copy_values<P, T>(value, target);
       return;
     }
     if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
@@ -14752,7 +17941,7 @@ struct Synchronous {
     } else {
       if (first_only) {
         communicator.barrier();  // every replica has finished reading the old value
-        if (replica == 0) std::copy(value.begin(), value.end(), target.begin());
+        if (replica == 0) placement::copy_values<P, T>(value, target);
       } else {
         communicator.reduce(value, target, reduce_op(aggregation), 0);
       }
@@ -14789,6 +17978,11 @@ struct Synchronous {
 }  // namespace strata::sync
 // ---- end strata/sync/synchronous.hpp ----
 
+#if STRATA_HAS_CUDA
+#endif
+#if STRATA_HAS_NCCL
+#endif
+
 namespace strata {
 
 /// Synchronous data parallelism over the replicas (threads) of one process, a copy of every
@@ -14820,48 +18014,75 @@ using OneDeviceStrategy =
 using DefaultStrategy =
     Strategy<placement::Default, communicator::SelfCommunicator, sync::Synchronous>;
 
+#if STRATA_HAS_CUDA
+/// Variables kept once on the host, in pinned memory the replicas' kernels read; one replica
+/// per GPU (several may share one), gradients reduced onto one GPU with a CUDA kernel
+/// (ReductionToOneDevice) and applied once, on the CPU.
+using GpuCentralStorageStrategy =
+    Strategy<placement::GpuCentralStorage, communicator::ReduceToOneDevice, sync::Synchronous>;
+#endif
+
+#if STRATA_HAS_NCCL
+/// MirroredStrategy on the GPUs of one process: one replica per GPU, variables and optimizer
+/// state in device memory, gradients all-reduced by NCCL and applied on every GPU by a kernel.
+using GpuMirroredStrategy =
+    Strategy<placement::GpuMirrored,
+             communicator::NcclCommunicator<communicator::LocalCommunicator<>>, sync::Synchronous>;
+
+/// MultiWorkerMirroredStrategy on GPUs: every process of the cluster (resolve_cluster()) runs
+/// its local replicas on its GPUs (one by default: STRATA_LOCAL_REPLICAS), NCCL all-reduces
+/// the gradients of every replica of every process, and the TCP side group carries NCCL's
+/// unique id, checks every call and names a dead process. Processes of one host take its GPUs
+/// in the order of their local rank.
+using GpuMultiWorkerMirroredStrategy =
+    Strategy<placement::GpuMirrored,
+             communicator::NcclCommunicator<communicator::HierarchicalCommunicator<>>,
+             sync::Synchronous>;
+#endif
+
 }  // namespace strata
 // ---- end strata/strategies.hpp ----
 
 
-#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
-#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
-// ---- begin strata/transport/nccl/device.hpp ----
-// strata/transport/nccl/device.hpp — the CUDA pieces an NCCL group holds: the current device
-// for a scope, a stream, an event, and a typed buffer of device memory.
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+// ---- begin strata/transport/cuda/device.hpp ----
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
 
 
-#if STRATA_HAS_NCCL
+#if STRATA_HAS_CUDA
 
+#include <chrono>
 #include <cstddef>
 #include <span>
+#include <string_view>
+#include <thread>
 #include <utility>
 
 #include <cuda_runtime_api.h>
 
-#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-// ---- begin strata/transport/nccl/status.hpp ----
-// strata/transport/nccl/status.hpp — CUDA runtime and NCCL return codes as strata errors.
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
 //
 // A code that says the caller passed something wrong (an invalid pointer, device or argument)
 // is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
-// out of memory) a ConfigurationError; a failure of a group in flight (a remote peer, a device
-// fault, NCCL's internal errors) a PeerFailureError: the group cannot continue. Messages carry
-// the runtime's own text (NCCL's last error when it has one).
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
 
 
-#if STRATA_HAS_NCCL
+#if STRATA_HAS_CUDA
 
 #include <string>
 #include <string_view>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
-#include <nccl.h>
 
 
-namespace strata::transport::nccl {
+namespace strata::transport::cuda {
 
 /// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
 /// `operation`.
@@ -14894,43 +18115,13 @@ inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
   if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
 }
 
-/// Throws the strata error that `status` (neither ncclSuccess nor ncclInProgress) of `what`
-/// means; `comm` (may be null) gives NCCL's last error text.
-[[noreturn]] inline void raise_nccl(ncclResult_t status, ncclComm_t comm, int rank,
-                                    std::string_view operation, std::string_view what) {
-  const char* detail = ncclGetLastError(comm);
-  std::string text = fmt::format("{} failed: {}", what, ncclGetErrorString(status));
-  if (detail != nullptr && *detail != '\0') text += fmt::format(" ({})", detail);
-  switch (status) {
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      throw UsageError(rank, operation, text,
-                       "pass device memory of this rank's device, one GPU per rank, and the same "
-                       "NCCL version on every rank");
-    case ncclRemoteError:
-      throw PeerFailureError(rank, operation, text);
-    case ncclUnhandledCudaError:
-    case ncclSystemError:
-    case ncclInternalError:
-    default:
-      throw PeerFailureError(rank, operation, text);
-  }
-}
+}  // namespace strata::transport::cuda
 
-/// Checks an NCCL call; ncclInProgress (a non-blocking communicator still working) passes.
-inline void check_nccl(ncclResult_t status, ncclComm_t comm, int rank, std::string_view operation,
-                       std::string_view what) {
-  if (status != ncclSuccess && status != ncclInProgress)
-    raise_nccl(status, comm, rank, operation, what);
-}
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
 
-}  // namespace strata::transport::nccl
-
-#endif  // STRATA_HAS_NCCL
-// ---- end strata/transport/nccl/status.hpp ----
-#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-
-namespace strata::transport::nccl {
+namespace strata::transport::cuda {
 
 /// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
 inline int device_count() noexcept {
@@ -14940,6 +18131,18 @@ inline int device_count() noexcept {
     return 0;
   }
   return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
 }
 
 /// Makes `device` current for its scope and restores the one before.
@@ -15001,6 +18204,31 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 /// `count` elements of T in the memory of the current device.
 template <Element T>
 class DeviceBuffer {
@@ -15044,34 +18272,111 @@ class DeviceBuffer {
   std::size_t count_ = 0;
 };
 
-}  // namespace strata::transport::nccl
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
 
-#endif  // STRATA_HAS_NCCL
-// ---- end strata/transport/nccl/device.hpp ----
-#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_DEVICE_HPP
-#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-// ---- begin strata/transport/nccl/status.hpp ----
-// strata/transport/nccl/status.hpp — CUDA runtime and NCCL return codes as strata errors.
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/device.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+// ---- begin strata/transport/cuda/kernels.hpp ----
+// strata/transport/cuda/kernels.hpp — the CUDA kernels strata launches, declared for every
+// compiler. nvcc compiles them once (transport/cuda/impl/kernels.cuh, the strata::cuda
+// library that strata::strata links when CUDA is on), so that no unit including strata needs a
+// CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
+//
+// This header includes nothing that a CUDA compiler cannot parse.
+
+
+#if STRATA_HAS_CUDA
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+
+namespace strata::transport::cuda::kernels {
+
+/// Element types, with strata::DataType's values (transport/cuda/reduce.hpp checks that).
+enum class Element : std::uint8_t {
+  int8,
+  uint8,
+  int32,
+  int64,
+  float16,
+  bfloat16,
+  float32,
+  float64
+};
+/// Reductions, with strata::ReduceOp's values and meaning.
+enum class Op : std::uint8_t { sum, product, min, max, mean };
+
+/// Queues on `stream`: `out[i] = slot[0][i] op slot[1][i] op ... op slot[k-1][i]` for i < count,
+/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), combined in slot
+/// order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined in float
+/// and rounded once, a mean divides the sum by k. `out` may be slot 0 but no other slot.
+cudaError_t reduce_slots(Element type, Op op, void* out, const void* slots, std::size_t slot_count,
+                         std::size_t count, cudaStream_t stream) noexcept;
+
+/// Queues on `stream` the optimizer update `rule` (optim/rules.hpp) over `n` parameters:
+/// rule(params, grads, slots, n, i) for every i < n. Instantiated for the rules of Sgd,
+/// Momentum and Adam, for float and double.
+template <class Rule, class T>
+cudaError_t apply_rule(const Rule& rule, T* params, const T* grads, T* slots, std::size_t n,
+                       cudaStream_t stream) noexcept;
+
+}  // namespace strata::transport::cuda::kernels
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/kernels.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_KERNELS_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+// ---- begin strata/transport/cuda/status.hpp ----
+// strata/transport/cuda/status.hpp — CUDA runtime return codes as strata errors.
 //
 // A code that says the caller passed something wrong (an invalid pointer, device or argument)
 // is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
-// out of memory) a ConfigurationError; a failure of a group in flight (a remote peer, a device
-// fault, NCCL's internal errors) a PeerFailureError: the group cannot continue. Messages carry
-// the runtime's own text (NCCL's last error when it has one).
+// out of memory) a ConfigurationError; any other failure of the device a PeerFailureError: the
+// group that uses it cannot continue. Messages carry the runtime's own text.
 
 
-#if STRATA_HAS_NCCL
+#if STRATA_HAS_CUDA
 
 #include <string>
 #include <string_view>
 
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
-#include <nccl.h>
 
 
-namespace strata::transport::nccl {
+namespace strata::transport::cuda {
 
 /// Throws the strata error that `status` (not cudaSuccess) of `what` means for `rank` in
 /// `operation`.
@@ -15103,6 +18408,35 @@ inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
                        std::string_view what) {
   if (status != cudaSuccess) raise_cuda(status, rank, operation, what);
 }
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
+// ---- end strata/transport/cuda/status.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
+// ---- begin strata/transport/nccl/status.hpp ----
+// strata/transport/nccl/status.hpp — NCCL return codes as strata errors (the CUDA runtime's
+// are in transport/cuda/status.hpp).
+//
+// A code that says the caller passed something wrong (an invalid pointer, device or argument)
+// is a UsageError; one that says the machine lacks what the call needs (no device, no driver,
+// out of memory) a ConfigurationError; a failure of a group in flight (a remote peer, a device
+// fault, NCCL's internal errors) a PeerFailureError: the group cannot continue. Messages carry
+// the runtime's own text (NCCL's last error when it has one).
+
+
+#if STRATA_HAS_NCCL
+
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
 
 /// Throws the strata error that `status` (neither ncclSuccess nor ncclInProgress) of `what`
 /// means; `comm` (may be null) gives NCCL's last error text.

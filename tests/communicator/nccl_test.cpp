@@ -4,7 +4,9 @@
 //     1 M + 3} × root × in/out of place against the collective reference, world sizes 1-3;
 //   - SIGKILL of one worker mid all-reduce: the others raise PeerFailureError naming it within
 //     a second; a rank that never calls: TimeoutError naming it; mismatched counts:
-//     MismatchError on every rank; no device memory left behind by a failed group.
+//     MismatchError on every rank; no device memory left behind by a failed group;
+//   - GpuMultiWorkerMirroredStrategy trains the demo over 2 processes to the parameters of
+//     single-replica CPU training.
 // Ranks that share a GPU are given distinct NCCL_HOSTIDs (NCCL refuses two ranks of one host on
 // one device), so one GPU runs every test. Without a CUDA device the test is skipped (exit 77).
 #include <chrono>
@@ -25,7 +27,7 @@
 #include "worker_cluster.hpp"
 
 #if STRATA_HAS_NCCL
-#include <strata/transport/nccl/device.hpp>
+#include <strata/transport/cuda/device.hpp>
 #endif
 
 namespace {
@@ -51,7 +53,7 @@ const std::string kWorker = [] {
 }
 
 void need_a_device() {
-  if (strata::transport::nccl::device_count() == 0) skip("no CUDA device");
+  if (strata::transport::cuda::device_count() == 0) skip("no CUDA device");
 }
 
 // `n` NCCL workers; ranks share devices round-robin, each its own NCCL host id.
@@ -91,6 +93,20 @@ TEST_CASE("every collective matches the reference on the GPU, world sizes 1, 2 a
           output);
       MESSAGE(output.substr(output.rfind("conformance")));
     }
+  }
+}
+
+TEST_CASE("GpuMultiWorkerMirroredStrategy trains the demo over 2 processes") {
+  need_a_device();
+  Workers workers(2, {"train"}, "60s");
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    auto& worker = workers.processes[static_cast<std::size_t>(r)];
+    REQUIRE_MESSAGE(worker.wait_for(120s).has_value(), worker.output());
+    const std::string output = worker.output();
+    CHECK_MESSAGE(worker.exit_code() == 0, output);
+    CHECK_MESSAGE(output.find(fmt::format("train ok: rank {} of 2", r)) != std::string::npos,
+                  output);
   }
 }
 

@@ -143,8 +143,17 @@ TEST_CASE("bad command lines name what is wrong") {
   CHECK(error_of({"all_reduce", "-d", "uint64"}).find("unknown data type") != std::string::npos);
   CHECK(error_of({"all_reduce", "-o", "mulsum"}).find("unknown op") != std::string::npos);
   CHECK(error_of({"all_reduce", "--ranks", "0"}).find("outside [1,") != std::string::npos);
-  CHECK(error_of({"all_reduce", "--transport", "nccl"}).find("unknown transport") !=
+  CHECK(
+      parse_options(std::vector<std::string_view>{"all_reduce", "--transport", "nccl"}).transport ==
+      Transport::nccl);
+  CHECK(error_of({"all_reduce", "--transport", "gloo"}).find("unknown transport") !=
         std::string::npos);
+  CHECK(error_of({"all_reduce", "--transport", "nccl", "--algo", "ring"})
+            .find("NCCL chooses its own algorithms") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--transport", "nccl", "--congestion", "bbr"})
+            .find("use it with --transport tcp") != std::string::npos);
+  CHECK(error_of({"all_reduce", "--transport", "nccl", "--compare"})
+            .find("compares with raw NCCL by itself") != std::string::npos);
   CHECK(error_of({"all_reduce", "--algo", "tree"}).find("unknown algorithm") != std::string::npos);
   CHECK(error_of({"all_reduce", "--algo", "ring"}).find("is a tcp algorithm") != std::string::npos);
   CHECK(error_of({"all_reduce", "--algo", "hd"}).find("is a tcp algorithm") != std::string::npos);

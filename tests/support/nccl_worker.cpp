@@ -28,11 +28,18 @@
 //                         device memory once), measures free device memory, then forms, fails
 //                         (a mismatch) and destroys three groups, and prints "leaked BYTES":
 //                         how much less is free than before them.
+//   train                 the demo's training loop (examples/logistic_regression.hpp) under
+//                         GpuMultiWorkerMirroredStrategy, one replica per process, each
+//                         replica's gradient from the example's CUDA kernel; compares the
+//                         parameters with single-replica CPU training on the same global
+//                         batches and prints "train ok: rank R of N, difference D" (else
+//                         "train failed: ...", exit 8).
 // On a strata::Error it prints "error KIND MILLISECONDS MESSAGE" and exits with 3
 // (PeerFailureError), 4 (TimeoutError), 5 (MismatchError), 6 (ConfigurationError) or 7.
 // Without a CUDA device it prints "no CUDA device" and exits 77.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <span>
@@ -47,8 +54,12 @@
 #include <strata/communicator/tcp.hpp>
 #include <strata/core/error.hpp>
 #include <strata/resolve.hpp>
-#include <strata/transport/nccl/device.hpp>
+#include <strata/strategies.hpp>
+#include <strata/transport/cuda/device.hpp>
 
+#include "device_staging.hpp"
+#include "gpu_gradients.hpp"
+#include "logistic_regression.hpp"
 #include "tcp_worker_conformance.hpp"
 #include "worker_errors.hpp"
 
@@ -57,32 +68,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using strata::communicator::NcclCommunicator;
 using strata::communicator::TcpCommunicator;
-using strata::transport::nccl::DeviceBuffer;
+using strata::transport::cuda::DeviceBuffer;
 using Nccl = NcclCommunicator<TcpCommunicator>;
-
-// Stages each case's host buffers (guards included) in device memory around the call, so
-// that writes past a span on the device show in the guards.
-struct DeviceMemory {
-  template <strata::Element T, class Call>
-  void run(conformance::Buffer<T>& send, conformance::Buffer<T>& recv, Call&& call) {
-    DeviceBuffer<T> device_send(send.storage().size());
-    DeviceBuffer<T> device_recv(recv.storage().size());
-    device_send.copy_from(send.storage());
-    device_recv.copy_from(recv.storage());
-    call(device_send.data() + conformance::kGuard, device_recv.data() + conformance::kGuard);
-    device_send.copy_to(send.storage());
-    device_recv.copy_to(recv.storage());
-  }
-  void all_gather(Nccl& comm, std::span<const std::int64_t> mine, std::span<std::int64_t> all) {
-    comm.side().all_gather(mine, all);
-  }
-};
 
 Nccl form(Clock::time_point& began) {
   auto resolved = strata::resolve_cluster();
   began = Clock::now();
   TcpCommunicator side(strata::communicator::membership_of(resolved));
-  const int device = side.rank() % strata::transport::nccl::device_count();
+  const int device = side.rank() % strata::transport::cuda::device_count();
   return Nccl(std::move(side), device);
 }
 
@@ -96,7 +89,10 @@ int conformance_scenario(std::span<const std::string_view> args, Clock::time_poi
   Nccl comm = form(began);
   conformance::Totals totals;
   const auto started = Clock::now();
-  conformance::run_phase(comm, "nccl", kEvery, counts, began, totals, DeviceMemory{});
+  conformance::run_phase(comm, "nccl", kEvery, counts, began, totals,
+                         conformance::DeviceStaging{[](Nccl& nccl, auto mine, auto all) {
+                           nccl.side().all_gather(mine, all);
+                         }});
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (totals.failed > 0 || totals.not_identical > 0) {
     fmt::print(
@@ -237,7 +233,7 @@ int bench(std::span<const std::string_view> args, Clock::time_point& began) {
   membership.listen_fd = -1;  // adopted by the first side group; the second binds its own
   const int rank = checked_side.rank();
   const int size = checked_side.size();
-  const int device = rank % strata::transport::nccl::device_count();
+  const int device = rank % strata::transport::cuda::device_count();
   Nccl checked(std::move(checked_side), device);
   Nccl unchecked(TcpCommunicator(membership), device,
                  strata::communicator::NcclOptions{.check_calls = false});
@@ -293,7 +289,7 @@ int bench(std::span<const std::string_view> args, Clock::time_point& began) {
 // when `fail` (a mismatch), then destroyed.
 void one_group(strata::communicator::TcpMembership membership, bool fail) {
   TcpCommunicator side(std::move(membership));
-  const int device = side.rank() % strata::transport::nccl::device_count();
+  const int device = side.rank() % strata::transport::cuda::device_count();
   Nccl comm(std::move(side), device);
   DeviceBuffer<float> data(fail && comm.rank() == 1 ? 1000 : 999);
   try {
@@ -322,6 +318,31 @@ int leak(Clock::time_point& began) {
   return 0;
 }
 
+int train_scenario(Clock::time_point& began) {
+  began = Clock::now();
+  strata::GpuMultiWorkerMirroredStrategy strategy;
+  const auto problem = example::make_problem(1024, 8);
+  const example::TrainConfig config{.global_batch = 64, .epochs = 10};
+  const auto result = example::train(strategy, problem, config, [](std::size_t, double) {});
+  strata::OneDeviceStrategy single;
+  const auto reference = example::train(single, problem, config, [](std::size_t, double) {});
+  float difference = std::abs(result.bias - reference.bias);
+  for (std::size_t j = 0; j < problem.features; ++j)
+    difference = std::max(difference, std::abs(result.weights[j] - reference.weights[j]));
+  const int rank = strata::resolve_cluster().rank;
+  const bool learned = result.epoch_losses.back() < result.epoch_losses.front();
+  if (difference >= 1e-4f || !learned) {
+    fmt::print(
+        "train failed: rank {}, difference {:.2e} from single-replica training, loss {} "
+        "-> {}\n",
+        rank, difference, result.epoch_losses.front(), result.epoch_losses.back());
+    return 8;
+  }
+  fmt::print("train ok: rank {} of {}, difference {:.2e}\n", rank, strategy.num_replicas_in_sync(),
+             difference);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -330,10 +351,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr,
                "usage: strata_test_nccl_worker conformance [LARGE] | loop N COUNT | async COUNT | "
                "abort | stall | "
-               "mismatch | leak | bench [ITERATIONS [MAX_BYTES]]\n");
+               "mismatch | leak | bench [ITERATIONS [MAX_BYTES]] | train\n");
     return 2;
   }
-  if (strata::transport::nccl::device_count() == 0) {
+  if (strata::transport::cuda::device_count() == 0) {
     fmt::print("no CUDA device\n");
     return 77;
   }
@@ -347,6 +368,7 @@ int main(int argc, char** argv) {
     if (args[0] == "mismatch") return mismatch(began);
     if (args[0] == "leak") return leak(began);
     if (args[0] == "bench" && args.size() <= 3) return bench(args, began);
+    if (args[0] == "train") return train_scenario(began);
     fmt::print(stderr, "unknown scenario\n");
     return 2;
   });

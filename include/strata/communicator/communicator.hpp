@@ -27,11 +27,15 @@
 #include <concepts>
 #include <exception>
 #include <span>
+#include <string>
 #include <string_view>
+
+#include <fmt/format.h>
 
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/core/data_type.hpp>
+#include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
 
 namespace strata::communicator {
@@ -95,6 +99,19 @@ concept Communicator = detail::CommunicatorForAll<C, ElementTypes>::value &&
   { c.barrier_async() } -> std::same_as<Work>;
   c.abort(reason);
 };
+
+/// What `abort(reason)` spreads from rank `rank` in strata's communicators: a PeerFailureError
+/// whose root cause reads "<who> aborted: <reason>" (who: "rank R" unless given).
+inline std::exception_ptr abort_failure(int rank, std::string_view reason,
+                                        std::string_view who = {}) noexcept {
+  try {
+    const std::string name = who.empty() ? fmt::format("rank {}", rank) : std::string(who);
+    return std::make_exception_ptr(PeerFailureError(
+        rank, "abort", RootCause{rank, fmt::format("{} aborted: {}", name, reason)}));
+  } catch (...) {  // no memory for the text: the group fails all the same
+    return std::current_exception();
+  }
+}
 
 /// Fails `c`'s group because of `error`, from any thread: strata's communicators pass its root
 /// cause (a strata::Error's, with its error type) on to every rank; another Communicator gets

@@ -121,10 +121,8 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   /// Fails the local group and the cross-worker group: every replica of every worker raises.
   void abort(std::string_view reason) noexcept {
     try {
-      fail(std::make_exception_ptr(
-          PeerFailureError(rank(), "abort",
-                           RootCause{rank(), fmt::format("worker {}, replica {} aborted: {}",
-                                                         worker_rank(), local_rank(), reason)})));
+      fail(abort_failure(rank(), reason,
+                         fmt::format("worker {}, replica {}", worker_rank(), local_rank())));
     } catch (...) {
       fail(std::current_exception());
     }
@@ -134,6 +132,16 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
   void fail(const std::exception_ptr& error) noexcept {
     fail_group(state_->local, error);
     fail_group(state_->shared->inter, error);
+  }
+
+  /// Raises the group's failure, without waiting, when a local replica or another worker
+  /// failed it or a worker's connections closed: for a caller that waits on something else
+  /// between calls (NcclCommunicator watches its side group with it). Only local replica 0
+  /// reads the workers' connections, which take one thread at a time; it is the replica that
+  /// runs the cross-worker stage of every collective.
+  void check_peers() {
+    state_->local.check_peers();
+    if (local_rank() == 0) state_->shared->inter.check_peers();
   }
 
   /// Combines one value per process across the workers (op over workers), from the thread

@@ -22,6 +22,7 @@
 #include <strata/algorithms/reduce_direct.hpp>
 #include <strata/algorithms/reduce_scatter_direct.hpp>
 #include <strata/communicator/collective.hpp>
+#include <strata/communicator/communicator.hpp>
 #include <strata/communicator/detail/collective_api.hpp>
 #include <strata/communicator/detail/serial_executor.hpp>
 #include <strata/communicator/options.hpp>
@@ -100,14 +101,7 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
 
   /// Fails the whole group from any thread: every pending and later call on every rank throws
   /// `PeerFailureError` carrying `reason`. Use it when this replica cannot continue.
-  void abort(std::string_view reason) noexcept {
-    try {
-      fail(std::make_exception_ptr(PeerFailureError(
-          rank(), "abort", RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)})));
-    } catch (...) {
-      fail(std::current_exception());
-    }
-  }
+  void abort(std::string_view reason) noexcept { fail(abort_failure(rank(), reason)); }
 
   /// Fails the whole group from any thread because of `error`: every pending and later call
   /// on every rank raises its root cause (see fail_group).
@@ -173,7 +167,7 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
     // agree on the bookkeeping.
     link.open_transfer();  // every rank has posted its call
     try {
-      check_agreement(link, rendezvous);
+      transport::local::check_agreement(link);
       switch (call.kind) {
         case Collective::all_reduce:
           AllReduceAlgorithm::run(link, call);
@@ -202,22 +196,6 @@ class LocalCommunicator : public detail::CollectiveApi<LocalCommunicator<AllRedu
       throw;
     }
     rendezvous.end_transfer(/*failed=*/false);
-  }
-
-  // Every rank runs the same comparison on the same posted calls, so either all ranks raise
-  // the mismatch or none does.
-  static void check_agreement(const transport::local::Link& link,
-                              transport::local::Group& rendezvous) {
-    const CollectiveCall& first = link.peer_call(0);
-    for (int r = 1; r < link.size(); ++r) {
-      const CollectiveCall& other = link.peer_call(r);
-      if (agrees(first, other)) continue;
-      MismatchError error(link.rank(), to_string(link.peer_call(link.rank()).kind),
-                          fmt::format("ranks disagree: rank 0 called {} but rank {} called {}",
-                                      describe(first), r, describe(other)));
-      rendezvous.fail(std::make_exception_ptr(error));
-      throw error;
-    }
   }
 
   std::unique_ptr<Endpoint> endpoint_;

@@ -20,8 +20,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +35,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <strata/cluster/resolve.hpp>
 #include <strata/communicator/collective.hpp>
 #include <strata/communicator/communicator.hpp>
 #include <strata/communicator/detail/collective_api.hpp>
@@ -41,7 +44,8 @@
 #include <strata/communicator/work.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
-#include <strata/transport/nccl/device.hpp>
+#include <strata/core/reduce_op.hpp>
+#include <strata/transport/cuda/device.hpp>
 #include <strata/transport/nccl/status.hpp>
 #include <strata/transport/nccl/types.hpp>
 
@@ -79,6 +83,45 @@ template <class Side>
 class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
  public:
   static constexpr std::string_view kName = "nccl";
+  static constexpr int kMaxSize = std::numeric_limits<int>::max();
+  static constexpr bool kSpansProcesses = Side::kSpansProcesses;
+  static constexpr bool kDeviceMemory = true;
+
+  /// The group of `replicas` threads of one process (a side group that does not span
+  /// processes, e.g. LocalCommunicator<>), rank r on CUDA device
+  /// transport::cuda::replica_device(r), formed by one thread per rank: what GpuMirroredStrategy
+  /// runs on. @throws UsageError for more replicas than devices (NCCL takes one device per
+  /// rank); the constructor's errors otherwise.
+  static std::vector<NcclCommunicator> create(
+      int replicas, CommunicatorOptions options = {},
+      NcclOptions nccl = {}) requires(!Side::kSpansProcesses) {
+    check_devices(replicas, replicas);
+    return form_group(Side::create(replicas, options), 0, nccl, options);
+  }
+
+  /// This process's `local_replicas` ranks of the group over every process of `cluster` (a side
+  /// group that spans processes, e.g. HierarchicalCommunicator<>): what
+  /// GpuMultiWorkerMirroredStrategy runs on. The processes of one host share its GPUs in the
+  /// order of their local rank: this one's replicas take the devices after those of the
+  /// processes before it (cluster.local_rank), modulo the devices it sees.
+  /// @throws UsageError for more local replicas than devices; the side group's and the
+  /// constructor's errors otherwise.
+  static std::vector<NcclCommunicator> create(
+      int local_replicas, cluster::ResolvedCluster& cluster, CommunicatorOptions options = {},
+      NcclOptions nccl = {}) requires(Side::kSpansProcesses) {
+    check_devices(local_replicas, local_replicas);
+    return form_group(Side::create(local_replicas, cluster, options),
+                      cluster.local_rank * local_replicas, nccl, options);
+  }
+
+  /// True on the process that writes checkpoints (the side group's chief).
+  bool is_chief() const noexcept requires(Side::kSpansProcesses) { return state_->side.is_chief(); }
+
+  /// Combines one value per process across the processes, in host memory (Strategy::reduce).
+  template <Element T>
+  void combine_across_workers(std::span<T> values, ReduceOp op) requires(Side::kSpansProcesses) {
+    state_->side.combine_across_workers(values, op);
+  }
 
   /// Forms the NCCL group of `side`'s ranks, this rank on CUDA device `device`.
   /// @throws TimeoutError when not every rank joins by the deadline; ConfigurationError for a
@@ -107,14 +150,7 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
 
   /// Fails the whole group from any thread: every pending and later call on every rank throws
   /// PeerFailureError carrying `reason`.
-  void abort(std::string_view reason) noexcept {
-    try {
-      fail(std::make_exception_ptr(PeerFailureError(
-          rank(), "abort", RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)})));
-    } catch (...) {
-      fail(std::current_exception());
-    }
-  }
+  void abort(std::string_view reason) noexcept { fail(abort_failure(rank(), reason)); }
 
   /// Fails the whole group from any thread because of `error` (see fail_group): the call in
   /// flight on this rank raises it, and so does every rank through the side group.
@@ -199,10 +235,10 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     NcclOptions nccl;
     CommunicatorOptions options;
     ncclComm_t comm = nullptr;
-    transport::nccl::Stream stream;
-    transport::nccl::Event ready;  // the caller's stream reached the call
-    transport::nccl::Event done;   // the collective finished
-    transport::nccl::DeviceBuffer<std::uint8_t> barrier_byte;
+    transport::cuda::Stream stream;
+    transport::cuda::Event ready;  // the caller's stream reached the call
+    transport::cuda::Event done;   // the collective finished
+    transport::cuda::DeviceBuffer<std::uint8_t> barrier_byte;
     std::uint64_t sequence = 0;
     mutable std::mutex failure_mutex;
     std::exception_ptr failure;
@@ -210,6 +246,46 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     bool aborted = false;
     std::unique_ptr<detail::SerialExecutor> executor = std::make_unique<detail::SerialExecutor>();
   };
+
+  static void check_devices(int replicas, int wanted) {
+    const int devices = transport::cuda::device_count();
+    if (replicas < 1 || wanted > devices)
+      throw UsageError(-1, "NcclCommunicator::create",
+                       fmt::format("{} replica(s) on {} CUDA device(s): NCCL takes one device per "
+                                   "rank",
+                                   replicas, devices),
+                       "ask for 1 to one replica per GPU, or use ReduceToOneDevice "
+                       "(GpuCentralStorageStrategy), which shares a GPU among replicas");
+  }
+
+  // Forms the NCCL group of `sides` (this process's ranks of the side group), local rank r on
+  // device (first_device + r) modulo the devices, one thread per rank: each rank's
+  // constructor is a collective of the side group.
+  static std::vector<NcclCommunicator> form_group(std::vector<Side> sides, int first_device,
+                                                  const NcclOptions& nccl,
+                                                  const CommunicatorOptions& options) {
+    const int devices = transport::cuda::device_count();
+    std::vector<std::optional<NcclCommunicator>> formed(sides.size());
+    std::vector<std::exception_ptr> errors(sides.size());
+    {
+      std::vector<std::jthread> threads;
+      for (std::size_t r = 0; r < sides.size(); ++r)
+        threads.emplace_back([&, r] {
+          try {
+            formed[r].emplace(std::move(sides[r]), (first_device + static_cast<int>(r)) % devices,
+                              nccl, options);
+          } catch (...) {
+            errors[r] = std::current_exception();
+          }
+        });
+    }
+    for (const auto& error : errors)
+      if (error) std::rethrow_exception(error);
+    std::vector<NcclCommunicator> group;
+    for (auto& communicator : formed)
+      group.push_back(std::move(*communicator));
+    return group;
+  }
 
   [[noreturn]] void fail_usage(Collective kind, std::string_view what,
                                std::string_view what_to_do) {
@@ -240,14 +316,14 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     constexpr std::string_view kOperation = "rendezvous";
     const auto deadline = Deadline::after(state.options.timeout);
     try {
-      const int devices = transport::nccl::device_count();
+      const int devices = transport::cuda::device_count();
       if (state.device < 0 || state.device >= devices)
         throw ConfigurationError(
             state.rank, kOperation,
             fmt::format("CUDA device {} does not exist: this process sees {} device(s)",
                         state.device, devices),
             "give each rank a device index below the count (CUDA_VISIBLE_DEVICES)");
-      transport::nccl::DeviceScope scope(state.device, state.rank, kOperation);
+      transport::cuda::DeviceScope scope(state.device, state.rank, kOperation);
       ncclUniqueId id{};
       if (state.rank == 0)
         transport::nccl::check_nccl(ncclGetUniqueId(&id), nullptr, state.rank, kOperation,
@@ -261,10 +337,10 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
           ncclCommInitRankConfig(&state.comm, state.size, id, state.rank, &config), state.comm,
           state.rank, kOperation, "ncclCommInitRankConfig");
       await_nccl(state, kOperation, deadline, "forming the NCCL group");
-      state.stream = transport::nccl::Stream(state.rank, kOperation);
-      state.ready = transport::nccl::Event(state.rank, kOperation);
-      state.done = transport::nccl::Event(state.rank, kOperation);
-      state.barrier_byte = transport::nccl::DeviceBuffer<std::uint8_t>(1, state.rank, kOperation);
+      state.stream = transport::cuda::Stream(state.rank, kOperation);
+      state.ready = transport::cuda::Event(state.rank, kOperation);
+      state.done = transport::cuda::Event(state.rank, kOperation);
+      state.barrier_byte = transport::cuda::DeviceBuffer<std::uint8_t>(1, state.rank, kOperation);
     } catch (...) {
       state.fail(std::current_exception());
       abort_nccl(state);
@@ -338,34 +414,16 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     const std::uint64_t sequence = state.sequence++;
     try {
       if (state.nccl.check_calls) check_agreement(state, call, sequence, deadline);
-      transport::nccl::DeviceScope scope(state.device, state.rank, operation);
+      transport::cuda::DeviceScope scope(state.device, state.rank, operation);
       enqueue(state, call, deadline);
       const std::string what = fmt::format("{} (collective #{})", describe(call), sequence);
-      // Spinning first catches small collectives at once; past that, NCCL's error, the side
-      // group and the deadline are checked every millisecond, and after a while the wait
-      // sleeps between queries so that it does not hold a core.
-      const auto started = Clock::now();
-      auto next_check = started;
-      for (int spins = 0;; ++spins) {
-        const cudaError_t done = cudaEventQuery(state.done.get());
-        if (done == cudaSuccess) break;
-        if (done != cudaErrorNotReady)
-          transport::nccl::raise_cuda(done, state.rank, operation, "the collective");
-        if (spins < 1024) continue;
-        const auto now = Clock::now();
-        if (now >= next_check) {
-          ncclResult_t status = ncclSuccess;
-          (void)ncclCommGetAsyncError(state.comm, &status);
-          if (status != ncclSuccess && status != ncclInProgress)
-            raise_async(state, status, operation, deadline, what);
-          watch(state, operation, deadline, what);
-          next_check = now + std::chrono::milliseconds(1);
-        }
-        if (now - started < std::chrono::milliseconds(10))
-          std::this_thread::yield();
-        else
-          std::this_thread::sleep_for(std::chrono::microseconds(50));
-      }
+      transport::cuda::wait_for(state.done.get(), state.rank, operation, [&] {
+        ncclResult_t status = ncclSuccess;
+        (void)ncclCommGetAsyncError(state.comm, &status);
+        if (status != ncclSuccess && status != ncclInProgress)
+          raise_async(state, status, operation, deadline, what);
+        watch(state, operation, deadline, what);
+      });
     } catch (...) {
       state.fail(std::current_exception());
       abort_nccl(state);
@@ -413,12 +471,13 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
   // Queues the collective on the communicator's stream, after the caller's stream, and the
   // caller's stream after it.
   static void enqueue(State& state, const CollectiveCall& call, const Deadline& deadline) {
+    namespace cuda = transport::cuda;
     namespace nccl = transport::nccl;
     const std::string_view operation = to_string(call.kind);
     const cudaStream_t stream = state.stream.get();
-    nccl::check_cuda(cudaEventRecord(state.ready.get(), state.nccl.stream), state.rank, operation,
+    cuda::check_cuda(cudaEventRecord(state.ready.get(), state.nccl.stream), state.rank, operation,
                      "cudaEventRecord on the caller's stream");
-    nccl::check_cuda(cudaStreamWaitEvent(stream, state.ready.get(), 0), state.rank, operation,
+    cuda::check_cuda(cudaStreamWaitEvent(stream, state.ready.get(), 0), state.rank, operation,
                      "cudaStreamWaitEvent");
     const ncclDataType_t type = nccl::nccl_type(call.type);
     // The mean of one rank is its sum: NCCL 2.28's ncclAvg on a group of one leaves the last
@@ -453,9 +512,9 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     nccl::check_nccl(status, state.comm, state.rank, operation, "enqueueing the collective");
     if (status == ncclInProgress)
       await_nccl(state, operation, deadline, "enqueueing the collective");
-    nccl::check_cuda(cudaEventRecord(state.done.get(), stream), state.rank, operation,
+    cuda::check_cuda(cudaEventRecord(state.done.get(), stream), state.rank, operation,
                      "cudaEventRecord");
-    nccl::check_cuda(cudaStreamWaitEvent(state.nccl.stream, state.done.get(), 0), state.rank,
+    cuda::check_cuda(cudaStreamWaitEvent(state.nccl.stream, state.done.get(), 0), state.rank,
                      operation, "cudaStreamWaitEvent on the caller's stream");
   }
 

@@ -46,6 +46,16 @@ concept CombinesAcrossProcesses = requires(C& c, const C& cc, std::span<float> v
 
 }  // namespace detail
 
+/// Whether communicator C takes buffers in memory a GPU reaches (C::kDeviceMemory): what a GPU
+/// placement needs.
+template <class C>
+inline constexpr bool kDeviceMemory = [] {
+  if constexpr (requires { C::kDeviceMemory; })
+    return static_cast<bool>(C::kDeviceMemory);
+  else
+    return false;
+}();
+
 /// C models ReplicaGroup if a strategy can build and drive the communicators of its replicas:
 ///   1. C models Communicator (rank, size, the collectives, abort: a strategy aborts the group
 ///      when a replica throws);

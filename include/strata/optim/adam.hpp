@@ -4,11 +4,13 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <type_traits>
 
 #include <strata/optim/optimizer.hpp>
+#include <strata/optim/rules.hpp>
 
 namespace strata::optim {
 
@@ -59,33 +61,30 @@ struct Adam {
   template <std::floating_point T>
   void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
              OptimizerState<T>& state) const {
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Adam::apply", kSlots, params.size(), grads.size(), state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
+    ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
     constexpr std::string_view kOperation = "optim::Adam::apply";
     detail::check_learning_rate(kOperation, learning_rate);
     detail::check_unit_interval(kOperation, "beta1", beta1, /*one_allowed=*/false);
     detail::check_unit_interval(kOperation, "beta2", beta2, /*one_allowed=*/false);
     detail::check_hyperparameter(kOperation, "epsilon", epsilon,
                                  std::isfinite(epsilon) && epsilon >= 0.0, "finite and >= 0");
-    detail::check_apply_sizes(kOperation, kSlots, params.size(), grads.size(), state);
-
-    const auto t = static_cast<double>(state.step + 1);
+    const auto t = static_cast<double>(step + 1);
     const double bias1 = 1.0 - std::pow(beta1, t);  // > 0 because beta1 < 1 and t >= 1
     const double bias2 = 1.0 - std::pow(beta2, t);
-    const T lr_t = static_cast<T>(learning_rate * std::sqrt(bias2) / bias1);
-    const T one_minus_beta1 = static_cast<T>(1.0 - beta1);
-    const T one_minus_beta2 = static_cast<T>(1.0 - beta2);
-    const T eps = static_cast<T>(epsilon);
-
-    const std::size_t n = params.size();
-    T* p = params.data();
-    const T* g = grads.data();
-    T* m = state.slots.data();
-    T* v = m + n;
-    for (std::size_t i = 0; i < n; ++i) {
-      m[i] += (g[i] - m[i]) * one_minus_beta1;
-      v[i] += (g[i] * g[i] - v[i]) * one_minus_beta2;
-      p[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
-    }
-    ++state.step;
+    f(AdamRule<T>{static_cast<T>(learning_rate * std::sqrt(bias2) / bias1),
+                  static_cast<T>(1.0 - beta1), static_cast<T>(1.0 - beta2),
+                  static_cast<T>(epsilon)});
   }
 };
 

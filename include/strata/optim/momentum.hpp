@@ -3,11 +3,13 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <type_traits>
 
 #include <strata/optim/optimizer.hpp>
+#include <strata/optim/rules.hpp>
 
 namespace strata::optim {
 
@@ -52,31 +54,30 @@ struct Momentum {
   template <std::floating_point T>
   void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
              OptimizerState<T>& state) const {
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Momentum::apply", kSlots, params.size(), grads.size(),
+                                state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
+    ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
+    (void)step;
     constexpr std::string_view kOperation = "optim::Momentum::apply";
     detail::check_learning_rate(kOperation, learning_rate);
     detail::check_unit_interval(kOperation, "momentum", momentum, /*one_allowed=*/true);
-    detail::check_apply_sizes(kOperation, kSlots, params.size(), grads.size(), state);
-
     const T lr = static_cast<T>(learning_rate);
     const T mu = static_cast<T>(momentum);
-    T* p = params.data();
-    const T* g = grads.data();
-    T* v = state.slots.data();
-    const std::size_t n = params.size();
-    // Two branch-free loops rather than a test per element, so that each vectorizes.
-    if (nesterov) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const T step = lr * g[i];
-        v[i] = mu * v[i] - step;
-        p[i] += mu * v[i] - step;
-      }
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        v[i] = mu * v[i] - lr * g[i];
-        p[i] += v[i];
-      }
-    }
-    ++state.step;
+    // Two rules rather than a test per element, so that each loop vectorizes.
+    if (nesterov)
+      f(NesterovMomentumRule<T>{lr, mu});
+    else
+      f(MomentumRule<T>{lr, mu});
   }
 };
 

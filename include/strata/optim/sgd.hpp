@@ -3,11 +3,13 @@
 
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 #include <type_traits>
 
 #include <strata/optim/optimizer.hpp>
+#include <strata/optim/rules.hpp>
 
 namespace strata::optim {
 
@@ -43,17 +45,21 @@ struct Sgd {
   template <std::floating_point T>
   void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
              OptimizerState<T>& state) const {
-    constexpr std::string_view kOperation = "optim::Sgd::apply";
-    detail::check_learning_rate(kOperation, learning_rate);
-    detail::check_apply_sizes(kOperation, kSlots, params.size(), grads.size(), state);
-
-    const T lr = static_cast<T>(learning_rate);
-    T* p = params.data();
-    const T* g = grads.data();
-    const std::size_t n = params.size();
-    for (std::size_t i = 0; i < n; ++i)
-      p[i] -= lr * g[i];
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Sgd::apply", kSlots, params.size(), grads.size(), state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
     ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
+    (void)step;
+    detail::check_learning_rate("optim::Sgd::apply", learning_rate);
+    f(SgdRule<T>{static_cast<T>(learning_rate)});
   }
 };
 

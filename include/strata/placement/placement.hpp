@@ -2,11 +2,13 @@
 // replica reads and updates them.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 #include <strata/core/enum_names.hpp>
 #include <strata/optim/sgd.hpp>
@@ -34,17 +36,32 @@ struct strata::EnumNames<strata::placement::UpdateSite> {
 
 namespace strata::placement {
 
+/// Whether placement P keeps values in memory a GPU reaches (P::kDeviceMemory).
+template <class P>
+inline constexpr bool kOnDevice = [] {
+  if constexpr (requires { P::kDeviceMemory; })
+    return static_cast<bool>(P::kDeviceMemory);
+  else
+    return false;
+}();
+
+/// What a placement's `create` is given to place the copies of a variable: the number of local
+/// replicas, or for a GPU placement the CUDA device of each local replica (which the strategy's
+/// communicators chose).
+template <class P>
+using ReplicaPlaces = std::conditional_t<kOnDevice<P>, std::span<const int>, int>;
+
 namespace detail {
 
 /// The members a placement has for variables of element type T.
 template <class P, class T>
 concept PlacesVariablesOf = requires(typename P::template variable_type<T>& variable,
                                      const typename P::template variable_type<T>& cvariable,
-                                     int local_replicas, int local_replica,
+                                     ReplicaPlaces<P> replicas, int local_replica,
                                      std::span<const T> values, VariableAggregation aggregation,
                                      const optim::Sgd& optimizer) {
   {
-    P::template create<T>(local_replicas, values, aggregation)
+    P::template create<T>(replicas, values, aggregation)
     } -> std::same_as<typename P::template variable_type<T>>;
   { cvariable.size() } -> std::convertible_to<std::size_t>;
   { cvariable.aggregation() } -> std::same_as<VariableAggregation>;
@@ -66,7 +83,8 @@ concept PlacesVariablesOf = requires(typename P::template variable_type<T>& vari
 ///      policy needs to know to deliver gradients: to every replica, or to replica 0 with the
 ///      others waiting;
 ///   4. for T = float and double, `P::variable_type<T>` is the variable it creates with
-///      `P::create<T>(local_replicas, initial, aggregation)`: the placement owns where values
+///      `P::create<T>(places, initial, aggregation)`, places being ReplicaPlaces<P> (the local
+///      replicas, or each one's CUDA device): the placement owns where values
 ///      and optimizer slots live. A variable tells its `size()` and `aggregation()`, and outside
 ///      `Strategy::run` reads (`read()`) and sets (`assign(values)`) the model's value;
 ///   5. `P::read(variable, local_replica)` is what a replica reads,
@@ -74,8 +92,16 @@ concept PlacesVariablesOf = requires(typename P::template variable_type<T>& vari
 ///      assigned (empty when the replica writes none), and
 ///      `P::apply(variable, local_replica, optimizer, gradient)` applies the replica's part of
 ///      an update, given the gradient the sync policy aggregated.
-/// It leaves out devices (a GPU placement maps replicas to CUDA devices) and when gradients
-/// meet (the sync policy's), and how values cross processes (the communicator's).
+/// A placement may also have (GPU placements do, placement/gpu_replicas.hpp):
+///   - `P::kDeviceMemory` (bool): its values and the replicas' buffers are memory a GPU
+///     reaches, so the communicator must take device buffers (`C::kDeviceMemory`, with a
+///     `device()` per rank);
+///   - `P::default_replicas()`: the replicas of a process when none were asked for;
+///   - `P::replica_scope(device)`: an object that, while it lives on a replica's thread, binds
+///     the thread to the replica's CUDA device (which its communicator's `device()` names);
+///   - `P::copy_values(from, to)`: how a replica's value is copied into a variable.
+/// It leaves out when gradients meet (the sync policy's) and how values cross processes (the
+/// communicator's).
 template <class P>
 concept Placement = requires {
   { P::kName } -> std::convertible_to<std::string_view>;
@@ -83,5 +109,14 @@ concept Placement = requires {
   { P::kUpdateSite } -> std::convertible_to<UpdateSite>;
 }
 &&detail::PlacesVariablesOf<P, float>&& detail::PlacesVariablesOf<P, double>;
+
+/// Copies a replica's value into a variable's storage as placement P does it.
+template <class P, class T>
+void copy_values(std::span<const T> from, std::span<T> to) {
+  if constexpr (requires { P::copy_values(from, to); })
+    P::copy_values(from, to);
+  else
+    std::copy(from.begin(), from.end(), to.begin());
+}
 
 }  // namespace strata::placement

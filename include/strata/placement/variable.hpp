@@ -5,6 +5,7 @@
 #include <array>
 #include <concepts>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <strata/core/data_type.hpp>
 #include <strata/core/enum_names.hpp>
 #include <strata/core/error.hpp>
+#include <strata/fwd.hpp>
 #include <strata/optim/optimizer.hpp>
 
 namespace strata::placement {
@@ -47,11 +49,13 @@ using strata::to_string;
 /// `assign()` sets every copy. Do not move a variable while `run` is in progress.
 ///
 /// Trainable variables hold float or double (16-bit training keeps float master weights).
-template <std::floating_point T>
+/// `Allocator` places the values: GpuCentralStorage keeps them in pinned host memory, which
+/// kernels on every GPU read directly.
+template <std::floating_point T, class Allocator>
 class Variable {
  public:
   Variable(std::size_t num_copies, std::span<const T> initial, VariableAggregation aggregation)
-      : copies_(num_copies, std::vector<T>(initial.begin(), initial.end())),
+      : copies_(num_copies, std::vector<T, Allocator>(initial.begin(), initial.end())),
         aggregation_(aggregation),
         states_(num_copies) {
     if (num_copies == 0)
@@ -108,7 +112,7 @@ class Variable {
   }
 
  private:
-  std::vector<std::vector<T>> copies_;
+  std::vector<std::vector<T, Allocator>> copies_;
   VariableAggregation aggregation_;
   struct OptimizerSlots {
     optim::OptimizerState<T> state;

@@ -1,7 +1,6 @@
 // strata/sync/synchronous.hpp — every step, every replica's gradient reaches the variables.
 #pragma once
 
-#include <algorithm>
 #include <span>
 #include <string_view>
 
@@ -75,7 +74,7 @@ struct Synchronous {
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     const std::span<T> target = P::write_target(variable, context.local_replica_id());
     if (!many) {
-      std::copy(value.begin(), value.end(), target.begin());
+      placement::copy_values<P, T>(value, target);
       return;
     }
     if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
@@ -86,7 +85,7 @@ struct Synchronous {
     } else {
       if (first_only) {
         communicator.barrier();  // every replica has finished reading the old value
-        if (replica == 0) std::copy(value.begin(), value.end(), target.begin());
+        if (replica == 0) placement::copy_values<P, T>(value, target);
       } else {
         communicator.reduce(value, target, reduce_op(aggregation), 0);
       }

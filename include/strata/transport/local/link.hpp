@@ -2,10 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <string_view>
+
+#include <fmt/format.h>
 
 #include <strata/core/collective.hpp>
 #include <strata/core/deadline.hpp>
+#include <strata/core/error.hpp>
 #include <strata/transport/local/group.hpp>
 
 namespace strata::transport::local {
@@ -24,6 +28,8 @@ class Link {
   /// The first synchronization point of a collective that moves data: once released, every
   /// rank may work on every other rank's buffers until `Group::end_transfer`.
   void open_transfer() { group_->arrive_and_wait(rank_, deadline_, operation_, true); }
+  /// Fails the group (every rank's pending and later calls raise `error`'s root cause).
+  void fail(const std::exception_ptr& error) noexcept { group_->fail(error); }
 
  private:
   Group* group_;
@@ -32,5 +38,21 @@ class Link {
   Deadline deadline_;
   std::string_view operation_;
 };
+
+/// Raises MismatchError, and fails the group, unless every rank posted the same collective
+/// (after `open_transfer`). Every rank runs the same comparison on the same posted calls, so
+/// either all ranks raise the mismatch or none does.
+inline void check_agreement(Link& link) {
+  const CollectiveCall& first = link.peer_call(0);
+  for (int r = 1; r < link.size(); ++r) {
+    const CollectiveCall& other = link.peer_call(r);
+    if (agrees(first, other)) continue;
+    MismatchError error(link.rank(), to_string(link.peer_call(link.rank()).kind),
+                        fmt::format("ranks disagree: rank 0 called {} but rank {} called {}",
+                                    describe(first), r, describe(other)));
+    link.fail(std::make_exception_ptr(error));
+    throw error;
+  }
+}
 
 }  // namespace strata::transport::local

@@ -1,21 +1,25 @@
-// strata/transport/nccl/device.hpp — the CUDA pieces an NCCL group holds: the current device
-// for a scope, a stream, an event, and a typed buffer of device memory.
+// strata/transport/cuda/device.hpp — the CUDA pieces strata holds: the current device for a
+// scope, a stream, an event, and typed buffers of device memory and of pinned host memory.
 #pragma once
 
 #include <strata/config.hpp>
 
-#if STRATA_HAS_NCCL
+#if STRATA_HAS_CUDA
 
+#include <chrono>
 #include <cstddef>
 #include <span>
+#include <string_view>
+#include <thread>
 #include <utility>
 
 #include <cuda_runtime_api.h>
 
 #include <strata/core/data_type.hpp>
-#include <strata/transport/nccl/status.hpp>
+#include <strata/core/error.hpp>
+#include <strata/transport/cuda/status.hpp>
 
-namespace strata::transport::nccl {
+namespace strata::transport::cuda {
 
 /// How many CUDA devices this process sees: 0 without a driver or a device (never throws).
 inline int device_count() noexcept {
@@ -25,6 +29,18 @@ inline int device_count() noexcept {
     return 0;
   }
   return count;
+}
+
+/// The CUDA device of local replica `local_replica` when a process runs its replicas on GPUs:
+/// replica r on device r modulo the devices this process sees (CUDA_VISIBLE_DEVICES picks and
+/// orders them). @throws ConfigurationError when the process sees no device.
+inline int replica_device(int local_replica, std::string_view operation = "Strategy") {
+  const int devices = device_count();
+  if (devices == 0)
+    throw ConfigurationError(-1, operation, "no CUDA device is visible to this process",
+                             "run on a machine with a GPU and its driver (check nvidia-smi and "
+                             "CUDA_VISIBLE_DEVICES), or use a CPU strategy");
+  return local_replica % devices;
 }
 
 /// Makes `device` current for its scope and restores the one before.
@@ -86,6 +102,31 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
+/// Waits until `event` has completed, calling `watch()` about every millisecond (it throws to
+/// stop waiting: a deadline, a failed peer). Spinning first catches short work at once; after
+/// 10 ms the wait sleeps between queries so that it does not hold a core.
+template <class Watch>
+void wait_for(cudaEvent_t event, int rank, std::string_view operation, Watch&& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  auto next_check = started;
+  for (int spins = 0;; ++spins) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) raise_cuda(status, rank, operation, "the device's work");
+    if (spins < 1024) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      watch();
+      next_check = now + std::chrono::milliseconds(1);
+    }
+    if (now - started < std::chrono::milliseconds(10))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 /// `count` elements of T in the memory of the current device.
 template <Element T>
 class DeviceBuffer {
@@ -129,6 +170,31 @@ class DeviceBuffer {
   std::size_t count_ = 0;
 };
 
-}  // namespace strata::transport::nccl
+/// Page-locked host memory mapped into every device's address space: kernels on any GPU read
+/// and write it through the same pointer (unified addressing), and copies to and from it run
+/// at full bus speed. For std::vector and the host copy of CentralStorage's variables.
+template <class T>
+struct PinnedAllocator {
+  using value_type = T;
+  PinnedAllocator() = default;
+  template <class U>
+  PinnedAllocator(const PinnedAllocator<U>& /*other*/) noexcept {}  // NOLINT: an allocator
 
-#endif  // STRATA_HAS_NCCL
+  T* allocate(std::size_t count) {
+    void* memory = nullptr;
+    check_cuda(
+        cudaHostAlloc(&memory, count * sizeof(T), cudaHostAllocPortable | cudaHostAllocMapped), -1,
+        "PinnedAllocator", "cudaHostAlloc");
+    return static_cast<T*>(memory);
+  }
+  void deallocate(T* memory, std::size_t /*count*/) noexcept { (void)cudaFreeHost(memory); }
+
+  template <class U>
+  bool operator==(const PinnedAllocator<U>& /*other*/) const noexcept {
+    return true;
+  }
+};
+
+}  // namespace strata::transport::cuda
+
+#endif  // STRATA_HAS_CUDA
