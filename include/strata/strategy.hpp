@@ -52,7 +52,8 @@ namespace strata {
 struct StrategyOptions {
   /// Replicas in this process. 0 picks the default: one per CPU this process may run on (its
   /// affinity mask, so taskset and container cpusets count) for placements that run several
-  /// replicas, one for single-replica placements (OneDevice, Default).
+  /// replicas, one per visible GPU for GPU placements, one for single-replica placements
+  /// (OneDevice, Default).
   int num_replicas = 0;
   /// Options of the communicators between the replicas (deadline of every collective).
   communicator::CommunicatorOptions communicator{};

@@ -1,5 +1,6 @@
 // Tests of strata/communicator/nccl.hpp on a GPU: real worker processes
-// (tests/support/nccl_worker.cpp) on loopback, one rank each, with a TCP side group.
+// (tests/support/nccl_worker.cpp) on loopback, one rank each, with a TCP side group; and one
+// process with a rank per GPU (threads, LocalCommunicator side group).
 //   - conformance of every collective × op × element type × count {0, 1, 7, 1023, 65539,
 //     1 M + 3} × root × in/out of place against the collective reference, world sizes 1-3;
 //   - SIGKILL of one worker mid all-reduce: the others raise PeerFailureError naming it within
@@ -13,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <string>
 #include <thread>
@@ -27,7 +29,13 @@
 #include "worker_cluster.hpp"
 
 #if STRATA_HAS_NCCL
+#include <strata/communicator/local.hpp>
+#include <strata/communicator/nccl.hpp>
+#include <strata/core/error.hpp>
 #include <strata/transport/cuda/device.hpp>
+
+#include "device_staging.hpp"
+#include "tcp_worker_conformance.hpp"
 #endif
 
 namespace {
@@ -93,6 +101,46 @@ TEST_CASE("every collective matches the reference on the GPU, world sizes 1, 2 a
           output);
       MESSAGE(output.substr(output.rfind("conformance")));
     }
+  }
+}
+
+TEST_CASE("one process, one rank per GPU: every collective matches the reference") {
+  need_a_device();
+  using strata::communicator::Collective;
+  using InProcess =
+      strata::communicator::NcclCommunicator<strata::communicator::LocalCommunicator<>>;
+  const std::size_t counts[] = {0, 1, 7, 1023, 65539, 1048579};
+  constexpr Collective kEvery[] = {Collective::all_reduce, Collective::broadcast,
+                                   Collective::reduce, Collective::all_gather,
+                                   Collective::reduce_scatter};
+  const int gpus = strata::transport::cuda::device_count();
+  auto group = InProcess::create(gpus);
+  std::vector<conformance::Totals> totals(group.size());
+  std::vector<std::string> errors(group.size());
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t r = 0; r < group.size(); ++r)
+      threads.emplace_back([&, r] {
+        try {
+          strata::transport::cuda::DeviceScope scope(group[r].device(), static_cast<int>(r),
+                                                     "test");
+          conformance::Clock::time_point began;
+          conformance::run_phase(
+              group[r], "nccl in process", kEvery, counts, began, totals[r],
+              conformance::DeviceStaging{
+                  [](InProcess& nccl, auto mine, auto all) { nccl.side().all_gather(mine, all); }});
+        } catch (const std::exception& error) {
+          errors[r] = error.what();
+        }
+      });
+  }
+  CHECK_THROWS_AS(InProcess::create(gpus + 1), strata::UsageError);
+  for (std::size_t r = 0; r < group.size(); ++r) {
+    CAPTURE(r);
+    CHECK_MESSAGE(errors[r].empty(), errors[r]);
+    CHECK(totals[r].cases > 0);
+    CHECK(totals[r].failed == 0);
+    CHECK(totals[r].not_identical == 0);
   }
 }
 

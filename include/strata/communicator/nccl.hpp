@@ -131,8 +131,15 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     form(*state_);
   }
   NcclCommunicator(NcclCommunicator&&) noexcept = default;
-  NcclCommunicator& operator=(NcclCommunicator&&) noexcept = default;
-  ~NcclCommunicator() = default;
+  NcclCommunicator& operator=(NcclCommunicator&& other) noexcept {
+    if (this != &other) {
+      release();
+      state_ = std::move(other.state_);
+      teardown_ = std::move(other.teardown_);
+    }
+    return *this;
+  }
+  ~NcclCommunicator() { release(); }
 
   int rank() const noexcept { return state_->rank; }
   int size() const noexcept { return state_->size; }
@@ -258,6 +265,31 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
                        "(GpuCentralStorageStrategy), which shares a GPU among replicas");
   }
 
+  // The ranks of one process in one group finalize (or abort) together: NCCL synchronizes
+  // the ranks of a node when it frees a communicator, so ranks destroyed one after the other by
+  // one thread would wait for each other until the deadline. The last rank to go destroys every
+  // rank's state, one thread each.
+  class Teardown {
+   public:
+    explicit Teardown(std::size_t ranks) { states_.reserve(ranks); }
+    Teardown(const Teardown&) = delete;
+    Teardown& operator=(const Teardown&) = delete;
+    ~Teardown() {
+      std::vector<std::jthread> threads;
+      for (auto& state : states_)
+        threads.emplace_back([&state] { state.reset(); });
+    }
+    // Never allocates: room for every rank was made up front.
+    void adopt(std::unique_ptr<State> state) noexcept {
+      std::lock_guard lock(mutex_);
+      states_.push_back(std::move(state));
+    }
+
+   private:
+    std::mutex mutex_;
+    std::vector<std::unique_ptr<State>> states_;
+  };
+
   // Forms the NCCL group of `sides` (this process's ranks of the side group), local rank r on
   // device (first_device + r) modulo the devices, one thread per rank: each rank's
   // constructor is a collective of the side group.
@@ -281,9 +313,12 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     }
     for (const auto& error : errors)
       if (error) std::rethrow_exception(error);
+    auto teardown = std::make_shared<Teardown>(formed.size());
     std::vector<NcclCommunicator> group;
-    for (auto& communicator : formed)
+    for (auto& communicator : formed) {
+      communicator->teardown_ = teardown;
       group.push_back(std::move(*communicator));
+    }
     return group;
   }
 
@@ -518,7 +553,16 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
                      operation, "cudaStreamWaitEvent on the caller's stream");
   }
 
+  // A rank of a group that `create` formed hands its state to the group's teardown, which
+  // destroys every rank of this process at once when the last one goes.
+  void release() noexcept {
+    if (teardown_ && state_) teardown_->adopt(std::move(state_));
+    state_.reset();
+    teardown_.reset();
+  }
+
   std::unique_ptr<State> state_;
+  std::shared_ptr<Teardown> teardown_;  // null for a rank constructed on its own
 };
 
 }  // namespace strata::communicator
