@@ -66,8 +66,8 @@ class MeasuredRows {
     send_.resize(send);
     recv_.resize(recv + kGuard);
     if constexpr (kDevice) {
-      device_send_ = transport::cuda::DeviceBuffer<T>(send_.size());
-      device_recv_ = transport::cuda::DeviceBuffer<T>(recv_.size());
+      device_send_ = DeviceBuffer(send_.size());
+      device_recv_ = DeviceBuffer(recv_.size());
     }
   }
 
