@@ -11891,10 +11891,10 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
 // strata/communicator/reduce_to_one_device.hpp — collectives among the replicas (threads) of
 // one process whose buffers live on GPUs: TF's ReductionToOneDevice.
 //
-// Every reduction copies the ranks' data to one device (rank 0's, or the root's), reduces it
-// there with one CUDA kernel in rank order, and copies the result to every rank that receives
-// it. It needs no NCCL, takes any number of replicas per GPU, and every rank gets the bits that
-// strata::reduce_n gives on the host. The ranks meet on the host as LocalCommunicator's do
+// Every reduction copies the other ranks' data to one device (rank 0's, or the root's), reduces
+// it there with one CUDA kernel in rank order, and copies the result to every rank that
+// receives it. It needs no NCCL, takes any number of replicas per GPU, and every rank gets the bits
+// that strata::reduce_n gives on the host. The ranks meet on the host as LocalCommunicator's do
 // (transport/local/): a posted call, checked for agreement, then the device work, then a last
 // meeting so that no rank returns while a peer may still copy from or into its buffers.
 
@@ -12323,11 +12323,14 @@ enum class Element : std::uint8_t {
 enum class Op : std::uint8_t { sum, product, min, max, mean };
 
 /// Queues on `stream`: `out[i] = slot[0][i] op slot[1][i] op ... op slot[k-1][i]` for i < count,
-/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), combined in slot
-/// order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined in float
-/// and rounded once, a mean divides the sum by k. `out` may be slot 0 but no other slot.
+/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), except slot
+/// `own_slot`, which is read from `own` (the reducing rank's input, read where it is), combined
+/// in slot order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined
+/// in float and rounded once, a mean divides the sum by k. `out` may be `own` (in place) but
+/// must not overlap the slots.
 cudaError_t reduce_slots(Element type, Op op, void* out, const void* slots, std::size_t slot_count,
-                         std::size_t count, cudaStream_t stream) noexcept;
+                         std::size_t count, const void* own, std::size_t own_slot,
+                         cudaStream_t stream) noexcept;
 
 /// Queues on `stream` the optimizer update `rule` (optim/rules.hpp) over `n` parameters:
 /// rule(params, grads, slots, n, i) for every i < n. Instantiated for the rules of Sgd,
@@ -12508,7 +12511,8 @@ class ReduceToOneDevice : public detail::CollectiveApi<ReduceToOneDevice> {
     transport::cuda::Stream stream;
     transport::cuda::Event ready;  // the caller's stream reached the call
     transport::cuda::Event done;   // this rank's device work finished
-    // On the rank that reduces: every rank's data side by side, then the reduced result.
+    // On the rank that reduces: the other ranks' data side by side (a slot per rank), then
+    // the reduced result.
     transport::cuda::DeviceBuffer<std::uint8_t> staging;
     detail::SerialExecutor executor;
   };
@@ -12625,20 +12629,23 @@ class ReduceToOneDevice : public detail::CollectiveApi<ReduceToOneDevice> {
     return false;
   }
 
-  // Copies every rank's `count` input elements side by side into this rank's staging buffer
-  // and reduces them, in rank order, into `out`.
+  // Copies the other ranks' `count` input elements side by side into this rank's staging
+  // buffer (slot r for rank r) and reduces them with this rank's own input, read where it is,
+  // in rank order, into `out`.
   static void reduce_here(Endpoint& endpoint, const transport::local::Link& link,
                           const CollectiveCall& call, std::size_t count, void* out) {
     const int n = link.size();
     const std::size_t bytes = count * size_of(call.type);
     std::uint8_t* slots = staging(endpoint, static_cast<std::size_t>(n) * count, call);
     for (int peer = 0; peer < n; ++peer)
-      copy(endpoint, slots + static_cast<std::size_t>(peer) * bytes, link.peer_call(peer).send,
-           bytes);
+      if (peer != endpoint.rank)
+        copy(endpoint, slots + static_cast<std::size_t>(peer) * bytes, link.peer_call(peer).send,
+             bytes);
     namespace kernels = transport::cuda::kernels;
     check(kernels::reduce_slots(static_cast<kernels::Element>(call.type),
                                 static_cast<kernels::Op>(call.op), out, slots,
-                                static_cast<std::size_t>(n), count, endpoint.stream.get()),
+                                static_cast<std::size_t>(n), count, call.send,
+                                static_cast<std::size_t>(endpoint.rank), endpoint.stream.get()),
           endpoint, to_string(call.kind), "the reduction kernel");
   }
 
@@ -14545,11 +14552,14 @@ enum class Element : std::uint8_t {
 enum class Op : std::uint8_t { sum, product, min, max, mean };
 
 /// Queues on `stream`: `out[i] = slot[0][i] op slot[1][i] op ... op slot[k-1][i]` for i < count,
-/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), combined in slot
-/// order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined in float
-/// and rounded once, a mean divides the sum by k. `out` may be slot 0 but no other slot.
+/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), except slot
+/// `own_slot`, which is read from `own` (the reducing rank's input, read where it is), combined
+/// in slot order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined
+/// in float and rounded once, a mean divides the sum by k. `out` may be `own` (in place) but
+/// must not overlap the slots.
 cudaError_t reduce_slots(Element type, Op op, void* out, const void* slots, std::size_t slot_count,
-                         std::size_t count, cudaStream_t stream) noexcept;
+                         std::size_t count, const void* own, std::size_t own_slot,
+                         cudaStream_t stream) noexcept;
 
 /// Queues on `stream` the optimizer update `rule` (optim/rules.hpp) over `n` parameters:
 /// rule(params, grads, slots, n, i) for every i < n. Instantiated for the rules of Sgd,
@@ -15476,7 +15486,8 @@ struct GpuCentralStorage : GpuReplicas {
   static void apply(variable_type<T>& variable, int local_replica, const O& optimizer,
                     std::span<const T> gradient) {
     if (local_replica != 0) return;
-    std::vector<T> host(gradient.size());
+    thread_local std::vector<T> host;  // kept between updates: no allocation per step
+    host.resize(gradient.size());
     transport::cuda::check_cuda(
         cudaMemcpy(host.data(), gradient.data(), gradient.size_bytes(), cudaMemcpyDefault), 0,
         "apply_gradients", "cudaMemcpy of the reduced gradient to the host");
@@ -18383,11 +18394,14 @@ enum class Element : std::uint8_t {
 enum class Op : std::uint8_t { sum, product, min, max, mean };
 
 /// Queues on `stream`: `out[i] = slot[0][i] op slot[1][i] op ... op slot[k-1][i]` for i < count,
-/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), combined in slot
-/// order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined in float
-/// and rounded once, a mean divides the sum by k. `out` may be slot 0 but no other slot.
+/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), except slot
+/// `own_slot`, which is read from `own` (the reducing rank's input, read where it is), combined
+/// in slot order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined
+/// in float and rounded once, a mean divides the sum by k. `out` may be `own` (in place) but
+/// must not overlap the slots.
 cudaError_t reduce_slots(Element type, Op op, void* out, const void* slots, std::size_t slot_count,
-                         std::size_t count, cudaStream_t stream) noexcept;
+                         std::size_t count, const void* own, std::size_t own_slot,
+                         cudaStream_t stream) noexcept;
 
 /// Queues on `stream` the optimizer update `rule` (optim/rules.hpp) over `n` parameters:
 /// rule(params, grads, slots, n, i) for every i < n. Instantiated for the rules of Sgd,

@@ -1,10 +1,10 @@
 // strata/communicator/reduce_to_one_device.hpp — collectives among the replicas (threads) of
 // one process whose buffers live on GPUs: TF's ReductionToOneDevice.
 //
-// Every reduction copies the ranks' data to one device (rank 0's, or the root's), reduces it
-// there with one CUDA kernel in rank order, and copies the result to every rank that receives
-// it. It needs no NCCL, takes any number of replicas per GPU, and every rank gets the bits that
-// strata::reduce_n gives on the host. The ranks meet on the host as LocalCommunicator's do
+// Every reduction copies the other ranks' data to one device (rank 0's, or the root's), reduces
+// it there with one CUDA kernel in rank order, and copies the result to every rank that
+// receives it. It needs no NCCL, takes any number of replicas per GPU, and every rank gets the bits
+// that strata::reduce_n gives on the host. The ranks meet on the host as LocalCommunicator's do
 // (transport/local/): a posted call, checked for agreement, then the device work, then a last
 // meeting so that no rank returns while a peer may still copy from or into its buffers.
 #pragma once
@@ -149,7 +149,8 @@ class ReduceToOneDevice : public detail::CollectiveApi<ReduceToOneDevice> {
     transport::cuda::Stream stream;
     transport::cuda::Event ready;  // the caller's stream reached the call
     transport::cuda::Event done;   // this rank's device work finished
-    // On the rank that reduces: every rank's data side by side, then the reduced result.
+    // On the rank that reduces: the other ranks' data side by side (a slot per rank), then
+    // the reduced result.
     transport::cuda::DeviceBuffer<std::uint8_t> staging;
     detail::SerialExecutor executor;
   };
@@ -266,20 +267,23 @@ class ReduceToOneDevice : public detail::CollectiveApi<ReduceToOneDevice> {
     return false;
   }
 
-  // Copies every rank's `count` input elements side by side into this rank's staging buffer
-  // and reduces them, in rank order, into `out`.
+  // Copies the other ranks' `count` input elements side by side into this rank's staging
+  // buffer (slot r for rank r) and reduces them with this rank's own input, read where it is,
+  // in rank order, into `out`.
   static void reduce_here(Endpoint& endpoint, const transport::local::Link& link,
                           const CollectiveCall& call, std::size_t count, void* out) {
     const int n = link.size();
     const std::size_t bytes = count * size_of(call.type);
     std::uint8_t* slots = staging(endpoint, static_cast<std::size_t>(n) * count, call);
     for (int peer = 0; peer < n; ++peer)
-      copy(endpoint, slots + static_cast<std::size_t>(peer) * bytes, link.peer_call(peer).send,
-           bytes);
+      if (peer != endpoint.rank)
+        copy(endpoint, slots + static_cast<std::size_t>(peer) * bytes, link.peer_call(peer).send,
+             bytes);
     namespace kernels = transport::cuda::kernels;
     check(kernels::reduce_slots(static_cast<kernels::Element>(call.type),
                                 static_cast<kernels::Op>(call.op), out, slots,
-                                static_cast<std::size_t>(n), count, endpoint.stream.get()),
+                                static_cast<std::size_t>(n), count, call.send,
+                                static_cast<std::size_t>(endpoint.rank), endpoint.stream.get()),
           endpoint, to_string(call.kind), "the reduction kernel");
   }
 

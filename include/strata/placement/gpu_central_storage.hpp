@@ -52,7 +52,8 @@ struct GpuCentralStorage : GpuReplicas {
   static void apply(variable_type<T>& variable, int local_replica, const O& optimizer,
                     std::span<const T> gradient) {
     if (local_replica != 0) return;
-    std::vector<T> host(gradient.size());
+    thread_local std::vector<T> host;  // kept between updates: no allocation per step
+    host.resize(gradient.size());
     transport::cuda::check_cuda(
         cudaMemcpy(host.data(), gradient.data(), gradient.size_bytes(), cudaMemcpyDefault), 0,
         "apply_gradients", "cudaMemcpy of the reduced gradient to the host");

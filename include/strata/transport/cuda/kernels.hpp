@@ -34,11 +34,14 @@ enum class Element : std::uint8_t {
 enum class Op : std::uint8_t { sum, product, min, max, mean };
 
 /// Queues on `stream`: `out[i] = slot[0][i] op slot[1][i] op ... op slot[k-1][i]` for i < count,
-/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), combined in slot
-/// order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined in float
-/// and rounded once, a mean divides the sum by k. `out` may be slot 0 but no other slot.
+/// slot j starting `j · count` elements after `slots` (k = slot_count ≥ 1), except slot
+/// `own_slot`, which is read from `own` (the reducing rank's input, read where it is), combined
+/// in slot order with strata::reduce_n's semantics: integers wrap, 16-bit floats are combined
+/// in float and rounded once, a mean divides the sum by k. `out` may be `own` (in place) but
+/// must not overlap the slots.
 cudaError_t reduce_slots(Element type, Op op, void* out, const void* slots, std::size_t slot_count,
-                         std::size_t count, cudaStream_t stream) noexcept;
+                         std::size_t count, const void* own, std::size_t own_slot,
+                         cudaStream_t stream) noexcept;
 
 /// Queues on `stream` the optimizer update `rule` (optim/rules.hpp) over `n` parameters:
 /// rule(params, grads, slots, n, i) for every i < n. Instantiated for the rules of Sgd,

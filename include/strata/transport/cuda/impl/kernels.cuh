@@ -94,15 +94,18 @@ __device__ V combine(Op op, V a, V b) {
 
 template <class Stored>
 __global__ void reduce_slots_kernel(Op op, Stored* out, const Stored* slots, std::size_t slot_count,
-                                    std::size_t count) {
+                                    std::size_t count, const Stored* own, std::size_t own_slot) {
   using A = Arithmetic<Stored>;
   using V = typename A::Value;
+  const auto element = [&](std::size_t j, std::size_t i) {
+    return A::load(j == own_slot ? own[i] : slots[j * count + i]);
+  };
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += stride) {
-    V value = A::load(slots[i]);
+    V value = element(0, i);
     for (std::size_t j = 1; j < slot_count; ++j)
-      value = combine<V>(op, value, A::load(slots[j * count + i]));
+      value = combine<V>(op, value, element(j, i));
     if (op == Op::mean) value = value / static_cast<V>(slot_count);
     out[i] = A::store(value);
   }
@@ -110,9 +113,11 @@ __global__ void reduce_slots_kernel(Op op, Stored* out, const Stored* slots, std
 
 template <class Stored>
 cudaError_t launch_reduce(Op op, void* out, const void* slots, std::size_t slot_count,
-                          std::size_t count, cudaStream_t stream) {
+                          std::size_t count, const void* own, std::size_t own_slot,
+                          cudaStream_t stream) {
   reduce_slots_kernel<Stored><<<blocks_for(count), kThreads, 0, stream>>>(
-      op, static_cast<Stored*>(out), static_cast<const Stored*>(slots), slot_count, count);
+      op, static_cast<Stored*>(out), static_cast<const Stored*>(slots), slot_count, count,
+      static_cast<const Stored*>(own), own_slot);
   return cudaGetLastError();
 }
 
@@ -127,26 +132,34 @@ __global__ void apply_rule_kernel(Rule rule, T* params, const T* grads, T* slots
 }  // namespace detail
 
 cudaError_t reduce_slots(Element type, Op op, void* out, const void* slots, std::size_t slot_count,
-                         std::size_t count, cudaStream_t stream) noexcept {
+                         std::size_t count, const void* own, std::size_t own_slot,
+                         cudaStream_t stream) noexcept {
   if (count == 0) return cudaSuccess;
   if (slot_count == 0) return cudaErrorInvalidValue;
   switch (type) {
     case Element::int8:
-      return detail::launch_reduce<std::int8_t>(op, out, slots, slot_count, count, stream);
+      return detail::launch_reduce<std::int8_t>(op, out, slots, slot_count, count, own, own_slot,
+                                                stream);
     case Element::uint8:
-      return detail::launch_reduce<std::uint8_t>(op, out, slots, slot_count, count, stream);
+      return detail::launch_reduce<std::uint8_t>(op, out, slots, slot_count, count, own, own_slot,
+                                                 stream);
     case Element::int32:
-      return detail::launch_reduce<std::int32_t>(op, out, slots, slot_count, count, stream);
+      return detail::launch_reduce<std::int32_t>(op, out, slots, slot_count, count, own, own_slot,
+                                                 stream);
     case Element::int64:
-      return detail::launch_reduce<std::int64_t>(op, out, slots, slot_count, count, stream);
+      return detail::launch_reduce<std::int64_t>(op, out, slots, slot_count, count, own, own_slot,
+                                                 stream);
     case Element::float16:
-      return detail::launch_reduce<__half>(op, out, slots, slot_count, count, stream);
+      return detail::launch_reduce<__half>(op, out, slots, slot_count, count, own, own_slot,
+                                           stream);
     case Element::bfloat16:
-      return detail::launch_reduce<__nv_bfloat16>(op, out, slots, slot_count, count, stream);
+      return detail::launch_reduce<__nv_bfloat16>(op, out, slots, slot_count, count, own, own_slot,
+                                                  stream);
     case Element::float32:
-      return detail::launch_reduce<float>(op, out, slots, slot_count, count, stream);
+      return detail::launch_reduce<float>(op, out, slots, slot_count, count, own, own_slot, stream);
     case Element::float64:
-      return detail::launch_reduce<double>(op, out, slots, slot_count, count, stream);
+      return detail::launch_reduce<double>(op, out, slots, slot_count, count, own, own_slot,
+                                           stream);
   }
   return cudaErrorInvalidValue;
 }
