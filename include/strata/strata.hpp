@@ -94,6 +94,7 @@
 #include <strata/transport/cuda/status.hpp>
 #include <strata/transport/local/group.hpp>
 #include <strata/transport/local/link.hpp>
+#include <strata/transport/nccl/collective.hpp>
 #include <strata/transport/nccl/status.hpp>
 #include <strata/transport/nccl/types.hpp>
 #include <strata/transport/plan.hpp>

@@ -10911,7 +10911,6 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 
 #if STRATA_HAS_NCCL
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -10932,6 +10931,115 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
 #include <fmt/format.h>
 #include <nccl.h>
 
+#ifndef STRATA_AMALGAMATED_STRATA_COMMUNICATOR_DETAIL_CALL_AGREEMENT_HPP
+#define STRATA_AMALGAMATED_STRATA_COMMUNICATOR_DETAIL_CALL_AGREEMENT_HPP
+// ---- begin strata/communicator/detail/call_agreement.hpp ----
+// strata/communicator/detail/call_agreement.hpp — whether every rank makes the same collective
+// call, checked through another group: what a communicator whose transport cannot tell (NCCL,
+// nccl#1417) uses to raise MismatchError instead of hanging or reinterpreting bytes.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::communicator::detail {
+
+/// What ranks compare before a collective: kind, element type, count, op (-1 when the kind
+/// does not reduce), root (-1 without one) and the call's number on the group.
+using CallDescriptor = std::array<std::int64_t, 6>;
+
+inline CallDescriptor describe_for_agreement(const CollectiveCall& call,
+                                             std::uint64_t sequence) noexcept {
+  return {static_cast<std::int64_t>(call.kind),
+          static_cast<std::int64_t>(call.type),
+          static_cast<std::int64_t>(call.count),
+          reduces(call.kind) ? static_cast<std::int64_t>(call.op) : -1,
+          has_root(call.kind) ? call.root : -1,
+          static_cast<std::int64_t>(sequence)};
+}
+
+/// Gathers every rank's descriptor of call number `sequence` with `all_gather(mine, all)` (the
+/// side group's, with its deadline) and raises MismatchError, naming both calls, when any rank
+/// differs from this one. Every rank sees the same table, so all raise or none does.
+template <class AllGather>
+void check_call_agreement(int rank, int size, const CollectiveCall& call, std::uint64_t sequence,
+                          AllGather&& all_gather) {
+  const CallDescriptor mine = describe_for_agreement(call, sequence);
+  std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(size));
+  all_gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+  for (int peer = 0; peer < size; ++peer) {
+    CallDescriptor theirs{};
+    std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(peer * mine.size()), mine.size(),
+                theirs.begin());
+    if (theirs == mine) continue;
+    CollectiveCall other;
+    other.kind = static_cast<Collective>(theirs[0]);
+    other.type = static_cast<DataType>(theirs[1]);
+    other.count = static_cast<std::size_t>(theirs[2]);
+    other.op = static_cast<ReduceOp>(theirs[3] < 0 ? 0 : theirs[3]);
+    other.root = static_cast<int>(theirs[4]);
+    throw MismatchError(rank, to_string(call.kind),
+                        fmt::format("ranks disagree on collective #{}: rank {} called {} but rank "
+                                    "{} called {}",
+                                    sequence, rank, describe(call), peer, describe(other)));
+  }
+}
+
+}  // namespace strata::communicator::detail
+// ---- end strata/communicator/detail/call_agreement.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_COMMUNICATOR_DETAIL_CALL_AGREEMENT_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_COMMUNICATOR_DETAIL_TEARDOWN_TOGETHER_HPP
+#define STRATA_AMALGAMATED_STRATA_COMMUNICATOR_DETAIL_TEARDOWN_TOGETHER_HPP
+// ---- begin strata/communicator/detail/teardown_together.hpp ----
+// strata/communicator/detail/teardown_together.hpp — the ranks of one process in one group,
+// destroyed together.
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace strata::communicator::detail {
+
+/// Holds the states of one process's ranks of a group as each rank lets go of its own, and
+/// destroys them all at once, one thread each, when the last reference goes: for transports
+/// whose ranks wait for each other while they are freed (NCCL synchronizes the ranks of a node
+/// when it frees a communicator), which one thread destroying them in turn would make wait
+/// until their deadline.
+template <class State>
+class TeardownTogether {
+ public:
+  explicit TeardownTogether(std::size_t ranks) { states_.reserve(ranks); }
+  TeardownTogether(const TeardownTogether&) = delete;
+  TeardownTogether& operator=(const TeardownTogether&) = delete;
+  ~TeardownTogether() {
+    std::vector<std::jthread> threads;
+    for (auto& state : states_)
+      threads.emplace_back([&state] { state.reset(); });
+  }
+
+  /// Takes a rank's state. Never allocates: room for every rank was made up front.
+  void adopt(std::unique_ptr<State> state) noexcept {
+    std::lock_guard lock(mutex_);
+    states_.push_back(std::move(state));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<State>> states_;
+};
+
+}  // namespace strata::communicator::detail
+// ---- end strata/communicator/detail/teardown_together.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_COMMUNICATOR_DETAIL_TEARDOWN_TOGETHER_HPP
 #ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
 #define STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
 // ---- begin strata/transport/cuda/device.hpp ----
@@ -11190,6 +11298,113 @@ struct PinnedAllocator {
 #endif  // STRATA_HAS_CUDA
 // ---- end strata/transport/cuda/device.hpp ----
 #endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_DEVICE_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_COLLECTIVE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_COLLECTIVE_HPP
+// ---- begin strata/transport/nccl/collective.hpp ----
+// strata/transport/nccl/collective.hpp — a strata CollectiveCall as the NCCL call that runs it.
+
+
+#if STRATA_HAS_NCCL
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+// ---- begin strata/transport/nccl/types.hpp ----
+// strata/transport/nccl/types.hpp — strata's element types and reductions as NCCL names them.
+
+
+#if STRATA_HAS_NCCL
+
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
+
+/// NCCL's name of `type`: every strata element type has one.
+constexpr ncclDataType_t nccl_type(DataType type) noexcept {
+  switch (type) {
+    case DataType::int8:
+      return ncclInt8;
+    case DataType::uint8:
+      return ncclUint8;
+    case DataType::int32:
+      return ncclInt32;
+    case DataType::int64:
+      return ncclInt64;
+    case DataType::float16:
+      return ncclFloat16;
+    case DataType::bfloat16:
+      return ncclBfloat16;
+    case DataType::float32:
+      return ncclFloat32;
+    case DataType::float64:
+      return ncclFloat64;
+  }
+  return ncclUint8;
+}
+
+/// NCCL's reduction for `op`; mean is ncclAvg (integers: the sum divided, truncated, as the
+/// CPU communicators do).
+constexpr ncclRedOp_t nccl_op(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::product:
+      return ncclProd;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::mean:
+      return ncclAvg;
+  }
+  return ncclSum;
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/types.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+
+namespace strata::transport::nccl {
+
+/// Queues `call` on `stream` of `comm`, a group of `size` ranks; `barrier_byte` is one byte of
+/// device memory of the rank's device, which a barrier all-reduces (NCCL has no barrier). Returns
+/// NCCL's status: ncclInProgress while a non-blocking communicator is still enqueueing.
+inline ncclResult_t enqueue_collective(const CollectiveCall& call, ncclComm_t comm,
+                                       cudaStream_t stream, int size,
+                                       std::uint8_t* barrier_byte) noexcept {
+  const ncclDataType_t type = nccl_type(call.type);
+  // The mean of one rank is its sum: NCCL 2.28's ncclAvg on a group of one leaves the last
+  // elements of an out-of-place output unwritten (seen on an H200, docs/nccl.md).
+  const ncclRedOp_t op = size == 1 && call.op == ReduceOp::mean ? ncclSum : nccl_op(call.op);
+  switch (call.kind) {
+    case Collective::all_reduce:
+      return ncclAllReduce(call.send, call.recv, call.count, type, op, comm, stream);
+    case Collective::broadcast:
+      return ncclBroadcast(call.send, call.recv, call.count, type, call.root, comm, stream);
+    case Collective::reduce:
+      return ncclReduce(call.send, call.recv, call.count, type, op, call.root, comm, stream);
+    case Collective::all_gather:
+      return ncclAllGather(call.send, call.recv, call.count, type, comm, stream);
+    case Collective::reduce_scatter:
+      return ncclReduceScatter(call.send, call.recv, call.count, type, op, comm, stream);
+    case Collective::barrier:
+      return ncclAllReduce(barrier_byte, barrier_byte, 1, ncclUint8, ncclSum, comm, stream);
+  }
+  return ncclInvalidArgument;
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/collective.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_COLLECTIVE_HPP
 #ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
 #define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
 // ---- begin strata/transport/nccl/status.hpp ----
@@ -11307,65 +11522,6 @@ inline void check_nccl(ncclResult_t status, ncclComm_t comm, int rank, std::stri
 #endif  // STRATA_HAS_NCCL
 // ---- end strata/transport/nccl/status.hpp ----
 #endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
-#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
-#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
-// ---- begin strata/transport/nccl/types.hpp ----
-// strata/transport/nccl/types.hpp — strata's element types and reductions as NCCL names them.
-
-
-#if STRATA_HAS_NCCL
-
-#include <nccl.h>
-
-
-namespace strata::transport::nccl {
-
-/// NCCL's name of `type`: every strata element type has one.
-constexpr ncclDataType_t nccl_type(DataType type) noexcept {
-  switch (type) {
-    case DataType::int8:
-      return ncclInt8;
-    case DataType::uint8:
-      return ncclUint8;
-    case DataType::int32:
-      return ncclInt32;
-    case DataType::int64:
-      return ncclInt64;
-    case DataType::float16:
-      return ncclFloat16;
-    case DataType::bfloat16:
-      return ncclBfloat16;
-    case DataType::float32:
-      return ncclFloat32;
-    case DataType::float64:
-      return ncclFloat64;
-  }
-  return ncclUint8;
-}
-
-/// NCCL's reduction for `op`; mean is ncclAvg (integers: the sum divided, truncated, as the
-/// CPU communicators do).
-constexpr ncclRedOp_t nccl_op(ReduceOp op) noexcept {
-  switch (op) {
-    case ReduceOp::sum:
-      return ncclSum;
-    case ReduceOp::product:
-      return ncclProd;
-    case ReduceOp::min:
-      return ncclMin;
-    case ReduceOp::max:
-      return ncclMax;
-    case ReduceOp::mean:
-      return ncclAvg;
-  }
-  return ncclSum;
-}
-
-}  // namespace strata::transport::nccl
-
-#endif  // STRATA_HAS_NCCL
-// ---- end strata/transport/nccl/types.hpp ----
-#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
 
 namespace strata::communicator {
 
@@ -11486,9 +11642,6 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
   friend struct detail::CallAccess;
   using Clock = std::chrono::steady_clock;
 
-  // What ranks compare before a collective: kind, type, count, op, root, call number.
-  using Descriptor = std::array<std::int64_t, 6>;
-
   struct State {
     State(Side s, int dev, const NcclOptions& n, const CommunicatorOptions& o)
         : side(std::move(s)),
@@ -11583,30 +11736,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
                        "(GpuCentralStorageStrategy), which shares a GPU among replicas");
   }
 
-  // The ranks of one process in one group finalize (or abort) together: NCCL synchronizes
-  // the ranks of a node when it frees a communicator, so ranks destroyed one after the other by
-  // one thread would wait for each other until the deadline. The last rank to go destroys every
-  // rank's state, one thread each.
-  class Teardown {
-   public:
-    explicit Teardown(std::size_t ranks) { states_.reserve(ranks); }
-    Teardown(const Teardown&) = delete;
-    Teardown& operator=(const Teardown&) = delete;
-    ~Teardown() {
-      std::vector<std::jthread> threads;
-      for (auto& state : states_)
-        threads.emplace_back([&state] { state.reset(); });
-    }
-    // Never allocates: room for every rank was made up front.
-    void adopt(std::unique_ptr<State> state) noexcept {
-      std::lock_guard lock(mutex_);
-      states_.push_back(std::move(state));
-    }
-
-   private:
-    std::mutex mutex_;
-    std::vector<std::unique_ptr<State>> states_;
-  };
+  // The ranks of one process in one group finalize (or abort) together.
+  using Teardown = detail::TeardownTogether<State>;
 
   // Forms the NCCL group of `sides` (this process's ranks of the side group), local rank r on
   // device (first_device + r) modulo the devices, one thread per rank: each rank's
@@ -11784,41 +11915,13 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     }
   }
 
-  // Every rank gathers every rank's descriptor of this call over the side group; all see the
-  // same table, so a disagreement raises MismatchError on every rank.
+  // Every rank gathers every rank's description of this call over the side group.
   static void check_agreement(State& state, const CollectiveCall& call, std::uint64_t sequence,
                               const Deadline& deadline) {
-    const Descriptor mine = descriptor(call, sequence);
-    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(state.size));
-    on_side(state, to_string(call.kind), [&] {
-      state.side.all_gather(std::span<const std::int64_t>(mine), std::span(all),
-                            CallOptions{left(deadline)});
+    detail::check_call_agreement(state.rank, state.size, call, sequence, [&](auto mine, auto all) {
+      on_side(state, to_string(call.kind),
+              [&] { state.side.all_gather(mine, all, CallOptions{left(deadline)}); });
     });
-    for (int peer = 0; peer < state.size; ++peer) {
-      Descriptor theirs{};
-      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(peer * mine.size()), mine.size(),
-                  theirs.begin());
-      if (theirs == mine) continue;
-      CollectiveCall other;
-      other.kind = static_cast<Collective>(theirs[0]);
-      other.type = static_cast<DataType>(theirs[1]);
-      other.count = static_cast<std::size_t>(theirs[2]);
-      other.op = static_cast<ReduceOp>(theirs[3] < 0 ? 0 : theirs[3]);
-      other.root = static_cast<int>(theirs[4]);
-      throw MismatchError(state.rank, to_string(call.kind),
-                          fmt::format("ranks disagree on collective #{}: rank {} called {} but "
-                                      "rank {} called {}",
-                                      sequence, state.rank, describe(call), peer, describe(other)));
-    }
-  }
-
-  static Descriptor descriptor(const CollectiveCall& call, std::uint64_t sequence) noexcept {
-    return {static_cast<std::int64_t>(call.kind),
-            static_cast<std::int64_t>(call.type),
-            static_cast<std::int64_t>(call.count),
-            reduces(call.kind) ? static_cast<std::int64_t>(call.op) : -1,
-            has_root(call.kind) ? call.root : -1,
-            static_cast<std::int64_t>(sequence)};
   }
 
   // Queues the collective on the communicator's stream, after the caller's stream, and the
@@ -11832,36 +11935,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
                      "cudaEventRecord on the caller's stream");
     cuda::check_cuda(cudaStreamWaitEvent(stream, state.ready.get(), 0), state.rank, operation,
                      "cudaStreamWaitEvent");
-    const ncclDataType_t type = nccl::nccl_type(call.type);
-    // The mean of one rank is its sum: NCCL 2.28's ncclAvg on a group of one leaves the last
-    // elements of an out-of-place output unwritten (seen on an H200, docs/nccl.md).
-    const ncclRedOp_t op =
-        state.size == 1 && call.op == ReduceOp::mean ? ncclSum : nccl::nccl_op(call.op);
-    ncclResult_t status = ncclSuccess;
-    switch (call.kind) {
-      case Collective::all_reduce:
-        status = ncclAllReduce(call.send, call.recv, call.count, type, op, state.comm, stream);
-        break;
-      case Collective::broadcast:
-        status =
-            ncclBroadcast(call.send, call.recv, call.count, type, call.root, state.comm, stream);
-        break;
-      case Collective::reduce:
-        status =
-            ncclReduce(call.send, call.recv, call.count, type, op, call.root, state.comm, stream);
-        break;
-      case Collective::all_gather:
-        status = ncclAllGather(call.send, call.recv, call.count, type, state.comm, stream);
-        break;
-      case Collective::reduce_scatter:
-        status = ncclReduceScatter(call.send, call.recv, call.count, type, op, state.comm, stream);
-        break;
-      case Collective::barrier:
-        // NCCL has no barrier: a one-byte all-reduce waits for every rank just the same.
-        status = ncclAllReduce(state.barrier_byte.data(), state.barrier_byte.data(), 1, ncclUint8,
-                               ncclSum, state.comm, stream);
-        break;
-    }
+    const ncclResult_t status =
+        nccl::enqueue_collective(call, state.comm, stream, state.size, state.barrier_byte.data());
     nccl::check_nccl(status, state.comm, state.rank, operation, "enqueueing the collective");
     if (status == ncclInProgress)
       await_nccl(state, operation, deadline, "enqueueing the collective");
@@ -18473,6 +18548,113 @@ inline void check_cuda(cudaError_t status, int rank, std::string_view operation,
 #endif  // STRATA_HAS_CUDA
 // ---- end strata/transport/cuda/status.hpp ----
 #endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_CUDA_STATUS_HPP
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_COLLECTIVE_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_COLLECTIVE_HPP
+// ---- begin strata/transport/nccl/collective.hpp ----
+// strata/transport/nccl/collective.hpp — a strata CollectiveCall as the NCCL call that runs it.
+
+
+#if STRATA_HAS_NCCL
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+#define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+// ---- begin strata/transport/nccl/types.hpp ----
+// strata/transport/nccl/types.hpp — strata's element types and reductions as NCCL names them.
+
+
+#if STRATA_HAS_NCCL
+
+#include <nccl.h>
+
+
+namespace strata::transport::nccl {
+
+/// NCCL's name of `type`: every strata element type has one.
+constexpr ncclDataType_t nccl_type(DataType type) noexcept {
+  switch (type) {
+    case DataType::int8:
+      return ncclInt8;
+    case DataType::uint8:
+      return ncclUint8;
+    case DataType::int32:
+      return ncclInt32;
+    case DataType::int64:
+      return ncclInt64;
+    case DataType::float16:
+      return ncclFloat16;
+    case DataType::bfloat16:
+      return ncclBfloat16;
+    case DataType::float32:
+      return ncclFloat32;
+    case DataType::float64:
+      return ncclFloat64;
+  }
+  return ncclUint8;
+}
+
+/// NCCL's reduction for `op`; mean is ncclAvg (integers: the sum divided, truncated, as the
+/// CPU communicators do).
+constexpr ncclRedOp_t nccl_op(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::product:
+      return ncclProd;
+    case ReduceOp::min:
+      return ncclMin;
+    case ReduceOp::max:
+      return ncclMax;
+    case ReduceOp::mean:
+      return ncclAvg;
+  }
+  return ncclSum;
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/types.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_TYPES_HPP
+
+namespace strata::transport::nccl {
+
+/// Queues `call` on `stream` of `comm`, a group of `size` ranks; `barrier_byte` is one byte of
+/// device memory of the rank's device, which a barrier all-reduces (NCCL has no barrier). Returns
+/// NCCL's status: ncclInProgress while a non-blocking communicator is still enqueueing.
+inline ncclResult_t enqueue_collective(const CollectiveCall& call, ncclComm_t comm,
+                                       cudaStream_t stream, int size,
+                                       std::uint8_t* barrier_byte) noexcept {
+  const ncclDataType_t type = nccl_type(call.type);
+  // The mean of one rank is its sum: NCCL 2.28's ncclAvg on a group of one leaves the last
+  // elements of an out-of-place output unwritten (seen on an H200, docs/nccl.md).
+  const ncclRedOp_t op = size == 1 && call.op == ReduceOp::mean ? ncclSum : nccl_op(call.op);
+  switch (call.kind) {
+    case Collective::all_reduce:
+      return ncclAllReduce(call.send, call.recv, call.count, type, op, comm, stream);
+    case Collective::broadcast:
+      return ncclBroadcast(call.send, call.recv, call.count, type, call.root, comm, stream);
+    case Collective::reduce:
+      return ncclReduce(call.send, call.recv, call.count, type, op, call.root, comm, stream);
+    case Collective::all_gather:
+      return ncclAllGather(call.send, call.recv, call.count, type, comm, stream);
+    case Collective::reduce_scatter:
+      return ncclReduceScatter(call.send, call.recv, call.count, type, op, comm, stream);
+    case Collective::barrier:
+      return ncclAllReduce(barrier_byte, barrier_byte, 1, ncclUint8, ncclSum, comm, stream);
+  }
+  return ncclInvalidArgument;
+}
+
+}  // namespace strata::transport::nccl
+
+#endif  // STRATA_HAS_NCCL
+// ---- end strata/transport/nccl/collective.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_COLLECTIVE_HPP
 #ifndef STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
 #define STRATA_AMALGAMATED_STRATA_TRANSPORT_NCCL_STATUS_HPP
 // ---- begin strata/transport/nccl/status.hpp ----

@@ -14,7 +14,6 @@
 
 #if STRATA_HAS_NCCL
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -38,16 +37,18 @@
 #include <strata/cluster/resolve.hpp>
 #include <strata/communicator/collective.hpp>
 #include <strata/communicator/communicator.hpp>
+#include <strata/communicator/detail/call_agreement.hpp>
 #include <strata/communicator/detail/collective_api.hpp>
 #include <strata/communicator/detail/serial_executor.hpp>
+#include <strata/communicator/detail/teardown_together.hpp>
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/transport/cuda/device.hpp>
+#include <strata/transport/nccl/collective.hpp>
 #include <strata/transport/nccl/status.hpp>
-#include <strata/transport/nccl/types.hpp>
 
 namespace strata::communicator {
 
@@ -168,9 +169,6 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
   friend struct detail::CallAccess;
   using Clock = std::chrono::steady_clock;
 
-  // What ranks compare before a collective: kind, type, count, op, root, call number.
-  using Descriptor = std::array<std::int64_t, 6>;
-
   struct State {
     State(Side s, int dev, const NcclOptions& n, const CommunicatorOptions& o)
         : side(std::move(s)),
@@ -265,30 +263,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
                        "(GpuCentralStorageStrategy), which shares a GPU among replicas");
   }
 
-  // The ranks of one process in one group finalize (or abort) together: NCCL synchronizes
-  // the ranks of a node when it frees a communicator, so ranks destroyed one after the other by
-  // one thread would wait for each other until the deadline. The last rank to go destroys every
-  // rank's state, one thread each.
-  class Teardown {
-   public:
-    explicit Teardown(std::size_t ranks) { states_.reserve(ranks); }
-    Teardown(const Teardown&) = delete;
-    Teardown& operator=(const Teardown&) = delete;
-    ~Teardown() {
-      std::vector<std::jthread> threads;
-      for (auto& state : states_)
-        threads.emplace_back([&state] { state.reset(); });
-    }
-    // Never allocates: room for every rank was made up front.
-    void adopt(std::unique_ptr<State> state) noexcept {
-      std::lock_guard lock(mutex_);
-      states_.push_back(std::move(state));
-    }
-
-   private:
-    std::mutex mutex_;
-    std::vector<std::unique_ptr<State>> states_;
-  };
+  // The ranks of one process in one group finalize (or abort) together.
+  using Teardown = detail::TeardownTogether<State>;
 
   // Forms the NCCL group of `sides` (this process's ranks of the side group), local rank r on
   // device (first_device + r) modulo the devices, one thread per rank: each rank's
@@ -466,41 +442,13 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
     }
   }
 
-  // Every rank gathers every rank's descriptor of this call over the side group; all see the
-  // same table, so a disagreement raises MismatchError on every rank.
+  // Every rank gathers every rank's description of this call over the side group.
   static void check_agreement(State& state, const CollectiveCall& call, std::uint64_t sequence,
                               const Deadline& deadline) {
-    const Descriptor mine = descriptor(call, sequence);
-    std::vector<std::int64_t> all(mine.size() * static_cast<std::size_t>(state.size));
-    on_side(state, to_string(call.kind), [&] {
-      state.side.all_gather(std::span<const std::int64_t>(mine), std::span(all),
-                            CallOptions{left(deadline)});
+    detail::check_call_agreement(state.rank, state.size, call, sequence, [&](auto mine, auto all) {
+      on_side(state, to_string(call.kind),
+              [&] { state.side.all_gather(mine, all, CallOptions{left(deadline)}); });
     });
-    for (int peer = 0; peer < state.size; ++peer) {
-      Descriptor theirs{};
-      std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(peer * mine.size()), mine.size(),
-                  theirs.begin());
-      if (theirs == mine) continue;
-      CollectiveCall other;
-      other.kind = static_cast<Collective>(theirs[0]);
-      other.type = static_cast<DataType>(theirs[1]);
-      other.count = static_cast<std::size_t>(theirs[2]);
-      other.op = static_cast<ReduceOp>(theirs[3] < 0 ? 0 : theirs[3]);
-      other.root = static_cast<int>(theirs[4]);
-      throw MismatchError(state.rank, to_string(call.kind),
-                          fmt::format("ranks disagree on collective #{}: rank {} called {} but "
-                                      "rank {} called {}",
-                                      sequence, state.rank, describe(call), peer, describe(other)));
-    }
-  }
-
-  static Descriptor descriptor(const CollectiveCall& call, std::uint64_t sequence) noexcept {
-    return {static_cast<std::int64_t>(call.kind),
-            static_cast<std::int64_t>(call.type),
-            static_cast<std::int64_t>(call.count),
-            reduces(call.kind) ? static_cast<std::int64_t>(call.op) : -1,
-            has_root(call.kind) ? call.root : -1,
-            static_cast<std::int64_t>(sequence)};
   }
 
   // Queues the collective on the communicator's stream, after the caller's stream, and the
@@ -514,36 +462,8 @@ class NcclCommunicator : public detail::CollectiveApi<NcclCommunicator<Side>> {
                      "cudaEventRecord on the caller's stream");
     cuda::check_cuda(cudaStreamWaitEvent(stream, state.ready.get(), 0), state.rank, operation,
                      "cudaStreamWaitEvent");
-    const ncclDataType_t type = nccl::nccl_type(call.type);
-    // The mean of one rank is its sum: NCCL 2.28's ncclAvg on a group of one leaves the last
-    // elements of an out-of-place output unwritten (seen on an H200, docs/nccl.md).
-    const ncclRedOp_t op =
-        state.size == 1 && call.op == ReduceOp::mean ? ncclSum : nccl::nccl_op(call.op);
-    ncclResult_t status = ncclSuccess;
-    switch (call.kind) {
-      case Collective::all_reduce:
-        status = ncclAllReduce(call.send, call.recv, call.count, type, op, state.comm, stream);
-        break;
-      case Collective::broadcast:
-        status =
-            ncclBroadcast(call.send, call.recv, call.count, type, call.root, state.comm, stream);
-        break;
-      case Collective::reduce:
-        status =
-            ncclReduce(call.send, call.recv, call.count, type, op, call.root, state.comm, stream);
-        break;
-      case Collective::all_gather:
-        status = ncclAllGather(call.send, call.recv, call.count, type, state.comm, stream);
-        break;
-      case Collective::reduce_scatter:
-        status = ncclReduceScatter(call.send, call.recv, call.count, type, op, state.comm, stream);
-        break;
-      case Collective::barrier:
-        // NCCL has no barrier: a one-byte all-reduce waits for every rank just the same.
-        status = ncclAllReduce(state.barrier_byte.data(), state.barrier_byte.data(), 1, ncclUint8,
-                               ncclSum, state.comm, stream);
-        break;
-    }
+    const ncclResult_t status =
+        nccl::enqueue_collective(call, state.comm, stream, state.size, state.barrier_byte.data());
     nccl::check_nccl(status, state.comm, state.rank, operation, "enqueueing the collective");
     if (status == ncclInProgress)
       await_nccl(state, operation, deadline, "enqueueing the collective");
