@@ -1,7 +1,8 @@
 // Tests for tools/launch/strata_launch.cpp: they run the real strata-launch binary
 // (STRATA_LAUNCH_PROGRAM, set by tools/launch/CMakeLists.txt) with `sh -c` workers and check
 // TF_CONFIG and the environment, the "[rank] " output prefixes, failure propagation, signal
-// forwarding with the SIGTERM -> SIGKILL escalation, and the exit statuses. Each run is bounded
+// forwarding with the SIGTERM -> SIGKILL escalation, and the exit statuses; with --chief and
+// --ps, the cluster every task sees and how ps tasks end. Each run is bounded
 // (kRunLimit); timings are checked against generous bounds for a loaded 2-core machine.
 #include <doctest/doctest.h>
 
@@ -495,6 +496,13 @@ TEST_CASE("usage errors exit 2 with a message and the help text") {
       {"-n", "2", "--local-replicas", "0", "--", "true"},
       {"-n", "2", "--grace", "-1", "--", "true"},
       {"-n", "2", "--grace", "soon", "--", "true"},
+      {"-n", "2", "--ps", "-1", "--", "true"},
+      {"-n", "2", "--ps", "x", "--", "true"},
+      {"-n", "2", "--ps=1x", "--", "true"},
+      {"-n", "2", "--ps", "--", "true"},
+      {"-n", "2", "--chief=yes", "--", "true"},
+      {"-n", "2", "--ps-grace", "-1", "--", "true"},
+      {"--chief", "--ps", "1", "--", "true"},
   };
   for (const auto& args : cases) {
     std::string joined;
@@ -513,6 +521,9 @@ TEST_CASE("--help prints the usage on stdout; the option forms with '=' and -nN 
   const auto help = run({"--help"});
   CHECK(help.status == 0);
   CHECK(help.out.starts_with("usage: strata-launch -n N"));
+  CHECK(contains(help.out, "--chief"));
+  CHECK(contains(help.out, "--ps M"));
+  CHECK(contains(help.out, "--ps-grace SECONDS"));
   const auto result = run({"-n2", "--grace=0.5", "--local-replicas=3", "--host=127.0.0.1", "--",
                            "sh", "-c", "echo $STRATA_LOCAL_REPLICAS"});
   CHECK(result.status == 0);
@@ -602,6 +613,226 @@ TEST_CASE("a stopped worker whose peers time out is named as the stalled one") {
   CHECK(contains(result.err, "strata-launch: summary: the failure started at rank 1\n"));
   CHECK(contains(summary_line(result.err, 1), "stopped (SIGSTOP) while its peers waited for it"));
   CHECK(summary_line(result.err, 0) == "exited with status 75 (TimeoutError), after rank 1 failed");
+  CHECK(all_gone(read_lines(pids)));
+}
+
+namespace {
+
+// "[2] text" and "[ps 1] text" lines: "2" or "ps 1" -> texts in order. Lines without such a
+// prefix go to "".
+std::map<std::string, std::vector<std::string>> by_task(const std::string& text) {
+  std::map<std::string, std::vector<std::string>> result;
+  for (const auto& line : lines_of(text)) {
+    const auto close = line.find("] ");
+    std::string label;
+    if (line.starts_with("[") && close != std::string::npos && close > 1) {
+      const std::string inside = line.substr(1, close - 1);
+      const std::string digits = inside.starts_with("ps ") ? inside.substr(3) : inside;
+      if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos)
+        label = inside;
+    }
+    result[label].push_back(label.empty() ? line : line.substr(close + 2));
+  }
+  return result;
+}
+
+// The summary line of a task named "rank 2" or "ps 0".
+std::string summary_line_of(const std::string& err, const std::string& name) {
+  const std::string prefix = "strata-launch:   " + name + ": ";
+  const auto at = err.find(prefix);
+  if (at == std::string::npos) return "";
+  return err.substr(at + prefix.size(), err.find('\n', at) - at - prefix.size());
+}
+
+// Every task prints its TF_CONFIG, then its rank variables.
+const std::string kPrintConfig =
+    "echo \"$TF_CONFIG\"; echo \"R=${STRATA_LAUNCH_RANK-unset} W=$STRATA_LAUNCH_WORLD_SIZE\"";
+
+// The TF_CONFIG and rank line of each task (label as in by_task), checking that every task sees
+// the same cluster, on distinct ports of 127.0.0.1, with `jobs` tasks per job.
+std::map<std::string, std::pair<nlohmann::json, std::string>> configs_of(
+    const Result& result, const std::map<std::string, std::size_t>& jobs) {
+  std::map<std::string, std::pair<nlohmann::json, std::string>> configs;
+  std::optional<nlohmann::json> first_cluster;
+  for (const auto& [label, lines] : by_task(result.out)) {
+    CAPTURE(label);
+    REQUIRE(lines.size() == 2);
+    const auto config = nlohmann::json::parse(lines[0]);
+    const auto& cluster = config["cluster"];
+    CHECK(cluster.size() == jobs.size());
+    std::set<int> ports;
+    std::size_t tasks = 0;
+    for (const auto& [job, count] : jobs) {
+      CAPTURE(job);
+      REQUIRE(cluster.contains(job));
+      REQUIRE(cluster[job].is_array());
+      CHECK(cluster[job].size() == count);
+      for (const auto& task : cluster[job]) {
+        const auto address = task.get<std::string>();
+        REQUIRE(address.starts_with("127.0.0.1:"));
+        ports.insert(std::stoi(address.substr(10)));
+        ++tasks;
+      }
+    }
+    CHECK(ports.size() == tasks);
+    if (first_cluster) CHECK(cluster == *first_cluster);
+    first_cluster = cluster;
+    configs[label] = {config, lines[1]};
+  }
+  return configs;
+}
+
+}  // namespace
+
+TEST_CASE("--ps M: M ps tasks of the same program; every task's TF_CONFIG has both jobs") {
+  const auto result = run({"-n", "2", "--ps", "2", "--", "sh", "-c", kPrintConfig});
+  CHECK(result.status == 0);
+  CHECK(result.err.empty());
+  const auto configs = configs_of(result, {{"worker", 2}, {"ps", 2}});
+  REQUIRE(configs.size() == 4);
+  const std::vector<std::tuple<std::string, std::string, int, std::string>> expected = {
+      {"0", "worker", 0, "R=0 W=2"},
+      {"1", "worker", 1, "R=1 W=2"},
+      {"ps 0", "ps", 0, "R=unset W=2"},
+      {"ps 1", "ps", 1, "R=unset W=2"}};
+  for (const auto& [label, type, index, ranks] : expected) {
+    CAPTURE(label);
+    REQUIRE(configs.count(label) == 1);
+    const auto& [config, rank_line] = configs.at(label);
+    CHECK(config["task"]["type"] == type);
+    CHECK(config["task"]["index"] == index);
+    CHECK(rank_line == ranks);
+  }
+}
+
+TEST_CASE("--ps 0 is the default: the cluster has only the worker job") {
+  const auto result = run({"-n", "2", "--ps", "0", "--", "sh", "-c", kPrintConfig});
+  CHECK(result.status == 0);
+  const auto configs = configs_of(result, {{"worker", 2}});
+  CHECK(configs.size() == 2);
+}
+
+TEST_CASE("--chief: the first of the N tasks is the chief, the others workers 0..N-2") {
+  SUBCASE("-n 3 --chief --ps 1") {
+    const auto result = run({"-n", "3", "--chief", "--ps", "1", "--", "sh", "-c", kPrintConfig});
+    CHECK(result.status == 0);
+    CHECK(result.err.empty());
+    const auto configs = configs_of(result, {{"chief", 1}, {"worker", 2}, {"ps", 1}});
+    REQUIRE(configs.size() == 4);
+    const std::vector<std::tuple<std::string, std::string, int, std::string>> expected = {
+        {"0", "chief", 0, "R=0 W=3"},
+        {"1", "worker", 0, "R=1 W=3"},
+        {"2", "worker", 1, "R=2 W=3"},
+        {"ps 0", "ps", 0, "R=unset W=3"}};
+    for (const auto& [label, type, index, ranks] : expected) {
+      CAPTURE(label);
+      REQUIRE(configs.count(label) == 1);
+      const auto& [config, rank_line] = configs.at(label);
+      CHECK(config["task"]["type"] == type);
+      CHECK(config["task"]["index"] == index);
+      CHECK(rank_line == ranks);
+    }
+    // The chief listens on the group's first port, as worker 0 does without --chief.
+    CHECK(configs.at("0").first["cluster"]["chief"][0] !=
+          configs.at("1").first["cluster"]["worker"][0]);
+  }
+  SUBCASE("-n 1 --chief: a chief alone, no empty worker job") {
+    const auto result = run({"-n", "1", "--chief", "--", "sh", "-c", kPrintConfig});
+    CHECK(result.status == 0);
+    const auto configs = configs_of(result, {{"chief", 1}});
+    REQUIRE(configs.count("0") == 1);
+    CHECK(configs.at("0").first["task"]["type"] == "chief");
+    CHECK(configs.at("0").second == "R=0 W=1");
+  }
+}
+
+TEST_CASE("ps tasks that return once the workers have finished: success") {
+  TempDir dir;
+  const auto pids = dir.file("pids");
+  std::ofstream(pids).close();
+  // Like strata::ps::serve_if_ps(): a ps task serves until every worker has gone.
+  const std::string script = "if [ -z \"$STRATA_LAUNCH_RANK\" ]; then " +
+                             wait_until_peers(pids, 2) + "echo served; exit 0; fi; echo $$ >> '" +
+                             pids + "'; sleep 0.2; echo trained";
+  const auto result = run({"-n", "2", "--ps", "2", "--", "sh", "-c", script});
+  CHECK(result.status == 0);
+  CHECK(result.err.empty());
+  CHECK(result.elapsed < 5s);
+  const auto out = by_task(result.out);
+  CHECK(out.at("0") == std::vector<std::string>{"trained"});
+  CHECK(out.at("1") == std::vector<std::string>{"trained"});
+  CHECK(out.at("ps 0") == std::vector<std::string>{"served"});
+  CHECK(out.at("ps 1") == std::vector<std::string>{"served"});
+}
+
+TEST_CASE("a ps task still running --ps-grace after the group finished is stopped and named") {
+  TempDir dir;
+  const auto pids = dir.file("pids");
+  std::ofstream(pids).close();
+  // ps 0 returns when the workers are done; ps 1 never notices.
+  const std::string ps_forever = "echo $$ >> '" + pids + "'; while :; do sleep 0.1; done";
+  SUBCASE("it ends at SIGTERM") {
+    const auto workers = dir.file("workers");
+    std::ofstream(workers).close();
+    const std::string script =
+        "if [ -z \"$STRATA_LAUNCH_RANK\" ]; then case \"$TF_CONFIG\" in "
+        "*'\"index\":1,\"type\":\"ps\"'*) " +
+        ps_forever + ";; esac; " + wait_until_peers(workers, 2) + "exit 0; fi; echo $$ >> '" +
+        workers + "'; echo trained";
+    const auto result = run({"-n", "2", "--ps", "2", "--ps-grace", "1", "--", "sh", "-c", script});
+    CHECK(result.status == 124);
+    CHECK(result.elapsed >= 1s);
+    CHECK(result.elapsed < 6s);
+    CHECK(contains(
+        result.err,
+        "strata-launch: ps 1 still running 1 s after every worker exited 0, stopping it "));
+    CHECK(contains(result.err, "strata-launch: ps 1 killed by signal 15 (SIGTERM)\n"));
+    CHECK_FALSE(contains(result.err, "SIGKILL"));
+    CHECK(contains(result.err, "strata-launch: summary: the failure started at ps 1\n"));
+    CHECK(summary_line_of(result.err, "ps 1") ==
+          "still running 1 s after every worker exited 0 (root cause); then killed by signal 15 "
+          "(SIGTERM)");
+    CHECK(summary_line_of(result.err, "ps 0").empty());  // it ended well
+    CHECK(all_gone(read_lines(pids)));
+  }
+  SUBCASE("it ignores SIGTERM: SIGKILL after --grace; with --chief") {
+    const std::string script = "if [ -z \"$STRATA_LAUNCH_RANK\" ]; then trap '' TERM; " +
+                               ps_forever + "; fi; echo trained";
+    const auto result = run({"-n", "2", "--chief", "--ps", "1", "--ps-grace=0.5", "--grace", "1",
+                             "--", "sh", "-c", script});
+    CHECK(result.status == 124);
+    CHECK(result.elapsed >= 1500ms);
+    CHECK(result.elapsed < 7s);
+    CHECK(contains(result.err,
+                   "strata-launch: ps 0 still running 0.5 s after the chief and every worker "
+                   "exited 0, stopping it "));
+    CHECK(contains(result.err, "strata-launch: sending SIGKILL to ps 0\n"));
+    CHECK(contains(result.err, "strata-launch: summary: the failure started at ps 0\n"));
+    CHECK(summary_line_of(result.err, "ps 0") ==
+          "still running 0.5 s after the chief and every worker exited 0 (root cause); then "
+          "killed by signal 9 (SIGKILL)");
+    const auto out = by_task(result.out);
+    CHECK(out.at("0") == std::vector<std::string>{"trained"});
+    CHECK(out.at("1") == std::vector<std::string>{"trained"});
+    CHECK(all_gone(read_lines(pids)));
+  }
+}
+
+TEST_CASE("a failing ps task stops the workers and is the root cause") {
+  TempDir dir;
+  const auto pids = dir.file("pids");
+  std::ofstream(pids).close();
+  const std::string script = "if [ -z \"$STRATA_LAUNCH_RANK\" ]; then " + wait_for_lines(pids, 2) +
+                             "echo 'cannot serve' >&2; exit 3; fi; sleep 60 & echo $! >> '" + pids +
+                             "'; wait";
+  const auto result = run({"-n", "2", "--ps", "1", "--", "sh", "-c", script});
+  CHECK(result.status == 3);
+  CHECK(result.elapsed < 5s);
+  CHECK(by_task(result.err).at("ps 0") == std::vector<std::string>{"cannot serve"});
+  CHECK(contains(result.err, "strata-launch: ps 0 exited with status 3\n"));
+  CHECK(contains(result.err, "strata-launch: summary: the failure started at ps 0\n"));
+  CHECK(summary_line_of(result.err, "ps 0") == "exited with status 3 (root cause)");
+  CHECK(summary_line_of(result.err, "rank 0") == "killed by signal 15 (SIGTERM) by strata-launch");
   CHECK(all_gone(read_lines(pids)));
 }
 

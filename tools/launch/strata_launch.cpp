@@ -1,42 +1,62 @@
-// strata-launch — runs N workers of a program on this machine as one tf.distribute cluster.
+// strata-launch — runs N workers of a program on this machine as one tf.distribute cluster,
+// optionally with a chief and parameter-server (ps) tasks.
 //
-//   strata-launch -n N [--local-replicas K] [--host HOST] [--grace SECONDS] -- PROGRAM ARGS...
+//   strata-launch -n N [--chief] [--ps M] [--local-replicas K] [--host HOST] [--grace SECONDS]
+//                 [--ps-grace SECONDS] -- PROGRAM ARGS...
 //
-// Worker i (0 <= i < N) runs PROGRAM ARGS... with
+// -n N counts the tasks of the collective group: the N processes that run the training loop.
+// Without --chief they are worker 0..N-1; with --chief the first is the chief and the others are
+// worker 0..N-2 (TensorFlow counts the chief apart from the workers; -n does not). Task r of the
+// group (r = 0..N-1: the chief, then the workers by index, which is strata's collective rank)
+// runs PROGRAM ARGS... with
 //   TF_CONFIG={"cluster": {"worker": ["HOST:p0", ..., "HOST:pN-1"]},
-//              "task": {"type": "worker", "index": i}}
+//              "task": {"type": "worker", "index": r}}
 // where p0..pN-1 are distinct free TCP ports of HOST (default 127.0.0.1); worker 0 acts as
-// chief, as TensorFlow documents for clusters without a chief job. It also gets
-// STRATA_LAUNCH_RANK=i, STRATA_LAUNCH_WORLD_SIZE=N and, with --local-replicas,
-// STRATA_LOCAL_REPLICAS=K. Rank variables of other launchers (torchrun, OpenMPI, SLURM, PMI) are
-// removed so that they cannot override TF_CONFIG; the rest of the environment is inherited. Stdin
-// is /dev/null.
+// chief, as TensorFlow documents for clusters without a chief job. With --chief the cluster is
+// {"chief": ["HOST:p0"], "worker": ["HOST:p1", ...]} (no "worker" job when N is 1) and task r is
+// {"type": "chief", "index": 0} for r = 0, {"type": "worker", "index": r-1} otherwise. With
+// --ps M, M more tasks run the same PROGRAM ARGS... as "ps" 0..M-1, on M more ports reserved
+// with the others, and every task's cluster also has "ps": ["HOST:q0", ..., "HOST:qM-1"]. Every
+// task of the group also gets STRATA_LAUNCH_RANK=r; every task, ps included,
+// STRATA_LAUNCH_WORLD_SIZE=N (the size of the group) and, with --local-replicas,
+// STRATA_LOCAL_REPLICAS=K; ps tasks get no STRATA_LAUNCH_RANK (they are not in the group).
+// Rank variables of other launchers (torchrun, OpenMPI, SLURM, PMI) are removed so that they
+// cannot override TF_CONFIG; the rest of the environment is inherited. Stdin is /dev/null.
 //
-// Every line a worker writes is printed as "[i] line" on the launcher's stdout (worker stdout)
-// or stderr (worker stderr); a last line without newline is printed when the worker exits, and
-// lines longer than 64 KiB are printed in 64 KiB pieces.
+// Every line a task writes is printed as "[r] line" ("[ps i] line" for ps task i) on the
+// launcher's stdout (task stdout) or stderr (task stderr); a last line without newline is printed
+// when the task exits, and lines longer than 64 KiB are printed in 64 KiB pieces. Messages name
+// tasks the same way: "rank r", "ps i".
 //
-// Each worker that exits non-zero or by a signal is reported on stderr as it is seen
+// Each task that exits non-zero or by a signal is reported on stderr as it is seen
 // ("strata-launch: rank 2 exited with status 76 (MismatchError)", "... killed by signal 9
-// (SIGKILL)"). After the first failure the others get a short window (min(--grace, 2 s)) to
-// report their own errors and exit by themselves: in a strata group they are already failing.
-// Then every worker still running gets SIGTERM to its process group, and SIGKILL if it is still
-// running --grace seconds later (default 5). SIGINT or SIGTERM to the launcher is forwarded once
-// to every worker's process group at once, with the same escalation; a second one sends SIGKILL
-// at once. (A SIGINT that is ignored when the launcher starts stays ignored, as shells expect of
-// background commands.) On Linux a worker also gets SIGTERM if the launcher itself is killed.
+// (SIGKILL)", "strata-launch: ps 0 exited with status 1"). After the first failure the others
+// get a short window (min(--grace, 2 s)) to report their own errors and exit by themselves: in a
+// strata group they are already failing. Then every task still running gets SIGTERM to its
+// process group, and SIGKILL if it is still running --grace seconds later (default 5). SIGINT or
+// SIGTERM to the launcher is forwarded once to every task's process group at once, with the same
+// escalation; a second one sends SIGKILL at once. (A SIGINT that is ignored when the launcher
+// starts stays ignored, as shells expect of background commands.) On Linux a task also gets
+// SIGTERM if the launcher itself is killed.
 //
-// After a failure a summary names the root cause first, one line per worker. A worker killed by
+// A ps task is expected to return once every task of the group has finished (strata's
+// ps::serve_if_ps() does). When every task of the group has exited 0 and a ps task is still
+// running --ps-grace seconds later (default 30), the launcher says so, naming it, and stops it
+// with the same SIGTERM -> SIGKILL escalation; the run then fails with status 124.
+//
+// After a failure a summary names the root cause first, one line per task. A task killed by
 // a signal the launcher did not send, or that exited non-zero with a status other than
-// strata's timeout and peer-failure statuses (strata::ExitStatus), is a root cause; workers
-// that exited with those two failed because of a peer; a worker that was still running and
-// stopped (SIGSTOP) when its peers timed out is named as the stalled one. Among root causes the
-// earliest seen comes first; two workers killed at once are both named.
+// strata's timeout and peer-failure statuses (strata::ExitStatus), is a root cause; tasks
+// that exited with those two failed because of a peer; a task that was still running and
+// stopped (SIGSTOP) when its peers timed out is named as the stalled one; a ps task that
+// outlived the group by --ps-grace is named as such. Among root causes the earliest seen comes
+// first; two tasks killed at once are both named.
 //
-// Exit status: 0 when every worker exited 0; else the first root cause's status (128+S for
-// signal S); 130/143 after SIGINT/SIGTERM to the launcher; 2 for usage errors; 1 when the
-// launcher itself fails (no free ports, fork failure). A PROGRAM that cannot be executed makes
-// its worker print "strata-launch: cannot run PROGRAM: <reason>" and exit 127.
+// Exit status: 0 when every task exited 0; else the first root cause's status (128+S for
+// signal S); 124 when a ps task had to be stopped after the group finished; 130/143 after
+// SIGINT/SIGTERM to the launcher; 2 for usage errors; 1 when the launcher itself fails (no free
+// ports, fork failure). A PROGRAM that cannot be executed makes its task print
+// "strata-launch: cannot run PROGRAM: <reason>" and exit 127.
 //
 // POSIX only: fork/execvp, pipes, poll, waitpid, kill; one thread.
 #include <strata/config.hpp>
@@ -89,32 +109,51 @@ constexpr int kCannotExecute = 127;  // what shells use for "command not found"
 // How long the other workers get to report and exit by themselves after a failure, at most.
 constexpr std::chrono::milliseconds kReportWindow{2000};
 
+// A ps task still running --ps-grace after the group finished: what timeout(1) uses.
+constexpr int kPsOutlived = 124;
+
 constexpr std::string_view kUsage =
-    R"(usage: strata-launch -n N [--local-replicas K] [--host HOST] [--grace SECONDS] -- PROGRAM [ARGS...]
+    R"(usage: strata-launch -n N [--chief] [--ps M] [--local-replicas K] [--host HOST]
+                     [--grace SECONDS] [--ps-grace SECONDS] -- PROGRAM [ARGS...]
 
 Runs N workers of PROGRAM on this machine, each with a TF_CONFIG describing an N-worker cluster
 on free ports of HOST (worker 0 acts as chief), and prints their output prefixed with "[rank] ".
-When a worker fails, the others get a short window to report and exit, are then stopped, and
-the launcher prints a summary naming the root cause and exits with its status.
+With --chief the first of them is a chief task instead; with --ps M, M parameter-server tasks
+join the cluster. When a task fails, the others get a short window to report and exit, are then
+stopped, and the launcher prints a summary naming the root cause and exits with its status.
 
 options:
-  -n N                  number of workers (N >= 1)
-  --local-replicas K    set STRATA_LOCAL_REPLICAS=K in every worker (K >= 1)
-  --host HOST           address the workers listen on (default 127.0.0.1)
-  --grace SECONDS       time between SIGTERM and SIGKILL when stopping workers (default 5);
+  -n N                  number of workers (N >= 1): the processes of the collective group,
+                        the chief included with --chief
+  --chief               the first of the N is the chief (TF_CONFIG task "chief" 0) and the
+                        others are workers 0..N-2, so "-n 4 --chief" is chief + 3 workers
+  --ps M                also run M parameter-server tasks (TF_CONFIG task "ps" 0..M-1) of the
+                        same PROGRAM and ARGS (M >= 0, default 0); their output is prefixed
+                        with "[ps i] "
+  --local-replicas K    set STRATA_LOCAL_REPLICAS=K in every task (K >= 1)
+  --host HOST           address the tasks listen on (default 127.0.0.1)
+  --grace SECONDS       time between SIGTERM and SIGKILL when stopping tasks (default 5);
                         after a failure the others first get min(SECONDS, 2) to exit
+  --ps-grace SECONDS    how long ps tasks may run on after the chief and every worker exited
+                        0 (default 30); one still running is then stopped, and the launcher
+                        exits 124 naming it
   -h, --help            print this help and exit
   --version             print the version and exit
 
-Every worker also gets STRATA_LAUNCH_RANK and STRATA_LAUNCH_WORLD_SIZE; rank variables of
-torchrun, OpenMPI, SLURM and PMI are removed from its environment.
+Every task's TF_CONFIG lists the whole cluster (chief, worker and ps jobs). Every task of the
+collective group gets STRATA_LAUNCH_RANK (the chief 0, then the workers) and every task
+STRATA_LAUNCH_WORLD_SIZE (N); ps tasks get no STRATA_LAUNCH_RANK. Rank variables of torchrun,
+OpenMPI, SLURM and PMI are removed from every task's environment.
 )";
 
 struct Options {
-  int workers = 0;
+  int workers = 0;  // -n: the collective group, the chief included
+  bool chief = false;
+  int ps = 0;
   std::optional<int> local_replicas;
   std::string host = "127.0.0.1";
   std::chrono::milliseconds grace{5000};
+  std::chrono::milliseconds ps_grace{30000};
   std::vector<std::string> command;
 };
 
@@ -161,11 +200,15 @@ bool make_pipe(int (&fds)[2], bool nonblocking) {
 
 // ---- command line ------------------------------------------------------------------------------
 
-std::optional<int> parse_positive_int(std::string_view text) {
+std::optional<int> parse_int_at_least(std::string_view text, int minimum) {
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || value < 1) return std::nullopt;
+  if (ec != std::errc{} || end != text.data() + text.size() || value < minimum) return std::nullopt;
   return value;
+}
+
+std::optional<int> parse_positive_int(std::string_view text) {
+  return parse_int_at_least(text, 1);
 }
 
 std::optional<std::chrono::milliseconds> parse_seconds(std::string_view text) {
@@ -204,6 +247,10 @@ ParseResult parse_command_line(int argc, char** argv) {
       result.action = ParseResult::Action::version;
       return result;
     }
+    if (arg == "--chief") {
+      result.options.chief = true;
+      continue;
+    }
     // "-n N", "-nN", "--opt VALUE" and "--opt=VALUE".
     std::string_view name = arg;
     std::optional<std::string_view> value;
@@ -216,7 +263,9 @@ ParseResult parse_command_line(int argc, char** argv) {
       name = "-n";
       value = arg.substr(2);
     }
-    if (name != "-n" && name != "--local-replicas" && name != "--host" && name != "--grace") {
+    if (name == "--chief") return fail("option '--chief' takes no value");
+    if (name != "-n" && name != "--ps" && name != "--local-replicas" && name != "--host" &&
+        name != "--grace" && name != "--ps-grace") {
       return fail(fmt::format("unknown option '{}'", arg));
     }
     if (!value) {
@@ -228,6 +277,10 @@ ParseResult parse_command_line(int argc, char** argv) {
       if (!n) return fail(fmt::format("-n needs a positive number of workers, not '{}'", *value));
       result.options.workers = *n;
       have_workers = true;
+    } else if (name == "--ps") {
+      const auto m = parse_int_at_least(*value, 0);
+      if (!m) return fail(fmt::format("--ps needs a number of ps tasks >= 0, not '{}'", *value));
+      result.options.ps = *m;
     } else if (name == "--local-replicas") {
       const auto k = parse_positive_int(*value);
       if (!k)
@@ -238,11 +291,14 @@ ParseResult parse_command_line(int argc, char** argv) {
       result.options.host = std::string(*value);
     } else {
       const auto grace = parse_seconds(*value);
-      if (!grace) return fail(fmt::format("--grace needs seconds >= 0, not '{}'", *value));
-      result.options.grace = *grace;
+      if (!grace) return fail(fmt::format("{} needs seconds >= 0, not '{}'", name, *value));
+      (name == "--grace" ? result.options.grace : result.options.ps_grace) = *grace;
     }
   }
   if (!have_workers) return fail("missing -n N (the number of workers)");
+  if (result.options.ps > INT_MAX - result.options.workers)
+    return fail(fmt::format("-n {} and --ps {} are too many tasks", result.options.workers,
+                            result.options.ps));
   if (!have_separator) return fail("missing '--' before the program to run");
   if (i >= argc) return fail("missing the program to run after '--'");
   result.options.command.assign(argv + i, argv + argc);
@@ -304,10 +360,47 @@ PortReservation reserve_ports(const std::string& host, int count) {
   return result;
 }
 
-std::string tf_config(const std::vector<std::string>& workers, int index) {
+// One task of the cluster: its TF_CONFIG job and index, and how the launcher names it.
+struct TaskId {
+  std::string type;  // "chief", "worker" or "ps"
+  int index = 0;
+  int rank = -1;  // in the collective group (the chief, then the workers); -1 for ps tasks
+
+  bool is_ps() const { return rank < 0; }
+  // "2" or "ps 0": the output prefix is "[label] ", messages say "rank 2" or "ps 0".
+  std::string label() const { return is_ps() ? fmt::format("ps {}", index) : fmt::to_string(rank); }
+  std::string name() const { return is_ps() ? label() : fmt::format("rank {}", rank); }
+};
+
+// The tasks in launch order: the collective group by rank, then the ps tasks by index. Task i
+// listens on addresses[i].
+std::vector<TaskId> cluster_tasks(const Options& options) {
+  std::vector<TaskId> tasks;
+  for (int rank = 0; rank < options.workers; ++rank) {
+    if (options.chief && rank == 0) {
+      tasks.push_back({"chief", 0, 0});
+    } else {
+      tasks.push_back({"worker", options.chief ? rank - 1 : rank, rank});
+    }
+  }
+  for (int index = 0; index < options.ps; ++index)
+    tasks.push_back({"ps", index, -1});
+  return tasks;
+}
+
+// The "cluster" of TF_CONFIG: every job that has tasks, each a list in index order.
+nlohmann::json cluster_json(const std::vector<TaskId>& tasks,
+                            const std::vector<std::string>& addresses) {
+  nlohmann::json cluster = nlohmann::json::object();
+  for (std::size_t i = 0; i < tasks.size(); ++i)
+    cluster[tasks[i].type].push_back(addresses[i]);
+  return cluster;
+}
+
+std::string tf_config(const nlohmann::json& cluster, const TaskId& task) {
   const nlohmann::json config = {
-      {"cluster", {{"worker", workers}}},
-      {"task", {{"type", "worker"}, {"index", index}}},
+      {"cluster", cluster},
+      {"task", {{"type", task.type}, {"index", task.index}}},
   };
   return config.dump();
 }
@@ -398,8 +491,10 @@ struct Stream {
   std::string pending;
 };
 
+// One task the launcher started: a chief, worker or ps task.
 struct Worker {
-  int rank = 0;
+  TaskId id;
+  int position = 0;  // in launch order: the group by rank, then the ps tasks
   pid_t pid = -1;
   bool running = false;
   Stream out, err;
@@ -410,13 +505,15 @@ struct Worker {
   long order = -1;                    // the reap pass that saw it end: smaller is earlier
   bool signaled_by_launcher = false;  // it was still running when the launcher signaled it
   bool stalled = false;               // stopped (SIGSTOP) when the launcher had to stop it
+  bool outlived = false;              // a ps task still running --ps-grace after the group finished
 };
 
 // What a worker's end says about the failure.
-enum class Role { fine, root_cause, stalled, after_peer, stopped_by_launcher };
+enum class Role { fine, root_cause, stalled, outlived, after_peer, stopped_by_launcher };
 
 Role role_of(const Worker& worker) {
   if (worker.stalled) return Role::stalled;
+  if (worker.outlived) return Role::outlived;
   if (worker.code == 0) return Role::fine;
   // Any signal after the launcher's (its SIGTERM or SIGKILL, or the user's SIGINT it forwarded).
   if (worker.signaled_by_launcher && worker.signal != 0) return Role::stopped_by_launcher;
@@ -437,18 +534,35 @@ bool is_stopped(pid_t pid) {
   return close != std::string::npos && close + 2 < text.size() && text[close + 2] == 'T';
 }
 
+// "30 s", "0.5 s".
+std::string seconds_text(std::chrono::milliseconds duration) {
+  return fmt::format("{:g} s", static_cast<double>(duration.count()) / 1000);
+}
+
+// The tasks of the collective group, for messages: "the chief and every worker", "every worker".
+std::string group_text(const Options& options) {
+  if (!options.chief) return "every worker";
+  return options.workers > 1 ? "the chief and every worker" : "the chief";
+}
+
 class Launcher {
  public:
   Launcher(Options options, int wake_read_fd)
       : options_(std::move(options)), wake_read_fd_(wake_read_fd) {}
 
-  // Starts the workers, relays their output until all have exited, returns the exit status.
-  int run(std::vector<std::vector<std::string>> environments, PortReservation& reservation);
+  // Starts the tasks, relays their output until all have exited, returns the exit status.
+  int run(const std::vector<TaskId>& tasks, std::vector<std::vector<std::string>> environments,
+          PortReservation& reservation);
 
  private:
   bool any_running() const {
     return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; });
   }
+  bool group_running() const {
+    return std::any_of(workers_.begin(), workers_.end(),
+                       [](const Worker& w) { return w.running && !w.id.is_ps(); });
+  }
+  void check_ps_shutdown();
   bool start(Worker& worker, int null_fd);
   [[noreturn]] void exec_worker(Worker& worker, int null_fd, int out_fd, int err_fd, pid_t parent);
   void poll_once();
@@ -471,11 +585,14 @@ class Launcher {
   long reap_passes_ = 0;
   std::optional<Clock::time_point> stop_at_;  // end of the report window after a failure
   std::optional<Clock::time_point> kill_at_;
+  // When ps tasks still running after the whole group exited 0 are stopped.
+  std::optional<Clock::time_point> ps_deadline_;
   std::sig_atomic_t sigint_seen_ = 0;
   std::sig_atomic_t sigterm_seen_ = 0;
 };
 
-int Launcher::run(std::vector<std::vector<std::string>> environments,
+int Launcher::run(const std::vector<TaskId>& tasks,
+                  std::vector<std::vector<std::string>> environments,
                   PortReservation& reservation) {
   const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0) {
@@ -484,7 +601,8 @@ int Launcher::run(std::vector<std::vector<std::string>> environments,
   }
   workers_.resize(environments.size());
   for (std::size_t i = 0; i < workers_.size(); ++i) {
-    workers_[i].rank = static_cast<int>(i);
+    workers_[i].id = tasks[i];
+    workers_[i].position = static_cast<int>(i);
     workers_[i].env = std::move(environments[i]);
     workers_[i].out.out = STDOUT_FILENO;
     workers_[i].err.out = STDERR_FILENO;
@@ -518,11 +636,11 @@ int Launcher::run(std::vector<std::vector<std::string>> environments,
 bool Launcher::start(Worker& worker, int null_fd) {
   int out_pipe[2], err_pipe[2];
   if (!make_pipe(out_pipe, false)) {
-    message(fmt::format("cannot create a pipe for rank {}: {}", worker.rank, std::strerror(errno)));
+    message(fmt::format("cannot create a pipe for {}: {}", worker.id.name(), std::strerror(errno)));
     return false;
   }
   if (!make_pipe(err_pipe, false)) {
-    message(fmt::format("cannot create a pipe for rank {}: {}", worker.rank, std::strerror(errno)));
+    message(fmt::format("cannot create a pipe for {}: {}", worker.id.name(), std::strerror(errno)));
     ::close(out_pipe[0]);
     ::close(out_pipe[1]);
     return false;
@@ -530,7 +648,7 @@ bool Launcher::start(Worker& worker, int null_fd) {
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
-    message(fmt::format("cannot start rank {}: {}", worker.rank, std::strerror(errno)));
+    message(fmt::format("cannot start {}: {}", worker.id.name(), std::strerror(errno)));
     for (const int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]})
       ::close(fd);
     return false;
@@ -604,7 +722,7 @@ void Launcher::poll_once() {
   }
   // Without a pending stop or SIGKILL the wait is driven by output, signals and SIGCHLD alone.
   int timeout_ms = -1;
-  for (const auto& at : {stop_at_, kill_at_}) {
+  for (const auto& at : {stop_at_, kill_at_, ps_deadline_}) {
     if (!at) continue;
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(*at - Clock::now());
     const int ms =
@@ -624,6 +742,7 @@ void Launcher::poll_once() {
   }
   handle_signals();
   reap();
+  check_ps_shutdown();
   if (stop_at_ && Clock::now() >= *stop_at_) {
     stop_at_.reset();
     for (auto& worker : workers_)
@@ -631,6 +750,27 @@ void Launcher::poll_once() {
     stop(SIGTERM, exit_status_);
   }
   if (kill_at_ && Clock::now() >= *kill_at_) kill_remaining();
+}
+
+void Launcher::check_ps_shutdown() {
+  // Only ps tasks are left, and the group ended well: a failure would have set one of the two.
+  if (stopping_ || stop_at_ || group_running() || !any_running()) return;
+  if (!ps_deadline_) ps_deadline_ = Clock::now() + options_.ps_grace;
+  if (Clock::now() < *ps_deadline_) return;
+  ps_deadline_.reset();
+  std::string names;
+  int count = 0;
+  for (auto& worker : workers_) {
+    if (!worker.running) continue;
+    worker.outlived = true;
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", worker.id.name());
+    ++count;
+  }
+  message(fmt::format(
+      "{} still running {} after {} exited 0, stopping {} (a ps task should "
+      "return once the others have finished, as strata::ps::serve_if_ps() does)",
+      names, seconds_text(options_.ps_grace), group_text(options_), count == 1 ? "it" : "them"));
+  stop(SIGTERM, kPsOutlived);
 }
 
 void Launcher::read_stream(Worker& worker, Stream& stream, bool drain) {
@@ -664,7 +804,7 @@ void Launcher::emit(const Worker& worker, const Stream& stream, std::string_view
   do {
     const auto piece = line.substr(0, kMaxLineBytes);
     line.remove_prefix(piece.size());
-    std::string text = fmt::format("[{}] ", worker.rank);
+    std::string text = fmt::format("[{}] ", worker.id.label());
     text.append(piece);
     text.push_back('\n');
     write_all(stream.out, text);
@@ -699,8 +839,9 @@ void Launcher::reap() {
     worker.code = WIFSIGNALED(status) ? 128 + worker.signal : WEXITSTATUS(status);
     worker.order = reap_passes_;
     if (worker.code == 0) continue;
-    message(fmt::format("rank {} {}", worker.rank, describe_end(worker)));
+    message(fmt::format("{} {}", worker.id.name(), describe_end(worker)));
     if (stopping_ || stop_at_) continue;
+    ps_deadline_.reset();
     // The first failure: the others are failing too and get a moment to say why.
     exit_status_ = worker.code;
     stop_at_ = Clock::now() + std::min<std::chrono::milliseconds>(options_.grace, kReportWindow);
@@ -741,32 +882,43 @@ void Launcher::summarize() {
   if (std::all_of(order.begin(), order.end(),
                   [](const Worker* w) { return role_of(*w) == Role::stopped_by_launcher; }))
     return;
-  // Root causes first, by when they ended (then rank); then the stalled; then the rest.
+  // Root causes first, by when they ended (then rank, then ps index); then the stalled; then ps
+  // tasks that outlived the group; then the rest.
   std::stable_sort(order.begin(), order.end(), [](const Worker* a, const Worker* b) {
-    return std::tuple(role_of(*a), a->order, a->rank) < std::tuple(role_of(*b), b->order, b->rank);
+    return std::tuple(role_of(*a), a->order, a->position) <
+           std::tuple(role_of(*b), b->order, b->position);
   });
   std::vector<const Worker*> causes;
-  for (const Worker* worker : order)
-    if (role_of(*worker) == Role::root_cause || role_of(*worker) == Role::stalled)
+  for (const Worker* worker : order) {
+    const Role role = role_of(*worker);
+    if (role == Role::root_cause || role == Role::stalled || role == Role::outlived)
       causes.push_back(worker);
+  }
   if (causes.empty()) causes.push_back(order.front());  // only echoes: the earliest
   std::string blamed;
   for (const Worker* cause : causes)
-    blamed += fmt::format("{}rank {}", blamed.empty() ? "" : ", ", cause->rank);
+    blamed += fmt::format("{}{}", blamed.empty() ? "" : ", ", cause->id.name());
   // The status is the first root cause's; a stalled worker was ended by the launcher, so the
-  // status stays that of the first failure it caused.
+  // status stays that of the first failure it caused; a ps task that outlived the group leaves
+  // kPsOutlived.
   if (!sigint_seen_ && !sigterm_seen_ && role_of(*causes.front()) == Role::root_cause)
     exit_status_ = causes.front()->code;
   std::string text = fmt::format("summary: the failure started at {}\n", blamed);
   for (const Worker* worker : order) {
-    std::string line = fmt::format("strata-launch:   rank {}: ", worker->rank);
+    std::string line = fmt::format("strata-launch:   {}: ", worker->id.name());
     const bool cause = std::find(causes.begin(), causes.end(), worker) != causes.end();
-    switch (cause && role_of(*worker) != Role::stalled ? Role::root_cause : role_of(*worker)) {
+    const Role role = role_of(*worker);
+    switch (cause && role != Role::stalled && role != Role::outlived ? Role::root_cause : role) {
       case Role::root_cause:
         line += fmt::format("{} (root cause)", describe_end(*worker));
         break;
       case Role::stalled:
         line += "stopped (SIGSTOP) while its peers waited for it (root cause); killed";
+        break;
+      case Role::outlived:
+        line += fmt::format("still running {} after {} exited 0 (root cause); then {}",
+                            seconds_text(options_.ps_grace), group_text(options_),
+                            describe_end(*worker));
         break;
       case Role::after_peer:
         line += fmt::format("{}, after {} failed", describe_end(*worker), blamed);
@@ -801,6 +953,7 @@ void Launcher::handle_signals() {
 
 void Launcher::stop(int signal, int exit_status) {
   stop_at_.reset();
+  ps_deadline_.reset();
   stopping_ = true;
   exit_status_ = exit_status;
   signal_running(signal);
@@ -819,13 +972,20 @@ void Launcher::signal_running(int signal) {
 void Launcher::kill_remaining() {
   kill_at_.reset();
   killed_ = true;
-  std::string ranks;
+  // "rank 0", "ranks 0, 1", "ranks 0, 1, ps 0", "ps 0, 1".
+  std::string ranks, ps;
   for (const auto& worker : workers_) {
-    if (worker.running) ranks += fmt::format("{}{}", ranks.empty() ? "" : ", ", worker.rank);
+    if (!worker.running) continue;
+    std::string& list = worker.id.is_ps() ? ps : ranks;
+    list += fmt::format("{}{}", list.empty() ? "" : ", ",
+                        worker.id.is_ps() ? worker.id.index : worker.id.rank);
   }
-  if (ranks.empty()) return;
-  message(fmt::format("sending SIGKILL to rank{} {}",
-                      ranks.find(',') == std::string::npos ? "" : "s", ranks));
+  if (ranks.empty() && ps.empty()) return;
+  std::string names;
+  if (!ranks.empty())
+    names = fmt::format("rank{} {}", ranks.find(',') == std::string::npos ? "" : "s", ranks);
+  if (!ps.empty()) names += fmt::format("{}ps {}", names.empty() ? "" : ", ", ps);
+  message(fmt::format("sending SIGKILL to {}", names));
   signal_running(SIGKILL);
 }
 
@@ -859,7 +1019,8 @@ int main(int argc, char** argv) {
   }
   const Options& options = parsed.options;
 
-  PortReservation reservation = reserve_ports(options.host, options.workers);
+  const std::vector<TaskId> tasks = cluster_tasks(options);
+  PortReservation reservation = reserve_ports(options.host, static_cast<int>(tasks.size()));
   if (!reservation.error.empty()) {
     message(reservation.error);
     return kLauncherError;
@@ -871,12 +1032,13 @@ int main(int argc, char** argv) {
     addresses.push_back(bracket ? fmt::format("[{}]:{}", options.host, port)
                                 : fmt::format("{}:{}", options.host, port));
   }
+  const nlohmann::json cluster = cluster_json(tasks, addresses);
   const std::vector<std::string> base = base_environment(options.local_replicas.has_value());
   std::vector<std::vector<std::string>> environments;
-  for (int rank = 0; rank < options.workers; ++rank) {
+  for (const TaskId& task : tasks) {
     auto env = base;
-    env.push_back("TF_CONFIG=" + tf_config(addresses, rank));
-    env.push_back(fmt::format("STRATA_LAUNCH_RANK={}", rank));
+    env.push_back("TF_CONFIG=" + tf_config(cluster, task));
+    if (!task.is_ps()) env.push_back(fmt::format("STRATA_LAUNCH_RANK={}", task.rank));
     env.push_back(fmt::format("STRATA_LAUNCH_WORLD_SIZE={}", options.workers));
     if (options.local_replicas) {
       env.push_back(fmt::format("STRATA_LOCAL_REPLICAS={}", *options.local_replicas));
@@ -908,5 +1070,5 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
 
   Launcher launcher(options, wake[0]);
-  return launcher.run(std::move(environments), reservation);
+  return launcher.run(tasks, std::move(environments), reservation);
 }

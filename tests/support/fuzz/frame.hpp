@@ -82,14 +82,16 @@ inline void check_frame_header(std::span<const std::byte, transport::tcp::kFrame
   // The defects of these bytes, by FrameError value (the table at the top of frame.hpp).
   const auto type = static_cast<unsigned>(in[3]);
   const auto payload = static_cast<std::uint32_t>(wire_field(in, 12, 4));
-  const bool type_ok = type >= 1 && type <= 6;
-  const std::uint32_t limit = type == 1 ? max_payload : transport::tcp::kMaxControlPayload;
+  const bool type_ok = type >= 1 && type <= 8;
+  const bool service = type == 7 || type == 8;  // request, reply: the kind is the service's
+  const std::uint32_t limit =
+      type == 1 || service ? max_payload : transport::tcp::kMaxControlPayload;
   std::array<bool, 9> defect{};
   auto flag = [&](FrameError error) -> bool& { return defect[static_cast<std::size_t>(error)]; };
   flag(FrameError::bad_magic) = in[0] != std::byte{0x46} || in[1] != std::byte{0x53};
   flag(FrameError::bad_version) = in[2] != std::byte{2};
   flag(FrameError::bad_type) = !type_ok;
-  flag(FrameError::bad_collective) = static_cast<unsigned>(in[4]) > 5;
+  flag(FrameError::bad_collective) = !service && static_cast<unsigned>(in[4]) > 5;
   flag(FrameError::bad_element_type) = static_cast<unsigned>(in[5]) > 7;
   flag(FrameError::bad_op) = static_cast<unsigned>(in[6]) > 4;
   // Data frames may set bit 0 (lent); control frames no bit.

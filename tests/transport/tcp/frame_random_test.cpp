@@ -139,11 +139,15 @@ int expected_outcome(const FrameBytes& valid, std::size_t offset, unsigned value
       static_cast<std::uint32_t>(valid[12]) | static_cast<std::uint32_t>(valid[13]) << 8 |
       static_cast<std::uint32_t>(valid[14]) << 16 | static_cast<std::uint32_t>(valid[15]) << 24;
   if (offset == 3) {
-    if (value < 1 || value > 6) return static_cast<int>(FrameError::bad_type);
-    const std::uint32_t limit = value == 1 ? kLimit : kMaxControlPayload;
+    if (value < 1 || value > 8) return static_cast<int>(FrameError::bad_type);
+    if (value >= 7 && valid[7] != std::byte{0}) return static_cast<int>(FrameError::bad_flags);
+    const std::uint32_t limit = value == 1 || value >= 7 ? kLimit : kMaxControlPayload;
     return payload <= limit ? 0 : static_cast<int>(FrameError::payload_too_large);
   }
-  if (offset == 4) return value <= 5 ? 0 : static_cast<int>(FrameError::bad_collective);
+  if (offset == 4) {
+    const bool service = valid[3] == std::byte{7} || valid[3] == std::byte{8};
+    return value <= 5 || service ? 0 : static_cast<int>(FrameError::bad_collective);
+  }
   if (offset == 5) return value <= 7 ? 0 : static_cast<int>(FrameError::bad_element_type);
   if (offset == 6) return value <= 4 ? 0 : static_cast<int>(FrameError::bad_op);
   if (offset == 7) {
@@ -153,7 +157,10 @@ int expected_outcome(const FrameBytes& valid, std::size_t offset, unsigned value
   if (offset >= 12 && offset < 16) {
     const unsigned shift = 8 * static_cast<unsigned>(offset - 12);
     const std::uint32_t changed = (payload & ~(std::uint32_t{0xFF} << shift)) | value << shift;
-    const std::uint32_t limit = valid[3] == std::byte{1} ? kLimit : kMaxControlPayload;
+    const std::uint32_t limit = valid[3] == std::byte{1} || valid[3] == std::byte{7} ||
+                                        valid[3] == std::byte{8}
+                                    ? kLimit
+                                    : kMaxControlPayload;
     return changed <= limit ? 0 : static_cast<int>(FrameError::payload_too_large);
   }
   return 0;  // root, sequence, count: any value

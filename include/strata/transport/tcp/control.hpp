@@ -263,6 +263,8 @@ class CallControl {
         state.released_bytes = header.count;
         break;
       case FrameType::data:
+      case FrameType::request:
+      case FrameType::reply:
         state.closed = true;
         throw PeerFailureError(
             rank(), operation(),

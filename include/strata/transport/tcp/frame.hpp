@@ -6,7 +6,7 @@
 //   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
 //   2       1     protocol version (kFrameVersion)
 //   3       1     frame type (FrameType)
-//   4       1     collective (Collective)
+//   4       1     collective (Collective); a request or reply's operation (the service's)
 //   5       1     element type (DataType)
 //   6       1     reduce op (ReduceOp)
 //   7       1     flags (FrameFlag; data frames only, 0 on control frames)
@@ -20,7 +20,9 @@
 // touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
 // that mean different things. The check costs one 32-byte compare per message, always on.
 // Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
-// their own and carry a short text payload.
+// their own and carry a short text payload. Request and reply frames carry a service's calls
+// (the parameter servers of ps/): the kind byte is the service's operation, which the service
+// checks, and the payload is bounded as a data frame's.
 #pragma once
 
 #include <array>
@@ -33,6 +35,7 @@
 
 #include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
+#include <strata/core/detail/little_endian.hpp>
 #include <strata/core/reduce_op.hpp>
 
 namespace strata::transport::tcp {
@@ -52,7 +55,19 @@ enum class FrameType : std::uint8_t {
   goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
   release = 6,         ///< the sender has read `count` bytes of payload lent to it in
                        ///< collective `sequence` (a running total)
+  request = 7,         ///< a call to a service; `kind` is its operation
+  reply = 8,           ///< the service's answer to the request of the same `sequence`
 };
+
+/// Whether frames of `type` carry bulk payload (bounded by the caller's limit, not by
+/// kMaxControlPayload).
+constexpr bool carries_data(FrameType type) noexcept {
+  return type == FrameType::data || type == FrameType::request || type == FrameType::reply;
+}
+/// Whether the kind byte of frames of `type` is a service's operation rather than a Collective.
+constexpr bool is_service_frame(FrameType type) noexcept {
+  return type == FrameType::request || type == FrameType::reply;
+}
 
 /// Bits of a data frame's flags byte.
 enum class FrameFlag : std::uint8_t {
@@ -69,7 +84,7 @@ enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout
 
 struct FrameHeader {
   FrameType type = FrameType::data;
-  Collective kind = Collective::barrier;
+  Collective kind = Collective::barrier;  ///< a service's operation in request/reply frames
   DataType element_type = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
   std::int32_t root = 0;
@@ -119,18 +134,8 @@ inline std::string_view to_string(FrameError error) noexcept {
 }
 
 namespace detail {
-template <class U>
-constexpr void store_le(std::byte* out, U value) noexcept {
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
-}
-template <class U>
-constexpr U load_le(const std::byte* in) noexcept {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return static_cast<U>(value);
-}
+using strata::detail::load_le;
+using strata::detail::store_le;
 }  // namespace detail
 
 constexpr FrameBytes encode(const FrameHeader& header) noexcept {
@@ -173,28 +178,30 @@ inline std::error_code make_error_code(FrameError error) noexcept {
   return {static_cast<int>(error), frame_category()};
 }
 
-/// Decodes and validates a header. Every enum is range-checked and the payload length is
-/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
-/// allocates or reads for it. `out` is written only on success.
+/// Decodes and validates a header. Every enum is range-checked (a service's operation by the
+/// service) and the payload length is bounded (by `chunk_bytes` for data, request and reply
+/// frames, kMaxControlPayload otherwise) before anyone allocates or reads for it. `out` is
+/// written only on success.
 /// @returns an empty error_code on success, else the reason: the connection must be dropped.
 inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
                               std::uint32_t chunk_bytes) noexcept {
   if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
   if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
   const auto type = static_cast<std::uint8_t>(in[3]);
-  if (type < 1 || type > 6) return FrameError::bad_type;
+  if (type < 1 || type > 8) return FrameError::bad_type;
+  const auto frame_type = static_cast<FrameType>(type);
   const auto kind = static_cast<std::uint8_t>(in[4]);
-  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  if (!is_service_frame(frame_type) && kind > static_cast<std::uint8_t>(Collective::barrier))
+    return FrameError::bad_collective;
   const auto element = static_cast<std::uint8_t>(in[5]);
   if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
   const auto op = static_cast<std::uint8_t>(in[6]);
   if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
   const auto payload = detail::load_le<std::uint32_t>(&in[12]);
-  const auto frame_type = static_cast<FrameType>(type);
   const auto flags = static_cast<std::uint8_t>(in[7]);
   if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
     return FrameError::bad_flags;
-  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  const std::uint32_t limit = carries_data(frame_type) ? chunk_bytes : kMaxControlPayload;
   if (payload > limit) return FrameError::payload_too_large;
   out.type = frame_type;
   out.kind = static_cast<Collective>(kind);

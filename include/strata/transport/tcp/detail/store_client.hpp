@@ -28,39 +28,12 @@
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/detail/store_protocol.hpp>
 #include <strata/transport/tcp/route.hpp>
+#include <strata/transport/tcp/run_until.hpp>
 #include <strata/transport/tcp/store_options.hpp>
 
 namespace strata::transport::tcp::detail::store {
 
 using asio::ip::tcp;
-
-/// Runs one asynchronous operation on `socket` until it completes or `until` passes; on
-/// timeout the socket is closed, which completes the operation with an error, and
-/// `timed_out` is set.
-template <class Start>
-std::error_code run_until(asio::io_context& io, tcp::socket& socket, Clock::time_point until,
-                          bool& timed_out, Start&& start) {
-  std::optional<std::error_code> result;
-  bool timer_done = false;
-  timed_out = false;
-  asio::steady_timer timer(io, until);
-  timer.async_wait([&](const std::error_code& ec) {
-    timer_done = true;
-    if (!ec && !result) {
-      timed_out = true;
-      std::error_code ignored;
-      socket.close(ignored);
-    }
-  });
-  std::forward<Start>(start)([&](const std::error_code& ec) {
-    result = ec;
-    timer.cancel();
-  });
-  io.restart();
-  while (!result || !timer_done)
-    io.run_one();
-  return *result;
-}
 
 /// One connection to the store, each step bounded by the attempt's deadline.
 class StoreConnection {
