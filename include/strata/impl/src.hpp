@@ -14,10 +14,14 @@
 #include <strata/cluster/tf_config.hpp>
 #include <strata/communicator/tcp.hpp>
 #include <strata/core/reduce.hpp>
+#include <strata/ps/client.hpp>
+#include <strata/ps/server.hpp>
 #include <strata/resolve.hpp>
 
 #include <strata/cluster/impl/resolve.ipp>
 #include <strata/cluster/impl/tf_config.ipp>
 #include <strata/communicator/impl/tcp.ipp>
 #include <strata/core/impl/reduce.ipp>
+#include <strata/ps/impl/client.ipp>
+#include <strata/ps/impl/server.ipp>
 #include <strata/impl/resolve.ipp>

@@ -1,0 +1,474 @@
+// strata/ps/impl/server.ipp — the parameter server's definitions (ps/server.hpp).
+//
+// The server is a service of the TCP transport (transport/tcp/service_server.hpp): one thread
+// handles every request to its end before the next one, so a push is atomic without a lock
+// and a pull sees whole pushes only. A push's values are read into the connection's staging
+// buffer, checked, and only then applied; a create's straight into the new shard.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <ctime>
+#include <exception>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/core/data_type.hpp>
+#include <strata/core/detail/join.hpp>
+#include <strata/core/environment.hpp>
+#include <strata/core/error.hpp>
+#include <strata/optim/adam.hpp>
+#include <strata/optim/momentum.hpp>
+#include <strata/optim/sgd.hpp>
+#include <strata/ps/protocol.hpp>
+#include <strata/ps/server.hpp>
+#include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/service_server.hpp>
+
+namespace strata::ps {
+
+namespace detail::server {
+
+template <std::floating_point T>
+struct Values {
+  std::vector<T> values;
+  optim::OptimizerState<T> state;
+  OptimizerSpec::Kind kind = OptimizerSpec::Kind::none;  // whose slots `state` holds
+};
+
+struct Shard {
+  std::string name;
+  DataType type = DataType::float32;
+  UpdateRule update = UpdateRule::optimizer;
+  std::uint64_t elements = 0;
+  std::uint64_t version = 0;  // updates applied
+  std::variant<Values<float>, Values<double>> data;
+};
+
+inline bool is_value_type(DataType type) noexcept {
+  return type == DataType::float32 || type == DataType::float64;
+}
+
+inline std::size_t slots_of(OptimizerSpec::Kind kind) noexcept {
+  switch (kind) {
+    case OptimizerSpec::Kind::momentum:
+    case OptimizerSpec::Kind::nesterov:
+      return optim::Momentum::kSlots;
+    case OptimizerSpec::Kind::adam:
+      return optim::Adam::kSlots;
+    default:
+      return optim::Sgd::kSlots;
+  }
+}
+
+// Applies `gradient` to `shard` by its update rule; the reason when the push cannot apply.
+template <std::floating_point T>
+std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spec,
+                       std::span<const T> gradient) {
+  if (shard.update == UpdateRule::sum) {
+    if (spec.kind != OptimizerSpec::Kind::none)
+      return fmt::format("variable '{}' sums pushes (UpdateRule::sum) and takes no optimizer",
+                         shard.name);
+    for (std::size_t i = 0; i < gradient.size(); ++i)
+      values.values[i] += gradient[i];
+    return {};
+  }
+  if (spec.kind == OptimizerSpec::Kind::none)
+    return fmt::format("variable '{}' is updated by an optimizer, and the push names none",
+                       shard.name);
+  if (values.kind != OptimizerSpec::Kind::none && slots_of(values.kind) != slots_of(spec.kind))
+    return fmt::format(
+        "variable '{}' was updated by an optimizer with {} slots per element, now "
+        "by one with {}: update each variable with one optimizer",
+        shard.name, slots_of(values.kind), slots_of(spec.kind));
+  auto run = [&](const auto& optimizer) -> std::string {
+    try {
+      if (values.kind == OptimizerSpec::Kind::none) {
+        values.state = optim::make_state<T>(optimizer, values.values.size());
+        values.kind = spec.kind;
+      }
+      optimizer.apply(std::span<T>(values.values), gradient, values.state);
+      values.kind = spec.kind;
+      return {};
+    } catch (const Error& error) {
+      return error.what();
+    }
+  };
+  switch (spec.kind) {
+    case OptimizerSpec::Kind::sgd:
+      return run(optim::Sgd{spec.learning_rate});
+    case OptimizerSpec::Kind::momentum:
+    case OptimizerSpec::Kind::nesterov:
+      return run(optim::Momentum{spec.learning_rate, spec.momentum,
+                                 spec.kind == OptimizerSpec::Kind::nesterov});
+    case OptimizerSpec::Kind::adam:
+      return run(optim::Adam{spec.learning_rate, spec.beta1, spec.beta2, spec.epsilon});
+    case OptimizerSpec::Kind::none:
+      break;
+  }
+  return "unknown optimizer";
+}
+
+inline std::chrono::nanoseconds thread_cpu_time() noexcept {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec);
+}
+
+}  // namespace detail::server
+
+struct Server::State : transport::tcp::ServiceHandler {
+  using Shard = detail::server::Shard;
+  using SessionStep = transport::tcp::SessionStep;
+  using ReadPayload = transport::tcp::ReadPayload;
+  using SendReply = transport::tcp::SendReply;
+
+  // One worker connection's requests, one at a time.
+  class Session : public transport::tcp::ServiceSession {
+   public:
+    Session(State& state, int rank) : state_(state), rank_(rank) {}
+
+    SessionStep on_request(const transport::tcp::FrameHeader& request) override {
+      request_ = request;
+      const auto operation = static_cast<std::uint8_t>(request.kind);
+      if (operation < 1 || operation > kLastOperation)
+        return error(Status::bad_request, fmt::format("unknown operation {}", operation));
+      switch (static_cast<Operation>(operation)) {
+        case Operation::create:
+          if (request.payload_bytes < kCreateSpecBytes)
+            return error(Status::bad_request, "a create request without its spec");
+          stage_ = Stage::create_spec;
+          return read(std::span(prefix_.data(), kCreateSpecBytes));
+        case Operation::done:
+          if (request.payload_bytes != 0)
+            return error(Status::bad_request, "a done request carries nothing");
+          return state_.finished(rank_);
+        default:
+          return on_shard_request();
+      }
+    }
+
+    SessionStep on_payload() override {
+      switch (stage_) {
+        case Stage::create_spec:
+          return on_create_spec();
+        case Stage::create_name:
+          return on_create_name();
+        case Stage::create_values:
+          return ok(handle_);
+        case Stage::push_values:
+          return on_values();
+      }
+      return error(Status::bad_request, "a request out of order");
+    }
+
+   private:
+    enum class Stage : std::uint8_t { create_spec, create_name, create_values, push_values };
+
+    static SessionStep read(std::span<std::byte> into) { return ReadPayload{{into}}; }
+    static SessionStep read(std::span<std::byte> first, std::span<std::byte> second) {
+      return ReadPayload{{first, second}};
+    }
+
+    SessionStep error(Status status, std::string why) {
+      text_ = std::move(why);
+      SendReply reply;
+      reply.status = static_cast<std::uint8_t>(status);
+      reply.payload =
+          std::as_bytes(std::span(text_.data(), std::min(text_.size(), std::size_t{4096})));
+      return reply;
+    }
+
+    SendReply ok(std::uint64_t count) const {
+      SendReply reply;
+      reply.count = count;
+      return reply;
+    }
+
+    SessionStep on_create_spec() {
+      const std::uint64_t left = request_.payload_bytes - kCreateSpecBytes;
+      const auto spec = decode_create(std::span<const std::byte>(prefix_.data(), kCreateSpecBytes));
+      if (!spec || !detail::server::is_value_type(request_.element_type) ||
+          spec->elements != request_.count ||
+          left !=
+              padded_name_bytes(spec->name_bytes) + spec->elements * size_of(request_.element_type))
+        return error(Status::bad_request,
+                     "a malformed create request (its spec, name and sizes do not add up)");
+      spec_ = *spec;
+      name_.assign(padded_name_bytes(spec->name_bytes), '\0');
+      stage_ = Stage::create_name;
+      return read(std::as_writable_bytes(std::span(name_)));
+    }
+
+    SessionStep on_create_name() {
+      name_.resize(spec_.name_bytes);
+      const DataType type = request_.element_type;
+      if (const auto existing = state_.find(name_)) {
+        const Shard& shard = state_.shards[*existing];
+        if (shard.type != type || shard.elements != spec_.elements || shard.update != spec_.update)
+          return error(Status::exists_differently,
+                       fmt::format("variable '{}' exists on {} with {} {} elements (update rule "
+                                   "{}); the request has {} {} elements (update rule {})",
+                                   shard.name, state_.who(), shard.elements, to_string(shard.type),
+                                   static_cast<int>(shard.update), spec_.elements, to_string(type),
+                                   static_cast<int>(spec_.update)));
+        // Created before (by another worker, or by this one before it restarted): its values
+        // win, and travel back so that the caller starts from them. The unread initial values
+        // are dropped by the service.
+        return values_reply(*existing, *existing);
+      }
+      handle_ = state_.create(name_, type, spec_);
+      stage_ = Stage::create_values;
+      return read(state_.bytes_of(handle_));
+    }
+
+    SessionStep on_shard_request() {
+      const auto operation = static_cast<Operation>(request_.kind);
+      const auto handle = static_cast<std::uint32_t>(request_.root);
+      if (handle >= state_.shards.size())
+        return error(Status::unknown_variable,
+                     fmt::format("{} holds no variable with handle {} ({} created): it was never "
+                                 "created there, or the ps task restarted and lost its variables",
+                                 state_.who(), handle, state_.shards.size()));
+      const Shard& shard = state_.shards[handle];
+      const bool push = operation == Operation::push || operation == Operation::push_pull;
+      const std::uint64_t value_bytes = shard.elements * size_of(shard.type);
+      const std::uint64_t expected =
+          operation == Operation::pull ? 0 : (push ? kOptimizerSpecBytes : 0) + value_bytes;
+      if (request_.element_type != shard.type || request_.count != shard.elements ||
+          request_.payload_bytes != expected)
+        return error(Status::mismatch,
+                     fmt::format("{} of variable '{}' on {}: the shard holds {} {} elements, the "
+                                 "request {} {} elements in {} bytes",
+                                 to_string(operation), shard.name, state_.who(), shard.elements,
+                                 to_string(shard.type), request_.count,
+                                 to_string(request_.element_type), request_.payload_bytes));
+      handle_ = handle;
+      if (operation == Operation::pull) return values_reply(handle, shard.version);
+      stage_ = Stage::push_values;
+      const auto values = std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            auto& stage = staging<T>();
+            stage.resize(stored.values.size());
+            return std::as_writable_bytes(std::span(stage));
+          },
+          shard.data);
+      if (!push) return read(values);
+      return read(std::span(prefix_.data(), kOptimizerSpecBytes), values);
+    }
+
+    SessionStep on_values() {
+      const auto operation = static_cast<Operation>(request_.kind);
+      Shard& shard = state_.shards[handle_];
+      std::string why;
+      std::visit(
+          [&](auto& values) {
+            using T = typename std::decay_t<decltype(values.values)>::value_type;
+            const std::span<const T> incoming(staging<T>());
+            if (operation == Operation::assign) {
+              std::copy(incoming.begin(), incoming.end(), values.values.begin());
+              return;
+            }
+            const auto spec =
+                decode_optimizer(std::span<const std::byte>(prefix_.data(), kOptimizerSpecBytes));
+            why = spec ? detail::server::apply_push(shard, values, *spec, incoming)
+                       : std::string("a push whose optimizer spec is malformed");
+          },
+          shard.data);
+      if (!why.empty()) return error(Status::bad_request, std::move(why));
+      ++shard.version;
+      if (operation == Operation::push_pull) return values_reply(handle_, shard.version);
+      return ok(shard.version);
+    }
+
+    // Where a request's values are read to before they are checked and applied.
+    template <class T>
+    std::vector<T>& staging() {
+      if constexpr (std::same_as<T, float>)
+        return staging_f32_;
+      else
+        return staging_f64_;
+    }
+
+    // A snapshot of the shard's values: a later push must not tear the write.
+    SessionStep values_reply(std::uint32_t handle, std::uint64_t count) {
+      SendReply reply = ok(count);
+      reply.type = state_.shards[handle].type;
+      reply.payload = std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            auto& stage = staging<T>();
+            stage.assign(stored.values.begin(), stored.values.end());
+            return std::as_bytes(std::span(stage));
+          },
+          state_.shards[handle].data);
+      return reply;
+    }
+
+    State& state_;
+    int rank_;
+    transport::tcp::FrameHeader request_;
+    Stage stage_ = Stage::create_spec;
+    std::array<std::byte, std::max(kOptimizerSpecBytes, kCreateSpecBytes)> prefix_{};
+    CreateSpec spec_;
+    std::string name_;
+    std::uint32_t handle_ = 0;
+    std::vector<float> staging_f32_;
+    std::vector<double> staging_f64_;
+    std::string text_;
+  };
+
+  State(const cluster::ClusterSpec& spec, int ps_index, ServerOptions server_options)
+      : cluster(validated(spec, ps_index, server_options)),
+        index(ps_index),
+        options(std::move(server_options)),
+        group_size(spec.collective_size()),
+        done_ranks(static_cast<std::size_t>(group_size), false),
+        service(cluster.address({cluster::TaskType::ps, ps_index}), "ps::Server",
+                {ps_fingerprint(spec), kTunables, group_size, ps_index,
+                 options.cluster_token ? options.cluster_token
+                                       : environment_variable("STRATA_CLUSTER_TOKEN")},
+                *this, options.max_message_bytes, options.timeout) {}
+
+  static const cluster::ClusterSpec& validated(const cluster::ClusterSpec& spec, int ps_index,
+                                               const ServerOptions& options) {
+    if (!spec.contains({cluster::TaskType::ps, ps_index}))
+      throw ConfigurationError(
+          -1, "ps::Server",
+          fmt::format("ps task {} is not in the cluster ({})", ps_index, spec.canonical()),
+          "serve each ps task of the cluster from its own process");
+    if (spec.collective_size() < 1)
+      throw ConfigurationError(-1, "ps::Server", "the cluster has no chief and no worker to serve",
+                               "add the worker tasks to the cluster spec (TF_CONFIG)");
+    const auto token = options.cluster_token ? options.cluster_token
+                                             : environment_variable("STRATA_CLUSTER_TOKEN");
+    if (token && token->empty())
+      throw ConfigurationError(-1, "ps::Server", "the cluster token is empty",
+                               "set a secret shared by every task, or leave it unset");
+    if (options.timeout <= std::chrono::milliseconds::zero())
+      throw UsageError(-1, "ps::Server",
+                       fmt::format("the timeout {} ms is not positive", options.timeout.count()),
+                       "pass a positive ServerOptions::timeout");
+    return spec;
+  }
+
+  std::unique_ptr<transport::tcp::ServiceSession> open(int rank) override {
+    return std::make_unique<Session>(*this, rank);
+  }
+
+  std::string who() const {
+    return fmt::format("ps task {} ({})", index,
+                       cluster.address({cluster::TaskType::ps, index}).to_string());
+  }
+
+  std::optional<std::uint32_t> find(const std::string& name) const {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) return std::nullopt;
+    return it->second;
+  }
+
+  std::uint32_t create(const std::string& name, DataType type, const CreateSpec& spec) {
+    Shard shard;
+    shard.name = name;
+    shard.type = type;
+    shard.update = spec.update;
+    shard.elements = spec.elements;
+    const auto count = static_cast<std::size_t>(spec.elements);
+    if (type == DataType::float32)
+      shard.data = detail::server::Values<float>{std::vector<float>(count), {}, {}};
+    else
+      shard.data = detail::server::Values<double>{std::vector<double>(count), {}, {}};
+    const auto handle = static_cast<std::uint32_t>(shards.size());
+    shards.push_back(std::move(shard));
+    by_name.emplace(name, handle);
+    report.shards = shards.size();
+    report.shard_bytes += spec.elements * size_of(type);
+    return handle;
+  }
+
+  std::span<std::byte> bytes_of(std::uint32_t handle) {
+    return std::visit([](auto& values) { return std::as_writable_bytes(std::span(values.values)); },
+                      shards[handle].data);
+  }
+
+  SessionStep finished(int rank) {
+    const auto r = static_cast<std::size_t>(rank);
+    if (!done_ranks[r]) {
+      done_ranks[r] = true;
+      ++done_count;
+    }
+    SendReply reply;
+    reply.then_close = done_count == group_size;
+    return reply;
+  }
+
+  ServerReport serve() {
+    const auto cpu_start = detail::server::thread_cpu_time();
+    const auto end = service.serve(options.timeout);
+    const auto& stats = service.stats();
+    report.requests = stats.requests;
+    report.bytes_in = stats.bytes_in;
+    report.bytes_out = stats.bytes_out;
+    report.refused = stats.refused;
+    report.cpu_time = detail::server::thread_cpu_time() - cpu_start;
+    if (end == transport::tcp::ServiceEnd::idle) {
+      std::vector<int> missing;
+      for (std::size_t r = 0; r < done_ranks.size(); ++r)
+        if (!done_ranks[r]) missing.push_back(static_cast<int>(r));
+      throw TimeoutError(
+          -1, "ps::Server::serve",
+          fmt::format("{} has had no worker connected for {} ms, and rank(s) {} of the "
+                      "collective group have not finished",
+                      who(), options.timeout.count(), strata::detail::join(missing, ", ")),
+          "a worker crashed or was never started: restart the job, or raise the timeout "
+          "(ServerOptions::timeout or STRATA_TIMEOUT)");
+    }
+    return report;
+  }
+
+  cluster::ClusterSpec cluster;
+  int index;
+  ServerOptions options;
+  int group_size;
+  std::vector<bool> done_ranks;
+  int done_count = 0;
+  std::vector<Shard> shards;  // the handle is the index
+  std::map<std::string, std::uint32_t, std::less<>> by_name;
+  ServerReport report;
+  transport::tcp::ServiceServer service;  // last: its sessions use the members above
+};
+
+STRATA_DECL Server::Server(const cluster::ClusterSpec& cluster, int index, ServerOptions options)
+    : state_(std::make_unique<State>(cluster, index, std::move(options))) {}
+
+STRATA_DECL Server::~Server() = default;
+
+STRATA_DECL std::uint16_t Server::port() const noexcept {
+  return state_->service.port();
+}
+
+STRATA_DECL ServerReport Server::serve() {
+  return state_->serve();
+}
+
+STRATA_DECL void Server::stop() {
+  state_->service.stop();
+}
+
+}  // namespace strata::ps

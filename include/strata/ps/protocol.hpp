@@ -1,0 +1,192 @@
+// strata/ps/protocol.hpp — what workers and parameter servers say to each other.
+//
+// A worker opens connections to every ps task with the TCP transport's handshake
+// (transport/tcp/handshake.hpp: cluster fingerprint, cluster token, incarnation; the tunables
+// field carries kTunables, so a collective peer and a ps client never pair up). Then each call is
+// a request frame and its reply frame (transport/tcp/frame.hpp), one outstanding per connection:
+//
+//   request: kind = Operation, element type of the values, root = the shard's handle (the
+//            worker's collective rank for `done`), sequence = the call's number on this
+//            connection, count = elements of the values carried or asked for
+//   reply:   kind = the request's, root = Status, sequence = the request's, count = the shard's
+//            handle (create) or its version (updates applied so far); payload = values, or the
+//            reason for a Status other than ok (text, element type uint8)
+//
+// Payloads (little-endian):
+//   create      CreateSpec (kCreateSpecBytes) | name, zero-padded to a multiple of 8 | values
+//   pull        nothing; the reply carries the values
+//   push        OptimizerSpec (kOptimizerSpecBytes) | gradient; the reply carries nothing
+//   push_pull   as push; the reply carries the values after this push
+//   assign      values; the reply carries nothing
+//   done        nothing: the worker has finished (a ps task serves until every worker has)
+// Every length and value is checked by the receiver before it allocates or applies anything.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <strata/cluster/cluster_spec.hpp>
+#include <strata/core/data_type.hpp>
+#include <strata/core/detail/fnv1a.hpp>
+#include <strata/core/detail/little_endian.hpp>
+
+namespace strata::ps {
+
+/// What a request asks of a parameter server.
+enum class Operation : std::uint8_t {
+  create = 1,     ///< create a shard, or find the one of that name
+  pull = 2,       ///< read a shard's values
+  push = 3,       ///< apply a gradient (or add a delta) to a shard
+  push_pull = 4,  ///< push, then read the values after it, in one round trip
+  assign = 5,     ///< set a shard's values (its optimizer slots stay)
+  done = 6,       ///< the calling worker has finished
+};
+inline constexpr std::uint8_t kLastOperation = 6;
+
+/// A reply's verdict.
+enum class Status : std::uint8_t {
+  ok = 0,
+  unknown_variable = 1,    ///< no shard has the handle: not created, or the ps task restarted
+  mismatch = 2,            ///< the values' element type or count differ from the shard's
+  bad_request = 3,         ///< a malformed payload, an invalid optimizer, an unknown operation
+  exists_differently = 4,  ///< a shard of that name exists with another type, size or update
+};
+inline constexpr std::uint8_t kLastStatus = 4;
+
+/// How a shard takes a push.
+enum class UpdateRule : std::uint8_t {
+  /// The server applies the optimizer named in each push, with its slots kept next to the shard.
+  optimizer = 0,
+  /// The server adds each push to the values (BytePS's summation service): the worker applies
+  /// its optimizer itself and pushes the change of its copy.
+  sum = 1,
+};
+
+/// The optimizer a push asks the server to apply (optim/'s Sgd, Momentum, Adam).
+struct OptimizerSpec {
+  enum class Kind : std::uint8_t { none = 0, sgd = 1, momentum = 2, nesterov = 3, adam = 4 };
+  Kind kind = Kind::none;
+  double learning_rate = 0;
+  double momentum = 0;
+  double beta1 = 0;
+  double beta2 = 0;
+  double epsilon = 0;
+  friend bool operator==(const OptimizerSpec&, const OptimizerSpec&) = default;
+};
+inline constexpr std::size_t kOptimizerSpecBytes = 48;
+
+/// A create request's fixed part.
+struct CreateSpec {
+  std::uint64_t elements = 0;
+  UpdateRule update = UpdateRule::optimizer;
+  std::uint32_t name_bytes = 0;
+};
+inline constexpr std::size_t kCreateSpecBytes = 24;
+/// The longest variable name a server takes.
+inline constexpr std::size_t kMaxNameBytes = 1024;
+
+/// What a ps connection puts in the handshake's tunables field: ps connections and collective
+/// connections refuse each other (tunables_differ).
+inline constexpr std::uint64_t kTunables = 0x7370'2d73'7472'6174ULL;  // "tarts-ps"
+
+/// What the handshake's cluster field holds on ps connections: a hash of the ps job alone, which
+/// every task knows even where a worker's TF_CONFIG lists only itself and the ps tasks.
+inline std::uint64_t ps_fingerprint(const cluster::ClusterSpec& cluster) {
+  std::uint64_t hash = strata::detail::fnv1a(strata::detail::kFnv1aBasis, std::string_view("ps"));
+  for (const auto& [index, address] : cluster.tasks(cluster::TaskType::ps))
+    hash = strata::detail::fnv1a(hash, std::to_string(index) + "=" + address.to_string() + ";");
+  return hash == 0 ? 1 : hash;
+}
+
+namespace detail {
+
+using strata::detail::load_le;
+using strata::detail::store_le;
+
+inline std::uint64_t bits_of(double value) noexcept {
+  return std::bit_cast<std::uint64_t>(value);
+}
+inline double double_of(std::uint64_t bits) noexcept {
+  return std::bit_cast<double>(bits);
+}
+
+}  // namespace detail
+
+inline std::array<std::byte, kOptimizerSpecBytes> encode(const OptimizerSpec& spec) noexcept {
+  std::array<std::byte, kOptimizerSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.kind);
+  const double fields[] = {spec.learning_rate, spec.momentum, spec.beta1, spec.beta2, spec.epsilon};
+  for (std::size_t i = 0; i < 5; ++i)
+    detail::store_le<std::uint64_t>(&out[8 + 8 * i], detail::bits_of(fields[i]));
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (unknown kind, padding set).
+inline std::optional<OptimizerSpec> decode_optimizer(std::span<const std::byte> in) noexcept {
+  if (in.size() < kOptimizerSpecBytes) return std::nullopt;
+  const auto kind = static_cast<std::uint8_t>(in[0]);
+  if (kind > static_cast<std::uint8_t>(OptimizerSpec::Kind::adam)) return std::nullopt;
+  for (std::size_t i = 1; i < 8; ++i)
+    if (in[i] != std::byte{0}) return std::nullopt;
+  OptimizerSpec spec;
+  spec.kind = static_cast<OptimizerSpec::Kind>(kind);
+  double* fields[] = {&spec.learning_rate, &spec.momentum, &spec.beta1, &spec.beta2, &spec.epsilon};
+  for (std::size_t i = 0; i < 5; ++i)
+    *fields[i] = detail::double_of(detail::load_le<std::uint64_t>(&in[8 + 8 * i]));
+  return spec;
+}
+
+inline std::array<std::byte, kCreateSpecBytes> encode(const CreateSpec& spec) noexcept {
+  std::array<std::byte, kCreateSpecBytes> out{};
+  detail::store_le<std::uint64_t>(&out[0], spec.elements);
+  out[8] = static_cast<std::byte>(spec.update);
+  detail::store_le<std::uint32_t>(&out[16], spec.name_bytes);
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one.
+inline std::optional<CreateSpec> decode_create(std::span<const std::byte> in) noexcept {
+  if (in.size() < kCreateSpecBytes) return std::nullopt;
+  const auto update = static_cast<std::uint8_t>(in[8]);
+  if (update > static_cast<std::uint8_t>(UpdateRule::sum)) return std::nullopt;
+  for (const std::size_t i : {9, 10, 11, 12, 13, 14, 15, 20, 21, 22, 23})
+    if (in[i] != std::byte{0}) return std::nullopt;
+  CreateSpec spec;
+  spec.elements = detail::load_le<std::uint64_t>(&in[0]);
+  spec.update = static_cast<UpdateRule>(update);
+  spec.name_bytes = detail::load_le<std::uint32_t>(&in[16]);
+  if (spec.name_bytes == 0 || spec.name_bytes > kMaxNameBytes) return std::nullopt;
+  return spec;
+}
+
+/// Bytes of a name in a create payload: padded so that the values after it stay aligned.
+constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
+  return (name_bytes + 7) / 8 * 8;
+}
+
+inline std::string_view to_string(Operation operation) noexcept {
+  switch (operation) {
+    case Operation::create:
+      return "create";
+    case Operation::pull:
+      return "pull";
+    case Operation::push:
+      return "push";
+    case Operation::push_pull:
+      return "push_pull";
+    case Operation::assign:
+      return "assign";
+    case Operation::done:
+      return "done";
+  }
+  return "unknown operation";
+}
+
+}  // namespace strata::ps

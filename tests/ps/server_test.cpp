@@ -1,0 +1,294 @@
+// Tests of the parameter server and its client (ps/server.hpp, ps/client.hpp): servers run on
+// threads of the test, workers are clients on loopback.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+#include <strata/core/error.hpp>
+#include <strata/optim/adam.hpp>
+#include <strata/optim/momentum.hpp>
+#include <strata/optim/sgd.hpp>
+#include <strata/ps/client.hpp>
+#include <strata/ps/protocol.hpp>
+#include <strata/ps/server.hpp>
+
+#include "worker_cluster.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using strata::ps::Client;
+using strata::ps::Operation;
+using strata::ps::OptimizerSpec;
+using strata::ps::Server;
+using strata::ps::ShardCall;
+using strata::ps::UpdateRule;
+
+// `workers` workers and `servers` ps tasks on free loopback ports.
+strata::cluster::ClusterSpec cluster_of(int workers, int servers) {
+  auto spec = strata::testing::loopback_cluster(workers + servers);
+  strata::cluster::ClusterSpec out;
+  int n = 0;
+  for (const auto& [index, address] : spec.tasks(strata::cluster::TaskType::worker)) {
+    if (n < workers)
+      out.add({strata::cluster::TaskType::worker, n}, address);
+    else
+      out.add({strata::cluster::TaskType::ps, n - workers}, address);
+    ++n;
+  }
+  return out;
+}
+
+// The servers of a cluster, each serving on a thread of its own until the test ends.
+struct Servers {
+  explicit Servers(const strata::cluster::ClusterSpec& spec,
+                   strata::ps::ServerOptions options = {}) {
+    const auto n = static_cast<int>(spec.num_tasks(strata::cluster::TaskType::ps));
+    for (int i = 0; i < n; ++i) {
+      servers.push_back(std::make_unique<Server>(spec, i, options));
+      Server* server = servers.back().get();
+      results.push_back(std::async(std::launch::async, [server] { return server->serve(); }));
+    }
+  }
+  ~Servers() {
+    for (auto& server : servers)
+      server->stop();
+    for (auto& result : results)
+      result.wait();
+  }
+  std::vector<std::unique_ptr<Server>> servers;
+  std::vector<std::future<strata::ps::ServerReport>> results;
+};
+
+template <class T>
+std::span<const std::byte> bytes_of(const std::vector<T>& values) {
+  return std::as_bytes(std::span(values));
+}
+template <class T>
+std::span<std::byte> bytes_of(std::vector<T>& values) {
+  return std::as_writable_bytes(std::span(values));
+}
+
+OptimizerSpec sgd(double learning_rate) {
+  return {OptimizerSpec::Kind::sgd, learning_rate, 0, 0, 0, 0};
+}
+
+// One push_pull of `gradient` with `spec` to shard `handle` on `server`; returns the values.
+template <class T>
+std::vector<T> push_pull(Client& client, int server, std::uint32_t handle,
+                         const OptimizerSpec& spec, const std::vector<T>& gradient, int lane = 0) {
+  const auto prefix = strata::ps::encode(spec);
+  std::vector<T> result(gradient.size());
+  ShardCall call;
+  call.server = server;
+  call.handle = handle;
+  call.operation = Operation::push_pull;
+  call.type = strata::data_type_of<T>;
+  call.count = gradient.size();
+  call.prefix = prefix;
+  call.values = bytes_of(gradient);
+  call.result = bytes_of(result);
+  client.call(lane, std::span(&call, 1));
+  return result;
+}
+
+template <class T>
+std::vector<T> pull(Client& client, int server, std::uint32_t handle, std::size_t count) {
+  std::vector<T> result(count);
+  ShardCall call;
+  call.server = server;
+  call.handle = handle;
+  call.operation = Operation::pull;
+  call.type = strata::data_type_of<T>;
+  call.count = count;
+  call.result = bytes_of(result);
+  client.call(0, std::span(&call, 1));
+  return result;
+}
+
+template <class T>
+std::uint32_t create(Client& client, int server, const std::string& name,
+                     const std::vector<T>& initial, UpdateRule rule = UpdateRule::optimizer) {
+  std::vector<T> current(initial.size());
+  return client
+      .create(server, name, strata::data_type_of<T>, rule, bytes_of(initial), bytes_of(current))
+      .handle;
+}
+
+}  // namespace
+
+TEST_CASE("a pushed gradient is applied by the server's optimizer, as on the host") {
+  const auto spec = cluster_of(1, 2);
+  Servers servers(spec);
+  Client client(spec, 0, 2);
+  CHECK(client.num_servers() == 2);
+
+  SUBCASE("SGD and Adam over float and double, on two servers and two lanes") {
+    const std::vector<float> initial{1.0f, -2.0f, 0.5f, 3.0f, 7.0f};
+    const std::vector<float> gradient{0.25f, -1.0f, 2.0f, 0.0f, 1e-3f};
+    const auto w = create(client, 0, "w", initial);
+    const auto got = push_pull(client, 0, w, sgd(0.1), gradient, 1);
+    std::vector<float> expected = initial;
+    auto state = strata::optim::make_state<float>(strata::optim::Sgd{0.1}, expected.size());
+    strata::optim::Sgd{0.1}.apply(std::span(expected), std::span<const float>(gradient), state);
+    CHECK(got == expected);
+    CHECK(pull<float>(client, 0, w, initial.size()) == expected);
+
+    const std::vector<double> v0{0.1, 0.2, 0.3};
+    const std::vector<double> g{1.0, -0.5, 0.25};
+    const auto v = create(client, 1, "v", v0);
+    strata::optim::Adam adam{.learning_rate = 0.01};
+    const OptimizerSpec adam_spec{
+        OptimizerSpec::Kind::adam, 0.01, 0, adam.beta1, adam.beta2, adam.epsilon};
+    std::vector<double> reference = v0;
+    auto adam_state = strata::optim::make_state<double>(adam, reference.size());
+    for (int step = 0; step < 3; ++step) {
+      const auto after = push_pull(client, 1, v, adam_spec, g, step % 2);
+      adam.apply(std::span(reference), std::span<const double>(g), adam_state);
+      CHECK(after == reference);
+    }
+  }
+
+  SUBCASE("a sum shard adds every push") {
+    const std::vector<float> initial{1.0f, 2.0f};
+    const auto s = create(client, 1, "sum", initial, UpdateRule::sum);
+    push_pull(client, 1, s, OptimizerSpec{}, std::vector<float>{0.5f, -1.0f});
+    CHECK(push_pull(client, 1, s, OptimizerSpec{}, std::vector<float>{0.5f, -1.0f}) ==
+          std::vector<float>{2.0f, 0.0f});
+  }
+
+  SUBCASE("the second create of a name returns the first one's values") {
+    const std::vector<float> first{1.0f, 2.0f, 3.0f};
+    const auto handle = create(client, 0, "shared", first);
+    push_pull(client, 0, handle, sgd(1.0), std::vector<float>{1.0f, 1.0f, 1.0f});
+    Client other(spec, 0, 1);
+    std::vector<float> again{9.0f, 9.0f, 9.0f};
+    std::vector<float> current(3);
+    const auto created = other.create(0, "shared", strata::DataType::float32, UpdateRule::optimizer,
+                                      bytes_of(again), bytes_of(current));
+    CHECK(created.existed);
+    CHECK(created.handle == handle);
+    CHECK(current == std::vector<float>{0.0f, 1.0f, 2.0f});
+  }
+}
+
+TEST_CASE("bad requests get typed errors, and the server serves on") {
+  const auto spec = cluster_of(2, 1);
+  Servers servers(spec);
+  Client client(spec, 1, 1);
+  const std::vector<float> initial(8, 1.0f);
+  const auto w = create(client, 0, "w", initial);
+
+  CHECK_THROWS_AS(pull<float>(client, 0, w + 7, 8), strata::UsageError);
+  CHECK_THROWS_WITH(pull<float>(client, 0, w + 7, 8),
+                    doctest::Contains("holds no variable with handle"));
+  CHECK_THROWS_AS(push_pull(client, 0, w, sgd(0.1), std::vector<float>(7, 1.0f)),
+                  strata::MismatchError);
+  CHECK_THROWS_AS(push_pull(client, 0, w, sgd(0.1), std::vector<double>(8, 1.0)),
+                  strata::MismatchError);
+  CHECK_THROWS_AS(create(client, 0, "w", std::vector<float>(9, 0.0f)), strata::MismatchError);
+  CHECK_THROWS_WITH(push_pull(client, 0, w, OptimizerSpec{}, std::vector<float>(8, 1.0f)),
+                    doctest::Contains("names none"));
+  CHECK_THROWS_WITH(push_pull(client, 0, w, sgd(-1.0), std::vector<float>(8, 1.0f)),
+                    doctest::Contains("learning_rate"));
+  // After all of that, the same connection still works.
+  CHECK(push_pull(client, 0, w, sgd(0.5), std::vector<float>(8, 1.0f)) ==
+        std::vector<float>(8, 0.5f));
+}
+
+TEST_CASE("connections that are not this cluster's workers are refused") {
+  const auto spec = cluster_of(1, 1);
+
+  SUBCASE("another cluster") {
+    Servers servers(spec);
+    auto other = cluster_of(1, 1);
+    strata::cluster::ClusterSpec mixed;
+    mixed.add({strata::cluster::TaskType::worker, 0},
+              other.address({strata::cluster::TaskType::worker, 0}));
+    mixed.add({strata::cluster::TaskType::ps, 0}, spec.address({strata::cluster::TaskType::ps, 0}));
+    mixed.add({strata::cluster::TaskType::ps, 1},
+              other.address({strata::cluster::TaskType::ps, 0}));
+    CHECK_THROWS_AS(Client(mixed, 0, 1, {.timeout = 2s}), strata::ConfigurationError);
+  }
+  SUBCASE("another token") {
+    Servers servers(spec, {.cluster_token = "right"});
+    CHECK_THROWS_WITH_AS(Client(spec, 0, 1, {.cluster_token = "wrong", .timeout = 2s}),
+                         doctest::Contains("tokens"), strata::ConfigurationError);
+    CHECK_THROWS_AS(Client(spec, 0, 1, {.timeout = 2s}), strata::ConfigurationError);
+    Client client(spec, 0, 1, {.cluster_token = "right"});
+    CHECK(create(client, 0, "w", std::vector<float>{1.0f}) == 0);
+  }
+  SUBCASE("garbage on the port does not disturb the workers") {
+    Servers servers(spec);
+    Client client(spec, 0, 1);
+    const auto w = create(client, 0, "w", std::vector<float>{1.0f, 2.0f});
+    asio::io_context io;
+    asio::ip::tcp::socket socket(io);
+    const auto& address = spec.address({strata::cluster::TaskType::ps, 0});
+    socket.connect({asio::ip::make_address(address.host), address.port});
+    std::array<char, 100> junk{};
+    junk.fill('x');
+    asio::write(socket, asio::buffer(junk));
+    std::array<char, 1> answer{};
+    std::error_code ec;
+    asio::read(socket, asio::buffer(answer), ec);
+    CHECK(ec);  // dropped without an answer
+    CHECK(pull<float>(client, 0, w, 2) == std::vector<float>{1.0f, 2.0f});
+  }
+}
+
+TEST_CASE("the servers return once every worker has finished") {
+  const auto spec = cluster_of(2, 2);
+  std::vector<std::unique_ptr<Server>> servers;
+  std::vector<std::future<strata::ps::ServerReport>> reports;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(std::make_unique<Server>(spec, i));
+    reports.push_back(
+        std::async(std::launch::async, [s = servers.back().get()] { return s->serve(); }));
+  }
+  {
+    Client first(spec, 0, 1);
+    create(first, 0, "a", std::vector<float>(4, 1.0f));
+    create(first, 1, "b", std::vector<double>(2, 1.0));
+    first.done();
+  }
+  CHECK(reports[0].wait_for(200ms) == std::future_status::timeout);
+  Client second(spec, 1, 1);
+  second.done();
+  REQUIRE(reports[0].wait_for(10s) == std::future_status::ready);
+  REQUIRE(reports[1].wait_for(10s) == std::future_status::ready);
+  const auto report = reports[0].get();
+  CHECK(report.shards == 1);
+  CHECK(report.shard_bytes == 16);
+  CHECK(reports[1].get().shard_bytes == 16);
+}
+
+TEST_CASE("a server that goes away is a PeerFailureError naming it") {
+  const auto spec = cluster_of(1, 1);
+  auto server = std::make_unique<Server>(spec, 0);
+  auto served = std::async(std::launch::async, [s = server.get()] { return s->serve(); });
+  Client client(spec, 0, 1);
+  const auto w = create(client, 0, "w", std::vector<float>{1.0f});
+  server->stop();
+  served.wait();
+  server.reset();
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(pull<float>(client, 0, w, 1), doctest::Contains("ps task 0"),
+                       strata::PeerFailureError);
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+}
