@@ -1,8 +1,8 @@
 // examples/train.cpp — the demo: logistic regression trained data-parallel with strata.
 //
-//   strata_example_train [--strategy mirrored|multi-worker|central|one|default|gpu-mirrored|
-//                                    gpu-multi-worker|gpu-central] [--replicas N] [--epochs E]
-//                        [--batch B]
+//   strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|one|default|
+//                                    gpu-mirrored|gpu-multi-worker|gpu-central] [--replicas N]
+//                        [--epochs E] [--batch B]
 //
 // Prints the loss per epoch, then the learned parameters next to the known solution, and
 // compares them with single-process training (OneDeviceStrategy) on the same global batches.
@@ -14,6 +14,10 @@
 // multi-worker runs one process per worker, with the cluster from TF_CONFIG (or torchrun,
 // OpenMPI, SLURM); only the chief prints:
 //   strata-launch -n 4 -- strata_example_train --strategy multi-worker
+// parameter-server runs the same program on every task of a cluster with ps tasks: those serve
+// the variables, the workers train asynchronously (so only the distance to the solution is
+// checked, not the difference from single-process training):
+//   strata-launch -n 4 --ps 2 -- strata_example_train --strategy parameter-server
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -36,13 +40,16 @@ struct Arguments {
 };
 
 constexpr std::string_view kUsage =
-    "usage: strata_example_train [--strategy mirrored|multi-worker|central|one|default|\n"
-    "                                        gpu-mirrored|gpu-multi-worker|gpu-central]\n"
+    "usage: strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|\n"
+    "                                        one|default|gpu-mirrored|gpu-multi-worker|\n"
+    "                                        gpu-central]\n"
     "                            [--replicas N] [--epochs E] [--batch B]\n"
     "\n"
     "Trains a logistic regression under the strategy and checks it against training on one\n"
     "replica. multi-worker reads its cluster from TF_CONFIG (strata-launch sets it), torchrun,\n"
-    "OpenMPI or SLURM. gpu-mirrored (NCCL) and gpu-central run one replica per GPU unless\n"
+    "OpenMPI or SLURM; parameter-server from TF_CONFIG with ps tasks (strata-launch --ps M),\n"
+    "which serve while the workers train asynchronously (checked against the solution only).\n"
+    "gpu-mirrored (NCCL) and gpu-central run one replica per GPU unless\n"
     "--replicas says otherwise, gpu-multi-worker (NCCL) one GPU per process, in builds with\n"
     "CUDA. Exit status: 0 when the result matches,\n"
     "1 when it does not or on any other error, 2 for a bad command line, and\n"
@@ -90,12 +97,16 @@ int run(const Arguments& args, int replicas) {
   if (chief)
     fmt::print("strategy {} with {} replica(s) in sync, global batch {}\n", args.strategy,
                strategy.num_replicas_in_sync(), args.config.global_batch);
+  // Workers of a parameter-server cluster never wait for each other, so each reduces the loss
+  // of its own replicas: its share of the batch's.
+  const char* share = Strategy::sync_type::kWaitsForAllReplicas ? "" : " (this worker's share)";
   const auto result =
       example::train(strategy, problem, args.config, [&](std::size_t epoch, double loss) {
-        if (chief) fmt::print("epoch {:3}  loss {:.6f}\n", epoch, loss);
+        if (chief) fmt::print("epoch {:3}  loss {:.6f}{}\n", epoch, loss, share);
       });
   // The same global batches on one replica: synchronous strategies must land on the same
-  // parameters (up to the order in which gradients were summed).
+  // parameters (up to the order in which gradients were summed); asynchronous ones only near.
+  constexpr bool synchronous = Strategy::sync_type::kWaitsForAllReplicas;
   strata::OneDeviceStrategy single;
   const auto reference = example::train(single, problem, args.config, [](std::size_t, double) {});
   float worst = std::abs(result.bias - problem.true_bias);
@@ -110,9 +121,10 @@ int run(const Arguments& args, int replicas) {
   if (chief)
     fmt::print(
         "b    = {:+.5f}  (solution {:+.5f})\nlargest error {:.2e}\n"
-        "largest difference from single-process training {:.2e}\n",
-        result.bias, problem.true_bias, worst, drift);
-  return worst < 1e-3f && drift < 1e-4f ? 0 : 1;
+        "largest difference from single-process training {:.2e}{}\n",
+        result.bias, problem.true_bias, worst, drift,
+        synchronous ? "" : " (asynchronous training: not expected to match)");
+  return worst < 1e-3f && (drift < 1e-4f || !synchronous) ? 0 : 1;
 }
 
 }  // namespace
@@ -128,6 +140,10 @@ int main(int argc, char** argv) {
     if (args.strategy == "multi-worker")
       return run<strata::MultiWorkerMirroredStrategy>(args, args.replicas);
     if (args.strategy == "central") return run<strata::CentralStorageStrategy>(args, local);
+    if (args.strategy == "parameter-server") {
+      if (strata::ps::serve_if_ps()) return 0;  // a ps task: served until the workers finished
+      return run<strata::ParameterServerStrategy>(args, args.replicas);
+    }
     if (args.strategy == "one") return run<strata::OneDeviceStrategy>(args, 1);
     if (args.strategy == "default") return run<strata::DefaultStrategy>(args, 1);
 #if STRATA_HAS_NCCL

@@ -80,12 +80,23 @@
 #include <strata/placement/gpu_replicas.hpp>
 #include <strata/placement/mirrored.hpp>
 #include <strata/placement/one_device.hpp>
+#include <strata/placement/parameter_server.hpp>
 #include <strata/placement/placement.hpp>
+#include <strata/placement/sharded_variable.hpp>
 #include <strata/placement/variable.hpp>
+#include <strata/ps/client.hpp>
+#include <strata/ps/partitioner.hpp>
+#include <strata/ps/protocol.hpp>
+#include <strata/ps/server.hpp>
+#include <strata/ps/session.hpp>
+#include <strata/ps/shard_placement.hpp>
+#include <strata/serve_if_ps.hpp>
 
+#include <strata/replica_context.hpp>
 #include <strata/strategies.hpp>
 #include <strata/strategy.hpp>
 
+#include <strata/sync/asynchronous.hpp>
 #include <strata/sync/sync.hpp>
 #include <strata/sync/synchronous.hpp>
 

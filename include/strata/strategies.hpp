@@ -5,6 +5,7 @@
 // | MirroredStrategy        | Mirrored       | LocalCommunicator<ScatterGather>   | Synchronous |
 // | MultiWorkerMirrored...  | Mirrored       | HierarchicalCommunicator<Tcp>      | Synchronous |
 // | CentralStorageStrategy  | CentralStorage | LocalCommunicator<ReduceToOne>     | Synchronous |
+// | ParameterServerStrategy | ParameterServer| LocalCommunicator (this worker)    | Asynchronous|
 // | OneDeviceStrategy       | OneDevice      | SelfCommunicator                   | Synchronous |
 // | DefaultStrategy         | Default        | SelfCommunicator                   | Synchronous |
 //
@@ -28,7 +29,9 @@
 #include <strata/placement/default.hpp>
 #include <strata/placement/mirrored.hpp>
 #include <strata/placement/one_device.hpp>
+#include <strata/placement/parameter_server.hpp>
 #include <strata/strategy.hpp>
+#include <strata/sync/asynchronous.hpp>
 #include <strata/sync/synchronous.hpp>
 
 #if STRATA_HAS_CUDA
@@ -62,6 +65,16 @@ using MultiWorkerMirroredStrategy =
 using CentralStorageStrategy =
     Strategy<placement::CentralStorage,
              communicator::LocalCommunicator<algorithms::AllReduceReduceToOne>, sync::Synchronous>;
+
+/// Asynchronous training against the parameter servers (ps tasks) of a cluster, TF's
+/// ParameterServerStrategy with between-graph replication: every worker runs the training
+/// loop, its replicas pull variables from the servers and push gradients, which the servers
+/// apply with the optimizer as they arrive; no worker waits for another. The ps tasks run the
+/// same program, which calls `strata::ps::serve_if_ps()` first (or `strata-ps`). One replica
+/// per worker unless StrategyOptions::num_replicas says otherwise. Sharded variables, greedy
+/// placement and worker-side optimizers: Strategy<placement::ParameterServer<...>, ...>.
+using ParameterServerStrategy =
+    Strategy<placement::ParameterServer<>, communicator::LocalCommunicator<>, sync::Asynchronous>;
 
 /// One replica on one device: the distributed training loop, undistributed.
 using OneDeviceStrategy =

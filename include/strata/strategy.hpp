@@ -43,6 +43,7 @@
 #include <strata/detail/usable_cpus.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
+#include <strata/replica_context.hpp>
 #include <strata/resolve.hpp>
 #include <strata/sync/sync.hpp>
 
@@ -57,100 +58,6 @@ struct StrategyOptions {
   int num_replicas = 0;
   /// Options of the communicators between the replicas (deadline of every collective).
   communicator::CommunicatorOptions communicator{};
-};
-
-/// One value per replica, as returned by `Strategy::run` (tf.distribute's `PerReplica`).
-template <class T>
-class PerReplica {
- public:
-  explicit PerReplica(std::vector<T> values) : values_(std::move(values)) {}
-
-  std::size_t size() const noexcept { return values_.size(); }
-  const T& operator[](std::size_t replica) const noexcept { return values_[replica]; }
-  std::span<const T> values() const noexcept { return values_; }
-  auto begin() const noexcept { return values_.begin(); }
-  auto end() const noexcept { return values_.end(); }
-
- private:
-  std::vector<T> values_;
-};
-
-/// What a replica function receives: which replica it is, collectives between the replicas,
-/// and access to distributed variables (tf.distribute's `ReplicaContext`).
-template <class StrategyType>
-class ReplicaContext {
- public:
-  using placement_type = typename StrategyType::placement_type;
-  using communicator_type = typename StrategyType::communicator_type;
-  using sync_type = typename StrategyType::sync_type;
-  template <std::floating_point T>
-  using variable_type = typename placement_type::template variable_type<T>;
-
-  /// `local_replica`: this replica's index among the replicas of this process (which copy of
-  /// a mirrored variable it owns).
-  ReplicaContext(communicator_type& communicator, int local_replica) noexcept
-      : communicator_(&communicator),
-        replica_(communicator.rank()),
-        num_replicas_(communicator.size()),
-        local_replica_(local_replica) {}
-
-  /// This replica's index, 0 ≤ id < num_replicas_in_sync(), over every process of the
-  /// cluster (worker · local replicas + local replica under MultiWorkerMirroredStrategy).
-  int replica_id_in_sync_group() const noexcept { return replica_; }
-  int num_replicas_in_sync() const noexcept { return num_replicas_; }
-  /// This replica's index among the replicas of this process.
-  int local_replica_id() const noexcept { return local_replica_; }
-  /// The communicator connecting this replica to the others, for collectives the context
-  /// does not wrap (it models `communicator::Communicator`).
-  communicator_type& communicator() noexcept { return *communicator_; }
-
-  /// Reduces `data` in place over all replicas.
-  template <Element T>
-  void all_reduce(ReduceOp op, std::span<T> data) {
-    communicator_->all_reduce(data, op);
-  }
-  /// Reduces one value over all replicas and returns the result.
-  template <Element T>
-  T all_reduce(ReduceOp op, T value) {
-    communicator_->all_reduce(std::span<T>(&value, 1), op);
-    return value;
-  }
-  /// Concatenates every replica's `local` into `gathered` (replica order);
-  /// gathered.size() == num_replicas_in_sync() · local.size().
-  template <Element T>
-  void all_gather(std::span<const std::type_identity_t<T>> local, std::span<T> gathered) {
-    communicator_->all_gather(local, gathered);
-  }
-
-  /// This replica's view of `variable`, as the placement stores it (its own copy under
-  /// Mirrored, the shared one under CentralStorage).
-  template <std::floating_point T>
-  std::span<const T> read(const variable_type<T>& variable) const noexcept {
-    return placement_type::read(variable, local_replica_);
-  }
-
-  /// Sets `variable` to the aggregation of every replica's `value` (see VariableAggregation).
-  template <std::floating_point T>
-  void assign(variable_type<T>& variable, std::span<const std::type_identity_t<T>> value) {
-    sync_type::assign(*this, variable, value);
-  }
-
-  /// Aggregates `gradient` over the replicas by the variable's aggregation (mean unless it
-  /// was created otherwise) and applies `optimizer` to `variable`, as the strategy's Sync
-  /// policy prescribes. `gradient` is reduced in place: no copy of it is made.
-  /// @throws UsageError when sizes differ or the variable's aggregation is `none` with more
-  /// than one replica; communicator errors as documented there.
-  template <class O, std::floating_point T>
-  requires optim::Optimizer<O, T>
-  void apply_gradients(const O& optimizer, std::span<T> gradient, variable_type<T>& variable) {
-    sync_type::apply_gradients(*this, optimizer, gradient, variable);
-  }
-
- private:
-  communicator_type* communicator_;
-  int replica_;
-  int num_replicas_;
-  int local_replica_;
 };
 
 /// A distribution strategy composed of a Placement (where variables live and how replicas
@@ -225,7 +132,17 @@ class Strategy {
   static_assert(P::kUpdateSite != placement::UpdateSite::every_replica || S::kWaitsForAllReplicas,
                 "strata::Strategy: a placement with a copy per replica (Mirrored) stays "
                 "consistent only if every update waits for all replicas, which this sync policy "
-                "does not; use Synchronous, or a shared-copy placement such as CentralStorage.");
+                "does not; use Synchronous, or a ParameterServer placement for asynchronous "
+                "training.");
+  static_assert(P::kUpdateSite != placement::UpdateSite::one_replica || S::kWaitsForAllReplicas,
+                "strata::Strategy: a placement with one copy that every replica reads "
+                "(CentralStorage, OneDevice) would be written by one replica while others read "
+                "it under a sync policy that does not wait for all replicas; use Synchronous, or "
+                "a ParameterServer placement, whose servers apply each update atomically.");
+  static_assert(P::kUpdateSite != placement::UpdateSite::servers || !S::kWaitsForAllReplicas,
+                "strata::Strategy: synchronous training over parameter servers (TF1's "
+                "SyncReplicasOptimizer) is not available; train a ParameterServer placement "
+                "with Asynchronous (ParameterServerStrategy).");
 
  public:
   using placement_type = P;
@@ -243,6 +160,7 @@ class Strategy {
   /// cluster; the communicator's errors when its group cannot form.
   explicit Strategy(StrategyOptions options = {})
       : communicators_(create_communicators(options)),
+        session_(open_session(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
   /// As above, with settings of the communicator's own passed on to `C::create` (TF's
@@ -257,20 +175,29 @@ class Strategy {
            0) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
       : communicators_(
             create_communicators(options, std::forward<CommunicatorSettings>(settings)...)),
+        session_(open_session(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
   /// Replicas taking part in each step over the whole cluster (tf.distribute's
-  /// `num_replicas_in_sync`).
-  int num_replicas_in_sync() const noexcept { return communicators_.front().size(); }
+  /// `num_replicas_in_sync`); under ParameterServerStrategy, the replicas of every worker,
+  /// each pushing its own gradients.
+  int num_replicas_in_sync() const noexcept {
+    if constexpr (placement::HasSession<P>)
+      return session_->num_replicas();
+    else
+      return communicators_.front().size();
+  }
   /// Replicas run by this process.
   int num_local_replicas() const noexcept { return static_cast<int>(communicators_.size()); }
   /// True on the task that writes checkpoints and logs: TF's chief (the chief task, or worker
   /// 0 of a cluster without one); always true for single-process strategies.
   bool is_chief() const noexcept {
-    if constexpr (C::kSpansProcesses)
+    if constexpr (placement::HasSession<P>)
+      return session_->is_chief();
+    else if constexpr (C::kSpansProcesses)
       return communicators_.front().is_chief();
     else
       return true;
@@ -300,7 +227,7 @@ class Strategy {
     std::exception_ptr first_failure;
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
-      context_type context(communicators_[r], replica);
+      context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync());
       try {
         [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)
@@ -327,7 +254,9 @@ class Strategy {
   }
 
   /// Combines per-replica values into one (tf.distribute's `Strategy.reduce`), in replica
-  /// order: deterministic. `mean` divides by the number of replicas.
+  /// order: deterministic. `mean` divides by the number of replicas. Under
+  /// ParameterServerStrategy it combines the replicas of this worker (workers never wait for
+  /// each other there).
   template <Element T>
   T reduce(ReduceOp op, const PerReplica<T>& values) {
     std::vector<const T*> inputs;
@@ -365,12 +294,15 @@ class Strategy {
   }
 
   /// Creates a variable whose storage follows the placement: a copy per replica under
-  /// Mirrored, one shared copy under CentralStorage.
+  /// Mirrored, one shared copy under CentralStorage, shards on the parameter servers under
+  /// ParameterServer (where the first worker to create it initializes it).
   template <std::floating_point T>
   variable_type<T> create_variable(
       std::span<const std::type_identity_t<T>> initial,
       placement::VariableAggregation aggregation = placement::VariableAggregation::mean) const {
-    if constexpr (placement::kOnDevice<P>)
+    if constexpr (placement::HasSession<P>)
+      return P::template create<T>(*session_, initial, aggregation);
+    else if constexpr (placement::kOnDevice<P>)
       return P::template create<T>(std::span<const int>(devices_), initial, aggregation);
     else
       return P::template create<T>(num_local_replicas(), initial, aggregation);
@@ -441,6 +373,24 @@ class Strategy {
     }
   }
 
+  // The servers a placement keeps its variables with (parameter servers), if any: the cluster
+  // is resolved once more, and this worker connects with a lane per local replica.
+  placement::SessionHolder<P> open_session(const StrategyOptions& options) const {
+    if constexpr (placement::HasSession<P>)
+      return P::open_session(strata::resolve_cluster(), num_local_replicas(),
+                             options.communicator.timeout);
+    else
+      return 0;
+  }
+
+  // Local replica `r`'s index in the cluster.
+  int replica_id(std::size_t r) const noexcept {
+    if constexpr (placement::HasSession<P>)
+      return session_->first_replica() + static_cast<int>(r);
+    else
+      return communicators_[r].rank();
+  }
+
   // One replica per usable CPU, or what the placement says (one per GPU).
   static int default_replicas() {
     if constexpr (requires { P::default_replicas(); })
@@ -477,6 +427,7 @@ class Strategy {
 
   std::vector<C> communicators_;
   std::vector<int> devices_ = devices_of(communicators_);
+  placement::SessionHolder<P> session_;
   detail::ReplicaPool pool_;
   std::atomic<bool> running_{false};
 };

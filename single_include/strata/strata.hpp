@@ -7291,7 +7291,7 @@ std::string join(const Range& range, std::string_view separator) {
 //   0       2     magic 0x5346 (bytes 46 53, "FS", on the wire)
 //   2       1     protocol version (kFrameVersion)
 //   3       1     frame type (FrameType)
-//   4       1     collective (Collective)
+//   4       1     collective (Collective); a request or reply's operation (the service's)
 //   5       1     element type (DataType)
 //   6       1     reduce op (ReduceOp)
 //   7       1     flags (FrameFlag; data frames only, 0 on control frames)
@@ -7305,7 +7305,9 @@ std::string join(const Range& range, std::string_view separator) {
 // touches the payload, so ranks that disagree raise MismatchError instead of reducing bytes
 // that mean different things. The check costs one 32-byte compare per message, always on.
 // Control frames (abort, timeout notice, alive, goodbye, release) travel on a connection of
-// their own and carry a short text payload.
+// their own and carry a short text payload. Request and reply frames carry a service's calls
+// (the parameter servers of ps/): the kind byte is the service's operation, which the service
+// checks, and the payload is bounded as a data frame's.
 
 #include <array>
 #include <cstddef>
@@ -7315,6 +7317,31 @@ std::string join(const Range& range, std::string_view separator) {
 #include <string_view>
 #include <system_error>
 
+// ---- begin strata/core/detail/little_endian.hpp ----
+// strata/core/detail/little_endian.hpp — integers as little-endian bytes, whatever the host's
+// order: every strata wire format (frames, handshakes, parameter-server payloads) uses it.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::detail {
+
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/little_endian.hpp ----
 
 namespace strata::transport::tcp {
 
@@ -7333,7 +7360,19 @@ enum class FrameType : std::uint8_t {
   goodbye = 5,         ///< the sender closes its communicator after `sequence` collectives
   release = 6,         ///< the sender has read `count` bytes of payload lent to it in
                        ///< collective `sequence` (a running total)
+  request = 7,         ///< a call to a service; `kind` is its operation
+  reply = 8,           ///< the service's answer to the request of the same `sequence`
 };
+
+/// Whether frames of `type` carry bulk payload (bounded by the caller's limit, not by
+/// kMaxControlPayload).
+constexpr bool carries_data(FrameType type) noexcept {
+  return type == FrameType::data || type == FrameType::request || type == FrameType::reply;
+}
+/// Whether the kind byte of frames of `type` is a service's operation rather than a Collective.
+constexpr bool is_service_frame(FrameType type) noexcept {
+  return type == FrameType::request || type == FrameType::reply;
+}
 
 /// Bits of a data frame's flags byte.
 enum class FrameFlag : std::uint8_t {
@@ -7350,7 +7389,7 @@ enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout
 
 struct FrameHeader {
   FrameType type = FrameType::data;
-  Collective kind = Collective::barrier;
+  Collective kind = Collective::barrier;  ///< a service's operation in request/reply frames
   DataType element_type = DataType::uint8;
   ReduceOp op = ReduceOp::sum;
   std::int32_t root = 0;
@@ -7400,18 +7439,8 @@ inline std::string_view to_string(FrameError error) noexcept {
 }
 
 namespace detail {
-template <class U>
-constexpr void store_le(std::byte* out, U value) noexcept {
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
-}
-template <class U>
-constexpr U load_le(const std::byte* in) noexcept {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return static_cast<U>(value);
-}
+using strata::detail::load_le;
+using strata::detail::store_le;
 }  // namespace detail
 
 constexpr FrameBytes encode(const FrameHeader& header) noexcept {
@@ -7454,28 +7483,30 @@ inline std::error_code make_error_code(FrameError error) noexcept {
   return {static_cast<int>(error), frame_category()};
 }
 
-/// Decodes and validates a header. Every enum is range-checked and the payload length is
-/// bounded (by `chunk_bytes` for data frames, kMaxControlPayload otherwise) before anyone
-/// allocates or reads for it. `out` is written only on success.
+/// Decodes and validates a header. Every enum is range-checked (a service's operation by the
+/// service) and the payload length is bounded (by `chunk_bytes` for data, request and reply
+/// frames, kMaxControlPayload otherwise) before anyone allocates or reads for it. `out` is
+/// written only on success.
 /// @returns an empty error_code on success, else the reason: the connection must be dropped.
 inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, FrameHeader& out,
                               std::uint32_t chunk_bytes) noexcept {
   if (detail::load_le<std::uint16_t>(&in[0]) != kFrameMagic) return FrameError::bad_magic;
   if (static_cast<std::uint8_t>(in[2]) != kFrameVersion) return FrameError::bad_version;
   const auto type = static_cast<std::uint8_t>(in[3]);
-  if (type < 1 || type > 6) return FrameError::bad_type;
+  if (type < 1 || type > 8) return FrameError::bad_type;
+  const auto frame_type = static_cast<FrameType>(type);
   const auto kind = static_cast<std::uint8_t>(in[4]);
-  if (kind > static_cast<std::uint8_t>(Collective::barrier)) return FrameError::bad_collective;
+  if (!is_service_frame(frame_type) && kind > static_cast<std::uint8_t>(Collective::barrier))
+    return FrameError::bad_collective;
   const auto element = static_cast<std::uint8_t>(in[5]);
   if (element > static_cast<std::uint8_t>(DataType::float64)) return FrameError::bad_element_type;
   const auto op = static_cast<std::uint8_t>(in[6]);
   if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
   const auto payload = detail::load_le<std::uint32_t>(&in[12]);
-  const auto frame_type = static_cast<FrameType>(type);
   const auto flags = static_cast<std::uint8_t>(in[7]);
   if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
     return FrameError::bad_flags;
-  const std::uint32_t limit = frame_type == FrameType::data ? chunk_bytes : kMaxControlPayload;
+  const std::uint32_t limit = carries_data(frame_type) ? chunk_bytes : kMaxControlPayload;
   if (payload > limit) return FrameError::payload_too_large;
   out.type = frame_type;
   out.kind = static_cast<Collective>(kind);
@@ -9384,6 +9415,8 @@ class CallControl {
         state.released_bytes = header.count;
         break;
       case FrameType::data:
+      case FrameType::request:
+      case FrameType::reply:
         state.closed = true;
         throw PeerFailureError(
             rank(), operation(),
@@ -13988,6 +14021,7 @@ struct Sgd {
 #include <array>
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -14125,13 +14159,18 @@ enum class UpdateSite : std::uint8_t {
   /// aggregated gradient and the others must not read until it has applied it (CentralStorage,
   /// OneDevice, Default).
   one_replica,
+  /// Parameter servers hold the variables and apply each replica's update on its own,
+  /// atomically; each replica reads a copy it refreshes with every update it makes
+  /// (ParameterServer). Nothing needs to be aggregated first.
+  servers,
 };
 
 }  // namespace strata::placement
 
 template <>
 struct strata::EnumNames<strata::placement::UpdateSite> {
-  static constexpr std::array<std::string_view, 2> kNames{"every_replica", "one_replica"};
+  static constexpr std::array<std::string_view, 3> kNames{"every_replica", "one_replica",
+                                                          "servers"};
 };
 
 namespace strata::placement {
@@ -14145,11 +14184,41 @@ inline constexpr bool kOnDevice = [] {
     return false;
 }();
 
-/// What a placement's `create` is given to place the copies of a variable: the number of local
-/// replicas, or for a GPU placement the CUDA device of each local replica (which the strategy's
-/// communicators chose).
+/// Whether placement P keeps its variables with servers it holds a session with
+/// (P::session_type, which the strategy opens with `P::open_session`).
 template <class P>
-using ReplicaPlaces = std::conditional_t<kOnDevice<P>, std::span<const int>, int>;
+concept HasSession = requires {
+  typename P::session_type;
+};
+
+namespace detail {
+template <class P>
+struct ReplicaPlacesOf {
+  using type = std::conditional_t<kOnDevice<P>, std::span<const int>, int>;
+};
+template <HasSession P>
+struct ReplicaPlacesOf<P> {
+  using type = typename P::session_type&;
+};
+template <class P>
+struct SessionHolderOf {
+  using type = int;
+};
+template <HasSession P>
+struct SessionHolderOf<P> {
+  using type = std::unique_ptr<typename P::session_type>;
+};
+}  // namespace detail
+
+/// What a strategy over placement P holds for its session: the session, or a placeholder.
+template <class P>
+using SessionHolder = typename detail::SessionHolderOf<P>::type;
+
+/// What a placement's `create` is given to place the copies of a variable: the number of local
+/// replicas, for a GPU placement the CUDA device of each local replica (which the strategy's
+/// communicators chose), or for a placement with a session that session.
+template <class P>
+using ReplicaPlaces = typename detail::ReplicaPlacesOf<P>::type;
 
 namespace detail {
 
@@ -14200,6 +14269,10 @@ concept PlacesVariablesOf = requires(typename P::template variable_type<T>& vari
 ///   - `P::replica_scope(device)`: an object that, while it lives on a replica's thread, binds
 ///     the thread to the replica's CUDA device (which its communicator's `device()` names);
 ///   - `P::copy_values(from, to)`: how a replica's value is copied into a variable.
+/// A placement whose variables live on servers (UpdateSite::servers) has:
+///   - `P::session_type`, opened by the strategy with `P::open_session(cluster, local_replicas,
+///     timeout)` and handed to `create`; `P::default_replicas()`;
+///   - `P::store(variable, local_replica, values)`: a replica's assignment, sent to the servers.
 /// It leaves out when gradients meet (the sync policy's) and how values cross processes (the
 /// communicator's).
 template <class P>
@@ -16397,52 +16470,27 @@ struct OneDevice : SharedCopy {
 
 }  // namespace strata::placement
 // ---- end strata/placement/one_device.hpp ----
+// ---- begin strata/placement/parameter_server.hpp ----
+// strata/placement/parameter_server.hpp — variables sharded over the parameter servers of the
+// cluster (tf.distribute's ParameterServerStrategy placement).
 
-// ---- begin strata/strategies.hpp ----
-// strata/strategies.hpp — the familiar tf.distribute names, as Strategy compositions.
-//
-// | alias                   | Placement      | Communicator                       | Sync        |
-// |-------------------------|----------------|------------------------------------|-------------|
-// | MirroredStrategy        | Mirrored       | LocalCommunicator<ScatterGather>   | Synchronous |
-// | MultiWorkerMirrored...  | Mirrored       | HierarchicalCommunicator<Tcp>      | Synchronous |
-// | CentralStorageStrategy  | CentralStorage | LocalCommunicator<ReduceToOne>     | Synchronous |
-// | OneDeviceStrategy       | OneDevice      | SelfCommunicator                   | Synchronous |
-// | DefaultStrategy         | Default        | SelfCommunicator                   | Synchronous |
-//
-// and on GPUs, where strata is built with CUDA (STRATA_HAS_CUDA) and NCCL (STRATA_HAS_NCCL):
-//
-// | alias                      | Placement         | Communicator                      | Sync   |
-// |----------------------------|-------------------|-----------------------------------|--------|
-// | GpuMirroredStrategy        | GpuMirrored       | NcclCommunicator<Local>   (NCCL)  | Sync.  |
-// | GpuMultiWorkerMirrored...  | GpuMirrored       | NcclCommunicator<Hierarchical>    | Sync.  |
-// | GpuCentralStorageStrategy  | GpuCentralStorage | ReduceToOneDevice                 | Sync.  |
-//
-// Switching strategy is changing one alias; the training loop stays as it is.
+#include <chrono>
+#include <concepts>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string_view>
 
-// ---- begin strata/strategy.hpp ----
-// strata/strategy.hpp — Strategy<Placement, Communicator, Sync>: tf.distribute for C++ trainers.
-//
-// A strategy owns the replicas of one process (one thread each), the communicators between
-// them and the variables it creates. The API follows tf.distribute:
-//
-//   Strategy strategy({.num_replicas = 4});
-//   auto w = strategy.create_variable<float>(initial_w);
-//   auto losses = strategy.run([&](auto& ctx) {            // once per replica, in parallel
-//     auto params = ctx.read(w);                             // this replica's view of w
-//     ... compute loss and gradient on this replica's slice of the global batch ...
-//     ctx.apply_gradients(optimizer, std::span(gradient), w); // aggregated, then applied
-//     return loss;
-//   });
-//   float loss = strategy.reduce(strata::ReduceOp::mean, losses);
-//
-// The same loop compiles against every strategy (see strategies.hpp for the aliases).
+#include <fmt/format.h>
 
-#include <atomic>
+// ---- begin strata/placement/sharded_variable.hpp ----
+// strata/placement/sharded_variable.hpp — a variable that lives on parameter servers, split into
+// shards, with a cached copy per local replica.
+
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
-#include <exception>
-#include <functional>
-#include <mutex>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -16453,110 +16501,2675 @@ struct OneDevice : SharedCopy {
 
 #include <fmt/format.h>
 
-// ---- begin strata/detail/replica_pool.hpp ----
-// strata/detail/replica_pool.hpp — the threads that run a strategy's replicas.
+// ---- begin strata/ps/client.hpp ----
+// strata/ps/client.hpp — a worker's connections to the parameter servers of its cluster.
+//
+// This header declares; the definitions are in ps/impl/client.ipp (see ps/server.hpp).
 
-#include <atomic>
-#include <condition_variable>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
-#include <mutex>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+// ---- begin strata/ps/protocol.hpp ----
+// strata/ps/protocol.hpp — what workers and parameter servers say to each other.
+//
+// A worker opens connections to every ps task with the TCP transport's handshake
+// (transport/tcp/handshake.hpp: cluster fingerprint, cluster token, incarnation; the tunables
+// field carries kTunables, so a collective peer and a ps client never pair up). Then each call is
+// a request frame and its reply frame (transport/tcp/frame.hpp), in order on each connection:
+//
+//   request: kind = Operation, element type of the values, root = the shard's handle (0 for
+//            create and done: the server knows the worker from the handshake), sequence = the
+//            call's number on this connection, count = elements of the values carried or asked
+//            for
+//   reply:   kind = the request's, root = Status, sequence = the request's, count = the shard's
+//            handle (create) or its version (updates applied so far); payload = values, or the
+//            reason for a Status other than ok (text, element type uint8)
+//
+// Payloads (little-endian):
+//   create      CreateSpec (kCreateSpecBytes) | name, zero-padded to a multiple of 8 | values
+//   pull        nothing; the reply carries the values
+//   push        OptimizerSpec (kOptimizerSpecBytes) | gradient; the reply carries nothing
+//   push_pull   as push; the reply carries the values after this push
+//   assign      values; the reply carries nothing
+//   done        nothing: the worker has finished (a ps task serves until every worker has)
+// Every length and value is checked by the receiver before it allocates or applies anything.
+
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+
+namespace strata::ps {
+
+/// What a request asks of a parameter server.
+enum class Operation : std::uint8_t {
+  create = 1,     ///< create a shard, or find the one of that name
+  pull = 2,       ///< read a shard's values
+  push = 3,       ///< apply a gradient (or add a delta) to a shard
+  push_pull = 4,  ///< push, then read the values after it, in one round trip
+  assign = 5,     ///< set a shard's values (its optimizer slots stay)
+  done = 6,       ///< the calling worker has finished
+};
+inline constexpr std::uint8_t kLastOperation = 6;
+
+/// A reply's verdict.
+enum class Status : std::uint8_t {
+  ok = 0,
+  unknown_variable = 1,    ///< no shard has the handle: not created, or the ps task restarted
+  mismatch = 2,            ///< the values' element type or count differ from the shard's
+  bad_request = 3,         ///< a malformed payload, an invalid optimizer, an unknown operation
+  exists_differently = 4,  ///< a shard of that name exists with another type, size or update
+};
+inline constexpr std::uint8_t kLastStatus = 4;
+
+/// How a shard takes a push.
+enum class UpdateRule : std::uint8_t {
+  /// The server applies the optimizer named in each push, with its slots kept next to the shard.
+  optimizer = 0,
+  /// The server adds each push to the values (BytePS's summation service): the worker applies
+  /// its optimizer itself and pushes the change of its copy.
+  sum = 1,
+};
+
+/// The optimizer a push asks the server to apply (optim/'s Sgd, Momentum, Adam).
+struct OptimizerSpec {
+  enum class Kind : std::uint8_t { none = 0, sgd = 1, momentum = 2, nesterov = 3, adam = 4 };
+  Kind kind = Kind::none;
+  double learning_rate = 0;
+  double momentum = 0;
+  double beta1 = 0;
+  double beta2 = 0;
+  double epsilon = 0;
+  friend bool operator==(const OptimizerSpec&, const OptimizerSpec&) = default;
+};
+inline constexpr std::size_t kOptimizerSpecBytes = 48;
+
+/// A create request's fixed part.
+struct CreateSpec {
+  std::uint64_t elements = 0;
+  UpdateRule update = UpdateRule::optimizer;
+  std::uint32_t name_bytes = 0;
+};
+inline constexpr std::size_t kCreateSpecBytes = 24;
+/// The longest variable name a server takes.
+inline constexpr std::size_t kMaxNameBytes = 1024;
+
+/// What a ps connection puts in the handshake's tunables field: ps connections and collective
+/// connections refuse each other (tunables_differ).
+inline constexpr std::uint64_t kTunables = 0x7370'2d73'7472'6174ULL;  // "tarts-ps"
+
+/// What the handshake's cluster field holds on ps connections: a hash of the ps job alone, which
+/// every task knows even where a worker's TF_CONFIG lists only itself and the ps tasks.
+inline std::uint64_t ps_fingerprint(const cluster::ClusterSpec& cluster) {
+  std::uint64_t hash = strata::detail::fnv1a(strata::detail::kFnv1aBasis, std::string_view("ps"));
+  for (const auto& [index, address] : cluster.tasks(cluster::TaskType::ps))
+    hash = strata::detail::fnv1a(hash, std::to_string(index) + "=" + address.to_string() + ";");
+  return hash == 0 ? 1 : hash;
+}
+
+namespace detail {
+
+using strata::detail::load_le;
+using strata::detail::store_le;
+
+inline std::uint64_t bits_of(double value) noexcept {
+  return std::bit_cast<std::uint64_t>(value);
+}
+inline double double_of(std::uint64_t bits) noexcept {
+  return std::bit_cast<double>(bits);
+}
+
+}  // namespace detail
+
+inline std::array<std::byte, kOptimizerSpecBytes> encode(const OptimizerSpec& spec) noexcept {
+  std::array<std::byte, kOptimizerSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.kind);
+  const double fields[] = {spec.learning_rate, spec.momentum, spec.beta1, spec.beta2, spec.epsilon};
+  for (std::size_t i = 0; i < 5; ++i)
+    detail::store_le<std::uint64_t>(&out[8 + 8 * i], detail::bits_of(fields[i]));
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (unknown kind, padding set).
+inline std::optional<OptimizerSpec> decode_optimizer(std::span<const std::byte> in) noexcept {
+  if (in.size() < kOptimizerSpecBytes) return std::nullopt;
+  const auto kind = static_cast<std::uint8_t>(in[0]);
+  if (kind > static_cast<std::uint8_t>(OptimizerSpec::Kind::adam)) return std::nullopt;
+  for (std::size_t i = 1; i < 8; ++i)
+    if (in[i] != std::byte{0}) return std::nullopt;
+  OptimizerSpec spec;
+  spec.kind = static_cast<OptimizerSpec::Kind>(kind);
+  double* fields[] = {&spec.learning_rate, &spec.momentum, &spec.beta1, &spec.beta2, &spec.epsilon};
+  for (std::size_t i = 0; i < 5; ++i)
+    *fields[i] = detail::double_of(detail::load_le<std::uint64_t>(&in[8 + 8 * i]));
+  return spec;
+}
+
+inline std::array<std::byte, kCreateSpecBytes> encode(const CreateSpec& spec) noexcept {
+  std::array<std::byte, kCreateSpecBytes> out{};
+  detail::store_le<std::uint64_t>(&out[0], spec.elements);
+  out[8] = static_cast<std::byte>(spec.update);
+  detail::store_le<std::uint32_t>(&out[16], spec.name_bytes);
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one.
+inline std::optional<CreateSpec> decode_create(std::span<const std::byte> in) noexcept {
+  if (in.size() < kCreateSpecBytes) return std::nullopt;
+  const auto update = static_cast<std::uint8_t>(in[8]);
+  if (update > static_cast<std::uint8_t>(UpdateRule::sum)) return std::nullopt;
+  for (const std::size_t i : {9, 10, 11, 12, 13, 14, 15, 20, 21, 22, 23})
+    if (in[i] != std::byte{0}) return std::nullopt;
+  CreateSpec spec;
+  spec.elements = detail::load_le<std::uint64_t>(&in[0]);
+  spec.update = static_cast<UpdateRule>(update);
+  spec.name_bytes = detail::load_le<std::uint32_t>(&in[16]);
+  if (spec.name_bytes == 0 || spec.name_bytes > kMaxNameBytes) return std::nullopt;
+  return spec;
+}
+
+/// Bytes of a name in a create payload: padded so that the values after it stay aligned.
+constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
+  return (name_bytes + 7) / 8 * 8;
+}
+
+/// What a server must apply for optimizer `O` (the optimizers of optim/).
+template <class O>
+concept ServerOptimizer =
+    std::same_as<O, optim::Sgd> || std::same_as<O, optim::Momentum> || std::same_as<O, optim::Adam>;
+
+inline OptimizerSpec spec_of(const optim::Sgd& sgd) noexcept {
+  return {OptimizerSpec::Kind::sgd, sgd.learning_rate, 0, 0, 0, 0};
+}
+inline OptimizerSpec spec_of(const optim::Momentum& momentum) noexcept {
+  return {momentum.nesterov ? OptimizerSpec::Kind::nesterov : OptimizerSpec::Kind::momentum,
+          momentum.learning_rate,
+          momentum.momentum,
+          0,
+          0,
+          0};
+}
+inline OptimizerSpec spec_of(const optim::Adam& adam) noexcept {
+  return {OptimizerSpec::Kind::adam, adam.learning_rate, 0, adam.beta1, adam.beta2, adam.epsilon};
+}
+
+inline std::string_view to_string(Operation operation) noexcept {
+  switch (operation) {
+    case Operation::create:
+      return "create";
+    case Operation::pull:
+      return "pull";
+    case Operation::push:
+      return "push";
+    case Operation::push_pull:
+      return "push_pull";
+    case Operation::assign:
+      return "assign";
+    case Operation::done:
+      return "done";
+  }
+  return "unknown operation";
+}
+
+}  // namespace strata::ps
+// ---- end strata/ps/protocol.hpp ----
+
+namespace strata::ps {
+
+/// Options of a worker's parameter-server client. Plain data.
+struct ClientOptions {
+  /// The secret the servers ask for; unset: read STRATA_CLUSTER_TOKEN (none: unauthenticated).
+  std::optional<std::string> cluster_token{};
+  /// Deadline of connecting (ps tasks may start after the workers) and of every call.
+  /// Defaults to STRATA_TIMEOUT when set, else 60 s.
+  std::chrono::milliseconds timeout = default_timeout();
+};
+
+/// One request of a batch (`Client::call`): an operation on one shard.
+struct ShardCall {
+  int server = 0;
+  std::uint32_t handle = 0;
+  Operation operation = Operation::pull;
+  DataType type = DataType::float32;
+  std::uint64_t count = 0;              ///< elements of the shard
+  std::span<const std::byte> prefix{};  ///< the optimizer spec of a push
+  std::span<const std::byte> values{};  ///< what a push or an assign sends
+  std::span<std::byte> result{};        ///< where a pull or push_pull's values go
+  std::uint64_t version = 0;            ///< out: the shard's updates so far
+};
+
+/// The connections of one worker process to every ps task: `lanes` per task, so that replicas
+/// of the process call the servers concurrently, each on its own lane, without a lock.
+///
+/// Errors name the ps task: a server that closes its connections (it died) raises
+/// PeerFailureError at once, one that stops answering TimeoutError at the deadline; the
+/// server's refusals raise UsageError (unknown variable), MismatchError (another type or size)
+/// or ConfigurationError (handshake: another cluster, another token).
+/// Thread safety: concurrent calls on different lanes; one thread per lane.
+class Client {
+ public:
+  /// Connects `lanes` connections to every ps task of `cluster` as collective rank `rank`,
+  /// retrying while a server is not up yet, until `options.timeout`.
+  STRATA_DECL Client(const cluster::ClusterSpec& cluster, int rank, int lanes,
+                     ClientOptions options = {});
+  STRATA_DECL ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  STRATA_DECL int num_servers() const noexcept;
+  STRATA_DECL int num_lanes() const noexcept;
+  /// This worker's collective rank.
+  STRATA_DECL int rank() const noexcept;
+  /// "ps task 1 (host:port)", for messages.
+  STRATA_DECL std::string describe_server(int server) const;
+
+  struct Created {
+    std::uint32_t handle = 0;
+    bool existed = false;  ///< `current` then holds the values the server had
+  };
+  /// Creates shard `name` on `server` from `initial` (bytes of `type` values), or finds the
+  /// one created before under that name (by another worker, or before a restart), whose values
+  /// are then written to `current` (as many bytes as `initial`).
+  STRATA_DECL Created create(int server, std::string_view name, DataType type, UpdateRule update,
+                             std::span<const std::byte> initial, std::span<std::byte> current);
+
+  /// Runs `calls` on lane `lane`, requests to different servers in parallel.
+  STRATA_DECL void call(int lane, std::span<ShardCall> calls);
+
+  /// Tells every server this worker has finished. Once every worker has, the servers return
+  /// from `serve`.
+  STRATA_DECL void done();
+
+ private:
+  struct State;  // ps/impl/client.ipp
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::ps
+
+#if STRATA_HEADER_ONLY
+// ---- begin strata/ps/impl/client.ipp ----
+// strata/ps/impl/client.ipp — a worker's parameter-server client's definitions (ps/client.hpp).
+//
+// Each connection is a client of the servers' TCP service (transport/tcp/service_client.hpp).
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 
-namespace strata::detail {
+// ---- begin strata/transport/tcp/service_client.hpp ----
+// strata/transport/tcp/service_client.hpp — one client connection to a service
+// (service_server.hpp): the connecting side of the handshake, then requests and replies on the
+// socket itself.
+//
+// Connecting and the handshake use asio, one step at a time under the deadline; calls then use
+// the socket directly (non-blocking send and recv, poll for the rest of the deadline): a call is
+// one request and one reply, where an event loop would only add latency.
 
-/// Runs a function once per replica, replica 0 on the calling thread and replica r on a
-/// thread kept for it, and returns when all are done. Threads are started once and reused
-/// for every step: starting threads per step would cost more than a small all-reduce. Both
-/// ends poll briefly before they block (SpinPolicy): a training loop calls run() step after
-/// step, and a futex wake-up per step would cost more than a 1 MiB in-process all-reduce.
-class ReplicaPool {
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <fmt/format.h>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+// ---- begin strata/transport/tcp/run_until.hpp ----
+// strata/transport/tcp/run_until.hpp — one asynchronous socket operation, run to completion
+// or to a deadline, for code that talks to one peer at a time (the address store, a parameter
+// server's clients).
+
+#include <optional>
+#include <system_error>
+#include <utility>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// Runs one asynchronous operation on `socket` until it completes or `until` passes; on
+/// timeout the socket is closed, which completes the operation with an error, and
+/// `timed_out` is set.
+template <class Start>
+std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
+                          Clock::time_point until, bool& timed_out, Start&& start) {
+  std::optional<std::error_code> result;
+  bool timer_done = false;
+  timed_out = false;
+  asio::steady_timer timer(io, until);
+  timer.async_wait([&](const std::error_code& ec) {
+    timer_done = true;
+    if (!ec && !result) {
+      timed_out = true;
+      std::error_code ignored;
+      socket.close(ignored);
+    }
+  });
+  std::forward<Start>(start)([&](const std::error_code& ec) {
+    result = ec;
+    timer.cancel();
+  });
+  io.restart();
+  while (!result || !timer_done)
+    io.run_one();
+  return *result;
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/run_until.hpp ----
+// ---- begin strata/transport/tcp/service_server.hpp ----
+// strata/transport/tcp/service_server.hpp — serving requests over TCP: the accepting side of
+// the handshake, then request and reply frames, for a service above the transport (the
+// parameter servers of ps/) that knows nothing of sockets.
+//
+// One thread runs everything: the service sees one request at a time, to its end, so it needs
+// no lock. Per connection, the service's session says where each request's payload goes (in
+// steps, so that a payload can be read straight into the storage its first bytes select) and
+// then replies; payload it did not ask for is read and dropped before the reply goes out, so
+// an error reply never leaves the connection out of step. Bytes that are not strata frames, a
+// frame that is not a request, or a request whose payload stalls past the timeout close the
+// connection: the service never sees them.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// Who may connect to a service, as the handshake checks it: clients are ranks
+/// [0, group_size) of the cluster with fingerprint `cluster`, speaking `tunables`, proving
+/// `token` when there is one. `rank` is the service's own identity in its Hello.
+struct ServiceIdentity {
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  int group_size = 0;
+  int rank = 0;
+  std::optional<std::string> token{};
+};
+
+/// What a session wants next: more payload read into `into` (in order; at most what the
+/// request has left), or the reply.
+struct ReadPayload {
+  std::vector<std::span<std::byte>> into;
+};
+struct SendReply {
+  std::uint8_t status = 0;  ///< the frame's root
+  std::uint64_t count = 0;
+  DataType type = DataType::uint8;
+  /// Must stay valid and unchanged until the session's next call.
+  std::span<const std::byte> payload{};
+  /// Close every connection once this reply is written: the service is finished.
+  bool then_close = false;
+};
+using SessionStep = std::variant<ReadPayload, SendReply>;
+
+/// One connection's conversation, as the service holds it.
+class ServiceSession {
  public:
-  explicit ReplicaPool(int replicas) : spin_(SpinPolicy::for_threads(replicas)) {
-    threads_.reserve(static_cast<std::size_t>(replicas > 1 ? replicas - 1 : 0));
-    for (int r = 1; r < replicas; ++r)
-      threads_.emplace_back([this, r] { serve(r); });
+  virtual ~ServiceSession() = default;
+  /// A request's header arrived (a valid request frame); its payload is unread.
+  virtual SessionStep on_request(const FrameHeader& request) = 0;
+  /// The buffers of the last ReadPayload are filled.
+  virtual SessionStep on_payload() = 0;
+};
+
+/// The service: opens a session for each connection that passed the handshake.
+class ServiceHandler {
+ public:
+  virtual ~ServiceHandler() = default;
+  virtual std::unique_ptr<ServiceSession> open(int rank) = 0;
+};
+
+/// How a ServiceServer's `serve` ended.
+enum class ServiceEnd : std::uint8_t {
+  finished,  ///< a reply asked to close
+  stopped,   ///< `stop()` was called
+  idle,      ///< no client was connected for the idle timeout
+};
+
+/// Counters of a ServiceServer.
+struct ServiceStats {
+  std::uint64_t requests = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  std::uint64_t refused = 0;  ///< connections refused in the handshake or dropped for garbage
+};
+
+/// Accepts clients on `address` and serves them until a reply closes, `stop()`, or no client
+/// has been connected for `idle_timeout`. Thread safety: `stop` from any thread; the rest from
+/// the serving one.
+class ServiceServer {
+ public:
+  using tcp = asio::ip::tcp;
+
+  /// Binds `address`. `max_payload` bounds what a request may announce; `request_timeout` how
+  /// long a request's payload may take once its header has arrived.
+  /// @throws ConfigurationError naming `who` when the address cannot be bound.
+  ServiceServer(const cluster::Address& address, std::string who, ServiceIdentity identity,
+                ServiceHandler& handler, std::uint32_t max_payload,
+                std::chrono::milliseconds request_timeout)
+      : who_(std::move(who)),
+        identity_(std::move(identity)),
+        handler_(handler),
+        max_payload_(max_payload),
+        request_timeout_(request_timeout) {
+    random_bytes(std::as_writable_bytes(std::span(&incarnation_, 1)));
+    bind(address);
+  }
+  ServiceServer(const ServiceServer&) = delete;
+  ServiceServer& operator=(const ServiceServer&) = delete;
+
+  std::uint16_t port() const noexcept {
+    std::error_code ec;
+    const auto endpoint = acceptor_.local_endpoint(ec);
+    return ec ? 0 : endpoint.port();
   }
 
-  ReplicaPool(const ReplicaPool&) = delete;
-  ReplicaPool& operator=(const ReplicaPool&) = delete;
+  const ServiceStats& stats() const noexcept { return stats_; }
 
-  ~ReplicaPool() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_.store(true, std::memory_order_release);
-    }
-    start_.notify_all();
-    for (auto& thread : threads_)
-      thread.join();
+  ServiceEnd serve(std::chrono::milliseconds idle_timeout) {
+    idle_timeout_ = idle_timeout;
+    accept();
+    arm_idle_timer();
+    io_.run();
+    return end_;
   }
 
-  int size() const noexcept { return static_cast<int>(threads_.size()) + 1; }
-
-  /// Calls `body(r)` for every replica r and waits for all of them. `body` must not throw:
-  /// the caller catches per replica (a replica's exception must not skip the wait).
-  template <class Body>
-  void run(Body& body) {
-    if (threads_.empty()) {
-      body(0);
-      return;
-    }
-    {
-      std::lock_guard lock(mutex_);
-      job_ = &body;
-      invoke_ = [](void* job, int replica) { (*static_cast<Body*>(job))(replica); };
-      pending_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
-      generation_.fetch_add(1, std::memory_order_release);
-    }
-    start_.notify_all();
-    body(0);
-    auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-    if (!spin_.poll(all_done)) {
-      std::unique_lock lock(mutex_);
-      done_.wait(lock, all_done);
-    }
+  void stop() {
+    asio::post(io_, [this] { close_all(ServiceEnd::stopped); });
   }
 
  private:
-  void serve(int replica) {
-    std::uint64_t seen = 0;
-    auto started = [&] {
-      return stopping_.load(std::memory_order_acquire) ||
-             generation_.load(std::memory_order_acquire) != seen;
-    };
-    for (;;) {
-      if (!spin_.poll(started)) {
-        std::unique_lock lock(mutex_);
-        start_.wait(lock, started);
+  struct Connection {
+    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    std::unique_ptr<ServiceSession> session;
+    HelloBytes theirs_bytes{};
+    Hello theirs;
+    std::array<std::byte, kNonceBytes> challenge{};
+    Mac mac{};
+    std::array<std::byte, 1 + kHelloBytes + kMacBytes> verdict{};
+    std::array<std::byte, 1> final_status{};
+    FrameBytes header_bytes{};
+    FrameHeader request;
+    std::uint64_t payload_left = 0;
+    std::vector<std::byte> scratch;
+    FrameBytes reply_bytes{};
+  };
+  using ConnectionPtr = std::shared_ptr<Connection>;
+
+  void bind(const cluster::Address& own) {
+    std::error_code ec;
+    const auto endpoints = resolve_endpoints<tcp>(own.host, own.port, ec);
+    if (ec || endpoints.empty())
+      throw ConfigurationError(-1, who_,
+                               fmt::format("cannot resolve {}: {}", own.to_string(), ec.message()),
+                               "give each task a host name or IP address of its own machine");
+    const tcp::endpoint endpoint = endpoints.front();
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec == asio::error::address_in_use)
+      throw ConfigurationError(
+          -1, who_, fmt::format("cannot listen on {}: the port is in use", own.to_string()),
+          "stop the program holding it (a previous run?) or give this task "
+          "another port");
+    if (ec)
+      throw ConfigurationError(
+          -1, who_, fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
+          "check that the cluster spec gives this task an address of its "
+          "own host");
+  }
+
+  // ---- connections and the handshake ---------------------------------------------------------
+
+  void accept() {
+    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
+      if (closing_ || ec == asio::error::operation_aborted) return;
+      if (!ec) handshake(std::make_shared<Connection>(std::move(socket)));
+      accept();
+    });
+  }
+
+  void drop(const ConnectionPtr& connection) {
+    std::error_code ignored;
+    connection->timer.cancel();
+    connection->socket.close(ignored);
+    if (established_.erase(connection) != 0 && --connected_ == 0) arm_idle_timer();
+  }
+
+  void refuse(const ConnectionPtr& connection) {
+    ++stats_.refused;
+    drop(connection);
+  }
+
+  // A connection that fails its handshake is refused once.
+  void abandon(const ConnectionPtr& connection) {
+    if (pending_.erase(connection) != 0) refuse(connection);
+  }
+
+  void handshake(const ConnectionPtr& connection) {
+    std::error_code ignored;
+    connection->socket.set_option(tcp::no_delay(true), ignored);
+    pending_.insert(connection);
+    connection->timer.expires_after(kHandshakeTimeout);
+    connection->timer.async_wait([this, connection](std::error_code ec) {
+      if (!ec) abandon(connection);
+    });
+    asio::async_read(connection->socket, asio::buffer(connection->theirs_bytes),
+                     [this, connection](std::error_code ec, std::size_t) {
+                       if (ec) return abandon(connection);
+                       on_hello(connection);
+                     });
+  }
+
+  HandshakeStatus judge(const Hello& theirs) const {
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (theirs.tunables != identity_.tunables) return HandshakeStatus::tunables_differ;
+    if (theirs.cluster != identity_.cluster) return HandshakeStatus::other_cluster;
+    if (theirs.world_size != identity_.group_size) return HandshakeStatus::world_size_differs;
+    if (theirs.rank < 0 || theirs.rank >= identity_.group_size)
+      return HandshakeStatus::unexpected_rank;
+    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
+    if (identity_.token && !has_token) return HandshakeStatus::token_required;
+    if (!identity_.token && has_token) return HandshakeStatus::token_unexpected;
+    return HandshakeStatus::accepted;
+  }
+
+  void on_hello(const ConnectionPtr& connection) {
+    if (!decode(std::span<const std::byte, kHelloBytes>(connection->theirs_bytes),
+                connection->theirs))
+      return abandon(connection);
+    const Hello& theirs = connection->theirs;
+    if (theirs.version != kProtocolVersion || !identity_.token)
+      return answer(connection, judge(theirs));
+    if ((theirs.flags & Hello::kHasToken) == 0)
+      return answer(connection, HandshakeStatus::token_required);
+    // With a token, nothing is judged before the connector has proven it.
+    random_bytes(connection->challenge);
+    connection->verdict[0] = static_cast<std::byte>(HandshakeStatus::challenge);
+    std::copy(connection->challenge.begin(), connection->challenge.end(),
+              connection->verdict.begin() + 1);
+    asio::async_write(
+        connection->socket, asio::buffer(connection->verdict.data(), 1 + kNonceBytes),
+        [this, connection](std::error_code ec, std::size_t) {
+          if (ec) return abandon(connection);
+          asio::async_read(connection->socket, asio::buffer(connection->mac),
+                           [this, connection](std::error_code read_ec, std::size_t) {
+                             if (read_ec) return abandon(connection);
+                             const bool authentic = same_mac(
+                                 connection->mac,
+                                 handshake_mac(*identity_.token, "strata-connect",
+                                               connection->theirs_bytes, connection->challenge));
+                             answer(connection, authentic ? judge(connection->theirs)
+                                                          : HandshakeStatus::authentication_failed);
+                           });
+        });
+  }
+
+  void answer(const ConnectionPtr& connection, HandshakeStatus status) {
+    std::size_t length = 1;
+    connection->verdict[0] = static_cast<std::byte>(status);
+    if (status == HandshakeStatus::accepted) {
+      Hello mine;
+      mine.connection = connection->theirs.connection;
+      mine.rank = identity_.rank;
+      mine.world_size = identity_.group_size;
+      mine.flags = identity_.token ? Hello::kHasToken : 0;
+      mine.cluster = identity_.cluster;
+      mine.tunables = identity_.tunables;
+      mine.incarnation = incarnation_;
+      if (identity_.token) mine.nonce = connection->challenge;
+      const HelloBytes mine_bytes = encode(mine);
+      std::copy(mine_bytes.begin(), mine_bytes.end(), connection->verdict.begin() + 1);
+      length += kHelloBytes;
+      if (identity_.token) {
+        const Mac mac =
+            handshake_mac(*identity_.token, "strata-accept", connection->theirs_bytes, mine_bytes);
+        std::copy(mac.begin(), mac.end(), connection->verdict.begin() + 1 + kHelloBytes);
+        length += kMacBytes;
       }
-      if (stopping_.load(std::memory_order_acquire)) return;
-      seen = generation_.load(std::memory_order_acquire);
-      invoke_(job_, replica);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        // Under the mutex, so the caller cannot check pending_ and then miss this notify.
-        std::lock_guard lock(mutex_);
-        done_.notify_one();
+    }
+    asio::async_write(connection->socket, asio::buffer(connection->verdict.data(), length),
+                      [this, connection, status](std::error_code ec, std::size_t) {
+                        if (ec || status != HandshakeStatus::accepted) return abandon(connection);
+                        asio::async_read(
+                            connection->socket, asio::buffer(connection->final_status),
+                            [this, connection](std::error_code read_ec, std::size_t) {
+                              if (read_ec || connection->final_status[0] !=
+                                                 static_cast<std::byte>(HandshakeStatus::accepted))
+                                return abandon(connection);
+                              established(connection);
+                            });
+                      });
+  }
+
+  void established(const ConnectionPtr& connection) {
+    if (pending_.erase(connection) == 0) return;  // its handshake timed out meanwhile
+    connection->timer.cancel();
+    connection->session = handler_.open(connection->theirs.rank);
+    established_.insert(connection);
+    if (connected_++ == 0) idle_timer_.cancel();
+    read_request(connection);
+  }
+
+  // ---- requests ------------------------------------------------------------------------------
+
+  void read_request(const ConnectionPtr& connection) {
+    asio::async_read(connection->socket, asio::buffer(connection->header_bytes),
+                     [this, connection](std::error_code ec, std::size_t) {
+                       if (ec) return drop(connection);
+                       on_header(connection);
+                     });
+  }
+
+  void on_header(const ConnectionPtr& connection) {
+    FrameHeader& request = connection->request;
+    const std::error_code ec =
+        decode(std::span<const std::byte, kFrameHeaderBytes>(connection->header_bytes), request,
+               max_payload_);
+    if (ec || request.type != FrameType::request) return refuse(connection);
+    connection->payload_left = request.payload_bytes;
+    // Its payload must follow within the timeout.
+    connection->timer.expires_after(request_timeout_);
+    connection->timer.async_wait([this, connection](std::error_code timer_ec) {
+      if (!timer_ec) refuse(connection);
+    });
+    advance(connection, connection->session->on_request(request));
+  }
+
+  void advance(const ConnectionPtr& connection, SessionStep step) {
+    if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
+    auto& read = std::get<ReadPayload>(step);
+    std::vector<asio::mutable_buffer> buffers;
+    std::uint64_t total = 0;
+    for (const auto& part : read.into) {
+      buffers.push_back(asio::buffer(part.data(), part.size()));
+      total += part.size();
+    }
+    // A session that asks for more than the request carries would wait forever: it has a bug.
+    if (total > connection->payload_left) return refuse(connection);
+    connection->payload_left -= total;
+    stats_.bytes_in += total;
+    asio::async_read(connection->socket, buffers,
+                     [this, connection](std::error_code ec, std::size_t) {
+                       if (ec) return drop(connection);
+                       advance(connection, connection->session->on_payload());
+                     });
+  }
+
+  // The payload the session left unread is dropped, then the reply goes out.
+  void drop_rest(const ConnectionPtr& connection, SendReply reply) {
+    if (connection->payload_left == 0) return send(connection, reply);
+    connection->scratch.resize(
+        static_cast<std::size_t>(std::min<std::uint64_t>(connection->payload_left, 1 << 16)));
+    connection->payload_left -= connection->scratch.size();
+    stats_.bytes_in += connection->scratch.size();
+    asio::async_read(connection->socket, asio::buffer(connection->scratch),
+                     [this, connection, reply](std::error_code ec, std::size_t) {
+                       if (ec) return drop(connection);
+                       drop_rest(connection, reply);
+                     });
+  }
+
+  void send(const ConnectionPtr& connection, const SendReply& reply) {
+    connection->timer.cancel();
+    FrameHeader header;
+    header.type = FrameType::reply;
+    header.kind = connection->request.kind;
+    header.sequence = connection->request.sequence;
+    header.root = reply.status;
+    header.count = reply.count;
+    header.element_type = reply.type;
+    header.payload_bytes = static_cast<std::uint32_t>(reply.payload.size());
+    connection->reply_bytes = encode(header);
+    ++stats_.requests;
+    stats_.bytes_out += reply.payload.size();
+    const std::array<asio::const_buffer, 2> buffers{
+        asio::buffer(connection->reply_bytes),
+        asio::buffer(reply.payload.data(), reply.payload.size())};
+    asio::async_write(
+        connection->socket, buffers,
+        [this, connection, close = reply.then_close](std::error_code ec, std::size_t) {
+          if (ec) return drop(connection);
+          if (close) return close_all(ServiceEnd::finished);
+          read_request(connection);
+        });
+  }
+
+  // ---- ending --------------------------------------------------------------------------------
+
+  void arm_idle_timer() {
+    if (closing_) return;
+    idle_timer_.expires_after(idle_timeout_);
+    idle_timer_.async_wait([this](std::error_code ec) {
+      if (!ec && connected_ == 0) close_all(ServiceEnd::idle);
+    });
+  }
+
+  void close_all(ServiceEnd end) {
+    if (closing_) return;
+    closing_ = true;
+    end_ = end;
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    idle_timer_.cancel();
+    for (const auto* set : {&pending_, &established_})
+      for (const auto& connection : *set) {
+        connection->timer.cancel();
+        connection->socket.close(ignored);
+      }
+    pending_.clear();
+    established_.clear();
+  }
+
+  std::string who_;
+  ServiceIdentity identity_;
+  ServiceHandler& handler_;
+  std::uint32_t max_payload_;
+  std::chrono::milliseconds request_timeout_;
+  std::chrono::milliseconds idle_timeout_{};
+  std::uint64_t incarnation_ = 0;
+  asio::io_context io_{1};
+  tcp::acceptor acceptor_{io_};
+  asio::steady_timer idle_timer_{io_};
+  std::set<ConnectionPtr> pending_;      // in the handshake
+  std::set<ConnectionPtr> established_;  // serving
+  int connected_ = 0;
+  bool closing_ = false;
+  ServiceEnd end_ = ServiceEnd::stopped;
+  ServiceStats stats_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/service_server.hpp ----
+
+namespace strata::transport::tcp {
+
+/// How a send or receive ended.
+enum class ServiceIo : std::uint8_t { done, closed, timed_out, failed };
+
+/// A connection to a service that accepted this client.
+class ServiceConnection {
+ public:
+  using tcp = asio::ip::tcp;
+
+  /// Connects to `address` and runs the handshake as rank `mine.rank` (the service must answer
+  /// as rank `service_rank`), on connection index `lane`. Returns nothing, with the reason in
+  /// `why`, when trying again may help (nobody listens yet, the connection broke).
+  /// @throws ConfigurationError (operation `operation`, naming `who`) when the service refuses
+  ///   this client or is not the one expected: retrying cannot help.
+  static std::unique_ptr<ServiceConnection> connect(const cluster::Address& address,
+                                                    const ServiceIdentity& mine, int service_rank,
+                                                    std::uint16_t lane, std::uint64_t incarnation,
+                                                    Clock::time_point until,
+                                                    std::string_view operation,
+                                                    std::string_view who, std::string& why) {
+    auto connection = std::unique_ptr<ServiceConnection>(new ServiceConnection());
+    if (connection->handshake(address, mine, service_rank, lane, incarnation, until, operation, who,
+                              why))
+      return connection;
+    return nullptr;
+  }
+
+  ServiceConnection(const ServiceConnection&) = delete;
+  ServiceConnection& operator=(const ServiceConnection&) = delete;
+
+  /// Sends the header `header` and then `parts`, whole.
+  ServiceIo send(const FrameHeader& header, std::span<const std::span<const std::byte>> parts,
+                 Clock::time_point until) {
+    const FrameBytes bytes = encode(header);
+    std::array<iovec, 4> iov{};
+    std::size_t count = 0;
+    iov[count++] = {const_cast<std::byte*>(bytes.data()), bytes.size()};
+    for (const auto& part : parts) {
+      if (part.empty()) continue;
+      if (count == iov.size()) return ServiceIo::failed;
+      iov[count++] = {const_cast<std::byte*>(part.data()), part.size()};
+    }
+    std::span<iovec> left(iov.data(), count);
+    while (!left.empty()) {
+      msghdr message{};
+      message.msg_iov = left.data();
+      message.msg_iovlen = left.size();
+      const auto sent = ::sendmsg(fd(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+          if (const ServiceIo io = wait_for(POLLOUT, until); io != ServiceIo::done) return io;
+          continue;
+        }
+        return errno == EPIPE || errno == ECONNRESET ? ServiceIo::closed : ServiceIo::failed;
+      }
+      auto done = static_cast<std::size_t>(sent);
+      while (!left.empty() && done >= left.front().iov_len) {
+        done -= left.front().iov_len;
+        left = left.subspan(1);
+      }
+      if (!left.empty()) {
+        left.front().iov_base = static_cast<std::byte*>(left.front().iov_base) + done;
+        left.front().iov_len -= done;
+      }
+    }
+    return ServiceIo::done;
+  }
+
+  /// Receives exactly `out.size()` bytes.
+  ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
+    std::size_t got = 0;
+    while (got < out.size()) {
+      const auto n = ::recv(fd(), out.data() + got, out.size() - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n == 0) return ServiceIo::closed;
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        if (const ServiceIo io = wait_for(POLLIN, until); io != ServiceIo::done) return io;
+        continue;
+      }
+      return errno == ECONNRESET ? ServiceIo::closed : ServiceIo::failed;
+    }
+    return ServiceIo::done;
+  }
+
+ private:
+  ServiceConnection() = default;
+
+  int fd() { return socket_.native_handle(); }
+
+  ServiceIo wait_for(short events, Clock::time_point until) {
+    pollfd entry{fd(), events, 0};
+    for (;;) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+      const int ready =
+          ::poll(&entry, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30)));
+      if (ready > 0) return ServiceIo::done;
+      if (ready == 0) return ServiceIo::timed_out;
+      if (errno != EINTR) return ServiceIo::failed;
+    }
+  }
+
+  bool handshake(const cluster::Address& address, const ServiceIdentity& mine_identity,
+                 int service_rank, std::uint16_t lane, std::uint64_t incarnation,
+                 Clock::time_point deadline, std::string_view operation, std::string_view who,
+                 std::string& why) {
+    const auto refused = [&](std::string_view reason) {
+      throw ConfigurationError(mine_identity.rank, operation,
+                               fmt::format("{} refused this client: {}", who, reason),
+                               "start every task with the same cluster spec, strata version and "
+                               "STRATA_CLUSTER_TOKEN");
+    };
+    const std::optional<std::string>& token = mine_identity.token;
+    std::error_code ec;
+    const auto endpoints = resolve_endpoints<tcp>(address.host, address.port, ec);
+    if (ec) {
+      why = fmt::format("cannot resolve {}: {}", address.to_string(), ec.message());
+      return false;
+    }
+    const auto until = std::min(deadline, Clock::now() + kHandshakeTimeout);
+    bool timed_out = false;
+    const auto step = [&](std::string_view what, auto start) {
+      ec = run_until(io_, socket_, until, timed_out, start);
+      if (ec)
+        why = timed_out ? fmt::format("{} timed out", what)
+                        : fmt::format("{}: {}", what, ec.message());
+      return !ec;
+    };
+    const auto write = [&](asio::const_buffer bytes) {
+      return step("handshake", [&](auto done) {
+        asio::async_write(socket_, bytes,
+                          [done](const std::error_code& e, std::size_t) { done(e); });
+      });
+    };
+    const auto read = [&](asio::mutable_buffer bytes) {
+      return step("handshake", [&](auto done) {
+        asio::async_read(socket_, bytes,
+                         [done](const std::error_code& e, std::size_t) { done(e); });
+      });
+    };
+    if (!step("connect", [&](auto done) {
+          asio::async_connect(socket_, endpoints,
+                              [done](const std::error_code& e, const tcp::endpoint&) { done(e); });
+        }))
+      return false;
+    Hello mine;
+    mine.connection = lane;
+    mine.rank = mine_identity.rank;
+    mine.world_size = mine_identity.group_size;
+    mine.flags = token ? Hello::kHasToken : 0;
+    mine.cluster = mine_identity.cluster;
+    mine.tunables = mine_identity.tunables;
+    mine.incarnation = incarnation;
+    random_bytes(mine.nonce);
+    const HelloBytes mine_bytes = encode(mine);
+    std::array<std::byte, 1> status{};
+    if (!write(asio::buffer(mine_bytes)) || !read(asio::buffer(status))) return false;
+    if (!is_handshake_status(status[0]))
+      refused("it answered with bytes that are not a strata handshake");
+    std::array<std::byte, kNonceBytes> challenge{};
+    if (static_cast<HandshakeStatus>(status[0]) == HandshakeStatus::challenge) {
+      if (!token) refused("it asks for a cluster token (STRATA_CLUSTER_TOKEN) this client lacks");
+      if (!read(asio::buffer(challenge))) return false;
+      const Mac mac = handshake_mac(*token, "strata-connect", mine_bytes, challenge);
+      if (!write(asio::buffer(mac)) || !read(asio::buffer(status))) return false;
+    } else if (token && static_cast<HandshakeStatus>(status[0]) == HandshakeStatus::accepted) {
+      refused("it accepted this client without checking the cluster token");
+    }
+    if (static_cast<HandshakeStatus>(status[0]) != HandshakeStatus::accepted)
+      refused(to_string(static_cast<HandshakeStatus>(status[0])));
+    std::array<std::byte, kHelloBytes + kMacBytes> reply{};
+    if (!read(asio::buffer(reply.data(), kHelloBytes + (token ? kMacBytes : 0)))) return false;
+    HelloBytes theirs_bytes{};
+    std::copy_n(reply.begin(), kHelloBytes, theirs_bytes.begin());
+    Hello theirs;
+    HandshakeStatus verdict = HandshakeStatus::accepted;
+    if (!decode(std::span<const std::byte, kHelloBytes>(theirs_bytes), theirs) ||
+        theirs.version != kProtocolVersion)
+      verdict = HandshakeStatus::bad_version;
+    else if (theirs.tunables != mine_identity.tunables)
+      verdict = HandshakeStatus::tunables_differ;
+    else if (theirs.cluster != mine_identity.cluster)
+      verdict = HandshakeStatus::other_cluster;
+    else if (theirs.rank != service_rank)
+      verdict = HandshakeStatus::unexpected_rank;
+    if (verdict == HandshakeStatus::accepted && token) {
+      Mac mac{};
+      std::copy_n(reply.begin() + kHelloBytes, kMacBytes, mac.begin());
+      if (theirs.nonce != challenge ||
+          !same_mac(mac, handshake_mac(*token, "strata-accept", mine_bytes, theirs_bytes)))
+        verdict = HandshakeStatus::authentication_failed;
+    }
+    const std::array<std::byte, 1> final_status{static_cast<std::byte>(verdict)};
+    if (!write(asio::buffer(final_status))) return false;
+    if (verdict != HandshakeStatus::accepted) refused(to_string(verdict));
+    socket_.set_option(tcp::no_delay(true), ec);
+    if (!ec) socket_.native_non_blocking(true, ec);
+    if (ec) {
+      why = fmt::format("cannot set up the socket: {}", ec.message());
+      return false;
+    }
+    return true;
+  }
+
+  asio::io_context io_{1};
+  tcp::socket socket_{io_};
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/service_client.hpp ----
+
+namespace strata::ps {
+
+namespace detail::client {
+
+struct Connection {
+  std::unique_ptr<transport::tcp::ServiceConnection> link;
+  std::uint64_t sequence = 0;
+  std::exception_ptr broken;  // why this connection can no longer be used
+};
+
+}  // namespace detail::client
+
+struct Client::State {
+  using Connection = detail::client::Connection;
+  using Io = transport::tcp::ServiceIo;
+
+  State(const cluster::ClusterSpec& spec, int worker_rank, int lane_count, ClientOptions opts)
+      : cluster(spec),
+        rank(worker_rank),
+        lanes(lane_count),
+        options(std::move(opts)),
+        token(options.cluster_token ? options.cluster_token
+                                    : environment_variable("STRATA_CLUSTER_TOKEN")),
+        fingerprint(ps_fingerprint(spec)) {
+    for (const auto& [index, address] : cluster.tasks(cluster::TaskType::ps))
+      servers.push_back({index, address});
+    const auto usage = [&](std::string why, std::string_view what_to_do) {
+      return UsageError(rank, "ps::Client", why, what_to_do);
+    };
+    if (servers.empty())
+      throw ConfigurationError(rank, "ps::Client", "the cluster has no ps task",
+                               "add the parameter servers to the cluster spec (TF_CONFIG \"ps\")");
+    if (rank < 0 || rank >= cluster.collective_size())
+      throw usage(fmt::format("rank {} is not a rank of the collective group ({} tasks)", rank,
+                              cluster.collective_size()),
+                  "connect from a chief or worker task");
+    if (lanes < 1 || lanes > 1024)
+      throw usage(fmt::format("{} lanes", lanes), "ask for 1 to 1024 lanes (one per replica)");
+    if (token && token->empty())
+      throw ConfigurationError(rank, "ps::Client", "the cluster token is empty",
+                               "set a secret shared by every task, or leave it unset");
+    transport::tcp::random_bytes(std::as_writable_bytes(std::span(&incarnation, 1)));
+    const Deadline deadline = Deadline::after(options.timeout);
+    for (std::size_t s = 0; s < servers.size(); ++s)
+      for (int lane = 0; lane < lanes; ++lane)
+        connections.push_back(connect(static_cast<int>(s), lane, deadline));
+  }
+
+  std::string who(int server) const {
+    const auto& entry = servers[static_cast<std::size_t>(server)];
+    return fmt::format("ps task {} ({})", entry.index, entry.address.to_string());
+  }
+
+  Connection& connection(int server, int lane) {
+    return *connections[static_cast<std::size_t>(server * lanes + lane)];
+  }
+
+  // ---- connecting ----------------------------------------------------------------------------
+
+  std::unique_ptr<Connection> connect(int server, int lane, const Deadline& deadline) {
+    const auto& entry = servers[static_cast<std::size_t>(server)];
+    const transport::tcp::ServiceIdentity mine{fingerprint, kTunables, cluster.collective_size(),
+                                               rank, token};
+    std::minstd_rand random(static_cast<unsigned>(incarnation ^ static_cast<unsigned>(lane)));
+    std::uniform_real_distribution<double> jitter(0.75, 1.25);
+    auto backoff = std::chrono::milliseconds(10);
+    std::string why = "no attempt was made";
+    while (!deadline.expired()) {
+      auto link = transport::tcp::ServiceConnection::connect(
+          entry.address, mine, entry.index, static_cast<std::uint16_t>(lane), incarnation,
+          deadline.time_point(), "ps::Client", who(server), why);
+      if (link) {
+        auto connection = std::make_unique<Connection>();
+        connection->link = std::move(link);
+        return connection;
+      }
+      const auto pause = std::chrono::duration_cast<Clock::duration>(backoff * jitter(random));
+      std::this_thread::sleep_until(std::min(Clock::now() + pause, deadline.time_point()));
+      backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
+    }
+    throw TimeoutError(rank, "ps::Client",
+                       fmt::format("could not connect to {} within {} ms (last attempt: {})",
+                                   who(server), deadline.budget().count(), why),
+                       "check that the ps task is running with the same cluster spec, or raise "
+                       "the timeout (ClientOptions::timeout or STRATA_TIMEOUT)");
+  }
+
+  // ---- calls -----------------------------------------------------------------------------------
+
+  std::exception_ptr io_failure(int server, Operation operation, Io io,
+                                const Deadline& deadline) const {
+    const std::string what = fmt::format("ps::{}", to_string(operation));
+    if (io == Io::timed_out)
+      return std::make_exception_ptr(TimeoutError(
+          rank, what,
+          fmt::format("{} did not answer within {} ms", who(server), deadline.budget().count()),
+          "check that the ps task is running and not stopped, or raise the timeout "
+          "(ClientOptions::timeout or STRATA_TIMEOUT)"));
+    return std::make_exception_ptr(PeerFailureError(
+        rank, what,
+        fmt::format("{} {}", who(server),
+                    io == Io::closed ? "closed the connection: the parameter server died or "
+                                       "stopped serving"
+                                     : "failed: the connection broke"),
+        "the variables on that ps task are gone: restart the job and restore from the last "
+        "checkpoint"));
+  }
+
+  void send(Connection& connection, const ShardCall& call, const Deadline& deadline) {
+    if (connection.broken) std::rethrow_exception(connection.broken);
+    transport::tcp::FrameHeader header;
+    header.type = transport::tcp::FrameType::request;
+    header.kind = static_cast<Collective>(call.operation);
+    header.element_type = call.type;
+    header.root = static_cast<std::int32_t>(call.handle);
+    header.sequence = ++connection.sequence;
+    header.count = call.count;
+    header.payload_bytes = static_cast<std::uint32_t>(call.prefix.size() + call.values.size());
+    const std::array<std::span<const std::byte>, 2> parts{call.prefix, call.values};
+    const Io io = connection.link->send(header, parts, deadline.time_point());
+    if (io != Io::done) fail(connection, call, io, deadline);
+  }
+
+  [[noreturn]] void fail(Connection& connection, const ShardCall& call, Io io,
+                         const Deadline& deadline) {
+    connection.broken = io_failure(call.server, call.operation, io, deadline);
+    std::rethrow_exception(connection.broken);
+  }
+
+  void receive(Connection& connection, ShardCall& call, const Deadline& deadline) {
+    transport::tcp::FrameBytes bytes{};
+    Io io = connection.link->receive(bytes, deadline.time_point());
+    if (io != Io::done) fail(connection, call, io, deadline);
+    transport::tcp::FrameHeader header;
+    const auto limit = static_cast<std::uint32_t>(
+        std::max<std::size_t>(call.result.size(), transport::tcp::kMaxControlPayload));
+    const std::string what = fmt::format("ps::{}", to_string(call.operation));
+    const auto protocol_error = [&](std::string_view why) {
+      connection.broken = std::make_exception_ptr(PeerFailureError(
+          rank, what, fmt::format("{} broke the protocol: {}", who(call.server), why),
+          "check that every task runs the same strata version"));
+      std::rethrow_exception(connection.broken);
+    };
+    if (transport::tcp::decode(bytes, header, limit) ||
+        header.type != transport::tcp::FrameType::reply || header.sequence != connection.sequence ||
+        static_cast<std::uint8_t>(header.kind) != static_cast<std::uint8_t>(call.operation) ||
+        header.root < 0 || header.root > kLastStatus)
+      protocol_error("a reply that does not answer the request");
+    const auto status = static_cast<Status>(header.root);
+    if (status != Status::ok) {
+      std::string text(header.payload_bytes, '\0');
+      io = connection.link->receive(std::as_writable_bytes(std::span(text)), deadline.time_point());
+      if (io != Io::done) fail(connection, call, io, deadline);
+      raise(call, status, text);
+    }
+    const bool values_back = call.operation == Operation::pull ||
+                             call.operation == Operation::push_pull ||
+                             (call.operation == Operation::create && header.payload_bytes != 0);
+    if (values_back &&
+        (header.payload_bytes != call.result.size() || header.element_type != call.type))
+      protocol_error(fmt::format("{} bytes of {} instead of {} bytes of {}", header.payload_bytes,
+                                 to_string(header.element_type), call.result.size(),
+                                 to_string(call.type)));
+    if (!values_back && header.payload_bytes != 0) protocol_error("values nobody asked for");
+    if (values_back) {
+      io = connection.link->receive(call.result, deadline.time_point());
+      if (io != Io::done) fail(connection, call, io, deadline);
+    }
+    call.version = header.count;
+    if (call.operation == Operation::create) {
+      call.handle = static_cast<std::uint32_t>(header.count);
+      call.version = header.payload_bytes != 0 ? 1 : 0;  // whether it existed
+    }
+  }
+
+  [[noreturn]] void raise(const ShardCall& call, Status status, const std::string& text) const {
+    const std::string what = fmt::format("ps::{}", to_string(call.operation));
+    const std::string happened = fmt::format("{} refused: {}", who(call.server), text);
+    switch (status) {
+      case Status::unknown_variable:
+        throw UsageError(rank, what, happened,
+                         "create variables through the strategy before using them; after a ps "
+                         "task restarts, restore its variables from a checkpoint");
+      case Status::mismatch:
+      case Status::exists_differently:
+        throw MismatchError(rank, what, happened,
+                            "every worker must create each variable with the same element type "
+                            "and shape, in the same order");
+      default:
+        throw UsageError(rank, what, happened,
+                         "pass an optimizer the servers apply (Sgd, Momentum, Adam) and values "
+                         "of the variable's size");
+    }
+  }
+
+  void call(int lane, std::span<ShardCall> calls) {
+    const Deadline deadline = Deadline::after(options.timeout);
+    // Calls to one server go one after another on its connection (its replies come in order, and
+    // a large request must not wait behind a reply nobody reads); calls to different servers
+    // overlap: every server of a wave gets its request before any reply is read.
+    std::vector<bool> finished(calls.size(), false);
+    std::size_t left = calls.size();
+    std::vector<std::size_t> wave;
+    std::vector<bool> busy(servers.size());
+    while (left > 0) {
+      wave.clear();
+      std::fill(busy.begin(), busy.end(), false);
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        const auto server = static_cast<std::size_t>(calls[i].server);
+        if (finished[i] || busy[server]) continue;
+        busy[server] = true;
+        wave.push_back(i);
+      }
+      for (const std::size_t i : wave)
+        send(connection(calls[i].server, lane), calls[i], deadline);
+      for (const std::size_t i : wave) {
+        receive(connection(calls[i].server, lane), calls[i], deadline);
+        finished[i] = true;
+        --left;
       }
     }
   }
 
-  const SpinPolicy spin_;
-  std::mutex mutex_;
-  std::condition_variable start_;
-  std::condition_variable done_;
-  // Written by run() before generation_ is bumped (release), read by workers after they see
-  // the new generation (acquire); run() returns only when every worker has finished with them.
-  void* job_ = nullptr;
-  void (*invoke_)(void*, int) = nullptr;
-  std::atomic<int> pending_{0};
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<bool> stopping_{false};
-  std::vector<std::thread> threads_;
+  cluster::ClusterSpec cluster;
+  int rank;
+  int lanes;
+  ClientOptions options;
+  std::optional<std::string> token;
+  std::uint64_t fingerprint;
+  std::uint64_t incarnation = 0;
+  struct ServerEntry {
+    int index;
+    cluster::Address address;
+  };
+  std::vector<ServerEntry> servers;
+  std::vector<std::unique_ptr<Connection>> connections;  // server-major: server · lanes + lane
 };
 
-}  // namespace strata::detail
-// ---- end strata/detail/replica_pool.hpp ----
+STRATA_DECL Client::Client(const cluster::ClusterSpec& cluster, int rank, int lanes,
+                           ClientOptions options)
+    : state_(std::make_unique<State>(cluster, rank, lanes, std::move(options))) {}
+
+STRATA_DECL Client::~Client() = default;
+
+STRATA_DECL int Client::num_servers() const noexcept {
+  return static_cast<int>(state_->servers.size());
+}
+STRATA_DECL int Client::num_lanes() const noexcept {
+  return state_->lanes;
+}
+STRATA_DECL int Client::rank() const noexcept {
+  return state_->rank;
+}
+STRATA_DECL std::string Client::describe_server(int server) const {
+  return state_->who(server);
+}
+
+STRATA_DECL Client::Created Client::create(int server, std::string_view name, DataType type,
+                                           UpdateRule update, std::span<const std::byte> initial,
+                                           std::span<std::byte> current) {
+  if (server < 0 || server >= num_servers() || name.empty() || name.size() > kMaxNameBytes ||
+      current.size() != initial.size() || initial.size() % size_of(type) != 0)
+    throw UsageError(state_->rank, "ps::create",
+                     fmt::format("variable '{}' on server {} of {}", name, server, num_servers()),
+                     "name each variable (1 to 1024 bytes) and pass matching buffers");
+  CreateSpec spec;
+  spec.elements = initial.size() / size_of(type);
+  spec.update = update;
+  spec.name_bytes = static_cast<std::uint32_t>(name.size());
+  std::vector<std::byte> prefix(kCreateSpecBytes + padded_name_bytes(name.size()));
+  const auto fixed = encode(spec);
+  std::copy(fixed.begin(), fixed.end(), prefix.begin());
+  std::copy_n(reinterpret_cast<const std::byte*>(name.data()), name.size(),
+              prefix.begin() + kCreateSpecBytes);
+  ShardCall call;
+  call.server = server;
+  call.operation = Operation::create;
+  call.type = type;
+  call.count = spec.elements;
+  call.prefix = prefix;
+  call.values = initial;
+  call.result = current;
+  state_->call(0, std::span(&call, 1));
+  return {call.handle, call.version != 0};
+}
+
+STRATA_DECL void Client::call(int lane, std::span<ShardCall> calls) {
+  if (lane < 0 || lane >= state_->lanes)
+    throw UsageError(state_->rank, "ps::Client::call",
+                     fmt::format("lane {} of {}", lane, state_->lanes),
+                     "call from lane 0 to num_lanes() - 1 (one per replica)");
+  for (const ShardCall& call : calls)
+    if (call.server < 0 || call.server >= num_servers())
+      throw UsageError(state_->rank, "ps::Client::call",
+                       fmt::format("server {} of {}", call.server, num_servers()),
+                       "name a ps task of the cluster");
+  state_->call(lane, calls);
+}
+
+STRATA_DECL void Client::done() {
+  std::vector<ShardCall> calls(state_->servers.size());
+  for (std::size_t s = 0; s < calls.size(); ++s) {
+    calls[s].server = static_cast<int>(s);
+    calls[s].operation = Operation::done;
+    calls[s].type = DataType::uint8;
+  }
+  state_->call(0, calls);
+}
+
+}  // namespace strata::ps
+// ---- end strata/ps/impl/client.ipp ----
+#endif
+// ---- end strata/ps/client.hpp ----
+// ---- begin strata/ps/session.hpp ----
+// strata/ps/session.hpp — one worker's view of its parameter servers: the connections, and
+// the rules that name, split and place the variables it creates.
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/ps/partitioner.hpp ----
+// strata/ps/partitioner.hpp — how many shards a variable is split into, and which rows each holds.
+//
+// The rules are TensorFlow's, so that a model sharded by strata has the shards a
+// ParameterServerStrategy would give it (and checkpoints line up):
+//
+// - a partitioner decides the number of shards along the first dimension from the shape and
+//   the element size (tf.distribute.experimental.partitioners: FixedShardsPartitioner,
+//   MinSizePartitioner, MaxSizePartitioner, in tensorflow/python/distribute/sharded_variable.py,
+//   whose sizes come from min_max_variable_partitioner and variable_axis_size_partitioner in
+//   tensorflow/python/ops/partitioned_variables.py);
+// - `shard_rows` splits the rows over that many shards ("div" partitioning, as
+//   ParameterServerStrategyExtended._create_variable in
+//   tensorflow/python/distribute/parameter_server_strategy_v2.py does it).
+//
+// Only the first dimension is ever split, as in TF2: TF's partitioners return a list with 1 for
+// every other axis; ours return that first entry only.
+//
+// Arithmetic: TF computes sizes with Python floats. Here they are exact integers, which give
+// the same result as TF's floats whenever the byte counts involved are below 2^53 (8 PiB), where
+// every quotient of two such integers rounds to the same side of each whole number.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::ps {
+
+/// The rows `[offset, offset + rows)` of a variable (along its first dimension) that one shard
+/// holds.
+struct RowRange {
+  std::size_t offset = 0;
+  std::size_t rows = 0;
+
+  constexpr std::size_t end() const noexcept { return offset + rows; }
+  friend constexpr bool operator==(const RowRange&, const RowRange&) = default;
+};
+
+/// The rows of each of `shards` shards of a variable with `rows` rows, in shard order: TF's
+/// ShardedVariable rule, `rows / shards` rows each and one more for the first
+/// `rows % shards` shards. For example 10 rows over 4 shards: 3, 3, 2, 2 rows at offsets
+/// 0, 3, 6, 8. (The same balanced split as data::split_batch, but here no shard may be empty.)
+///
+/// A variable with no rows has exactly one, empty, shard: `shard_rows(0, 1) == {{0, 0}}`.
+///
+/// @throws UsageError ("ps::shard_rows") if `shards == 0`, or if there are more shards than
+///         rows (more than 1 when `rows == 0`): TF never creates an empty shard.
+/// Cost: O(shards). Deterministic and identical on every task.
+inline std::vector<RowRange> shard_rows(std::size_t rows, std::size_t shards) {
+  if (shards == 0)
+    throw UsageError(-1, "ps::shard_rows", "shards is 0",
+                     "pass the number of shards, at least 1 (1 means unsharded)");
+  if (shards > (rows == 0 ? 1 : rows))
+    throw UsageError(-1, "ps::shard_rows",
+                     fmt::format("{} shards for a variable of {} rows", shards, rows),
+                     "pass at most one shard per row (partitioners clamp their result to the "
+                     "rows; shard_variable does this for you)");
+  const std::size_t base = rows / shards;
+  const std::size_t extra = rows % shards;
+  std::vector<RowRange> ranges;
+  ranges.reserve(shards);
+  std::size_t offset = 0;
+  for (std::size_t shard = 0; shard < shards; ++shard) {
+    const std::size_t size = base + (shard < extra ? 1 : 0);
+    ranges.push_back(RowRange{offset, size});
+    offset += size;
+  }
+  return ranges;
+}
+
+/// A rule for the number of shards of a variable along its first dimension, given the
+/// variable's shape and the bytes of one element (for strings, TF uses an estimate,
+/// `bytes_per_string`, 16 by default: pass that). The result is at least 1; the partitioners
+/// here also never return more shards than rows, but `shard_variable` clamps it in case a
+/// user-written one does (as TF does).
+template <class P>
+concept Partitioner = std::invocable<const P&, std::span<const std::size_t>, std::size_t> &&
+    std::convertible_to<std::invoke_result_t<const P&, std::span<const std::size_t>, std::size_t>,
+                        std::size_t>;
+
+namespace detail {
+
+// a * b, or a UsageError naming `operation` if it does not fit in size_t: a variable that large
+// is a bug in the caller (a wrong shape), not something a parameter server could hold.
+inline std::size_t checked_multiply(std::size_t a, std::size_t b, std::string_view operation) {
+  if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a)
+    throw UsageError(-1, operation, "the variable's size in bytes overflows std::size_t",
+                     "pass the variable's real shape and element size");
+  return a * b;
+}
+
+// The bytes of one row (one index of the first dimension): the product of the other dimensions
+// times the element size. A scalar's one value counts as one row.
+inline std::size_t row_bytes(std::span<const std::size_t> shape, std::size_t element_bytes,
+                             std::string_view operation) {
+  std::size_t bytes = element_bytes;
+  for (std::size_t axis = 1; axis < shape.size(); ++axis)
+    bytes = checked_multiply(bytes, shape[axis], operation);
+  return bytes;
+}
+
+inline void check_element_bytes(std::size_t element_bytes, std::string_view operation) {
+  if (element_bytes == 0)
+    throw UsageError(-1, operation, "element_bytes is 0",
+                     "pass the size of one element in bytes (for strings, an estimate such as "
+                     "TF's bytes_per_string, 16)");
+}
+
+inline void check_positive(int value, std::string_view operation, std::string_view field) {
+  if (value < 1)
+    throw UsageError(-1, operation, fmt::format("{} is {}", field, value),
+                     fmt::format("pass {} >= 1", field));
+}
+
+constexpr std::size_t ceil_div(std::size_t numerator, std::size_t denominator) noexcept {
+  return numerator / denominator + (numerator % denominator != 0 ? 1 : 0);
+}
+
+}  // namespace detail
+
+/// No partitioning: every variable is one shard (TF's ParameterServerStrategy without a
+/// `variable_partitioner`).
+struct NoPartitioner {
+  std::size_t operator()(std::span<const std::size_t> /*shape*/,
+                         std::size_t /*element_bytes*/) const noexcept {
+    return 1;
+  }
+};
+
+/// A fixed number of shards, `min(num_shards, shape[0])`
+/// (tf.distribute.experimental.partitioners.FixedShardsPartitioner). A scalar, or a variable
+/// with no rows, gets 1 shard (TF skips partitioning scalars, and rejects the 0 that
+/// `min(num_shards, 0)` would give). The element size is not used.
+///
+/// @throws UsageError ("ps::FixedShardsPartitioner") if `num_shards < 1` (TF rejects the
+///         resulting 0 shards when it creates the variable).
+struct FixedShardsPartitioner {
+  int num_shards = 1;
+
+  std::size_t operator()(std::span<const std::size_t> shape, std::size_t /*element_bytes*/) const {
+    detail::check_positive(num_shards, "ps::FixedShardsPartitioner", "num_shards");
+    if (shape.empty() || shape[0] == 0) return 1;
+    return std::min(static_cast<std::size_t>(num_shards), shape[0]);
+  }
+};
+
+/// As many shards as possible while each holds at least `min_shard_bytes` (except when the
+/// whole variable is smaller), at most `max_shards` and at most one per row:
+/// `max(1, min(shape[0], max_shards, ceil(total_bytes / min_shard_bytes)))`
+/// (tf.distribute.experimental.partitioners.MinSizePartitioner, which calls
+/// min_max_variable_partitioner). A scalar, or a variable with no rows or no elements, gets 1.
+///
+/// The fields are public so that designated initializers read like TF's keyword arguments,
+/// `MinSizePartitioner{.min_shard_bytes = 4 << 20, .max_shards = 8}`; they are checked at each
+/// call.
+///
+/// @throws UsageError ("ps::MinSizePartitioner") if `min_shard_bytes` is 0, `max_shards < 1`
+///         (TF's ValueErrors), `element_bytes` is 0, or the byte size overflows std::size_t.
+struct MinSizePartitioner {
+  std::size_t min_shard_bytes = 256 << 10;  // TF's default, 256 KiB
+  int max_shards = 1;                       // TF's default: no partitioning unless raised
+
+  std::size_t operator()(std::span<const std::size_t> shape, std::size_t element_bytes) const {
+    constexpr std::string_view kOperation = "ps::MinSizePartitioner";
+    if (min_shard_bytes == 0)
+      throw UsageError(-1, kOperation, "min_shard_bytes is 0", "pass min_shard_bytes >= 1");
+    detail::check_positive(max_shards, kOperation, "max_shards");
+    detail::check_element_bytes(element_bytes, kOperation);
+    if (shape.empty() || shape[0] == 0) return 1;
+    const std::size_t total_bytes = detail::checked_multiply(
+        detail::row_bytes(shape, element_bytes, kOperation), shape[0], kOperation);
+    const std::size_t by_size = detail::ceil_div(total_bytes, min_shard_bytes);
+    return std::max<std::size_t>(
+        1, std::min({shape[0], static_cast<std::size_t>(max_shards), by_size}));
+  }
+};
+
+/// As few shards as possible while each holds at most `max_shard_bytes`, splitting only
+/// between rows (tf.distribute.experimental.partitioners.MaxSizePartitioner, which calls
+/// variable_axis_size_partitioner):
+///
+///     bytes_per_slice  = (num_elements / shape[0]) * element_bytes   // one row
+///     slices_per_shard = max(1, floor(max_shard_bytes / bytes_per_slice))
+///     shards           = ceil(shape[0] / slices_per_shard), then min(shards, max_shards)
+///
+/// A row larger than `max_shard_bytes` still makes one shard (only rows are split), and hitting
+/// `max_shards` makes shards larger than `max_shard_bytes`: `max_shards` takes precedence. A
+/// scalar, or a variable with no rows or no elements (where TF divides by zero), gets 1.
+///
+/// The fields are public and checked at each call, as for MinSizePartitioner.
+///
+/// @throws UsageError ("ps::MaxSizePartitioner") if `max_shard_bytes` is 0 (also when left
+///         unset), `max_shards < 0` (TF's ValueErrors; 0 is TF's None, no limit), `element_bytes`
+///         is 0, or a row's byte size overflows std::size_t.
+struct MaxSizePartitioner {
+  std::size_t max_shard_bytes = 0;  // required, as in TF; e.g. (64 << 20) - 1
+  int max_shards = 0;               // 0: no limit (TF's None)
+
+  std::size_t operator()(std::span<const std::size_t> shape, std::size_t element_bytes) const {
+    constexpr std::string_view kOperation = "ps::MaxSizePartitioner";
+    if (max_shard_bytes == 0)
+      throw UsageError(-1, kOperation, "max_shard_bytes is 0",
+                       "pass max_shard_bytes >= 1, the largest shard wanted in bytes");
+    if (max_shards < 0)
+      throw UsageError(-1, kOperation, fmt::format("max_shards is {}", max_shards),
+                       "pass max_shards >= 1, or 0 for no limit");
+    detail::check_element_bytes(element_bytes, kOperation);
+    if (shape.empty() || shape[0] == 0) return 1;
+    const std::size_t bytes_per_slice = detail::row_bytes(shape, element_bytes, kOperation);
+    if (bytes_per_slice == 0) return 1;
+    const std::size_t slices_per_shard =
+        std::max<std::size_t>(1, max_shard_bytes / bytes_per_slice);
+    const std::size_t shards = detail::ceil_div(shape[0], slices_per_shard);
+    return max_shards == 0 ? shards : std::min(shards, static_cast<std::size_t>(max_shards));
+  }
+};
+
+/// The shards of a variable of `shape` (elements of `element_bytes` each) under `partitioner`,
+/// as ParameterServerStrategy creates them: a scalar is never partitioned (one shard, counted as
+/// one row, `{0, 1}`); otherwise the partitioner's count, clamped to the rows, goes to
+/// `shard_rows`. A variable with no rows is one empty shard.
+///
+/// @throws UsageError ("ps::shard_variable") if the partitioner returns less than 1 (TF's
+///         ValueError), and whatever the partitioner throws.
+template <Partitioner P>
+std::vector<RowRange> shard_variable(const P& partitioner, std::span<const std::size_t> shape,
+                                     std::size_t element_bytes) {
+  using Count = std::invoke_result_t<const P&, std::span<const std::size_t>, std::size_t>;
+  if (shape.empty()) return {RowRange{0, 1}};
+  const Count count = partitioner(shape, element_bytes);
+  // A signed count below 1 would convert to a huge size_t and pass the clamp unnoticed.
+  bool no_shards = false;
+  if constexpr (std::is_signed_v<Count>)
+    no_shards = count < 1;
+  else
+    no_shards = static_cast<std::size_t>(count) == 0;
+  if (no_shards)
+    throw UsageError(-1, "ps::shard_variable", "the partitioner returned fewer than 1 shard",
+                     "return at least 1 from the partitioner (1 means unsharded)");
+  const auto shards = static_cast<std::size_t>(count);
+  return shard_rows(shape[0], shape[0] == 0 ? 1 : std::min(shards, shape[0]));
+}
+
+}  // namespace strata::ps
+// ---- end strata/ps/partitioner.hpp ----
+// ---- begin strata/ps/shard_placement.hpp ----
+// strata/ps/shard_placement.hpp — which parameter-server task each shard of a variable goes to.
+//
+// Two rules, both TensorFlow's:
+//
+// - `RoundRobinPlacement` (TF2's ParameterServerStrategy, `_create_variable_round_robin` in
+//   tensorflow/python/distribute/parameter_server_strategy_v2.py): one counter over every
+//   variable and shard created, task = counter++ % num_ps. Sizes play no part, so one large
+//   variable and many small ones can leave one server holding most of the bytes.
+// - `GreedyPlacement` (TF1's GreedyLoadBalancingStrategy with byte_size_load_fn, in
+//   tensorflow/contrib/training/python/training/device_setter.py): each shard goes to the task
+//   with the fewest bytes so far, ties to the lowest index (numpy's argmin).
+//
+// Both depend on the order in which shards are placed: every process that computes a placement
+// must place the same shards in the same order (in TF2 only the coordinator creates variables).
+// Both keep the bytes placed on each task, the load report `describe_load` prints.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::ps {
+
+/// A rule that assigns shards, one call to `place(shard_bytes)` each and in creation order, to
+/// ps tasks `0 .. num_tasks() - 1`, and reports the bytes it has placed on each task.
+template <class T>
+concept ShardPlacement = requires(T& placement, const T& placed, std::size_t shard_bytes) {
+  { placement.place(shard_bytes) } -> std::same_as<int>;
+  { placed.num_tasks() } -> std::same_as<int>;
+  { placed.bytes_per_task() } -> std::convertible_to<std::span<const std::uint64_t>>;
+};
+
+namespace detail {
+
+// Zero bytes on each of `num_ps` tasks; a UsageError naming `operation` if there are none.
+inline std::vector<std::uint64_t> empty_task_loads(int num_ps, std::string_view operation) {
+  if (num_ps < 1)
+    throw UsageError(-1, operation, fmt::format("num_ps is {}", num_ps),
+                     "pass the number of ps tasks in the cluster, at least 1");
+  return std::vector<std::uint64_t>(static_cast<std::size_t>(num_ps), 0);
+}
+
+}  // namespace detail
+
+/// TF2's placement: the n-th shard placed (counting every variable and every shard, across
+/// variables) goes to task n % num_ps. For example, a variable in 3 shards on 2 ps tasks takes
+/// tasks 0, 1, 0, and the next variable starts on task 1.
+///
+/// @throws UsageError ("ps::RoundRobinPlacement") if `num_ps < 1`.
+class RoundRobinPlacement {
+ public:
+  explicit RoundRobinPlacement(int num_ps)
+      : bytes_per_task_(detail::empty_task_loads(num_ps, "ps::RoundRobinPlacement")) {}
+
+  /// The task of the next shard, of `shard_bytes` bytes. O(1).
+  int place(std::size_t shard_bytes) {
+    const std::size_t task = placed_ % bytes_per_task_.size();
+    ++placed_;
+    bytes_per_task_[task] += shard_bytes;
+    return static_cast<int>(task);
+  }
+
+  int num_tasks() const noexcept { return static_cast<int>(bytes_per_task_.size()); }
+  /// The bytes placed on each task so far, indexed by task.
+  std::span<const std::uint64_t> bytes_per_task() const noexcept { return bytes_per_task_; }
+
+ private:
+  std::vector<std::uint64_t> bytes_per_task_;
+  std::uint64_t placed_ = 0;  // TF's _variable_count
+};
+
+/// TF1's byte-balancing placement: each shard goes to the task with the fewest bytes placed so
+/// far (the lowest index among equals), then counts against it. With equal shard sizes it is
+/// round robin; with one large variable among small ones it fills the other tasks with the
+/// small ones first. Greedy, not optimal: placing in decreasing size order balances better,
+/// but TF places in creation order, and so does this.
+///
+/// @throws UsageError ("ps::GreedyPlacement") if `num_ps < 1`.
+class GreedyPlacement {
+ public:
+  explicit GreedyPlacement(int num_ps)
+      : bytes_per_task_(detail::empty_task_loads(num_ps, "ps::GreedyPlacement")) {}
+
+  /// The task of the next shard, of `shard_bytes` bytes. O(num_tasks()).
+  int place(std::size_t shard_bytes) {
+    // min_element returns the first of equal minima: ties go to the lowest index.
+    const auto least = std::min_element(bytes_per_task_.begin(), bytes_per_task_.end());
+    *least += shard_bytes;
+    return static_cast<int>(std::distance(bytes_per_task_.begin(), least));
+  }
+
+  int num_tasks() const noexcept { return static_cast<int>(bytes_per_task_.size()); }
+  /// The bytes placed on each task so far, indexed by task.
+  std::span<const std::uint64_t> bytes_per_task() const noexcept { return bytes_per_task_; }
+
+ private:
+  std::vector<std::uint64_t> bytes_per_task_;
+};
+
+static_assert(ShardPlacement<RoundRobinPlacement>);
+static_assert(ShardPlacement<GreedyPlacement>);
+
+/// `bytes` in the largest binary unit that keeps the number at least 1, with one decimal
+/// ("512 B", "1.5 KiB", "100.0 MiB").
+inline std::string format_bytes(std::uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  constexpr std::string_view kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  std::size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  return fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+/// The load of each ps task in one line, for logs: "ps 0: 100.0 MiB, ps 1: 2.0 MiB".
+inline std::string describe_load(std::span<const std::uint64_t> bytes_per_task) {
+  std::string line;
+  for (std::size_t task = 0; task < bytes_per_task.size(); ++task)
+    line +=
+        fmt::format("{}ps {}: {}", task == 0 ? "" : ", ", task, format_bytes(bytes_per_task[task]));
+  return line;
+}
+
+}  // namespace strata::ps
+// ---- end strata/ps/shard_placement.hpp ----
+
+namespace strata::ps {
+
+/// Where one shard of a variable lives: the elements [offset, offset + size) of the variable,
+/// on ps task `server` under `handle`.
+struct ShardLocation {
+  int server = 0;
+  std::uint32_t handle = 0;
+  std::size_t offset = 0;
+  std::size_t size = 0;
+};
+
+/// A worker's session with the parameter servers, held by its strategy: connections with a lane
+/// per local replica, and the naming, partitioning and placement of the variables it creates.
+/// Every worker creates the same variables in the same order (the same program), so every
+/// worker derives the same names and places: the first worker to create a shard initializes
+/// it, the others find it (TF's chief-initializes rule, without a wait).
+///
+/// When it ends, the session tells the servers this worker has finished.
+template <Partitioner PartitionerType = NoPartitioner,
+          ShardPlacement PlacementPolicy = RoundRobinPlacement>
+class Session {
+ public:
+  /// Connects to every ps task of `cluster` as collective rank `rank` with `local_replicas`
+  /// lanes.
+  /// @throws what Client's constructor throws.
+  Session(const cluster::ClusterSpec& cluster, int rank, int local_replicas, ClientOptions options,
+          PartitionerType partitioner = {})
+      : client_(std::make_shared<Client>(cluster, rank, local_replicas, std::move(options))),
+        group_size_(cluster.collective_size()),
+        local_replicas_(local_replicas),
+        partitioner_(std::move(partitioner)),
+        placement_(client_->num_servers()) {}
+
+  ~Session() {
+    // Every variable holds the client too: what matters is that this worker is done.
+    try {
+      client_->done();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a server that is gone needs no goodbye
+    }
+  }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const std::shared_ptr<Client>& client() const noexcept { return client_; }
+  int local_replicas() const noexcept { return local_replicas_; }
+  /// The replicas of every worker: each pushes its own gradients.
+  int num_replicas() const noexcept { return group_size_ * local_replicas_; }
+  /// This worker's first replica among them.
+  int first_replica() const noexcept { return client_->rank() * local_replicas_; }
+  /// TF's chief: the chief task, or worker 0 without one (collective rank 0 either way).
+  bool is_chief() const noexcept { return client_->rank() == 0; }
+  /// Bytes of shards placed on each ps task so far (the placement policy's load report).
+  std::span<const std::uint64_t> bytes_per_server() const noexcept {
+    return placement_.bytes_per_task();
+  }
+
+  /// The next variable's name: its index in creation order, as TF names unnamed variables.
+  std::string next_name() { return fmt::format("variable_{}", created_++); }
+
+  /// Splits a variable of `shape` (`element_bytes` each) by the partitioner and places each
+  /// shard with the policy. Handles are filled in when the shards are created.
+  std::vector<ShardLocation> place(std::span<const std::size_t> shape, std::size_t element_bytes) {
+    std::size_t row_elements = 1;
+    for (std::size_t d = 1; d < shape.size(); ++d)
+      row_elements *= shape[d];
+    std::vector<ShardLocation> shards;
+    for (const RowRange& rows : shard_variable(partitioner_, shape, element_bytes)) {
+      ShardLocation shard;
+      shard.offset = rows.offset * row_elements;
+      shard.size = rows.rows * row_elements;
+      shard.server = placement_.place(shard.size * element_bytes);
+      shards.push_back(shard);
+    }
+    return shards;
+  }
+
+ private:
+  std::shared_ptr<Client> client_;
+  int group_size_;
+  int local_replicas_;
+  PartitionerType partitioner_;
+  PlacementPolicy placement_;
+  std::size_t created_ = 0;
+};
+
+}  // namespace strata::ps
+// ---- end strata/ps/session.hpp ----
+
+namespace strata::placement {
+
+using ps::Client;
+using ps::Operation;
+using ps::OptimizerSpec;
+using ps::ShardCall;
+using ps::ShardLocation;
+using ps::UpdateRule;
+
+/// A variable of `size()` elements split into shards on the parameter servers
+/// (tf.distribute's ShardedVariable), and a copy of it per local replica: what that replica
+/// last pulled. A replica's update pushes its gradient and pulls the new values in the same
+/// round trip; under UpdateRule::sum the replica applies its optimizer to its copy and pushes
+/// the change instead.
+///
+/// Outside `Strategy::run`, `read()` pulls the servers' current values and `assign()` sets them.
+/// Do not move a variable while `run` is in progress.
+template <std::floating_point T>
+class ShardedVariable {
+ public:
+  ShardedVariable(std::shared_ptr<Client> client, std::string name,
+                  std::vector<ShardLocation> shards, std::span<const T> values, int copies,
+                  VariableAggregation aggregation, UpdateRule rule)
+      : client_(std::move(client)),
+        name_(std::move(name)),
+        shards_(std::move(shards)),
+        copies_(static_cast<std::size_t>(copies), std::vector<T>(values.begin(), values.end())),
+        states_(static_cast<std::size_t>(copies)),
+        aggregation_(aggregation),
+        rule_(rule) {}
+
+  ShardedVariable(ShardedVariable&&) noexcept = default;
+  ShardedVariable& operator=(ShardedVariable&&) noexcept = default;
+
+  std::size_t size() const noexcept { return copies_.front().size(); }
+  VariableAggregation aggregation() const noexcept { return aggregation_; }
+  const std::string& name() const noexcept { return name_; }
+  std::span<const ShardLocation> shards() const noexcept { return shards_; }
+  UpdateRule update_rule() const noexcept { return rule_; }
+
+  /// The servers' current values (pulled into copy 0).
+  /// @throws the client's errors (a ps task that died or stopped answering).
+  std::span<const T> read() const {
+    pull(0);
+    return copies_.front();
+  }
+
+  /// Sets the variable on the servers (and every local copy). @throws UsageError on a size
+  /// mismatch; the client's errors.
+  void assign(std::span<const T> values) {
+    check_size("ShardedVariable::assign", values.size());
+    store(0, values);
+    for (auto& copy : copies_)
+      std::copy(values.begin(), values.end(), copy.begin());
+  }
+
+  /// Replica `lane`'s copy.
+  std::span<T> copy(std::size_t lane) noexcept { return copies_[lane]; }
+  std::span<const T> copy(std::size_t lane) const noexcept { return copies_[lane]; }
+
+  /// Replaces copy `lane` by the servers' values.
+  void pull(int lane) const {
+    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    std::vector<ShardCall> calls = make_calls(Operation::pull);
+    for (std::size_t s = 0; s < shards_.size(); ++s)
+      calls[s].result =
+          std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
+    client_->call(lane, calls);
+  }
+
+  /// Sets the servers' values from replica `lane`.
+  void store(int lane, std::span<const T> values) {
+    check_size("assign", values.size());
+    std::vector<ShardCall> calls = make_calls(Operation::assign);
+    for (std::size_t s = 0; s < shards_.size(); ++s)
+      calls[s].values = std::as_bytes(values.subspan(shards_[s].offset, shards_[s].size));
+    client_->call(lane, calls);
+    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    std::copy(values.begin(), values.end(), copy.begin());
+  }
+
+  /// Replica `lane`'s update: pushes `gradient` (or, under UpdateRule::sum, the change its
+  /// optimizer makes to its copy) and pulls the values after it into its copy.
+  template <class O>
+  requires optim::Optimizer<O, T>
+  void push_pull(int lane, const O& optimizer, std::span<const T> gradient) {
+    check_size("apply_gradients", gradient.size());
+    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    std::span<const T> pushed = gradient;
+    OptimizerSpec spec;
+    std::vector<T> delta;
+    if (rule_ == UpdateRule::sum) {
+      // The worker is the optimizer: the servers add up what every worker's optimizer did.
+      auto& state = states_[static_cast<std::size_t>(lane)];
+      if (!state) state = optim::make_state<T>(optimizer, size());
+      delta.assign(copy.begin(), copy.end());
+      optimizer.apply(std::span<T>(copy), gradient, *state);
+      for (std::size_t i = 0; i < delta.size(); ++i)
+        delta[i] = copy[i] - delta[i];
+      pushed = delta;
+    } else {
+      static_assert(ps::ServerOptimizer<O> || !std::is_same_v<O, O>,
+                    "strata::ps: the parameter servers apply Sgd, Momentum and Adam; for another "
+                    "optimizer use ParameterServer<..., UpdateRule::sum>, where each worker "
+                    "applies its optimizer and the servers add up the changes");
+      if constexpr (ps::ServerOptimizer<O>) spec = ps::spec_of(optimizer);
+    }
+    const auto prefix = ps::encode(spec);
+    std::vector<ShardCall> calls = make_calls(Operation::push_pull);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      calls[s].prefix = prefix;
+      calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
+      calls[s].result =
+          std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
+    }
+    client_->call(lane, calls);
+  }
+
+ private:
+  std::vector<ShardCall> make_calls(Operation operation) const {
+    std::vector<ShardCall> calls(shards_.size());
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      calls[s].server = shards_[s].server;
+      calls[s].handle = shards_[s].handle;
+      calls[s].operation = operation;
+      calls[s].type = data_type_of<T>;
+      calls[s].count = shards_[s].size;
+    }
+    return calls;
+  }
+
+  void check_size(std::string_view operation, std::size_t got) const {
+    if (got != size())
+      throw UsageError(client_->rank(), operation,
+                       fmt::format("got {} elements for variable '{}' of {}", got, name_, size()),
+                       "pass one value per element of the variable");
+  }
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  std::vector<ShardLocation> shards_;
+  // A replica's copy is refreshed by the pull inside read() too, which is const: the copy is
+  // a cache of the servers' values, not the variable's state.
+  mutable std::vector<std::vector<T>> copies_;
+  std::vector<std::optional<optim::OptimizerState<T>>> states_;  // UpdateRule::sum only
+  VariableAggregation aggregation_;
+  UpdateRule rule_;
+};
+
+/// Creates variable `initial` on the servers of `session`: split and placed by the session's
+/// rules, each shard created or, when another worker created it first, found with its values.
+template <std::floating_point T, class SessionType>
+ShardedVariable<T> create_sharded(SessionType& session, std::span<const T> initial,
+                                  VariableAggregation aggregation, UpdateRule rule) {
+  const std::string name = session.next_name();
+  const std::size_t shape[] = {initial.size()};
+  std::vector<ShardLocation> shards = session.place(shape, sizeof(T));
+  std::vector<T> values(initial.begin(), initial.end());
+  Client& client = *session.client();
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    ShardLocation& shard = shards[s];
+    const auto part = std::span(values).subspan(shard.offset, shard.size);
+    std::vector<T> current(shard.size);
+    const auto created = client.create(
+        shard.server, shards.size() == 1 ? name : fmt::format("{}/part_{}", name, s),
+        data_type_of<T>, rule, std::as_bytes(part), std::as_writable_bytes(std::span(current)));
+    shard.handle = created.handle;
+    if (created.existed) std::copy(current.begin(), current.end(), part.begin());
+  }
+  return ShardedVariable<T>(session.client(), name, std::move(shards), values,
+                            session.local_replicas(), aggregation, rule);
+}
+
+}  // namespace strata::placement
+// ---- end strata/placement/sharded_variable.hpp ----
+
+namespace strata::placement {
+
+/// Variables live on the cluster's ps tasks, split by `PartitionerType` (TF's partitioners,
+/// ps/partitioner.hpp; unsharded by default) and placed by `PlacementPolicy` (TF2's round robin
+/// by default, or TF1's greedy by bytes); each replica works on a copy it refreshes from the
+/// servers with every update. `Rule` says who applies the optimizer: the servers, with their
+/// slots next to each shard (TF), or the worker, the servers summing the changes (BytePS).
+///
+/// Replicas of different workers never wait for each other: each pushes its own gradients
+/// (between-graph replication). A strategy over this placement opens a session with the servers
+/// (`open_session`) and tells them when its worker has finished.
+template <ps::Partitioner PartitionerType = ps::NoPartitioner,
+          ps::ShardPlacement PlacementPolicy = ps::RoundRobinPlacement,
+          ps::UpdateRule Rule = ps::UpdateRule::optimizer>
+struct ParameterServer {
+  static constexpr std::string_view kName = "ParameterServer";
+  static constexpr int kMaxReplicas = std::numeric_limits<int>::max();
+  static constexpr UpdateSite kUpdateSite = UpdateSite::servers;
+
+  using session_type = ps::Session<PartitionerType, PlacementPolicy>;
+  template <std::floating_point T>
+  using variable_type = ShardedVariable<T>;
+
+  /// One replica per worker unless told (TF2's CPU workers).
+  static int default_replicas() noexcept { return 1; }
+
+  /// Connects this worker to the servers of `cluster`, with a lane per local replica.
+  /// @throws UsageError on a ps task or outside a cluster with ps tasks; the client's errors.
+  static std::unique_ptr<session_type> open_session(const cluster::ResolvedCluster& cluster,
+                                                    int local_replicas,
+                                                    std::chrono::milliseconds timeout) {
+    if (cluster.task.type == cluster::TaskType::ps)
+      throw UsageError(-1, "ParameterServer",
+                       fmt::format("this process is ps task {}: it serves, it does not train",
+                                   cluster.task.index),
+                       "call strata::ps::serve_if_ps() at the start of main, before creating "
+                       "the strategy");
+    if (!cluster.in_collective_group() || cluster.cluster.num_tasks(cluster::TaskType::ps) == 0)
+      throw UsageError(
+          cluster.rank, "ParameterServer",
+          fmt::format("the cluster ({}) has no parameter server to hold variables",
+                      cluster.cluster.empty() ? std::string("none") : cluster.cluster.canonical()),
+          "start the job with ps tasks (e.g. strata-launch --ps 2), each running "
+          "strata::ps::serve_if_ps() or strata-ps");
+    return std::make_unique<session_type>(cluster.cluster, cluster.rank, local_replicas,
+                                          ps::ClientOptions{.timeout = timeout});
+  }
+
+  template <std::floating_point T>
+  static ShardedVariable<T> create(session_type& session, std::span<const T> initial,
+                                   VariableAggregation aggregation) {
+    return create_sharded<T>(session, initial, aggregation, Rule);
+  }
+  template <std::floating_point T>
+  static std::span<const T> read(const ShardedVariable<T>& variable, int local_replica) noexcept {
+    return variable.copy(static_cast<std::size_t>(local_replica));
+  }
+  template <std::floating_point T>
+  static std::span<T> write_target(ShardedVariable<T>& variable, int local_replica) noexcept {
+    return variable.copy(static_cast<std::size_t>(local_replica));
+  }
+  /// Replica `local_replica`'s update: pushed to the servers, the new values pulled back.
+  template <class O, std::floating_point T>
+  static void apply(ShardedVariable<T>& variable, int local_replica, const O& optimizer,
+                    std::span<const T> gradient) {
+    variable.push_pull(local_replica, optimizer, gradient);
+  }
+  /// Replica `local_replica`'s assignment: written to the servers.
+  template <std::floating_point T>
+  static void store(ShardedVariable<T>& variable, int local_replica, std::span<const T> values) {
+    variable.store(local_replica, values);
+  }
+};
+
+}  // namespace strata::placement
+// ---- end strata/placement/parameter_server.hpp ----
+// ---- begin strata/ps/server.hpp ----
+// strata/ps/server.hpp — a parameter server: one ps task serving variable shards over TCP.
+//
+// This header declares; the definitions (and the asio under them) are in ps/impl/server.ipp,
+// compiled into every unit header-only or once into strata::compiled (config.hpp).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+
+namespace strata::ps {
+
+/// Options of a parameter server. Plain data: set the fields you care about.
+struct ServerOptions {
+  /// The secret every connection must prove (the TCP transport's handshake); unset: read
+  /// STRATA_CLUSTER_TOKEN, and without it accept connections of this cluster unauthenticated.
+  std::optional<std::string> cluster_token{};
+  /// How long the server waits with no worker connected before it gives up (workers that
+  /// crashed without saying they finished), and how long one request may take to arrive once
+  /// it has begun. Defaults to STRATA_TIMEOUT when set, else 60 s.
+  std::chrono::milliseconds timeout = default_timeout();
+  /// The largest request a connection may send (a shard's values plus a few bytes); a frame
+  /// announcing more is hostile or broken, and its connection is dropped.
+  std::uint32_t max_message_bytes = 0xFFFF'FFFFu;
+};
+
+/// What a server did, for logs and the benchmarks' load report.
+struct ServerReport {
+  std::size_t shards = 0;               ///< shards created
+  std::uint64_t shard_bytes = 0;        ///< bytes of values held (optimizer slots not counted)
+  std::uint64_t requests = 0;           ///< requests answered
+  std::uint64_t bytes_in = 0;           ///< payload bytes received
+  std::uint64_t bytes_out = 0;          ///< payload bytes sent
+  std::uint64_t refused = 0;            ///< connections refused or dropped (handshake, garbage)
+  std::chrono::nanoseconds cpu_time{};  ///< CPU time of the serving thread
+};
+
+/// Parameter-server task `index` of `cluster`: binds its address at construction, then serves
+/// the workers of the cluster's collective group (chief and workers) from `serve()`, on the
+/// calling thread. Shards live in memory and are updated one request at a time, so every push
+/// applies atomically. A worker that sends garbage, a request of the wrong size or type, or
+/// names an unknown shard gets an error (or loses its connection, for bytes that are not strata
+/// frames); everyone else is served on.
+///
+/// Thread safety: `stop` may be called from any thread; the rest from one.
+class Server {
+ public:
+  /// @throws ConfigurationError when the task is not in the cluster, the cluster has no
+  ///   worker, or the address cannot be bound (port in use, not an address of this host).
+  STRATA_DECL Server(const cluster::ClusterSpec& cluster, int index, ServerOptions options = {});
+  STRATA_DECL ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// The port the server listens on.
+  STRATA_DECL std::uint16_t port() const noexcept;
+
+  /// Serves until every task of the collective group has said it finished (`done`), then
+  /// returns what it did; or until `stop()`.
+  /// @throws TimeoutError when no worker has been connected for `options.timeout` while some
+  ///   have not finished (naming them).
+  STRATA_DECL ServerReport serve();
+
+  /// Makes `serve` return soon (from any thread).
+  STRATA_DECL void stop();
+
+ private:
+  struct State;  // ps/impl/server.ipp
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::ps
+
+#if STRATA_HEADER_ONLY
+// ---- begin strata/ps/impl/server.ipp ----
+// strata/ps/impl/server.ipp — the parameter server's definitions (ps/server.hpp).
+//
+// The server is a service of the TCP transport (transport/tcp/service_server.hpp): one thread
+// handles every request to its end before the next one, so a push is atomic without a lock
+// and a pull sees whole pushes only. A push's values are read into the connection's staging
+// buffer, checked, and only then applied; a create's straight into the new shard.
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <ctime>
+#include <exception>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::ps {
+
+namespace detail::server {
+
+template <std::floating_point T>
+struct Values {
+  std::vector<T> values;
+  optim::OptimizerState<T> state;
+  OptimizerSpec::Kind kind = OptimizerSpec::Kind::none;  // whose slots `state` holds
+};
+
+struct Shard {
+  std::string name;
+  DataType type = DataType::float32;
+  UpdateRule update = UpdateRule::optimizer;
+  std::uint64_t elements = 0;
+  std::uint64_t version = 0;  // updates applied
+  std::variant<Values<float>, Values<double>> data;
+};
+
+inline bool is_value_type(DataType type) noexcept {
+  return type == DataType::float32 || type == DataType::float64;
+}
+
+inline std::size_t slots_of(OptimizerSpec::Kind kind) noexcept {
+  switch (kind) {
+    case OptimizerSpec::Kind::momentum:
+    case OptimizerSpec::Kind::nesterov:
+      return optim::Momentum::kSlots;
+    case OptimizerSpec::Kind::adam:
+      return optim::Adam::kSlots;
+    default:
+      return optim::Sgd::kSlots;
+  }
+}
+
+// Applies `gradient` to `shard` by its update rule; the reason when the push cannot apply.
+template <std::floating_point T>
+std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spec,
+                       std::span<const T> gradient) {
+  if (shard.update == UpdateRule::sum) {
+    if (spec.kind != OptimizerSpec::Kind::none)
+      return fmt::format("variable '{}' sums pushes (UpdateRule::sum) and takes no optimizer",
+                         shard.name);
+    for (std::size_t i = 0; i < gradient.size(); ++i)
+      values.values[i] += gradient[i];
+    return {};
+  }
+  if (spec.kind == OptimizerSpec::Kind::none)
+    return fmt::format("variable '{}' is updated by an optimizer, and the push names none",
+                       shard.name);
+  if (values.kind != OptimizerSpec::Kind::none && slots_of(values.kind) != slots_of(spec.kind))
+    return fmt::format(
+        "variable '{}' was updated by an optimizer with {} slots per element, now "
+        "by one with {}: update each variable with one optimizer",
+        shard.name, slots_of(values.kind), slots_of(spec.kind));
+  auto run = [&](const auto& optimizer) -> std::string {
+    try {
+      if (values.kind == OptimizerSpec::Kind::none) {
+        values.state = optim::make_state<T>(optimizer, values.values.size());
+        values.kind = spec.kind;
+      }
+      optimizer.apply(std::span<T>(values.values), gradient, values.state);
+      values.kind = spec.kind;
+      return {};
+    } catch (const Error& error) {
+      return error.what();
+    }
+  };
+  switch (spec.kind) {
+    case OptimizerSpec::Kind::sgd:
+      return run(optim::Sgd{spec.learning_rate});
+    case OptimizerSpec::Kind::momentum:
+    case OptimizerSpec::Kind::nesterov:
+      return run(optim::Momentum{spec.learning_rate, spec.momentum,
+                                 spec.kind == OptimizerSpec::Kind::nesterov});
+    case OptimizerSpec::Kind::adam:
+      return run(optim::Adam{spec.learning_rate, spec.beta1, spec.beta2, spec.epsilon});
+    case OptimizerSpec::Kind::none:
+      break;
+  }
+  return "unknown optimizer";
+}
+
+inline std::chrono::nanoseconds thread_cpu_time() noexcept {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec);
+}
+
+}  // namespace detail::server
+
+struct Server::State : transport::tcp::ServiceHandler {
+  using Shard = detail::server::Shard;
+  using SessionStep = transport::tcp::SessionStep;
+  using ReadPayload = transport::tcp::ReadPayload;
+  using SendReply = transport::tcp::SendReply;
+
+  // One worker connection's requests, one at a time.
+  class Session : public transport::tcp::ServiceSession {
+   public:
+    Session(State& state, int rank) : state_(state), rank_(rank) {}
+
+    SessionStep on_request(const transport::tcp::FrameHeader& request) override {
+      request_ = request;
+      const auto operation = static_cast<std::uint8_t>(request.kind);
+      if (operation < 1 || operation > kLastOperation)
+        return error(Status::bad_request, fmt::format("unknown operation {}", operation));
+      switch (static_cast<Operation>(operation)) {
+        case Operation::create:
+          if (request.payload_bytes < kCreateSpecBytes)
+            return error(Status::bad_request, "a create request without its spec");
+          stage_ = Stage::create_spec;
+          return read(std::span(prefix_.data(), kCreateSpecBytes));
+        case Operation::done:
+          if (request.payload_bytes != 0)
+            return error(Status::bad_request, "a done request carries nothing");
+          return state_.finished(rank_);
+        default:
+          return on_shard_request();
+      }
+    }
+
+    SessionStep on_payload() override {
+      switch (stage_) {
+        case Stage::create_spec:
+          return on_create_spec();
+        case Stage::create_name:
+          return on_create_name();
+        case Stage::create_values:
+          return ok(handle_);
+        case Stage::push_values:
+          return on_values();
+      }
+      return error(Status::bad_request, "a request out of order");
+    }
+
+   private:
+    enum class Stage : std::uint8_t { create_spec, create_name, create_values, push_values };
+
+    static SessionStep read(std::span<std::byte> into) { return ReadPayload{{into}}; }
+    static SessionStep read(std::span<std::byte> first, std::span<std::byte> second) {
+      return ReadPayload{{first, second}};
+    }
+
+    SessionStep error(Status status, std::string why) {
+      text_ = std::move(why);
+      SendReply reply;
+      reply.status = static_cast<std::uint8_t>(status);
+      reply.payload =
+          std::as_bytes(std::span(text_.data(), std::min(text_.size(), std::size_t{4096})));
+      return reply;
+    }
+
+    SendReply ok(std::uint64_t count) const {
+      SendReply reply;
+      reply.count = count;
+      return reply;
+    }
+
+    SessionStep on_create_spec() {
+      const std::uint64_t left = request_.payload_bytes - kCreateSpecBytes;
+      const auto spec = decode_create(std::span<const std::byte>(prefix_.data(), kCreateSpecBytes));
+      if (!spec || !detail::server::is_value_type(request_.element_type) ||
+          spec->elements != request_.count ||
+          left !=
+              padded_name_bytes(spec->name_bytes) + spec->elements * size_of(request_.element_type))
+        return error(Status::bad_request,
+                     "a malformed create request (its spec, name and sizes do not add up)");
+      spec_ = *spec;
+      name_.assign(padded_name_bytes(spec->name_bytes), '\0');
+      stage_ = Stage::create_name;
+      return read(std::as_writable_bytes(std::span(name_)));
+    }
+
+    SessionStep on_create_name() {
+      name_.resize(spec_.name_bytes);
+      const DataType type = request_.element_type;
+      if (const auto existing = state_.find(name_)) {
+        const Shard& shard = state_.shards[*existing];
+        if (shard.type != type || shard.elements != spec_.elements || shard.update != spec_.update)
+          return error(Status::exists_differently,
+                       fmt::format("variable '{}' exists on {} with {} {} elements (update rule "
+                                   "{}); the request has {} {} elements (update rule {})",
+                                   shard.name, state_.who(), shard.elements, to_string(shard.type),
+                                   static_cast<int>(shard.update), spec_.elements, to_string(type),
+                                   static_cast<int>(spec_.update)));
+        // Created before (by another worker, or by this one before it restarted): its values
+        // win, and travel back so that the caller starts from them. The unread initial values
+        // are dropped by the service.
+        return values_reply(*existing, *existing);
+      }
+      handle_ = state_.create(name_, type, spec_);
+      stage_ = Stage::create_values;
+      return read(state_.bytes_of(handle_));
+    }
+
+    SessionStep on_shard_request() {
+      const auto operation = static_cast<Operation>(request_.kind);
+      const auto handle = static_cast<std::uint32_t>(request_.root);
+      if (handle >= state_.shards.size())
+        return error(Status::unknown_variable,
+                     fmt::format("{} holds no variable with handle {} ({} created): it was never "
+                                 "created there, or the ps task restarted and lost its variables",
+                                 state_.who(), handle, state_.shards.size()));
+      const Shard& shard = state_.shards[handle];
+      const bool push = operation == Operation::push || operation == Operation::push_pull;
+      const std::uint64_t value_bytes = shard.elements * size_of(shard.type);
+      const std::uint64_t expected =
+          operation == Operation::pull ? 0 : (push ? kOptimizerSpecBytes : 0) + value_bytes;
+      if (request_.element_type != shard.type || request_.count != shard.elements ||
+          request_.payload_bytes != expected)
+        return error(Status::mismatch,
+                     fmt::format("{} of variable '{}' on {}: the shard holds {} {} elements, the "
+                                 "request {} {} elements in {} bytes",
+                                 to_string(operation), shard.name, state_.who(), shard.elements,
+                                 to_string(shard.type), request_.count,
+                                 to_string(request_.element_type), request_.payload_bytes));
+      handle_ = handle;
+      if (operation == Operation::pull) return values_reply(handle, shard.version);
+      stage_ = Stage::push_values;
+      const auto values = std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            auto& stage = staging<T>();
+            stage.resize(stored.values.size());
+            return std::as_writable_bytes(std::span(stage));
+          },
+          shard.data);
+      if (!push) return read(values);
+      return read(std::span(prefix_.data(), kOptimizerSpecBytes), values);
+    }
+
+    SessionStep on_values() {
+      const auto operation = static_cast<Operation>(request_.kind);
+      Shard& shard = state_.shards[handle_];
+      std::string why;
+      std::visit(
+          [&](auto& values) {
+            using T = typename std::decay_t<decltype(values.values)>::value_type;
+            const std::span<const T> incoming(staging<T>());
+            if (operation == Operation::assign) {
+              std::copy(incoming.begin(), incoming.end(), values.values.begin());
+              return;
+            }
+            const auto spec =
+                decode_optimizer(std::span<const std::byte>(prefix_.data(), kOptimizerSpecBytes));
+            why = spec ? detail::server::apply_push(shard, values, *spec, incoming)
+                       : std::string("a push whose optimizer spec is malformed");
+          },
+          shard.data);
+      if (!why.empty()) return error(Status::bad_request, std::move(why));
+      ++shard.version;
+      if (operation == Operation::push_pull) return values_reply(handle_, shard.version);
+      return ok(shard.version);
+    }
+
+    // Where a request's values are read to before they are checked and applied.
+    template <class T>
+    std::vector<T>& staging() {
+      if constexpr (std::same_as<T, float>)
+        return staging_f32_;
+      else
+        return staging_f64_;
+    }
+
+    // A snapshot of the shard's values: a later push must not tear the write.
+    SessionStep values_reply(std::uint32_t handle, std::uint64_t count) {
+      SendReply reply = ok(count);
+      reply.type = state_.shards[handle].type;
+      reply.payload = std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            auto& stage = staging<T>();
+            stage.assign(stored.values.begin(), stored.values.end());
+            return std::as_bytes(std::span(stage));
+          },
+          state_.shards[handle].data);
+      return reply;
+    }
+
+    State& state_;
+    int rank_;
+    transport::tcp::FrameHeader request_;
+    Stage stage_ = Stage::create_spec;
+    std::array<std::byte, std::max(kOptimizerSpecBytes, kCreateSpecBytes)> prefix_{};
+    CreateSpec spec_;
+    std::string name_;
+    std::uint32_t handle_ = 0;
+    std::vector<float> staging_f32_;
+    std::vector<double> staging_f64_;
+    std::string text_;
+  };
+
+  State(const cluster::ClusterSpec& spec, int ps_index, ServerOptions server_options)
+      : cluster(validated(spec, ps_index, server_options)),
+        index(ps_index),
+        options(std::move(server_options)),
+        group_size(spec.collective_size()),
+        done_ranks(static_cast<std::size_t>(group_size), false),
+        service(cluster.address({cluster::TaskType::ps, ps_index}), "ps::Server",
+                {ps_fingerprint(spec), kTunables, group_size, ps_index,
+                 options.cluster_token ? options.cluster_token
+                                       : environment_variable("STRATA_CLUSTER_TOKEN")},
+                *this, options.max_message_bytes, options.timeout) {}
+
+  static const cluster::ClusterSpec& validated(const cluster::ClusterSpec& spec, int ps_index,
+                                               const ServerOptions& options) {
+    if (!spec.contains({cluster::TaskType::ps, ps_index}))
+      throw ConfigurationError(
+          -1, "ps::Server",
+          fmt::format("ps task {} is not in the cluster ({})", ps_index, spec.canonical()),
+          "serve each ps task of the cluster from its own process");
+    if (spec.collective_size() < 1)
+      throw ConfigurationError(-1, "ps::Server", "the cluster has no chief and no worker to serve",
+                               "add the worker tasks to the cluster spec (TF_CONFIG)");
+    const auto token = options.cluster_token ? options.cluster_token
+                                             : environment_variable("STRATA_CLUSTER_TOKEN");
+    if (token && token->empty())
+      throw ConfigurationError(-1, "ps::Server", "the cluster token is empty",
+                               "set a secret shared by every task, or leave it unset");
+    if (options.timeout <= std::chrono::milliseconds::zero())
+      throw UsageError(-1, "ps::Server",
+                       fmt::format("the timeout {} ms is not positive", options.timeout.count()),
+                       "pass a positive ServerOptions::timeout");
+    return spec;
+  }
+
+  std::unique_ptr<transport::tcp::ServiceSession> open(int rank) override {
+    return std::make_unique<Session>(*this, rank);
+  }
+
+  std::string who() const {
+    return fmt::format("ps task {} ({})", index,
+                       cluster.address({cluster::TaskType::ps, index}).to_string());
+  }
+
+  std::optional<std::uint32_t> find(const std::string& name) const {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) return std::nullopt;
+    return it->second;
+  }
+
+  std::uint32_t create(const std::string& name, DataType type, const CreateSpec& spec) {
+    Shard shard;
+    shard.name = name;
+    shard.type = type;
+    shard.update = spec.update;
+    shard.elements = spec.elements;
+    const auto count = static_cast<std::size_t>(spec.elements);
+    if (type == DataType::float32)
+      shard.data = detail::server::Values<float>{std::vector<float>(count), {}, {}};
+    else
+      shard.data = detail::server::Values<double>{std::vector<double>(count), {}, {}};
+    const auto handle = static_cast<std::uint32_t>(shards.size());
+    shards.push_back(std::move(shard));
+    by_name.emplace(name, handle);
+    report.shards = shards.size();
+    report.shard_bytes += spec.elements * size_of(type);
+    return handle;
+  }
+
+  std::span<std::byte> bytes_of(std::uint32_t handle) {
+    return std::visit([](auto& values) { return std::as_writable_bytes(std::span(values.values)); },
+                      shards[handle].data);
+  }
+
+  SessionStep finished(int rank) {
+    const auto r = static_cast<std::size_t>(rank);
+    if (!done_ranks[r]) {
+      done_ranks[r] = true;
+      ++done_count;
+    }
+    SendReply reply;
+    reply.then_close = done_count == group_size;
+    return reply;
+  }
+
+  ServerReport serve() {
+    const auto cpu_start = detail::server::thread_cpu_time();
+    const auto end = service.serve(options.timeout);
+    const auto& stats = service.stats();
+    report.requests = stats.requests;
+    report.bytes_in = stats.bytes_in;
+    report.bytes_out = stats.bytes_out;
+    report.refused = stats.refused;
+    report.cpu_time = detail::server::thread_cpu_time() - cpu_start;
+    if (end == transport::tcp::ServiceEnd::idle) {
+      std::vector<int> missing;
+      for (std::size_t r = 0; r < done_ranks.size(); ++r)
+        if (!done_ranks[r]) missing.push_back(static_cast<int>(r));
+      throw TimeoutError(
+          -1, "ps::Server::serve",
+          fmt::format("{} has had no worker connected for {} ms, and rank(s) {} of the "
+                      "collective group have not finished",
+                      who(), options.timeout.count(), strata::detail::join(missing, ", ")),
+          "a worker crashed or was never started: restart the job, or raise the timeout "
+          "(ServerOptions::timeout or STRATA_TIMEOUT)");
+    }
+    return report;
+  }
+
+  cluster::ClusterSpec cluster;
+  int index;
+  ServerOptions options;
+  int group_size;
+  std::vector<bool> done_ranks;
+  int done_count = 0;
+  std::vector<Shard> shards;  // the handle is the index
+  std::map<std::string, std::uint32_t, std::less<>> by_name;
+  ServerReport report;
+  transport::tcp::ServiceServer service;  // last: its sessions use the members above
+};
+
+STRATA_DECL Server::Server(const cluster::ClusterSpec& cluster, int index, ServerOptions options)
+    : state_(std::make_unique<State>(cluster, index, std::move(options))) {}
+
+STRATA_DECL Server::~Server() = default;
+
+STRATA_DECL std::uint16_t Server::port() const noexcept {
+  return state_->service.port();
+}
+
+STRATA_DECL ServerReport Server::serve() {
+  return state_->serve();
+}
+
+STRATA_DECL void Server::stop() {
+  state_->service.stop();
+}
+
+}  // namespace strata::ps
+// ---- end strata/ps/impl/server.ipp ----
+#endif
+// ---- end strata/ps/server.hpp ----
+// ---- begin strata/serve_if_ps.hpp ----
+// strata/serve_if_ps.hpp — the same program on every task: ps tasks serve, the others train.
+
 // ---- begin strata/resolve.hpp ----
 // strata/resolve.hpp — one call that finds this process's cluster, whatever launched it.
 //
@@ -16804,34 +19417,6 @@ struct StoreOptions {
 namespace strata::transport::tcp::detail::store {
 
 using asio::ip::tcp;
-
-/// Runs one asynchronous operation on `socket` until it completes or `until` passes; on
-/// timeout the socket is closed, which completes the operation with an error, and
-/// `timed_out` is set.
-template <class Start>
-std::error_code run_until(asio::io_context& io, tcp::socket& socket, Clock::time_point until,
-                          bool& timed_out, Start&& start) {
-  std::optional<std::error_code> result;
-  bool timer_done = false;
-  timed_out = false;
-  asio::steady_timer timer(io, until);
-  timer.async_wait([&](const std::error_code& ec) {
-    timer_done = true;
-    if (!ec && !result) {
-      timed_out = true;
-      std::error_code ignored;
-      socket.close(ignored);
-    }
-  });
-  std::forward<Start>(start)([&](const std::error_code& ec) {
-    result = ec;
-    timer.cancel();
-  });
-  io.restart();
-  while (!result || !timer_done)
-    io.run_one();
-  return *result;
-}
 
 /// One connection to the store, each step bounded by the attempt's deadline.
 class StoreConnection {
@@ -17522,48 +20107,45 @@ STRATA_DECL cluster::ResolvedCluster resolve_cluster(cluster::ResolveOptions opt
 // ---- end strata/impl/resolve.ipp ----
 #endif
 // ---- end strata/resolve.hpp ----
-// ---- begin strata/sync/sync.hpp ----
-// strata/sync/sync.hpp — the Sync concept: when and how updates meet the variables.
+
+namespace strata::ps {
+
+/// Serves this process's variables if it is a ps task of its cluster (TF_CONFIG "task":
+/// {"type": "ps"}), and returns true once every worker has finished; returns false at once on
+/// any other task, which goes on to train. Call it first in `main`, as TF2 programs call
+/// `server.join()` on ps tasks:
+/// @code
+///   int main() {
+///     if (strata::ps::serve_if_ps()) return 0;
+///     strata::ParameterServerStrategy strategy;
+///     ...
+///   }
+/// @endcode
+/// @throws ConfigurationError for a malformed cluster or an address it cannot bind;
+///   TimeoutError when no worker has been connected for `options.timeout` while some have not
+///   finished (see ps::Server::serve).
+inline bool serve_if_ps(ServerOptions options = {}) {
+  const cluster::ResolvedCluster resolved = strata::resolve_cluster();
+  if (resolved.task.type != cluster::TaskType::ps) return false;
+  Server(resolved.cluster, resolved.task.index, std::move(options)).serve();
+  return true;
+}
+
+}  // namespace strata::ps
+// ---- end strata/serve_if_ps.hpp ----
+
+// ---- begin strata/replica_context.hpp ----
+// strata/replica_context.hpp — what `Strategy::run` hands each replica, and what it returns.
 
 #include <concepts>
-#include <string_view>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
-namespace strata::sync {
-
-/// S models Sync if:
-///   1. `S::kName` (convertible to std::string_view) names it in messages;
-///   2. `S::kWaitsForAllReplicas` (bool) says whether an update waits until every replica
-///      has contributed its gradient: Mirrored copies stay identical only if it does, so a
-///      strategy rejects a per-replica-copy placement with a sync that does not;
-///   3. `S::apply_gradients(context, optimizer, gradient, variable)` and
-///      `S::assign(context, variable, value)` are static function templates that decide when
-///      and how gradients and values meet the variables for any `ReplicaContext` (checked where
-///      a strategy uses them: they are templates over the context). They use only what the
-///      Placement concept states (`kUpdateSite`, `apply`, `write_target`) and the context's
-///      communicator, never which placement they got, so a new placement needs no new sync
-///      policy and a new sync policy works with every placement.
-/// It leaves out the transport (the communicator's job) and the storage (the placement's).
-template <class S>
-concept Sync = requires {
-  { S::kName } -> std::convertible_to<std::string_view>;
-  { S::kWaitsForAllReplicas } -> std::convertible_to<bool>;
-};
-
-}  // namespace strata::sync
-// ---- end strata/sync/sync.hpp ----
 
 namespace strata {
-
-/// Options of a strategy. Plain data: set the fields you care about.
-struct StrategyOptions {
-  /// Replicas in this process. 0 picks the default: one per CPU this process may run on (its
-  /// affinity mask, so taskset and container cpusets count) for placements that run several
-  /// replicas, one per visible GPU for GPU placements, one for single-replica placements
-  /// (OneDevice, Default).
-  int num_replicas = 0;
-  /// Options of the communicators between the replicas (deadline of every collective).
-  communicator::CommunicatorOptions communicator{};
-};
 
 /// One value per replica, as returned by `Strategy::run` (tf.distribute's `PerReplica`).
 template <class T>
@@ -17593,21 +20175,24 @@ class ReplicaContext {
   using variable_type = typename placement_type::template variable_type<T>;
 
   /// `local_replica`: this replica's index among the replicas of this process (which copy of
-  /// a mirrored variable it owns).
-  ReplicaContext(communicator_type& communicator, int local_replica) noexcept
+  /// a mirrored variable it owns); `replica` and `num_replicas` place it in the whole cluster.
+  ReplicaContext(communicator_type& communicator, int local_replica, int replica,
+                 int num_replicas) noexcept
       : communicator_(&communicator),
-        replica_(communicator.rank()),
-        num_replicas_(communicator.size()),
+        replica_(replica),
+        num_replicas_(num_replicas),
         local_replica_(local_replica) {}
 
   /// This replica's index, 0 ≤ id < num_replicas_in_sync(), over every process of the
-  /// cluster (worker · local replicas + local replica under MultiWorkerMirroredStrategy).
+  /// cluster (worker · local replicas + local replica under MultiWorkerMirroredStrategy and
+  /// ParameterServerStrategy).
   int replica_id_in_sync_group() const noexcept { return replica_; }
   int num_replicas_in_sync() const noexcept { return num_replicas_; }
   /// This replica's index among the replicas of this process.
   int local_replica_id() const noexcept { return local_replica_; }
   /// The communicator connecting this replica to the others, for collectives the context
-  /// does not wrap (it models `communicator::Communicator`).
+  /// does not wrap (it models `communicator::Communicator`). Under ParameterServerStrategy it
+  /// connects the replicas of this worker only: workers never wait for each other there.
   communicator_type& communicator() noexcept { return *communicator_; }
 
   /// Reduces `data` in place over all replicas.
@@ -17657,6 +20242,211 @@ class ReplicaContext {
   int replica_;
   int num_replicas_;
   int local_replica_;
+};
+
+}  // namespace strata
+// ---- end strata/replica_context.hpp ----
+// ---- begin strata/strategies.hpp ----
+// strata/strategies.hpp — the familiar tf.distribute names, as Strategy compositions.
+//
+// | alias                   | Placement      | Communicator                       | Sync        |
+// |-------------------------|----------------|------------------------------------|-------------|
+// | MirroredStrategy        | Mirrored       | LocalCommunicator<ScatterGather>   | Synchronous |
+// | MultiWorkerMirrored...  | Mirrored       | HierarchicalCommunicator<Tcp>      | Synchronous |
+// | CentralStorageStrategy  | CentralStorage | LocalCommunicator<ReduceToOne>     | Synchronous |
+// | ParameterServerStrategy | ParameterServer| LocalCommunicator (this worker)    | Asynchronous|
+// | OneDeviceStrategy       | OneDevice      | SelfCommunicator                   | Synchronous |
+// | DefaultStrategy         | Default        | SelfCommunicator                   | Synchronous |
+//
+// and on GPUs, where strata is built with CUDA (STRATA_HAS_CUDA) and NCCL (STRATA_HAS_NCCL):
+//
+// | alias                      | Placement         | Communicator                      | Sync   |
+// |----------------------------|-------------------|-----------------------------------|--------|
+// | GpuMirroredStrategy        | GpuMirrored       | NcclCommunicator<Local>   (NCCL)  | Sync.  |
+// | GpuMultiWorkerMirrored...  | GpuMirrored       | NcclCommunicator<Hierarchical>    | Sync.  |
+// | GpuCentralStorageStrategy  | GpuCentralStorage | ReduceToOneDevice                 | Sync.  |
+//
+// Switching strategy is changing one alias; the training loop stays as it is.
+
+// ---- begin strata/strategy.hpp ----
+// strata/strategy.hpp — Strategy<Placement, Communicator, Sync>: tf.distribute for C++ trainers.
+//
+// A strategy owns the replicas of one process (one thread each), the communicators between
+// them and the variables it creates. The API follows tf.distribute:
+//
+//   Strategy strategy({.num_replicas = 4});
+//   auto w = strategy.create_variable<float>(initial_w);
+//   auto losses = strategy.run([&](auto& ctx) {            // once per replica, in parallel
+//     auto params = ctx.read(w);                             // this replica's view of w
+//     ... compute loss and gradient on this replica's slice of the global batch ...
+//     ctx.apply_gradients(optimizer, std::span(gradient), w); // aggregated, then applied
+//     return loss;
+//   });
+//   float loss = strategy.reduce(strata::ReduceOp::mean, losses);
+//
+// The same loop compiles against every strategy (see strategies.hpp for the aliases).
+
+#include <atomic>
+#include <concepts>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/detail/replica_pool.hpp ----
+// strata/detail/replica_pool.hpp — the threads that run a strategy's replicas.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+
+namespace strata::detail {
+
+/// Runs a function once per replica, replica 0 on the calling thread and replica r on a
+/// thread kept for it, and returns when all are done. Threads are started once and reused
+/// for every step: starting threads per step would cost more than a small all-reduce. Both
+/// ends poll briefly before they block (SpinPolicy): a training loop calls run() step after
+/// step, and a futex wake-up per step would cost more than a 1 MiB in-process all-reduce.
+class ReplicaPool {
+ public:
+  explicit ReplicaPool(int replicas) : spin_(SpinPolicy::for_threads(replicas)) {
+    threads_.reserve(static_cast<std::size_t>(replicas > 1 ? replicas - 1 : 0));
+    for (int r = 1; r < replicas; ++r)
+      threads_.emplace_back([this, r] { serve(r); });
+  }
+
+  ReplicaPool(const ReplicaPool&) = delete;
+  ReplicaPool& operator=(const ReplicaPool&) = delete;
+
+  ~ReplicaPool() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_.store(true, std::memory_order_release);
+    }
+    start_.notify_all();
+    for (auto& thread : threads_)
+      thread.join();
+  }
+
+  int size() const noexcept { return static_cast<int>(threads_.size()) + 1; }
+
+  /// Calls `body(r)` for every replica r and waits for all of them. `body` must not throw:
+  /// the caller catches per replica (a replica's exception must not skip the wait).
+  template <class Body>
+  void run(Body& body) {
+    if (threads_.empty()) {
+      body(0);
+      return;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      job_ = &body;
+      invoke_ = [](void* job, int replica) { (*static_cast<Body*>(job))(replica); };
+      pending_.store(static_cast<int>(threads_.size()), std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    start_.notify_all();
+    body(0);
+    auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+    if (!spin_.poll(all_done)) {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, all_done);
+    }
+  }
+
+ private:
+  void serve(int replica) {
+    std::uint64_t seen = 0;
+    auto started = [&] {
+      return stopping_.load(std::memory_order_acquire) ||
+             generation_.load(std::memory_order_acquire) != seen;
+    };
+    for (;;) {
+      if (!spin_.poll(started)) {
+        std::unique_lock lock(mutex_);
+        start_.wait(lock, started);
+      }
+      if (stopping_.load(std::memory_order_acquire)) return;
+      seen = generation_.load(std::memory_order_acquire);
+      invoke_(job_, replica);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        // Under the mutex, so the caller cannot check pending_ and then miss this notify.
+        std::lock_guard lock(mutex_);
+        done_.notify_one();
+      }
+    }
+  }
+
+  const SpinPolicy spin_;
+  std::mutex mutex_;
+  std::condition_variable start_;
+  std::condition_variable done_;
+  // Written by run() before generation_ is bumped (release), read by workers after they see
+  // the new generation (acquire); run() returns only when every worker has finished with them.
+  void* job_ = nullptr;
+  void (*invoke_)(void*, int) = nullptr;
+  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace strata::detail
+// ---- end strata/detail/replica_pool.hpp ----
+// ---- begin strata/sync/sync.hpp ----
+// strata/sync/sync.hpp — the Sync concept: when and how updates meet the variables.
+
+#include <concepts>
+#include <string_view>
+
+namespace strata::sync {
+
+/// S models Sync if:
+///   1. `S::kName` (convertible to std::string_view) names it in messages;
+///   2. `S::kWaitsForAllReplicas` (bool) says whether an update waits until every replica
+///      has contributed its gradient: Mirrored copies stay identical only if it does, so a
+///      strategy rejects a per-replica-copy placement with a sync that does not;
+///   3. `S::apply_gradients(context, optimizer, gradient, variable)` and
+///      `S::assign(context, variable, value)` are static function templates that decide when
+///      and how gradients and values meet the variables for any `ReplicaContext` (checked where
+///      a strategy uses them: they are templates over the context). They use only what the
+///      Placement concept states (`kUpdateSite`, `apply`, `write_target`) and the context's
+///      communicator, never which placement they got, so a new placement needs no new sync
+///      policy and a new sync policy works with every placement.
+/// It leaves out the transport (the communicator's job) and the storage (the placement's).
+template <class S>
+concept Sync = requires {
+  { S::kName } -> std::convertible_to<std::string_view>;
+  { S::kWaitsForAllReplicas } -> std::convertible_to<bool>;
+};
+
+}  // namespace strata::sync
+// ---- end strata/sync/sync.hpp ----
+
+namespace strata {
+
+/// Options of a strategy. Plain data: set the fields you care about.
+struct StrategyOptions {
+  /// Replicas in this process. 0 picks the default: one per CPU this process may run on (its
+  /// affinity mask, so taskset and container cpusets count) for placements that run several
+  /// replicas, one per visible GPU for GPU placements, one for single-replica placements
+  /// (OneDevice, Default).
+  int num_replicas = 0;
+  /// Options of the communicators between the replicas (deadline of every collective).
+  communicator::CommunicatorOptions communicator{};
 };
 
 /// A distribution strategy composed of a Placement (where variables live and how replicas
@@ -17731,7 +20521,17 @@ class Strategy {
   static_assert(P::kUpdateSite != placement::UpdateSite::every_replica || S::kWaitsForAllReplicas,
                 "strata::Strategy: a placement with a copy per replica (Mirrored) stays "
                 "consistent only if every update waits for all replicas, which this sync policy "
-                "does not; use Synchronous, or a shared-copy placement such as CentralStorage.");
+                "does not; use Synchronous, or a ParameterServer placement for asynchronous "
+                "training.");
+  static_assert(P::kUpdateSite != placement::UpdateSite::one_replica || S::kWaitsForAllReplicas,
+                "strata::Strategy: a placement with one copy that every replica reads "
+                "(CentralStorage, OneDevice) would be written by one replica while others read "
+                "it under a sync policy that does not wait for all replicas; use Synchronous, or "
+                "a ParameterServer placement, whose servers apply each update atomically.");
+  static_assert(P::kUpdateSite != placement::UpdateSite::servers || !S::kWaitsForAllReplicas,
+                "strata::Strategy: synchronous training over parameter servers (TF1's "
+                "SyncReplicasOptimizer) is not available; train a ParameterServer placement "
+                "with Asynchronous (ParameterServerStrategy).");
 
  public:
   using placement_type = P;
@@ -17749,6 +20549,7 @@ class Strategy {
   /// cluster; the communicator's errors when its group cannot form.
   explicit Strategy(StrategyOptions options = {})
       : communicators_(create_communicators(options)),
+        session_(open_session(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
   /// As above, with settings of the communicator's own passed on to `C::create` (TF's
@@ -17763,20 +20564,29 @@ class Strategy {
            0) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
       : communicators_(
             create_communicators(options, std::forward<CommunicatorSettings>(settings)...)),
+        session_(open_session(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
   Strategy(const Strategy&) = delete;
   Strategy& operator=(const Strategy&) = delete;
 
   /// Replicas taking part in each step over the whole cluster (tf.distribute's
-  /// `num_replicas_in_sync`).
-  int num_replicas_in_sync() const noexcept { return communicators_.front().size(); }
+  /// `num_replicas_in_sync`); under ParameterServerStrategy, the replicas of every worker,
+  /// each pushing its own gradients.
+  int num_replicas_in_sync() const noexcept {
+    if constexpr (placement::HasSession<P>)
+      return session_->num_replicas();
+    else
+      return communicators_.front().size();
+  }
   /// Replicas run by this process.
   int num_local_replicas() const noexcept { return static_cast<int>(communicators_.size()); }
   /// True on the task that writes checkpoints and logs: TF's chief (the chief task, or worker
   /// 0 of a cluster without one); always true for single-process strategies.
   bool is_chief() const noexcept {
-    if constexpr (C::kSpansProcesses)
+    if constexpr (placement::HasSession<P>)
+      return session_->is_chief();
+    else if constexpr (C::kSpansProcesses)
       return communicators_.front().is_chief();
     else
       return true;
@@ -17806,7 +20616,7 @@ class Strategy {
     std::exception_ptr first_failure;
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
-      context_type context(communicators_[r], replica);
+      context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync());
       try {
         [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)
@@ -17833,7 +20643,9 @@ class Strategy {
   }
 
   /// Combines per-replica values into one (tf.distribute's `Strategy.reduce`), in replica
-  /// order: deterministic. `mean` divides by the number of replicas.
+  /// order: deterministic. `mean` divides by the number of replicas. Under
+  /// ParameterServerStrategy it combines the replicas of this worker (workers never wait for
+  /// each other there).
   template <Element T>
   T reduce(ReduceOp op, const PerReplica<T>& values) {
     std::vector<const T*> inputs;
@@ -17871,12 +20683,15 @@ class Strategy {
   }
 
   /// Creates a variable whose storage follows the placement: a copy per replica under
-  /// Mirrored, one shared copy under CentralStorage.
+  /// Mirrored, one shared copy under CentralStorage, shards on the parameter servers under
+  /// ParameterServer (where the first worker to create it initializes it).
   template <std::floating_point T>
   variable_type<T> create_variable(
       std::span<const std::type_identity_t<T>> initial,
       placement::VariableAggregation aggregation = placement::VariableAggregation::mean) const {
-    if constexpr (placement::kOnDevice<P>)
+    if constexpr (placement::HasSession<P>)
+      return P::template create<T>(*session_, initial, aggregation);
+    else if constexpr (placement::kOnDevice<P>)
       return P::template create<T>(std::span<const int>(devices_), initial, aggregation);
     else
       return P::template create<T>(num_local_replicas(), initial, aggregation);
@@ -17947,6 +20762,24 @@ class Strategy {
     }
   }
 
+  // The servers a placement keeps its variables with (parameter servers), if any: the cluster
+  // is resolved once more, and this worker connects with a lane per local replica.
+  placement::SessionHolder<P> open_session(const StrategyOptions& options) const {
+    if constexpr (placement::HasSession<P>)
+      return P::open_session(strata::resolve_cluster(), num_local_replicas(),
+                             options.communicator.timeout);
+    else
+      return 0;
+  }
+
+  // Local replica `r`'s index in the cluster.
+  int replica_id(std::size_t r) const noexcept {
+    if constexpr (placement::HasSession<P>)
+      return session_->first_replica() + static_cast<int>(r);
+    else
+      return communicators_[r].rank();
+  }
+
   // One replica per usable CPU, or what the placement says (one per GPU).
   static int default_replicas() {
     if constexpr (requires { P::default_replicas(); })
@@ -17983,12 +20816,91 @@ class Strategy {
 
   std::vector<C> communicators_;
   std::vector<int> devices_ = devices_of(communicators_);
+  placement::SessionHolder<P> session_;
   detail::ReplicaPool pool_;
   std::atomic<bool> running_{false};
 };
 
 }  // namespace strata
 // ---- end strata/strategy.hpp ----
+// ---- begin strata/sync/asynchronous.hpp ----
+// strata/sync/asynchronous.hpp — every replica's gradient reaches the variables on its own.
+
+#include <span>
+#include <string_view>
+
+// ---- begin strata/sync/detail/check_size.hpp ----
+// strata/sync/detail/check_size.hpp — the check every sync policy makes before an update.
+
+#include <cstddef>
+#include <string_view>
+
+#include <fmt/format.h>
+
+
+namespace strata::sync::detail {
+
+/// @throws UsageError naming the replica when `size` differs from the variable's.
+template <class Context>
+void check_size(Context& context, std::string_view operation, std::size_t size,
+                std::size_t variable_size) {
+  if (size == variable_size) return;
+  throw UsageError(context.replica_id_in_sync_group(), operation,
+                   fmt::format("got {} elements for a variable of {}", size, variable_size),
+                   "pass one value per element of the variable");
+}
+
+}  // namespace strata::sync::detail
+// ---- end strata/sync/detail/check_size.hpp ----
+
+namespace strata::sync {
+
+/// Asynchronous training (TF's parameter-server default): each replica pushes its own gradient,
+/// which the servers apply at once, and goes on with the values that come back; no replica
+/// waits for another. Gradients are applied as each replica computed them, not aggregated: the
+/// variable's VariableAggregation does not apply (as in TF). Replicas compute on values up to
+/// a few updates old, so training differs from single-replica training; it still converges
+/// where the learning rate tolerates the staleness.
+///
+/// Needs a placement whose storage takes every replica's update on its own
+/// (UpdateSite::servers): copies per replica would drift apart, and one copy shared in the
+/// process would be written while other replicas read it.
+struct Asynchronous {
+  static constexpr std::string_view kName = "Asynchronous";
+  static constexpr bool kWaitsForAllReplicas = false;
+
+  /// Applies this replica's `gradient` to `variable` through the servers, and refreshes the
+  /// replica's copy with the values after it.
+  template <class Context, class O, class Variable, class T>
+  static void apply_gradients(Context& context, const O& optimizer, std::span<T> gradient,
+                              Variable& variable) {
+    using P = typename Context::placement_type;
+    require_servers<P>();
+    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
+    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+  }
+
+  /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
+  template <class Context, class Variable, class T>
+  static void assign(Context& context, Variable& variable, std::span<const T> value) {
+    using P = typename Context::placement_type;
+    require_servers<P>();
+    detail::check_size(context, "assign", value.size(), variable.size());
+    P::store(variable, context.local_replica_id(), value);
+  }
+
+ private:
+  template <class P>
+  static constexpr void require_servers() {
+    static_assert(P::kUpdateSite == placement::UpdateSite::servers,
+                  "strata::sync::Asynchronous: replicas update on their own only where servers "
+                  "apply each update atomically; use a ParameterServer placement, or "
+                  "Synchronous with this one.");
+  }
+};
+
+}  // namespace strata::sync
+// ---- end strata/sync/asynchronous.hpp ----
 // ---- begin strata/sync/synchronous.hpp ----
 // strata/sync/synchronous.hpp — every step, every replica's gradient reaches the variables.
 
@@ -18020,7 +20932,7 @@ struct Synchronous {
   static void apply_gradients(Context& context, const O& optimizer, std::span<T> gradient,
                               Variable& variable) {
     using P = typename Context::placement_type;
-    check_size(context, "apply_gradients", gradient.size(), variable.size());
+    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
@@ -18052,7 +20964,7 @@ struct Synchronous {
   template <class Context, class Variable, class T>
   static void assign(Context& context, Variable& variable, std::span<const T> value) {
     using P = typename Context::placement_type;
-    check_size(context, "assign", value.size(), variable.size());
+    detail::check_size(context, "assign", value.size(), variable.size());
     const int replica = context.replica_id_in_sync_group();
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
@@ -18095,15 +21007,6 @@ struct Synchronous {
                      "create the variable with VariableAggregation::mean, sum or "
                      "only_first_replica");
   }
-
-  template <class Context>
-  static void check_size(Context& context, std::string_view operation, std::size_t size,
-                         std::size_t variable_size) {
-    if (size == variable_size) return;
-    throw UsageError(context.replica_id_in_sync_group(), operation,
-                     fmt::format("got {} elements for a variable of {}", size, variable_size),
-                     "pass one value per element of the variable");
-  }
 };
 
 }  // namespace strata::sync
@@ -18136,6 +21039,16 @@ using MultiWorkerMirroredStrategy =
 using CentralStorageStrategy =
     Strategy<placement::CentralStorage,
              communicator::LocalCommunicator<algorithms::AllReduceReduceToOne>, sync::Synchronous>;
+
+/// Asynchronous training against the parameter servers (ps tasks) of a cluster, TF's
+/// ParameterServerStrategy with between-graph replication: every worker runs the training
+/// loop, its replicas pull variables from the servers and push gradients, which the servers
+/// apply with the optimizer as they arrive; no worker waits for another. The ps tasks run the
+/// same program, which calls `strata::ps::serve_if_ps()` first (or `strata-ps`). One replica
+/// per worker unless StrategyOptions::num_replicas says otherwise. Sharded variables, greedy
+/// placement and worker-side optimizers: Strategy<placement::ParameterServer<...>, ...>.
+using ParameterServerStrategy =
+    Strategy<placement::ParameterServer<>, communicator::LocalCommunicator<>, sync::Asynchronous>;
 
 /// One replica on one device: the distributed training loop, undistributed.
 using OneDeviceStrategy =

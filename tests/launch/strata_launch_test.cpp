@@ -684,6 +684,21 @@ std::map<std::string, std::pair<nlohmann::json, std::string>> configs_of(
 
 }  // namespace
 
+// Each (output label, task type, task index, rank line) of `expected` is one task's.
+template <class Configs>
+void check_tasks(
+    const Configs& configs,
+    const std::vector<std::tuple<std::string, std::string, int, std::string>>& expected) {
+  for (const auto& [label, type, index, ranks] : expected) {
+    CAPTURE(label);
+    REQUIRE(configs.count(label) == 1);
+    const auto& [config, rank_line] = configs.at(label);
+    CHECK(config["task"]["type"] == type);
+    CHECK(config["task"]["index"] == index);
+    CHECK(rank_line == ranks);
+  }
+}
+
 TEST_CASE("--ps M: M ps tasks of the same program; every task's TF_CONFIG has both jobs") {
   const auto result = run({"-n", "2", "--ps", "2", "--", "sh", "-c", kPrintConfig});
   CHECK(result.status == 0);
@@ -695,14 +710,7 @@ TEST_CASE("--ps M: M ps tasks of the same program; every task's TF_CONFIG has bo
       {"1", "worker", 1, "R=1 W=2"},
       {"ps 0", "ps", 0, "R=unset W=2"},
       {"ps 1", "ps", 1, "R=unset W=2"}};
-  for (const auto& [label, type, index, ranks] : expected) {
-    CAPTURE(label);
-    REQUIRE(configs.count(label) == 1);
-    const auto& [config, rank_line] = configs.at(label);
-    CHECK(config["task"]["type"] == type);
-    CHECK(config["task"]["index"] == index);
-    CHECK(rank_line == ranks);
-  }
+  check_tasks(configs, expected);
 }
 
 TEST_CASE("--ps 0 is the default: the cluster has only the worker job") {
@@ -724,14 +732,7 @@ TEST_CASE("--chief: the first of the N tasks is the chief, the others workers 0.
         {"1", "worker", 0, "R=1 W=3"},
         {"2", "worker", 1, "R=2 W=3"},
         {"ps 0", "ps", 0, "R=unset W=3"}};
-    for (const auto& [label, type, index, ranks] : expected) {
-      CAPTURE(label);
-      REQUIRE(configs.count(label) == 1);
-      const auto& [config, rank_line] = configs.at(label);
-      CHECK(config["task"]["type"] == type);
-      CHECK(config["task"]["index"] == index);
-      CHECK(rank_line == ranks);
-    }
+    check_tasks(configs, expected);
     // The chief listens on the group's first port, as worker 0 does without --chief.
     CHECK(configs.at("0").first["cluster"]["chief"][0] !=
           configs.at("1").first["cluster"]["worker"][0]);

@@ -39,21 +39,6 @@ using strata::ps::Server;
 using strata::ps::ShardCall;
 using strata::ps::UpdateRule;
 
-// `workers` workers and `servers` ps tasks on free loopback ports.
-strata::cluster::ClusterSpec cluster_of(int workers, int servers) {
-  auto spec = strata::testing::loopback_cluster(workers + servers);
-  strata::cluster::ClusterSpec out;
-  int n = 0;
-  for (const auto& [index, address] : spec.tasks(strata::cluster::TaskType::worker)) {
-    if (n < workers)
-      out.add({strata::cluster::TaskType::worker, n}, address);
-    else
-      out.add({strata::cluster::TaskType::ps, n - workers}, address);
-    ++n;
-  }
-  return out;
-}
-
 // The servers of a cluster, each serving on a thread of its own until the test ends.
 struct Servers {
   explicit Servers(const strata::cluster::ClusterSpec& spec,
@@ -133,7 +118,7 @@ std::uint32_t create(Client& client, int server, const std::string& name,
 }  // namespace
 
 TEST_CASE("a pushed gradient is applied by the server's optimizer, as on the host") {
-  const auto spec = cluster_of(1, 2);
+  const auto spec = strata::testing::loopback_ps_cluster(1, 2);
   Servers servers(spec);
   Client client(spec, 0, 2);
   CHECK(client.num_servers() == 2);
@@ -188,7 +173,7 @@ TEST_CASE("a pushed gradient is applied by the server's optimizer, as on the hos
 }
 
 TEST_CASE("bad requests get typed errors, and the server serves on") {
-  const auto spec = cluster_of(2, 1);
+  const auto spec = strata::testing::loopback_ps_cluster(2, 1);
   Servers servers(spec);
   Client client(spec, 1, 1);
   const std::vector<float> initial(8, 1.0f);
@@ -212,11 +197,11 @@ TEST_CASE("bad requests get typed errors, and the server serves on") {
 }
 
 TEST_CASE("connections that are not this cluster's workers are refused") {
-  const auto spec = cluster_of(1, 1);
+  const auto spec = strata::testing::loopback_ps_cluster(1, 1);
 
   SUBCASE("another cluster") {
     Servers servers(spec);
-    auto other = cluster_of(1, 1);
+    auto other = strata::testing::loopback_ps_cluster(1, 1);
     strata::cluster::ClusterSpec mixed;
     mixed.add({strata::cluster::TaskType::worker, 0},
               other.address({strata::cluster::TaskType::worker, 0}));
@@ -253,7 +238,7 @@ TEST_CASE("connections that are not this cluster's workers are refused") {
 }
 
 TEST_CASE("the servers return once every worker has finished") {
-  const auto spec = cluster_of(2, 2);
+  const auto spec = strata::testing::loopback_ps_cluster(2, 2);
   std::vector<std::unique_ptr<Server>> servers;
   std::vector<std::future<strata::ps::ServerReport>> reports;
   for (int i = 0; i < 2; ++i) {
@@ -279,7 +264,7 @@ TEST_CASE("the servers return once every worker has finished") {
 }
 
 TEST_CASE("a server that goes away is a PeerFailureError naming it") {
-  const auto spec = cluster_of(1, 1);
+  const auto spec = strata::testing::loopback_ps_cluster(1, 1);
   auto server = std::make_unique<Server>(spec, 0);
   auto served = std::async(std::launch::async, [s = server.get()] { return s->serve(); });
   Client client(spec, 0, 1);

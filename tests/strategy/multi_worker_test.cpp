@@ -20,13 +20,6 @@ namespace {
 using namespace std::chrono_literals;
 const std::string kWorker = STRATA_TEST_TCP_WORKER;
 
-std::string line_after(const std::string& output, std::string_view key) {
-  const auto at = output.find(std::string(key) + " ");
-  if (at == std::string::npos) return {};
-  const auto begin = at + key.size() + 1;
-  return output.substr(begin, output.find('\n', begin) - begin);
-}
-
 }  // namespace
 
 TEST_CASE("multi-worker training equals single-process training on the same global batch") {
@@ -42,12 +35,12 @@ TEST_CASE("multi-worker training equals single-process training on the same glob
       REQUIRE(process.wait_for(120s));
       const std::string output = process.output();
       CHECK_MESSAGE(process.exit_code() == 0, output);
-      CHECK(line_after(output, "replicas") == std::to_string(workers * local));
-      CHECK_MESSAGE(std::stod(line_after(output, "drift")) < 1e-4, output);
-      chiefs += line_after(output, "chief") == "1" ? 1 : 0;
+      CHECK(strata::testing::line_after(output, "replicas") == std::to_string(workers * local));
+      CHECK_MESSAGE(std::stod(strata::testing::line_after(output, "drift")) < 1e-4, output);
+      chiefs += strata::testing::line_after(output, "chief") == "1" ? 1 : 0;
       // Every worker applied the same aggregated gradients: the same bits everywhere.
-      if (params.empty()) params = line_after(output, "params");
-      CHECK(line_after(output, "params") == params);
+      if (params.empty()) params = strata::testing::line_after(output, "params");
+      CHECK(strata::testing::line_after(output, "params") == params);
     }
     CHECK(chiefs == 1);
   }

@@ -10,7 +10,8 @@ struct DoesNotWait {
 };
 
 #ifdef STRATA_COMPILE_FAIL_CONTROL
-using Placement = strata::placement::CentralStorage;
+// Servers apply each replica's update on their own: a placement that needs no waiting.
+using Placement = strata::placement::ParameterServer<>;
 #else
 using Placement = strata::placement::Mirrored;
 #endif

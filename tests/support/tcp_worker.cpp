@@ -17,6 +17,11 @@
 //   raise K WORKER          MultiWorkerMirroredStrategy (K local replicas) running steps of
 //                           all-reduces; in step 3 the last replica of worker WORKER throws
 //                           std::runtime_error("loss is NaN at step 3").
+//   ps-train K EPOCHS [3]   the same program on every task of a parameter-server cluster: ps
+//                           tasks serve (serve_if_ps) and print "served"; workers train with
+//                           ParameterServerStrategy (K replicas; with 3, variables split in three
+//                           and placed greedily) and print "error E" (largest distance from the
+//                           known solution), "params" and "single" (OneDeviceStrategy's) bits.
 //   conformance [LARGE]     every collective × op × element type × count {0, 1, 7, 1023, LARGE}
 //                           (default 65539) × root × in/out of place, checking this rank's
 //                           outputs against the one collective reference (tools/reference/);
@@ -44,6 +49,7 @@
 #include <fmt/format.h>
 
 #include <strata/resolve.hpp>
+#include <strata/serve_if_ps.hpp>
 #include <strata/strategies.hpp>
 
 #include <strata/communicator/tcp.hpp>
@@ -79,6 +85,47 @@ int train(std::span<const std::string_view> args) {
              strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, drift, bits);
   return 0;
 }
+
+// ps-train K EPOCHS [3]: the same program on every task of a parameter-server cluster;
+// ps tasks serve, workers train asynchronously with K replicas each, variables unsplit or
+// split in three, and print how far they landed from the known solution.
+template <class Strategy>
+int ps_train(std::span<const std::string_view> args) {
+  if (strata::ps::serve_if_ps()) {
+    fmt::print("served\n");
+    return 0;
+  }
+  Strategy strategy({.num_replicas = std::stoi(std::string(args[1]))});
+  example::TrainConfig config;
+  config.epochs = std::stoul(std::string(args[2]));
+  const auto problem = example::make_problem(1024, 8);
+  const auto result = example::train(strategy, problem, config, [](std::size_t, double) {});
+  float error = std::abs(result.bias - problem.true_bias);
+  std::string bits = fmt::format("{:a}", result.bias);
+  for (std::size_t j = 0; j < result.weights.size(); ++j) {
+    error = std::max(error, std::abs(result.weights[j] - problem.true_weights[j]));
+    bits += fmt::format(" {:a}", result.weights[j]);
+  }
+  strata::OneDeviceStrategy single;
+  const auto reference = example::train(single, problem, config, [](std::size_t, double) {});
+  std::string reference_bits = fmt::format("{:a}", reference.bias);
+  for (const float w : reference.weights)
+    reference_bits += fmt::format(" {:a}", w);
+  fmt::print("replicas {}\nchief {}\nerror {:.3e}\nparams {}\nsingle {}\nok\n",
+             strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, error, bits,
+             reference_bits);
+  return 0;
+}
+
+// Splits every variable into three shards (TF's FixedShardsPartitioner(3)).
+struct ThreeShards {
+  std::size_t operator()(std::span<const std::size_t> shape, std::size_t element_bytes) const {
+    return strata::ps::FixedShardsPartitioner{3}(shape, element_bytes);
+  }
+};
+using ShardedParameterServerStrategy =
+    strata::Strategy<strata::placement::ParameterServer<ThreeShards, strata::ps::GreedyPlacement>,
+                     strata::communicator::LocalCommunicator<>, strata::sync::Asynchronous>;
 
 // raise K WORKER: a user's exception on one replica of one worker, the others in all-reduces.
 int raise_in_replica(std::span<const std::string_view> args) {
@@ -209,13 +256,17 @@ int main(int argc, char** argv) {
     fmt::print(
         stderr,
         "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | train K EPOCHS | "
-        "raise K WORKER | conformance [LARGE]\n");
+        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3]\n");
     return 2;
   }
   auto began = Clock::now();
   return strata::testing::exit_code_of(began, [&] {
     if (args[0] == "train" && args.size() == 3) return train(args);
     if (args[0] == "raise" && args.size() == 3) return raise_in_replica(args);
+    if (args[0] == "ps-train" && args.size() == 3)
+      return ps_train<strata::ParameterServerStrategy>(args);
+    if (args[0] == "ps-train" && args.size() == 4 && args[3] == "3")
+      return ps_train<ShardedParameterServerStrategy>(args);
     auto resolved = strata::resolve_cluster();
     if (args[0] == "conformance" && args.size() <= 2)
       return conformance_scenario(args, resolved, began);

@@ -43,6 +43,29 @@ inline cluster::ClusterSpec loopback_cluster(int n) {
   return spec;
 }
 
+/// `workers` workers and `servers` ps tasks on free loopback ports (as loopback_cluster).
+inline cluster::ClusterSpec loopback_ps_cluster(int workers, int servers) {
+  const auto ports = loopback_cluster(workers + servers);
+  cluster::ClusterSpec spec;
+  int n = 0;
+  for (const auto& [index, address] : ports.tasks(cluster::TaskType::worker)) {
+    if (n < workers)
+      spec.add({cluster::TaskType::worker, n}, address);
+    else
+      spec.add({cluster::TaskType::ps, n - workers}, address);
+    ++n;
+  }
+  return spec;
+}
+
+/// The rest of the line after "`key` " in a worker's output; empty when no line has it.
+inline std::string line_after(const std::string& output, std::string_view key) {
+  const auto at = output.find(std::string(key) + " ");
+  if (at == std::string::npos) return {};
+  const auto begin = at + key.size() + 1;
+  return output.substr(begin, output.find('\n', begin) - begin);
+}
+
 /// One `program scenario...` process per worker of `spec`, each with its TF_CONFIG and the
 /// given environment (`per_rank[r]` on top for worker r).
 struct Workers {

@@ -22,6 +22,6 @@
 #include <strata/cluster/impl/tf_config.ipp>
 #include <strata/communicator/impl/tcp.ipp>
 #include <strata/core/impl/reduce.ipp>
+#include <strata/impl/resolve.ipp>
 #include <strata/ps/impl/client.ipp>
 #include <strata/ps/impl/server.ipp>
-#include <strata/impl/resolve.ipp>

@@ -6,6 +6,7 @@
 #include <array>
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -25,13 +26,18 @@ enum class UpdateSite : std::uint8_t {
   /// aggregated gradient and the others must not read until it has applied it (CentralStorage,
   /// OneDevice, Default).
   one_replica,
+  /// Parameter servers hold the variables and apply each replica's update on its own,
+  /// atomically; each replica reads a copy it refreshes with every update it makes
+  /// (ParameterServer). Nothing needs to be aggregated first.
+  servers,
 };
 
 }  // namespace strata::placement
 
 template <>
 struct strata::EnumNames<strata::placement::UpdateSite> {
-  static constexpr std::array<std::string_view, 2> kNames{"every_replica", "one_replica"};
+  static constexpr std::array<std::string_view, 3> kNames{"every_replica", "one_replica",
+                                                          "servers"};
 };
 
 namespace strata::placement {
@@ -45,11 +51,41 @@ inline constexpr bool kOnDevice = [] {
     return false;
 }();
 
-/// What a placement's `create` is given to place the copies of a variable: the number of local
-/// replicas, or for a GPU placement the CUDA device of each local replica (which the strategy's
-/// communicators chose).
+/// Whether placement P keeps its variables with servers it holds a session with
+/// (P::session_type, which the strategy opens with `P::open_session`).
 template <class P>
-using ReplicaPlaces = std::conditional_t<kOnDevice<P>, std::span<const int>, int>;
+concept HasSession = requires {
+  typename P::session_type;
+};
+
+namespace detail {
+template <class P>
+struct ReplicaPlacesOf {
+  using type = std::conditional_t<kOnDevice<P>, std::span<const int>, int>;
+};
+template <HasSession P>
+struct ReplicaPlacesOf<P> {
+  using type = typename P::session_type&;
+};
+template <class P>
+struct SessionHolderOf {
+  using type = int;
+};
+template <HasSession P>
+struct SessionHolderOf<P> {
+  using type = std::unique_ptr<typename P::session_type>;
+};
+}  // namespace detail
+
+/// What a strategy over placement P holds for its session: the session, or a placeholder.
+template <class P>
+using SessionHolder = typename detail::SessionHolderOf<P>::type;
+
+/// What a placement's `create` is given to place the copies of a variable: the number of local
+/// replicas, for a GPU placement the CUDA device of each local replica (which the strategy's
+/// communicators chose), or for a placement with a session that session.
+template <class P>
+using ReplicaPlaces = typename detail::ReplicaPlacesOf<P>::type;
 
 namespace detail {
 
@@ -100,6 +136,10 @@ concept PlacesVariablesOf = requires(typename P::template variable_type<T>& vari
 ///   - `P::replica_scope(device)`: an object that, while it lives on a replica's thread, binds
 ///     the thread to the replica's CUDA device (which its communicator's `device()` names);
 ///   - `P::copy_values(from, to)`: how a replica's value is copied into a variable.
+/// A placement whose variables live on servers (UpdateSite::servers) has:
+///   - `P::session_type`, opened by the strategy with `P::open_session(cluster, local_replicas,
+///     timeout)` and handed to `create`; `P::default_replicas()`;
+///   - `P::store(variable, local_replica, values)`: a replica's assignment, sent to the servers.
 /// It leaves out when gradients meet (the sync policy's) and how values cross processes (the
 /// communicator's).
 template <class P>

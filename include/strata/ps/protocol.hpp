@@ -3,11 +3,12 @@
 // A worker opens connections to every ps task with the TCP transport's handshake
 // (transport/tcp/handshake.hpp: cluster fingerprint, cluster token, incarnation; the tunables
 // field carries kTunables, so a collective peer and a ps client never pair up). Then each call is
-// a request frame and its reply frame (transport/tcp/frame.hpp), one outstanding per connection:
+// a request frame and its reply frame (transport/tcp/frame.hpp), in order on each connection:
 //
-//   request: kind = Operation, element type of the values, root = the shard's handle (the
-//            worker's collective rank for `done`), sequence = the call's number on this
-//            connection, count = elements of the values carried or asked for
+//   request: kind = Operation, element type of the values, root = the shard's handle (0 for
+//            create and done: the server knows the worker from the handshake), sequence = the
+//            call's number on this connection, count = elements of the values carried or asked
+//            for
 //   reply:   kind = the request's, root = Status, sequence = the request's, count = the shard's
 //            handle (create) or its version (updates applied so far); payload = values, or the
 //            reason for a Status other than ok (text, element type uint8)
@@ -24,6 +25,7 @@
 
 #include <array>
 #include <bit>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -36,6 +38,9 @@
 #include <strata/core/data_type.hpp>
 #include <strata/core/detail/fnv1a.hpp>
 #include <strata/core/detail/little_endian.hpp>
+#include <strata/optim/adam.hpp>
+#include <strata/optim/momentum.hpp>
+#include <strata/optim/sgd.hpp>
 
 namespace strata::ps {
 
@@ -169,6 +174,26 @@ inline std::optional<CreateSpec> decode_create(std::span<const std::byte> in) no
 /// Bytes of a name in a create payload: padded so that the values after it stay aligned.
 constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
   return (name_bytes + 7) / 8 * 8;
+}
+
+/// What a server must apply for optimizer `O` (the optimizers of optim/).
+template <class O>
+concept ServerOptimizer =
+    std::same_as<O, optim::Sgd> || std::same_as<O, optim::Momentum> || std::same_as<O, optim::Adam>;
+
+inline OptimizerSpec spec_of(const optim::Sgd& sgd) noexcept {
+  return {OptimizerSpec::Kind::sgd, sgd.learning_rate, 0, 0, 0, 0};
+}
+inline OptimizerSpec spec_of(const optim::Momentum& momentum) noexcept {
+  return {momentum.nesterov ? OptimizerSpec::Kind::nesterov : OptimizerSpec::Kind::momentum,
+          momentum.learning_rate,
+          momentum.momentum,
+          0,
+          0,
+          0};
+}
+inline OptimizerSpec spec_of(const optim::Adam& adam) noexcept {
+  return {OptimizerSpec::Kind::adam, adam.learning_rate, 0, adam.beta1, adam.beta2, adam.epsilon};
 }
 
 inline std::string_view to_string(Operation operation) noexcept {

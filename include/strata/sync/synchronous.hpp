@@ -10,6 +10,7 @@
 #include <strata/core/reduce_op.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
+#include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync {
 
@@ -33,7 +34,7 @@ struct Synchronous {
   static void apply_gradients(Context& context, const O& optimizer, std::span<T> gradient,
                               Variable& variable) {
     using P = typename Context::placement_type;
-    check_size(context, "apply_gradients", gradient.size(), variable.size());
+    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
@@ -65,7 +66,7 @@ struct Synchronous {
   template <class Context, class Variable, class T>
   static void assign(Context& context, Variable& variable, std::span<const T> value) {
     using P = typename Context::placement_type;
-    check_size(context, "assign", value.size(), variable.size());
+    detail::check_size(context, "assign", value.size(), variable.size());
     const int replica = context.replica_id_in_sync_group();
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
@@ -107,15 +108,6 @@ struct Synchronous {
                                  context.num_replicas_in_sync()),
                      "create the variable with VariableAggregation::mean, sum or "
                      "only_first_replica");
-  }
-
-  template <class Context>
-  static void check_size(Context& context, std::string_view operation, std::size_t size,
-                         std::size_t variable_size) {
-    if (size == variable_size) return;
-    throw UsageError(context.replica_id_in_sync_group(), operation,
-                     fmt::format("got {} elements for a variable of {}", size, variable_size),
-                     "pass one value per element of the variable");
   }
 };
 

@@ -157,10 +157,10 @@ int expected_outcome(const FrameBytes& valid, std::size_t offset, unsigned value
   if (offset >= 12 && offset < 16) {
     const unsigned shift = 8 * static_cast<unsigned>(offset - 12);
     const std::uint32_t changed = (payload & ~(std::uint32_t{0xFF} << shift)) | value << shift;
-    const std::uint32_t limit = valid[3] == std::byte{1} || valid[3] == std::byte{7} ||
-                                        valid[3] == std::byte{8}
-                                    ? kLimit
-                                    : kMaxControlPayload;
+    const std::uint32_t limit =
+        valid[3] == std::byte{1} || valid[3] == std::byte{7} || valid[3] == std::byte{8}
+            ? kLimit
+            : kMaxControlPayload;
     return changed <= limit ? 0 : static_cast<int>(FrameError::payload_too_large);
   }
   return 0;  // root, sequence, count: any value

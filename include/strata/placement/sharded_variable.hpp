@@ -1,0 +1,200 @@
+// strata/placement/sharded_variable.hpp — a variable that lives on parameter servers, split into
+// shards, with a cached copy per local replica.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/core/data_type.hpp>
+#include <strata/core/error.hpp>
+#include <strata/optim/optimizer.hpp>
+#include <strata/placement/variable.hpp>
+#include <strata/ps/client.hpp>
+#include <strata/ps/protocol.hpp>
+#include <strata/ps/session.hpp>
+
+namespace strata::placement {
+
+using ps::Client;
+using ps::Operation;
+using ps::OptimizerSpec;
+using ps::ShardCall;
+using ps::ShardLocation;
+using ps::UpdateRule;
+
+/// A variable of `size()` elements split into shards on the parameter servers
+/// (tf.distribute's ShardedVariable), and a copy of it per local replica: what that replica
+/// last pulled. A replica's update pushes its gradient and pulls the new values in the same
+/// round trip; under UpdateRule::sum the replica applies its optimizer to its copy and pushes
+/// the change instead.
+///
+/// Outside `Strategy::run`, `read()` pulls the servers' current values and `assign()` sets them.
+/// Do not move a variable while `run` is in progress.
+template <std::floating_point T>
+class ShardedVariable {
+ public:
+  ShardedVariable(std::shared_ptr<Client> client, std::string name,
+                  std::vector<ShardLocation> shards, std::span<const T> values, int copies,
+                  VariableAggregation aggregation, UpdateRule rule)
+      : client_(std::move(client)),
+        name_(std::move(name)),
+        shards_(std::move(shards)),
+        copies_(static_cast<std::size_t>(copies), std::vector<T>(values.begin(), values.end())),
+        states_(static_cast<std::size_t>(copies)),
+        aggregation_(aggregation),
+        rule_(rule) {}
+
+  ShardedVariable(ShardedVariable&&) noexcept = default;
+  ShardedVariable& operator=(ShardedVariable&&) noexcept = default;
+
+  std::size_t size() const noexcept { return copies_.front().size(); }
+  VariableAggregation aggregation() const noexcept { return aggregation_; }
+  const std::string& name() const noexcept { return name_; }
+  std::span<const ShardLocation> shards() const noexcept { return shards_; }
+  UpdateRule update_rule() const noexcept { return rule_; }
+
+  /// The servers' current values (pulled into copy 0).
+  /// @throws the client's errors (a ps task that died or stopped answering).
+  std::span<const T> read() const {
+    pull(0);
+    return copies_.front();
+  }
+
+  /// Sets the variable on the servers (and every local copy). @throws UsageError on a size
+  /// mismatch; the client's errors.
+  void assign(std::span<const T> values) {
+    check_size("ShardedVariable::assign", values.size());
+    store(0, values);
+    for (auto& copy : copies_)
+      std::copy(values.begin(), values.end(), copy.begin());
+  }
+
+  /// Replica `lane`'s copy.
+  std::span<T> copy(std::size_t lane) noexcept { return copies_[lane]; }
+  std::span<const T> copy(std::size_t lane) const noexcept { return copies_[lane]; }
+
+  /// Replaces copy `lane` by the servers' values.
+  void pull(int lane) const {
+    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    std::vector<ShardCall> calls = make_calls(Operation::pull);
+    for (std::size_t s = 0; s < shards_.size(); ++s)
+      calls[s].result =
+          std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
+    client_->call(lane, calls);
+  }
+
+  /// Sets the servers' values from replica `lane`.
+  void store(int lane, std::span<const T> values) {
+    check_size("assign", values.size());
+    std::vector<ShardCall> calls = make_calls(Operation::assign);
+    for (std::size_t s = 0; s < shards_.size(); ++s)
+      calls[s].values = std::as_bytes(values.subspan(shards_[s].offset, shards_[s].size));
+    client_->call(lane, calls);
+    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    std::copy(values.begin(), values.end(), copy.begin());
+  }
+
+  /// Replica `lane`'s update: pushes `gradient` (or, under UpdateRule::sum, the change its
+  /// optimizer makes to its copy) and pulls the values after it into its copy.
+  template <class O>
+  requires optim::Optimizer<O, T>
+  void push_pull(int lane, const O& optimizer, std::span<const T> gradient) {
+    check_size("apply_gradients", gradient.size());
+    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    std::span<const T> pushed = gradient;
+    OptimizerSpec spec;
+    std::vector<T> delta;
+    if (rule_ == UpdateRule::sum) {
+      // The worker is the optimizer: the servers add up what every worker's optimizer did.
+      auto& state = states_[static_cast<std::size_t>(lane)];
+      if (!state) state = optim::make_state<T>(optimizer, size());
+      delta.assign(copy.begin(), copy.end());
+      optimizer.apply(std::span<T>(copy), gradient, *state);
+      for (std::size_t i = 0; i < delta.size(); ++i)
+        delta[i] = copy[i] - delta[i];
+      pushed = delta;
+    } else {
+      static_assert(ps::ServerOptimizer<O> || !std::is_same_v<O, O>,
+                    "strata::ps: the parameter servers apply Sgd, Momentum and Adam; for another "
+                    "optimizer use ParameterServer<..., UpdateRule::sum>, where each worker "
+                    "applies its optimizer and the servers add up the changes");
+      if constexpr (ps::ServerOptimizer<O>) spec = ps::spec_of(optimizer);
+    }
+    const auto prefix = ps::encode(spec);
+    std::vector<ShardCall> calls = make_calls(Operation::push_pull);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      calls[s].prefix = prefix;
+      calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
+      calls[s].result =
+          std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
+    }
+    client_->call(lane, calls);
+  }
+
+ private:
+  std::vector<ShardCall> make_calls(Operation operation) const {
+    std::vector<ShardCall> calls(shards_.size());
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      calls[s].server = shards_[s].server;
+      calls[s].handle = shards_[s].handle;
+      calls[s].operation = operation;
+      calls[s].type = data_type_of<T>;
+      calls[s].count = shards_[s].size;
+    }
+    return calls;
+  }
+
+  void check_size(std::string_view operation, std::size_t got) const {
+    if (got != size())
+      throw UsageError(client_->rank(), operation,
+                       fmt::format("got {} elements for variable '{}' of {}", got, name_, size()),
+                       "pass one value per element of the variable");
+  }
+
+  std::shared_ptr<Client> client_;
+  std::string name_;
+  std::vector<ShardLocation> shards_;
+  // A replica's copy is refreshed by the pull inside read() too, which is const: the copy is
+  // a cache of the servers' values, not the variable's state.
+  mutable std::vector<std::vector<T>> copies_;
+  std::vector<std::optional<optim::OptimizerState<T>>> states_;  // UpdateRule::sum only
+  VariableAggregation aggregation_;
+  UpdateRule rule_;
+};
+
+/// Creates variable `initial` on the servers of `session`: split and placed by the session's
+/// rules, each shard created or, when another worker created it first, found with its values.
+template <std::floating_point T, class SessionType>
+ShardedVariable<T> create_sharded(SessionType& session, std::span<const T> initial,
+                                  VariableAggregation aggregation, UpdateRule rule) {
+  const std::string name = session.next_name();
+  const std::size_t shape[] = {initial.size()};
+  std::vector<ShardLocation> shards = session.place(shape, sizeof(T));
+  std::vector<T> values(initial.begin(), initial.end());
+  Client& client = *session.client();
+  for (std::size_t s = 0; s < shards.size(); ++s) {
+    ShardLocation& shard = shards[s];
+    const auto part = std::span(values).subspan(shard.offset, shard.size);
+    std::vector<T> current(shard.size);
+    const auto created = client.create(
+        shard.server, shards.size() == 1 ? name : fmt::format("{}/part_{}", name, s),
+        data_type_of<T>, rule, std::as_bytes(part), std::as_writable_bytes(std::span(current)));
+    shard.handle = created.handle;
+    if (created.existed) std::copy(current.begin(), current.end(), part.begin());
+  }
+  return ShardedVariable<T>(session.client(), name, std::move(shards), values,
+                            session.local_replicas(), aggregation, rule);
+}
+
+}  // namespace strata::placement

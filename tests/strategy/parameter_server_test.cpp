@@ -1,0 +1,107 @@
+// ParameterServerStrategy across real processes: ps tasks and workers run the same program
+// (tests/support/tcp_worker.cpp, scenario ps-train), the ps tasks serve until every worker has
+// finished, and asynchronous training of examples/logistic_regression.hpp reaches the known
+// solution; one worker with one replica trains exactly as OneDeviceStrategy does, sharded or not.
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <strata/cluster/tf_config.hpp>
+
+#include "process.hpp"
+#include "worker_cluster.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using strata::cluster::TaskType;
+const std::string kWorker = STRATA_TEST_TCP_WORKER;
+
+// `workers` workers and `servers` ps tasks on free loopback ports, each running `scenario`.
+struct PsCluster {
+  PsCluster(int workers, int servers, const std::vector<std::string>& scenario,
+            const std::string& ps_program = kWorker)
+      : spec(strata::testing::loopback_ps_cluster(workers, servers)) {
+    auto start = [&](strata::cluster::Task task) {
+      std::vector<std::string> argv{task.type == TaskType::ps ? ps_program : kWorker};
+      if (argv[0] == kWorker) argv.insert(argv.end(), scenario.begin(), scenario.end());
+      return strata::testing::Process(
+          argv,
+          {{"TF_CONFIG", strata::cluster::make_tf_config(spec, task)}, {"STRATA_TIMEOUT", "30s"}},
+          strata::testing::temp_path(
+              fmt::format("{}{}", strata::to_string(task.type), task.index)));
+    };
+    for (int i = 0; i < servers; ++i)
+      ps.push_back(start({TaskType::ps, i}));
+    for (int i = 0; i < workers; ++i)
+      worker.push_back(start({TaskType::worker, i}));
+  }
+  strata::cluster::ClusterSpec spec;
+  std::vector<strata::testing::Process> ps;
+  std::vector<strata::testing::Process> worker;
+};
+
+}  // namespace
+
+TEST_CASE("asynchronous training over parameter servers reaches the solution") {
+  for (auto [workers, local, servers] : {std::tuple{2, 1, 1}, std::tuple{3, 2, 2}}) {
+    CAPTURE(workers);
+    CAPTURE(local);
+    CAPTURE(servers);
+    PsCluster run(workers, servers, {"ps-train", std::to_string(local), "30"});
+    int chiefs = 0;
+    for (auto& process : run.worker) {
+      REQUIRE(process.wait_for(120s));
+      const std::string output = process.output();
+      CHECK_MESSAGE(process.exit_code() == 0, output);
+      CHECK(strata::testing::line_after(output, "replicas") == std::to_string(workers * local));
+      CHECK_MESSAGE(std::stod(strata::testing::line_after(output, "error")) < 1e-3, output);
+      chiefs += strata::testing::line_after(output, "chief") == "1" ? 1 : 0;
+    }
+    CHECK(chiefs == 1);
+    // The servers return once every worker has finished.
+    for (auto& process : run.ps) {
+      REQUIRE(process.wait_for(30s));
+      CHECK_MESSAGE(process.exit_code() == 0, process.output());
+      CHECK(process.output().find("served") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("one worker with one replica trains as OneDeviceStrategy, sharded or not") {
+  for (const bool sharded : {false, true}) {
+    CAPTURE(sharded);
+    std::vector<std::string> scenario{"ps-train", "1", "5"};
+    if (sharded) scenario.push_back("3");
+    PsCluster run(1, 2, scenario);
+    REQUIRE(run.worker[0].wait_for(120s));
+    const std::string output = run.worker[0].output();
+    REQUIRE_MESSAGE(run.worker[0].exit_code() == 0, output);
+    // The servers apply the same SGD to the same gradients, in the same order: the same bits.
+    CHECK(strata::testing::line_after(output, "params") ==
+          strata::testing::line_after(output, "single"));
+    for (auto& process : run.ps)
+      REQUIRE(process.wait_for(30s));
+  }
+}
+
+TEST_CASE("strata-ps serves the workers of a cluster whose ps tasks run no trainer") {
+  PsCluster run(2, 2, {"ps-train", "1", "10"}, STRATA_PS_PROGRAM);
+  for (auto& process : run.worker) {
+    REQUIRE(process.wait_for(120s));
+    CHECK_MESSAGE(process.exit_code() == 0, process.output());
+    CHECK_MESSAGE(std::stod(strata::testing::line_after(process.output(), "error")) < 1e-2,
+                  process.output());
+  }
+  for (auto& process : run.ps) {
+    REQUIRE(process.wait_for(30s));
+    CHECK_MESSAGE(process.exit_code() == 0, process.output());
+    // Round robin: w on one server, b on the other.
+    CHECK_MESSAGE(process.output().find("served 1 shard(s)") != std::string::npos,
+                  process.output());
+  }
+}
