@@ -1,7 +1,8 @@
 // examples/train.cpp — the demo: logistic regression trained data-parallel with strata.
 //
-//   strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|one|default|
-//                                    gpu-mirrored|gpu-multi-worker|gpu-central] [--replicas N]
+//   strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|
+//                                    parameter-server-sync|one|default|gpu-mirrored|
+//                                    gpu-multi-worker|gpu-central] [--replicas N]
 //                        [--epochs E] [--batch B]
 //
 // Prints the loss per epoch, then the learned parameters next to the known solution, and
@@ -18,6 +19,9 @@
 // the variables, the workers train asynchronously (so only the distance to the solution is
 // checked, not the difference from single-process training):
 //   strata-launch -n 4 --ps 2 -- strata_example_train --strategy parameter-server
+// parameter-server-sync trains synchronously over the same servers (TF1's SyncReplicasOptimizer):
+// the servers add up every replica's gradient of a step before they apply it, so it is checked
+// against single-process training as the synchronous strategies are.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -41,14 +45,15 @@ struct Arguments {
 
 constexpr std::string_view kUsage =
     "usage: strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|\n"
-    "                                        one|default|gpu-mirrored|gpu-multi-worker|\n"
-    "                                        gpu-central]\n"
+    "                                        parameter-server-sync|one|default|gpu-mirrored|\n"
+    "                                        gpu-multi-worker|gpu-central]\n"
     "                            [--replicas N] [--epochs E] [--batch B]\n"
     "\n"
     "Trains a logistic regression under the strategy and checks it against training on one\n"
     "replica. multi-worker reads its cluster from TF_CONFIG (strata-launch sets it), torchrun,\n"
     "OpenMPI or SLURM; parameter-server from TF_CONFIG with ps tasks (strata-launch --ps M),\n"
-    "which serve while the workers train asynchronously (checked against the solution only).\n"
+    "which serve while the workers train asynchronously (checked against the solution only;\n"
+    "parameter-server-sync: synchronously, checked as the synchronous strategies are).\n"
     "gpu-mirrored (NCCL) and gpu-central run one replica per GPU unless\n"
     "--replicas says otherwise, gpu-multi-worker (NCCL) one GPU per process, in builds with\n"
     "CUDA. Exit status: 0 when the result matches,\n"
@@ -140,9 +145,15 @@ int main(int argc, char** argv) {
     if (args.strategy == "multi-worker")
       return run<strata::MultiWorkerMirroredStrategy>(args, args.replicas);
     if (args.strategy == "central") return run<strata::CentralStorageStrategy>(args, local);
-    if (args.strategy == "parameter-server") {
+    if (args.strategy == "parameter-server" || args.strategy == "parameter-server-sync") {
       if (strata::ps::serve_if_ps()) return 0;  // a ps task: served until the workers finished
-      return run<strata::ParameterServerStrategy>(args, args.replicas);
+      if (args.strategy == "parameter-server")
+        return run<strata::ParameterServerStrategy>(args, args.replicas);
+      // TF1's SyncReplicasOptimizer: the servers aggregate every replica's gradient per step.
+      return run<
+          strata::Strategy<strata::placement::ParameterServer<>,
+                           strata::communicator::LocalCommunicator<>, strata::sync::Synchronous>>(
+          args, args.replicas);
     }
     if (args.strategy == "one") return run<strata::OneDeviceStrategy>(args, 1);
     if (args.strategy == "default") return run<strata::DefaultStrategy>(args, 1);

@@ -97,6 +97,7 @@
 #include <strata/strategy.hpp>
 
 #include <strata/sync/asynchronous.hpp>
+#include <strata/sync/bounded_staleness.hpp>
 #include <strata/sync/sync.hpp>
 #include <strata/sync/synchronous.hpp>
 

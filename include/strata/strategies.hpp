@@ -32,6 +32,7 @@
 #include <strata/placement/parameter_server.hpp>
 #include <strata/strategy.hpp>
 #include <strata/sync/asynchronous.hpp>
+#include <strata/sync/bounded_staleness.hpp>
 #include <strata/sync/synchronous.hpp>
 
 #if STRATA_HAS_CUDA
@@ -70,9 +71,11 @@ using CentralStorageStrategy =
 /// ParameterServerStrategy with between-graph replication: every worker runs the training
 /// loop, its replicas pull variables from the servers and push gradients, which the servers
 /// apply with the optimizer as they arrive; no worker waits for another. The ps tasks run the
-/// same program, which calls `strata::ps::serve_if_ps()` first (or `strata-ps`). One replica
-/// per worker unless StrategyOptions::num_replicas says otherwise. Sharded variables, greedy
-/// placement and worker-side optimizers: Strategy<placement::ParameterServer<...>, ...>.
+/// same program, which calls `strata::ps::serve_if_ps()` first (or `strata-ps`). Local replicas:
+/// StrategyOptions::num_replicas, else STRATA_LOCAL_REPLICAS, else 1. Sharded variables, greedy
+/// placement and worker-side optimizers: Strategy<placement::ParameterServer<...>, ...>;
+/// bounded staleness or synchronous training (TF1's SyncReplicasOptimizer): the same with
+/// sync::BoundedStaleness<k> or sync::Synchronous.
 using ParameterServerStrategy =
     Strategy<placement::ParameterServer<>, communicator::LocalCommunicator<>, sync::Asynchronous>;
 

@@ -139,10 +139,6 @@ class Strategy {
                 "(CentralStorage, OneDevice) would be written by one replica while others read "
                 "it under a sync policy that does not wait for all replicas; use Synchronous, or "
                 "a ParameterServer placement, whose servers apply each update atomically.");
-  static_assert(P::kUpdateSite != placement::UpdateSite::servers || !S::kWaitsForAllReplicas,
-                "strata::Strategy: synchronous training over parameter servers (TF1's "
-                "SyncReplicasOptimizer) is not available; train a ParameterServer placement "
-                "with Asynchronous (ParameterServerStrategy).");
 
  public:
   using placement_type = P;
@@ -391,9 +387,12 @@ class Strategy {
       return communicators_[r].rank();
   }
 
-  // One replica per usable CPU, or what the placement says (one per GPU).
+  // One replica per usable CPU, what the placement says (one per GPU), or for a worker of a
+  // parameter-server cluster what the cluster says (STRATA_LOCAL_REPLICAS, else 1).
   static int default_replicas() {
-    if constexpr (requires { P::default_replicas(); })
+    if constexpr (placement::HasSession<P>)
+      return strata::resolve_cluster().local_replicas;
+    else if constexpr (requires { P::default_replicas(); })
       return P::default_replicas();
     else
       return P::kMaxReplicas == 1 ? 1 : detail::usable_cpus();

@@ -5031,8 +5031,9 @@ struct ResolvedCluster {
   std::vector<Address> addresses{{"127.0.0.1", 0}};
   /// Bound to addresses[rank] when the resolver bound it (store-based launchers).
   ListeningSocket listener;
-  /// Replicas this process runs under MultiWorkerMirroredStrategy when the strategy is not
-  /// told: STRATA_LOCAL_REPLICAS (set by strata-launch --local-replicas), else 1.
+  /// Replicas this process runs under MultiWorkerMirroredStrategy and ParameterServerStrategy
+  /// when the strategy is not told: STRATA_LOCAL_REPLICAS (set by strata-launch
+  /// --local-replicas), else 1.
   int local_replicas = 1;
 
   /// TF's rule: the chief task, or worker 0 when the cluster has no chief. Checkpoints and
@@ -13599,10 +13600,12 @@ concept Optimizer = std::floating_point<T> &&
 /// @throws UsageError if `O::kSlots * n` overflows `std::size_t`.
 template <std::floating_point T, Optimizer<T> O>
 OptimizerState<T> make_state(const O& /*optimizer*/, std::size_t n) {
-  if (O::kSlots != 0 && n > std::numeric_limits<std::size_t>::max() / O::kSlots)
-    throw UsageError(-1, "optim::make_state",
-                     fmt::format("{} slots of {} elements overflow std::size_t", O::kSlots, n),
-                     "pass the number of elements of the parameter buffer");
+  // Constexpr, so that an optimizer without slots never spells a division by zero.
+  if constexpr (O::kSlots != 0)
+    if (n > std::numeric_limits<std::size_t>::max() / O::kSlots)
+      throw UsageError(-1, "optim::make_state",
+                       fmt::format("{} slots of {} elements overflow std::size_t", O::kSlots, n),
+                       "pass the number of elements of the parameter buffer");
   return OptimizerState<T>{std::vector<T>(O::kSlots * n, T(0)), 0};
 }
 
@@ -14271,7 +14274,8 @@ concept PlacesVariablesOf = requires(typename P::template variable_type<T>& vari
 ///   - `P::copy_values(from, to)`: how a replica's value is copied into a variable.
 /// A placement whose variables live on servers (UpdateSite::servers) has:
 ///   - `P::session_type`, opened by the strategy with `P::open_session(cluster, local_replicas,
-///     timeout)` and handed to `create`; `P::default_replicas()`;
+///     timeout)` and handed to `create` (the strategy then runs the replicas the cluster says,
+///     STRATA_LOCAL_REPLICAS or 1, unless told);
 ///   - `P::store(variable, local_replica, values)`: a replica's assignment, sent to the servers.
 /// It leaves out when gradients meet (the sync policy's) and how values cross processes (the
 /// communicator's).
@@ -16488,8 +16492,10 @@ struct OneDevice : SharedCopy {
 // shards, with a cached copy per local replica.
 
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -16534,12 +16540,14 @@ struct OneDevice : SharedCopy {
 // Payloads (little-endian):
 //   create      CreateSpec (kCreateSpecBytes) | name, zero-padded to a multiple of 8 | values
 //   pull        nothing; the reply carries the values
-//   push        OptimizerSpec (kOptimizerSpecBytes) | gradient; the reply carries nothing
+//   push        OptimizerSpec (kOptimizerSpecBytes) | SyncSpec (kSyncSpecBytes) | gradient; the
+//               reply carries nothing
 //   push_pull   as push; the reply carries the values after this push
 //   assign      values; the reply carries nothing
 //   done        nothing: the worker has finished (a ps task serves until every worker has)
 // Every length and value is checked by the receiver before it allocates or applies anything.
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <concepts>
@@ -16596,6 +16604,26 @@ struct OptimizerSpec {
   friend bool operator==(const OptimizerSpec&, const OptimizerSpec&) = default;
 };
 inline constexpr std::size_t kOptimizerSpecBytes = 48;
+
+/// When a push meets the shard, as the worker's sync policy decides (sync/): at once
+/// (Asynchronous), within `bound` pushes of the slowest replica (BoundedStaleness), or
+/// aggregated with the pushes of the other replicas of the same step (Synchronous, TF1's
+/// SyncReplicasOptimizer with `bound` gradients to aggregate). Every push to a shard must name
+/// the same mode, replicas and bound.
+struct SyncSpec {
+  enum class Mode : std::uint8_t { asynchronous = 0, bounded_staleness = 1, synchronous = 2 };
+  enum class Aggregation : std::uint8_t { sum = 0, mean = 1 };
+  Mode mode = Mode::asynchronous;
+  Aggregation aggregation = Aggregation::sum;
+  std::uint32_t replica = 0;   ///< the pushing replica, in [0, replicas)
+  std::uint32_t replicas = 1;  ///< every replica of the cluster
+  std::uint32_t bound = 0;     ///< staleness bound k, or gradients to aggregate per step
+  std::uint64_t step = 0;      ///< synchronous: the shard version the gradient was computed on
+  friend bool operator==(const SyncSpec&, const SyncSpec&) = default;
+};
+inline constexpr std::size_t kSyncSpecBytes = 32;
+/// What comes before a push's gradient.
+inline constexpr std::size_t kPushPrefixBytes = kOptimizerSpecBytes + kSyncSpecBytes;
 
 /// A create request's fixed part.
 struct CreateSpec {
@@ -16655,6 +16683,54 @@ inline std::optional<OptimizerSpec> decode_optimizer(std::span<const std::byte> 
   double* fields[] = {&spec.learning_rate, &spec.momentum, &spec.beta1, &spec.beta2, &spec.epsilon};
   for (std::size_t i = 0; i < 5; ++i)
     *fields[i] = detail::double_of(detail::load_le<std::uint64_t>(&in[8 + 8 * i]));
+  return spec;
+}
+
+inline std::array<std::byte, kSyncSpecBytes> encode(const SyncSpec& spec) noexcept {
+  std::array<std::byte, kSyncSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.mode);
+  out[1] = static_cast<std::byte>(spec.aggregation);
+  detail::store_le<std::uint32_t>(&out[4], spec.replica);
+  detail::store_le<std::uint32_t>(&out[8], spec.replicas);
+  detail::store_le<std::uint32_t>(&out[12], spec.bound);
+  detail::store_le<std::uint64_t>(&out[16], spec.step);
+  return out;
+}
+
+/// What comes before a push's gradient: the optimizer to apply and when the push meets the
+/// shard.
+inline std::array<std::byte, kPushPrefixBytes> push_prefix(const OptimizerSpec& optimizer,
+                                                           const SyncSpec& sync = {}) noexcept {
+  std::array<std::byte, kPushPrefixBytes> out{};
+  const auto first = encode(optimizer);
+  const auto second = encode(sync);
+  std::copy(first.begin(), first.end(), out.begin());
+  std::copy(second.begin(), second.end(), out.begin() + kOptimizerSpecBytes);
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (unknown mode, padding set, a
+/// replica out of range, a synchronous step that aggregates nothing or more than there are).
+inline std::optional<SyncSpec> decode_sync(std::span<const std::byte> in) noexcept {
+  if (in.size() < kSyncSpecBytes) return std::nullopt;
+  const auto mode = static_cast<std::uint8_t>(in[0]);
+  const auto aggregation = static_cast<std::uint8_t>(in[1]);
+  if (mode > static_cast<std::uint8_t>(SyncSpec::Mode::synchronous) ||
+      aggregation > static_cast<std::uint8_t>(SyncSpec::Aggregation::mean))
+    return std::nullopt;
+  for (const std::size_t i : {2, 3, 24, 25, 26, 27, 28, 29, 30, 31})
+    if (in[i] != std::byte{0}) return std::nullopt;
+  SyncSpec spec;
+  spec.mode = static_cast<SyncSpec::Mode>(mode);
+  spec.aggregation = static_cast<SyncSpec::Aggregation>(aggregation);
+  spec.replica = detail::load_le<std::uint32_t>(&in[4]);
+  spec.replicas = detail::load_le<std::uint32_t>(&in[8]);
+  spec.bound = detail::load_le<std::uint32_t>(&in[12]);
+  spec.step = detail::load_le<std::uint64_t>(&in[16]);
+  if (spec.replicas == 0 || spec.replicas > (1u << 20) || spec.replica >= spec.replicas)
+    return std::nullopt;
+  if (spec.mode == SyncSpec::Mode::synchronous && (spec.bound == 0 || spec.bound > spec.replicas))
+    return std::nullopt;
   return spec;
 }
 
@@ -16921,6 +16997,7 @@ std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -16967,7 +17044,15 @@ struct SendReply {
   /// Close every connection once this reply is written: the service is finished.
   bool then_close = false;
 };
-using SessionStep = std::variant<ReadPayload, SendReply>;
+/// The reply comes later, through the session's ServiceReplier (once other connections' requests
+/// have made it possible). The request's payload must have been read whole.
+struct WaitForReply {};
+using SessionStep = std::variant<ReadPayload, SendReply, WaitForReply>;
+
+/// Sends the reply a session deferred with WaitForReply. Call it on the serving thread (from
+/// another session's call); it does nothing once the connection is gone. The reply's payload
+/// must stay valid until the session's next call.
+using ServiceReplier = std::function<void(const SendReply&)>;
 
 /// One connection's conversation, as the service holds it.
 class ServiceSession {
@@ -16979,11 +17064,12 @@ class ServiceSession {
   virtual SessionStep on_payload() = 0;
 };
 
-/// The service: opens a session for each connection that passed the handshake.
+/// The service: opens a session for each connection that passed the handshake, with the means
+/// to send the replies it defers.
 class ServiceHandler {
  public:
   virtual ~ServiceHandler() = default;
-  virtual std::unique_ptr<ServiceSession> open(int rank) = 0;
+  virtual std::unique_ptr<ServiceSession> open(int rank, ServiceReplier replier) = 0;
 };
 
 /// How a ServiceServer's `serve` ended.
@@ -17060,6 +17146,7 @@ class ServiceServer {
     FrameBytes header_bytes{};
     FrameHeader request;
     std::uint64_t payload_left = 0;
+    bool waiting = false;  // for a deferred reply
     std::vector<std::byte> scratch;
     FrameBytes reply_bytes{};
   };
@@ -17215,7 +17302,14 @@ class ServiceServer {
   void established(const ConnectionPtr& connection) {
     if (pending_.erase(connection) == 0) return;  // its handshake timed out meanwhile
     connection->timer.cancel();
-    connection->session = handler_.open(connection->theirs.rank);
+    const std::weak_ptr<Connection> weak = connection;
+    connection->session =
+        handler_.open(connection->theirs.rank, [this, weak](const SendReply& reply) {
+          const auto alive = weak.lock();
+          if (!alive || !alive->waiting || closing_) return;
+          alive->waiting = false;
+          send(alive, reply);
+        });
     established_.insert(connection);
     if (connected_++ == 0) idle_timer_.cancel();
     read_request(connection);
@@ -17248,6 +17342,14 @@ class ServiceServer {
 
   void advance(const ConnectionPtr& connection, SessionStep step) {
     if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
+    if (std::holds_alternative<WaitForReply>(step)) {
+      // A session that waits before it read its request has a bug: the rest would be taken
+      // for the next request.
+      if (connection->payload_left != 0) return refuse(connection);
+      connection->timer.cancel();  // the client's deadline bounds the wait
+      connection->waiting = true;
+      return;
+    }
     auto& read = std::get<ReadPayload>(step);
     std::vector<asio::mutable_buffer> buffers;
     std::uint64_t total = 0;
@@ -18398,6 +18500,7 @@ class ShardedVariable {
         name_(std::move(name)),
         shards_(std::move(shards)),
         copies_(static_cast<std::size_t>(copies), std::vector<T>(values.begin(), values.end())),
+        versions_(static_cast<std::size_t>(copies)),
         states_(static_cast<std::size_t>(copies)),
         aggregation_(aggregation),
         rule_(rule) {}
@@ -18433,12 +18536,14 @@ class ShardedVariable {
 
   /// Replaces copy `lane` by the servers' values.
   void pull(int lane) const {
-    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    const auto l = static_cast<std::size_t>(lane);
+    auto& copy = copies_[l];
     std::vector<ShardCall> calls = make_calls(Operation::pull);
     for (std::size_t s = 0; s < shards_.size(); ++s)
       calls[s].result =
           std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
     client_->call(lane, calls);
+    remember_versions(l, calls);
   }
 
   /// Sets the servers' values from replica `lane`.
@@ -18453,12 +18558,19 @@ class ShardedVariable {
   }
 
   /// Replica `lane`'s update: pushes `gradient` (or, under UpdateRule::sum, the change its
-  /// optimizer makes to its copy) and pulls the values after it into its copy.
+  /// optimizer makes to its copy) and pulls the values after it into its copy, when `sync`
+  /// (the sync policy's) lets the servers answer: at once, within its staleness bound, or once
+  /// the step's gradients are aggregated.
   template <class O>
   requires optim::Optimizer<O, T>
-  void push_pull(int lane, const O& optimizer, std::span<const T> gradient) {
+  void push_pull(int lane, const O& optimizer, std::span<const T> gradient,
+                 ps::SyncSpec sync = {}) {
     check_size("apply_gradients", gradient.size());
-    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    const auto l = static_cast<std::size_t>(lane);
+    // A synchronous push names the step its gradient was computed on: the version of the
+    // values this replica last received (a replica that has none yet asks first).
+    if (sync.mode == ps::SyncSpec::Mode::synchronous && versions_[l].empty()) pull(lane);
+    auto& copy = copies_[l];
     std::span<const T> pushed = gradient;
     OptimizerSpec spec;
     std::vector<T> delta;
@@ -18478,18 +18590,27 @@ class ShardedVariable {
                     "applies its optimizer and the servers add up the changes");
       if constexpr (ps::ServerOptimizer<O>) spec = ps::spec_of(optimizer);
     }
-    const auto prefix = ps::encode(spec);
+    std::vector<std::array<std::byte, ps::kPushPrefixBytes>> prefixes(shards_.size());
     std::vector<ShardCall> calls = make_calls(Operation::push_pull);
     for (std::size_t s = 0; s < shards_.size(); ++s) {
-      calls[s].prefix = prefix;
+      if (sync.mode == ps::SyncSpec::Mode::synchronous) sync.step = versions_[l][s];
+      prefixes[s] = ps::push_prefix(spec, sync);
+      calls[s].prefix = prefixes[s];
       calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
       calls[s].result =
           std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
     }
     client_->call(lane, calls);
+    remember_versions(l, calls);
   }
 
  private:
+  void remember_versions(std::size_t lane, std::span<const ShardCall> calls) const {
+    versions_[lane].resize(calls.size());
+    for (std::size_t s = 0; s < calls.size(); ++s)
+      versions_[lane][s] = calls[s].version;
+  }
+
   std::vector<ShardCall> make_calls(Operation operation) const {
     std::vector<ShardCall> calls(shards_.size());
     for (std::size_t s = 0; s < shards_.size(); ++s) {
@@ -18515,6 +18636,9 @@ class ShardedVariable {
   // A replica's copy is refreshed by the pull inside read() too, which is const: the copy is
   // a cache of the servers' values, not the variable's state.
   mutable std::vector<std::vector<T>> copies_;
+  // The shards' versions (updates applied) in each copy, as the servers last said; empty for a
+  // copy never refreshed.
+  mutable std::vector<std::vector<std::uint64_t>> versions_;
   std::vector<std::optional<optim::OptimizerState<T>>> states_;  // UpdateRule::sum only
   VariableAggregation aggregation_;
   UpdateRule rule_;
@@ -18570,9 +18694,6 @@ struct ParameterServer {
   template <std::floating_point T>
   using variable_type = ShardedVariable<T>;
 
-  /// One replica per worker unless told (TF2's CPU workers).
-  static int default_replicas() noexcept { return 1; }
-
   /// Connects this worker to the servers of `cluster`, with a lane per local replica.
   /// @throws UsageError on a ps task or outside a cluster with ps tasks; the client's errors.
   static std::unique_ptr<session_type> open_session(const cluster::ResolvedCluster& cluster,
@@ -18608,11 +18729,12 @@ struct ParameterServer {
   static std::span<T> write_target(ShardedVariable<T>& variable, int local_replica) noexcept {
     return variable.copy(static_cast<std::size_t>(local_replica));
   }
-  /// Replica `local_replica`'s update: pushed to the servers, the new values pulled back.
+  /// Replica `local_replica`'s update: pushed to the servers, the new values pulled back, when
+  /// `sync` lets them answer (at once by default).
   template <class O, std::floating_point T>
   static void apply(ShardedVariable<T>& variable, int local_replica, const O& optimizer,
-                    std::span<const T> gradient) {
-    variable.push_pull(local_replica, optimizer, gradient);
+                    std::span<const T> gradient, const ps::SyncSpec& sync = {}) {
+    variable.push_pull(local_replica, optimizer, gradient, sync);
   }
   /// Replica `local_replica`'s assignment: written to the servers.
   template <std::floating_point T>
@@ -18731,16 +18853,52 @@ class Server {
 
 #include <fmt/format.h>
 
+// ---- begin strata/ps/detail/shard.hpp ----
+// strata/ps/detail/shard.hpp — one shard on a parameter server: its values, its optimizer's
+// slots, and the rule that decides when a push meets it (ps/protocol.hpp's SyncSpec).
+//
+// Only the server's thread touches a shard; this header knows nothing of connections: a push
+// says which waiting callers it releases, and the server answers them.
 
-namespace strata::ps {
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
 
-namespace detail::server {
+#include <fmt/format.h>
+
+
+namespace strata::ps::detail {
 
 template <std::floating_point T>
 struct Values {
   std::vector<T> values;
   optim::OptimizerState<T> state;
   OptimizerSpec::Kind kind = OptimizerSpec::Kind::none;  // whose slots `state` holds
+  std::vector<std::vector<T>> step_gradients;            // synchronous: by replica
+};
+
+/// A caller whose push is applied (or held) and whose reply waits.
+struct Waiter {
+  void* caller = nullptr;
+  std::uint32_t replica = 0;
+  std::uint64_t clock = 0;  // bounded staleness: the caller's pushes, this one included
+};
+
+/// How pushes meet the shard: set by the first push, the same for every later one.
+struct SyncState {
+  bool set = false;
+  SyncSpec spec;                      // mode, aggregation, replicas, bound (step unused)
+  std::vector<std::uint64_t> pushes;  // bounded staleness: pushes applied, by replica
+  std::vector<int> owner;             // the worker (collective rank) of each replica; -1: none yet
+  std::vector<bool> arrived;          // synchronous: whose gradient of this step is in
+  std::size_t arrivals = 0;
+  std::vector<Waiter> waiting;
 };
 
 struct Shard {
@@ -18749,7 +18907,9 @@ struct Shard {
   UpdateRule update = UpdateRule::optimizer;
   std::uint64_t elements = 0;
   std::uint64_t version = 0;  // updates applied
+  std::uint64_t stale = 0;    // synchronous: gradients dropped for being computed on an old step
   std::variant<Values<float>, Values<double>> data;
+  SyncState sync;
 };
 
 inline bool is_value_type(DataType type) noexcept {
@@ -18768,7 +18928,7 @@ inline std::size_t slots_of(OptimizerSpec::Kind kind) noexcept {
   }
 }
 
-// Applies `gradient` to `shard` by its update rule; the reason when the push cannot apply.
+/// Applies `gradient` to `shard` by its update rule; the reason when it cannot apply.
 template <std::floating_point T>
 std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spec,
                        std::span<const T> gradient) {
@@ -18790,10 +18950,8 @@ std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spe
         shard.name, slots_of(values.kind), slots_of(spec.kind));
   auto run = [&](const auto& optimizer) -> std::string {
     try {
-      if (values.kind == OptimizerSpec::Kind::none) {
+      if (values.kind == OptimizerSpec::Kind::none)
         values.state = optim::make_state<T>(optimizer, values.values.size());
-        values.kind = spec.kind;
-      }
       optimizer.apply(std::span<T>(values.values), gradient, values.state);
       values.kind = spec.kind;
       return {};
@@ -18816,6 +18974,154 @@ std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spe
   return "unknown optimizer";
 }
 
+/// What became of a push.
+struct PushOutcome {
+  enum class Kind : std::uint8_t { reply, wait, error } kind = Kind::reply;
+  std::string why;              // for error
+  std::vector<void*> released;  // other callers whose replies may go now
+};
+
+namespace shard_detail {
+
+inline std::uint64_t slowest(const SyncState& sync) noexcept {
+  return *std::min_element(sync.pushes.begin(), sync.pushes.end());
+}
+
+// Bounded staleness: a caller whose push was its `clock`-th may go on once every replica has
+// pushed at least clock − bound times (no replica more than `bound` steps behind it).
+inline bool may_go(const SyncState& sync, std::uint64_t clock) noexcept {
+  return clock - std::min(clock, slowest(sync)) <= sync.spec.bound;
+}
+
+inline std::vector<void*> release_ready(SyncState& sync) {
+  std::vector<void*> released;
+  std::erase_if(sync.waiting, [&](const Waiter& waiter) {
+    if (!may_go(sync, waiter.clock)) return false;
+    released.push_back(waiter.caller);
+    return true;
+  });
+  return released;
+}
+
+}  // namespace shard_detail
+
+/// Applies, holds or drops a push of `caller` (worker `rank`) by the shard's sync policy.
+/// On `reply` the caller answers at once; on `wait` its reply goes when a later push (or a
+/// worker's `done`) releases it; `released` are the callers to answer now.
+template <std::floating_point T>
+PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer,
+                 const SyncSpec& spec, std::span<const T> gradient, int rank, void* caller) {
+  using Mode = SyncSpec::Mode;
+  SyncState& sync = shard.sync;
+  const auto fail = [](std::string why) {
+    return PushOutcome{PushOutcome::Kind::error, std::move(why), {}};
+  };
+  if (!sync.set) {
+    sync.set = true;
+    sync.spec = spec;
+    sync.spec.replica = 0;
+    sync.spec.step = 0;
+    sync.pushes.assign(spec.replicas, 0);
+    sync.owner.assign(spec.replicas, -1);
+    sync.arrived.assign(spec.replicas, false);
+  } else if (sync.spec.mode != spec.mode || sync.spec.aggregation != spec.aggregation ||
+             sync.spec.replicas != spec.replicas || sync.spec.bound != spec.bound) {
+    return fail(
+        fmt::format("workers disagree on how pushes meet variable '{}': mode {}, {} "
+                    "replicas, bound {} first; mode {}, {} replicas, bound {} now",
+                    shard.name, static_cast<int>(sync.spec.mode), sync.spec.replicas,
+                    sync.spec.bound, static_cast<int>(spec.mode), spec.replicas, spec.bound));
+  }
+  sync.owner[spec.replica] = rank;
+  PushOutcome outcome;
+  switch (spec.mode) {
+    case Mode::asynchronous:
+      outcome.why = apply_push(shard, values, optimizer, gradient);
+      if (!outcome.why.empty()) return fail(std::move(outcome.why));
+      ++shard.version;
+      return outcome;
+    case Mode::bounded_staleness: {
+      outcome.why = apply_push(shard, values, optimizer, gradient);
+      if (!outcome.why.empty()) return fail(std::move(outcome.why));
+      ++shard.version;
+      const std::uint64_t clock = ++sync.pushes[spec.replica];
+      outcome.released = shard_detail::release_ready(sync);
+      if (!shard_detail::may_go(sync, clock)) {
+        sync.waiting.push_back({caller, spec.replica, clock});
+        outcome.kind = PushOutcome::Kind::wait;
+      }
+      return outcome;
+    }
+    case Mode::synchronous:
+      break;
+  }
+  // Synchronous: a gradient of an older step is dropped (a backup replica came late); the rest
+  // wait until `bound` gradients of the step are in, which are then added in replica order (the
+  // same bits whatever order they arrived in) and applied once.
+  if (spec.step < shard.version) {
+    ++shard.stale;
+    return outcome;
+  }
+  if (spec.step > shard.version)
+    return fail(fmt::format("a gradient for step {} of variable '{}', which is at step {}",
+                            spec.step, shard.name, shard.version));
+  if (sync.arrived[spec.replica])
+    return fail(fmt::format("replica {} pushed twice in step {} of variable '{}'", spec.replica,
+                            shard.version, shard.name));
+  values.step_gradients.resize(spec.replicas);
+  values.step_gradients[spec.replica].assign(gradient.begin(), gradient.end());
+  sync.arrived[spec.replica] = true;
+  if (++sync.arrivals < sync.spec.bound) {
+    sync.waiting.push_back({caller, spec.replica, 0});
+    outcome.kind = PushOutcome::Kind::wait;
+    return outcome;
+  }
+  std::vector<T> total(gradient.size(), T(0));
+  for (std::size_t r = 0; r < sync.arrived.size(); ++r) {
+    if (!sync.arrived[r]) continue;
+    const auto& part = values.step_gradients[r];
+    for (std::size_t i = 0; i < total.size(); ++i)
+      total[i] += part[i];
+  }
+  if (sync.spec.aggregation == SyncSpec::Aggregation::mean)
+    for (T& g : total)
+      g /= static_cast<T>(sync.arrivals);
+  std::fill(sync.arrived.begin(), sync.arrived.end(), false);
+  sync.arrivals = 0;
+  for (const Waiter& waiter : sync.waiting)
+    outcome.released.push_back(waiter.caller);
+  sync.waiting.clear();
+  outcome.why = apply_push(shard, values, optimizer, std::span<const T>(total));
+  if (!outcome.why.empty()) {
+    outcome.kind = PushOutcome::Kind::error;  // the step is dropped; the others go on with it
+    return outcome;
+  }
+  ++shard.version;
+  return outcome;
+}
+
+/// Worker `rank` has finished: under bounded staleness its replicas no longer hold anyone back.
+/// Returns the callers to answer now.
+inline std::vector<void*> finished(Shard& shard, int rank) {
+  SyncState& sync = shard.sync;
+  if (!sync.set || sync.spec.mode != SyncSpec::Mode::bounded_staleness) return {};
+  for (std::size_t r = 0; r < sync.owner.size(); ++r)
+    if (sync.owner[r] == rank) sync.pushes[r] = std::numeric_limits<std::uint64_t>::max();
+  return shard_detail::release_ready(sync);
+}
+
+/// `caller` is gone: it waits for nothing any more.
+inline void forget(Shard& shard, const void* caller) {
+  std::erase_if(shard.sync.waiting, [&](const Waiter& waiter) { return waiter.caller == caller; });
+}
+
+}  // namespace strata::ps::detail
+// ---- end strata/ps/detail/shard.hpp ----
+
+namespace strata::ps {
+
+namespace detail::server {
+
 inline std::chrono::nanoseconds thread_cpu_time() noexcept {
   timespec now{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
@@ -18825,7 +19131,7 @@ inline std::chrono::nanoseconds thread_cpu_time() noexcept {
 }  // namespace detail::server
 
 struct Server::State : transport::tcp::ServiceHandler {
-  using Shard = detail::server::Shard;
+  using Shard = detail::Shard;
   using SessionStep = transport::tcp::SessionStep;
   using ReadPayload = transport::tcp::ReadPayload;
   using SendReply = transport::tcp::SendReply;
@@ -18833,7 +19139,16 @@ struct Server::State : transport::tcp::ServiceHandler {
   // One worker connection's requests, one at a time.
   class Session : public transport::tcp::ServiceSession {
    public:
-    Session(State& state, int rank) : state_(state), rank_(rank) {}
+    Session(State& state, int rank, transport::tcp::ServiceReplier replier)
+        : state_(state), rank_(rank), replier_(std::move(replier)) {}
+    ~Session() override { state_.forget(this); }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // Sends the reply this session's waiting push_pull of shard `handle` deferred.
+    void release(std::uint32_t handle) {
+      replier_(std::get<SendReply>(values_reply(handle, state_.shards[handle].version)));
+    }
 
     SessionStep on_request(const transport::tcp::FrameHeader& request) override {
       request_ = request;
@@ -18895,7 +19210,7 @@ struct Server::State : transport::tcp::ServiceHandler {
     SessionStep on_create_spec() {
       const std::uint64_t left = request_.payload_bytes - kCreateSpecBytes;
       const auto spec = decode_create(std::span<const std::byte>(prefix_.data(), kCreateSpecBytes));
-      if (!spec || !detail::server::is_value_type(request_.element_type) ||
+      if (!spec || !detail::is_value_type(request_.element_type) ||
           spec->elements != request_.count ||
           left !=
               padded_name_bytes(spec->name_bytes) + spec->elements * size_of(request_.element_type))
@@ -18941,7 +19256,7 @@ struct Server::State : transport::tcp::ServiceHandler {
       const bool push = operation == Operation::push || operation == Operation::push_pull;
       const std::uint64_t value_bytes = shard.elements * size_of(shard.type);
       const std::uint64_t expected =
-          operation == Operation::pull ? 0 : (push ? kOptimizerSpecBytes : 0) + value_bytes;
+          operation == Operation::pull ? 0 : (push ? kPushPrefixBytes : 0) + value_bytes;
       if (request_.element_type != shard.type || request_.count != shard.elements ||
           request_.payload_bytes != expected)
         return error(Status::mismatch,
@@ -18962,13 +19277,13 @@ struct Server::State : transport::tcp::ServiceHandler {
           },
           shard.data);
       if (!push) return read(values);
-      return read(std::span(prefix_.data(), kOptimizerSpecBytes), values);
+      return read(std::span(prefix_.data(), kPushPrefixBytes), values);
     }
 
     SessionStep on_values() {
       const auto operation = static_cast<Operation>(request_.kind);
       Shard& shard = state_.shards[handle_];
-      std::string why;
+      detail::PushOutcome outcome;
       std::visit(
           [&](auto& values) {
             using T = typename std::decay_t<decltype(values.values)>::value_type;
@@ -18977,14 +19292,28 @@ struct Server::State : transport::tcp::ServiceHandler {
               std::copy(incoming.begin(), incoming.end(), values.values.begin());
               return;
             }
-            const auto spec =
-                decode_optimizer(std::span<const std::byte>(prefix_.data(), kOptimizerSpecBytes));
-            why = spec ? detail::server::apply_push(shard, values, *spec, incoming)
-                       : std::string("a push whose optimizer spec is malformed");
+            const std::span<const std::byte> prefix(prefix_.data(), kPushPrefixBytes);
+            const auto optimizer = decode_optimizer(prefix.first(kOptimizerSpecBytes));
+            const auto sync = decode_sync(prefix.subspan(kOptimizerSpecBytes));
+            if (!optimizer || !sync)
+              outcome = {detail::PushOutcome::Kind::error, "a push whose prefix is malformed", {}};
+            else if (operation == Operation::push && sync->mode != SyncSpec::Mode::asynchronous)
+              outcome = {detail::PushOutcome::Kind::error,
+                         "a push that waits for other replicas must pull (push_pull)",
+                         {}};
+            else
+              outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this);
           },
           shard.data);
-      if (!why.empty()) return error(Status::bad_request, std::move(why));
-      ++shard.version;
+      state_.answer(outcome.released, handle_);
+      switch (outcome.kind) {
+        case detail::PushOutcome::Kind::error:
+          return error(Status::bad_request, std::move(outcome.why));
+        case detail::PushOutcome::Kind::wait:
+          return transport::tcp::WaitForReply{};
+        case detail::PushOutcome::Kind::reply:
+          break;
+      }
       if (operation == Operation::push_pull) return values_reply(handle_, shard.version);
       return ok(shard.version);
     }
@@ -19015,9 +19344,10 @@ struct Server::State : transport::tcp::ServiceHandler {
 
     State& state_;
     int rank_;
+    transport::tcp::ServiceReplier replier_;
     transport::tcp::FrameHeader request_;
     Stage stage_ = Stage::create_spec;
-    std::array<std::byte, std::max(kOptimizerSpecBytes, kCreateSpecBytes)> prefix_{};
+    std::array<std::byte, std::max(kPushPrefixBytes, kCreateSpecBytes)> prefix_{};
     CreateSpec spec_;
     std::string name_;
     std::uint32_t handle_ = 0;
@@ -19060,8 +19390,20 @@ struct Server::State : transport::tcp::ServiceHandler {
     return spec;
   }
 
-  std::unique_ptr<transport::tcp::ServiceSession> open(int rank) override {
-    return std::make_unique<Session>(*this, rank);
+  std::unique_ptr<transport::tcp::ServiceSession> open(
+      int rank, transport::tcp::ServiceReplier replier) override {
+    return std::make_unique<Session>(*this, rank, std::move(replier));
+  }
+
+  // Answers the waiting pushes `callers` (sessions) of shard `handle`.
+  void answer(const std::vector<void*>& callers, std::uint32_t handle) {
+    for (void* caller : callers)
+      static_cast<Session*>(caller)->release(handle);
+  }
+
+  void forget(const Session* session) {
+    for (Shard& shard : shards)
+      detail::forget(shard, session);
   }
 
   std::string who() const {
@@ -19083,9 +19425,9 @@ struct Server::State : transport::tcp::ServiceHandler {
     shard.elements = spec.elements;
     const auto count = static_cast<std::size_t>(spec.elements);
     if (type == DataType::float32)
-      shard.data = detail::server::Values<float>{std::vector<float>(count), {}, {}};
+      shard.data = detail::Values<float>{std::vector<float>(count), {}, {}, {}};
     else
-      shard.data = detail::server::Values<double>{std::vector<double>(count), {}, {}};
+      shard.data = detail::Values<double>{std::vector<double>(count), {}, {}, {}};
     const auto handle = static_cast<std::uint32_t>(shards.size());
     shards.push_back(std::move(shard));
     by_name.emplace(name, handle);
@@ -19100,6 +19442,8 @@ struct Server::State : transport::tcp::ServiceHandler {
   }
 
   SessionStep finished(int rank) {
+    for (std::size_t handle = 0; handle < shards.size(); ++handle)
+      answer(detail::finished(shards[handle], rank), static_cast<std::uint32_t>(handle));
     const auto r = static_cast<std::size_t>(rank);
     if (!done_ranks[r]) {
       done_ranks[r] = true;
@@ -20528,10 +20872,6 @@ class Strategy {
                 "(CentralStorage, OneDevice) would be written by one replica while others read "
                 "it under a sync policy that does not wait for all replicas; use Synchronous, or "
                 "a ParameterServer placement, whose servers apply each update atomically.");
-  static_assert(P::kUpdateSite != placement::UpdateSite::servers || !S::kWaitsForAllReplicas,
-                "strata::Strategy: synchronous training over parameter servers (TF1's "
-                "SyncReplicasOptimizer) is not available; train a ParameterServer placement "
-                "with Asynchronous (ParameterServerStrategy).");
 
  public:
   using placement_type = P;
@@ -20780,9 +21120,12 @@ class Strategy {
       return communicators_[r].rank();
   }
 
-  // One replica per usable CPU, or what the placement says (one per GPU).
+  // One replica per usable CPU, what the placement says (one per GPU), or for a worker of a
+  // parameter-server cluster what the cluster says (STRATA_LOCAL_REPLICAS, else 1).
   static int default_replicas() {
-    if constexpr (requires { P::default_replicas(); })
+    if constexpr (placement::HasSession<P>)
+      return strata::resolve_cluster().local_replicas;
+    else if constexpr (requires { P::default_replicas(); })
       return P::default_replicas();
     else
       return P::kMaxReplicas == 1 ? 1 : detail::usable_cpus();
@@ -20901,9 +21244,65 @@ struct Asynchronous {
 
 }  // namespace strata::sync
 // ---- end strata/sync/asynchronous.hpp ----
+// ---- begin strata/sync/bounded_staleness.hpp ----
+// strata/sync/bounded_staleness.hpp — asynchronous, but no replica runs far ahead of the
+// slowest (stale synchronous parallel).
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+
+namespace strata::sync {
+
+/// Stale synchronous parallel training (Ho et al., 2013) over parameter servers: each
+/// replica's gradient is applied as it arrives, as under Asynchronous, but a replica goes on to
+/// its next step only once every replica has pushed the gradient of the step `kStaleness` steps
+/// behind its own: no replica computes more than `kStaleness` steps ahead of the slowest.
+/// `BoundedStaleness<0>` is bulk synchronous: every replica computes each step on values that
+/// hold every replica's gradients of the step before (applied one by one, not averaged).
+///
+/// Steps are counted per variable, by the pushes of its gradients. A worker that has finished
+/// (its strategy is gone) holds nobody back. A replica that stops pushing holds the others back
+/// until their deadline (TimeoutError naming the ps task).
+template <int kStaleness>
+struct BoundedStaleness {
+  static_assert(kStaleness >= 0, "strata::sync::BoundedStaleness: the bound is a step count >= 0");
+  static constexpr std::string_view kName = "BoundedStaleness";
+  static constexpr bool kWaitsForAllReplicas = false;
+  static constexpr int kBound = kStaleness;
+
+  template <class Context, class O, class Variable, class T>
+  static void apply_gradients(Context& context, const O& optimizer, std::span<T> gradient,
+                              Variable& variable) {
+    using P = typename Context::placement_type;
+    static_assert(P::kUpdateSite == placement::UpdateSite::servers,
+                  "strata::sync::BoundedStaleness: the parameter servers enforce the bound; use a "
+                  "ParameterServer placement.");
+    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
+    ps::SyncSpec sync;
+    sync.mode = ps::SyncSpec::Mode::bounded_staleness;
+    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
+    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
+    sync.bound = static_cast<std::uint32_t>(kStaleness);
+    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+  }
+
+  /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
+  template <class Context, class Variable, class T>
+  static void assign(Context& context, Variable& variable, std::span<const T> value) {
+    using P = typename Context::placement_type;
+    detail::check_size(context, "assign", value.size(), variable.size());
+    P::store(variable, context.local_replica_id(), value);
+  }
+};
+
+}  // namespace strata::sync
+// ---- end strata/sync/bounded_staleness.hpp ----
 // ---- begin strata/sync/synchronous.hpp ----
 // strata/sync/synchronous.hpp — every step, every replica's gradient reaches the variables.
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -20921,6 +21320,11 @@ namespace strata::sync {
 ///     the same update to its own copy. No copy of the gradient is made.
 ///   - one_replica (CentralStorage, OneDevice, Default): reduce the gradient in place to
 ///     replica 0, which applies the update, and the others wait for it.
+///   - servers (ParameterServer; TF1's SyncReplicasOptimizer): every replica pushes its
+///     gradient of the step; the servers add them up in replica order once all are in, apply the
+///     optimizer once and answer every replica with the new values. Replicas of different
+///     workers wait for each other through the servers only; every worker must run the same
+///     number of steps.
 struct Synchronous {
   static constexpr std::string_view kName = "Synchronous";
   static constexpr bool kWaitsForAllReplicas = true;
@@ -20938,7 +21342,22 @@ struct Synchronous {
     const auto aggregation = variable.aggregation();
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (many) require_aggregation(context, "apply_gradients", aggregation);
-    if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
+    if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
+      if (many && first_only)
+        throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
+                         "synchronous training over parameter servers aggregates every "
+                         "replica's gradient, and the variable takes only the first replica's",
+                         "create the variable with VariableAggregation::sum or mean");
+      ps::SyncSpec sync;
+      sync.mode = ps::SyncSpec::Mode::synchronous;
+      sync.aggregation = aggregation == placement::VariableAggregation::mean
+                             ? ps::SyncSpec::Aggregation::mean
+                             : ps::SyncSpec::Aggregation::sum;
+      sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
+      sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
+      sync.bound = sync.replicas;
+      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+    } else if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
       if (many) {
         if (first_only)
           communicator.broadcast(gradient, 0);
@@ -20971,6 +21390,12 @@ struct Synchronous {
     const auto aggregation = variable.aggregation();
     if (many) require_aggregation(context, "assign", aggregation);
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
+    if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
+      // The servers hold one value: the replicas write it (the last writer wins); only the
+      // first replica's under only_first_replica.
+      if (!first_only || replica == 0) P::store(variable, context.local_replica_id(), value);
+      return;
+    }
     const std::span<T> target = P::write_target(variable, context.local_replica_id());
     if (!many) {
       placement::copy_values<P, T>(value, target);
@@ -21044,9 +21469,11 @@ using CentralStorageStrategy =
 /// ParameterServerStrategy with between-graph replication: every worker runs the training
 /// loop, its replicas pull variables from the servers and push gradients, which the servers
 /// apply with the optimizer as they arrive; no worker waits for another. The ps tasks run the
-/// same program, which calls `strata::ps::serve_if_ps()` first (or `strata-ps`). One replica
-/// per worker unless StrategyOptions::num_replicas says otherwise. Sharded variables, greedy
-/// placement and worker-side optimizers: Strategy<placement::ParameterServer<...>, ...>.
+/// same program, which calls `strata::ps::serve_if_ps()` first (or `strata-ps`). Local replicas:
+/// StrategyOptions::num_replicas, else STRATA_LOCAL_REPLICAS, else 1. Sharded variables, greedy
+/// placement and worker-side optimizers: Strategy<placement::ParameterServer<...>, ...>;
+/// bounded staleness or synchronous training (TF1's SyncReplicasOptimizer): the same with
+/// sync::BoundedStaleness<k> or sync::Synchronous.
 using ParameterServerStrategy =
     Strategy<placement::ParameterServer<>, communicator::LocalCommunicator<>, sync::Asynchronous>;
 

@@ -37,6 +37,7 @@ using strata::ps::Operation;
 using strata::ps::OptimizerSpec;
 using strata::ps::Server;
 using strata::ps::ShardCall;
+using strata::ps::SyncSpec;
 using strata::ps::UpdateRule;
 
 // The servers of a cluster, each serving on a thread of its own until the test ends.
@@ -73,11 +74,13 @@ OptimizerSpec sgd(double learning_rate) {
   return {OptimizerSpec::Kind::sgd, learning_rate, 0, 0, 0, 0};
 }
 
-// One push_pull of `gradient` with `spec` to shard `handle` on `server`; returns the values.
+// One push_pull of `gradient` with `spec` to shard `handle` on `server`, meeting the shard as
+// `sync` says; returns the values.
 template <class T>
 std::vector<T> push_pull(Client& client, int server, std::uint32_t handle,
-                         const OptimizerSpec& spec, const std::vector<T>& gradient, int lane = 0) {
-  const auto prefix = strata::ps::encode(spec);
+                         const OptimizerSpec& spec, const std::vector<T>& gradient, int lane = 0,
+                         const strata::ps::SyncSpec& sync = {}) {
+  const auto prefix = strata::ps::push_prefix(spec, sync);
   std::vector<T> result(gradient.size());
   ShardCall call;
   call.server = server;
@@ -276,4 +279,87 @@ TEST_CASE("a server that goes away is a PeerFailureError naming it") {
   CHECK_THROWS_WITH_AS(pull<float>(client, 0, w, 1), doctest::Contains("ps task 0"),
                        strata::PeerFailureError);
   CHECK(std::chrono::steady_clock::now() - start < 1s);
+}
+
+namespace {
+
+SyncSpec sync_spec(SyncSpec::Mode mode, std::uint32_t replica, std::uint32_t replicas,
+                   std::uint32_t bound, std::uint64_t step = 0) {
+  SyncSpec spec;
+  spec.mode = mode;
+  spec.replica = replica;
+  spec.replicas = replicas;
+  spec.bound = bound;
+  spec.step = step;
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a synchronous step waits for its gradients, adds them in replica order, drops late ones") {
+  const auto spec = strata::testing::loopback_ps_cluster(3, 1);
+  Servers servers(spec);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int r = 0; r < 3; ++r)
+    clients.push_back(std::make_unique<Client>(spec, r, 1));
+  const auto w = create(*clients[0], 0, "w", std::vector<float>{0.0f, 0.0f});
+  using Mode = SyncSpec::Mode;
+  // Three replicas, two gradients to aggregate: the third is a backup.
+  auto push = [&](int replica, std::uint64_t step, std::vector<float> gradient) {
+    return std::async(std::launch::async, [&, replica, step, gradient] {
+      return push_pull(
+          *clients[static_cast<std::size_t>(replica)], 0, w, sgd(1.0), gradient, 0,
+          sync_spec(Mode::synchronous, static_cast<std::uint32_t>(replica), 3, 2, step));
+    });
+  };
+  auto second = push(1, 0, {0.25f, 3.0f});
+  CHECK(second.wait_for(200ms) == std::future_status::timeout);  // one of two is in
+  auto first = push(0, 0, {1.0f, -1.0f});
+  const std::vector<float> after{-1.25f, -2.0f};  // 0 - (1 + 0.25), 0 - (-1 + 3)
+  CHECK(first.get() == after);
+  CHECK(second.get() == after);
+  // The backup's gradient of step 0 comes late: dropped, and it gets the values of step 1.
+  CHECK(push(2, 0, {100.0f, 100.0f}).get() == after);
+  CHECK(pull<float>(*clients[0], 0, w, 2) == after);
+  // Replicas that disagree on the policy, push twice or push a future step are refused.
+  CHECK_THROWS_WITH(push_pull(*clients[0], 0, w, sgd(1.0), std::vector<float>{1, 1}, 0,
+                              sync_spec(Mode::synchronous, 0, 3, 3, 1)),
+                    doctest::Contains("disagree"));
+  CHECK_THROWS_WITH(push_pull(*clients[0], 0, w, sgd(1.0), std::vector<float>{1, 1}, 0,
+                              sync_spec(Mode::synchronous, 0, 3, 2, 5)),
+                    doctest::Contains("for step 5"));
+  auto waiting = push(0, 1, {1.0f, 1.0f});
+  CHECK(waiting.wait_for(100ms) == std::future_status::timeout);
+  Client other(spec, 0, 1);  // clients[0]'s lane is busy waiting
+  CHECK_THROWS_WITH(push_pull(other, 0, w, sgd(1.0), std::vector<float>{1, 1}, 0,
+                              sync_spec(Mode::synchronous, 0, 3, 2, 1)),
+                    doctest::Contains("pushed twice"));
+  CHECK(push(2, 1, {1.0f, 1.0f}).get() == std::vector<float>{-3.25f, -4.0f});
+  CHECK(waiting.get() == std::vector<float>{-3.25f, -4.0f});
+}
+
+TEST_CASE("under bounded staleness a replica waits while it is more than k pushes ahead") {
+  const auto spec = strata::testing::loopback_ps_cluster(2, 1);
+  Servers servers(spec);
+  Client fast(spec, 0, 1);
+  Client slow(spec, 1, 1);
+  const auto w = create(fast, 0, "w", std::vector<float>{0.0f});
+  using Mode = SyncSpec::Mode;
+  auto step = [&](Client& client, std::uint32_t replica) {
+    return push_pull(client, 0, w, sgd(1.0), std::vector<float>{-1.0f}, 0,
+                     sync_spec(Mode::bounded_staleness, replica, 2, 1));
+  };
+  // k = 1: the fast replica may be one push ahead of the slow one, not two.
+  CHECK(step(fast, 0) == std::vector<float>{1.0f});
+  auto second = std::async(std::launch::async, [&] { return step(fast, 0); });
+  CHECK(second.wait_for(200ms) == std::future_status::timeout);
+  CHECK(step(slow, 1) == std::vector<float>{3.0f});  // applied at once, like every push
+  // Its push was applied at once too; its reply, held, brings the values of when it goes.
+  CHECK(second.get() == std::vector<float>{3.0f});
+  // A worker that has finished holds nobody back.
+  auto third = std::async(std::launch::async, [&] { return step(fast, 0); });
+  CHECK(third.wait_for(200ms) == std::future_status::timeout);
+  slow.done();
+  CHECK(third.get() == std::vector<float>{4.0f});
 }

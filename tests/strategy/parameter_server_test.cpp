@@ -1,9 +1,13 @@
 // ParameterServerStrategy across real processes: ps tasks and workers run the same program
 // (tests/support/tcp_worker.cpp, scenario ps-train), the ps tasks serve until every worker has
 // finished, and asynchronous training of examples/logistic_regression.hpp reaches the known
-// solution; one worker with one replica trains exactly as OneDeviceStrategy does, sharded or not.
+// solution; one worker with one replica trains exactly as OneDeviceStrategy does, sharded or not;
+// synchronous training over the servers equals single-process training; bounded staleness keeps
+// every worker within k steps of the slowest (instrumented in the workers' own logs).
+#include <algorithm>
 #include <chrono>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -103,5 +107,85 @@ TEST_CASE("strata-ps serves the workers of a cluster whose ps tasks run no train
     // Round robin: w on one server, b on the other.
     CHECK_MESSAGE(process.output().find("served 1 shard(s)") != std::string::npos,
                   process.output());
+  }
+}
+
+TEST_CASE("synchronous training over parameter servers equals single-process training") {
+  PsCluster run(2, 2, {"ps-train", "2", "10", "sync"});
+  std::string params;
+  for (auto& process : run.worker) {
+    REQUIRE(process.wait_for(120s));
+    const std::string output = process.output();
+    CHECK_MESSAGE(process.exit_code() == 0, output);
+    CHECK(strata::testing::line_after(output, "replicas") == "4");
+    // The servers add the replicas' gradients in replica order: the global batch's gradient up
+    // to the order of the additions.
+    CHECK_MESSAGE(std::stod(strata::testing::line_after(output, "drift")) < 1e-4, output);
+    // Every replica gets the same values after each step: the same bits on every worker.
+    if (params.empty()) params = strata::testing::line_after(output, "params");
+    CHECK(strata::testing::line_after(output, "params") == params);
+  }
+  for (auto& process : run.ps)
+    REQUIRE(process.wait_for(30s));
+}
+
+namespace {
+
+// When each worker started each step and pushed each step's gradient (steady_clock ns), from
+// the "start N T" and "push N T" lines of its output.
+struct StepTimes {
+  std::vector<long long> start, push;
+};
+
+StepTimes step_times(const std::string& output) {
+  StepTimes times;
+  std::istringstream lines(output);
+  std::string word;
+  std::size_t step = 0;
+  long long at = 0;
+  while (lines >> word) {
+    if (word != "start" && word != "push") continue;
+    lines >> step >> at;
+    auto& series = word == "start" ? times.start : times.push;
+    series.resize(std::max(series.size(), step + 1));
+    series[step] = at;
+  }
+  return times;
+}
+
+// Steps at which a worker started step m before some worker had pushed step m − 1 − k: it ran
+// more than k steps ahead of that worker.
+int violations(const std::vector<StepTimes>& workers, int k) {
+  int count = 0;
+  for (const auto& w : workers)
+    for (std::size_t m = static_cast<std::size_t>(k) + 1; m < w.start.size(); ++m)
+      for (const auto& j : workers)
+        if (j.push.at(m - 1 - static_cast<std::size_t>(k)) >= w.start[m]) ++count;
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("bounded staleness keeps every worker within k steps of the slowest") {
+  // Worker 0 sleeps 15 ms before each push; the others would run ahead without the bound.
+  for (const std::string mode : {"0", "2", "async"}) {
+    CAPTURE(mode);
+    PsCluster run(3, 1, {"ps-ssp", mode, "12", "0", "15"});
+    std::vector<StepTimes> workers;
+    for (auto& process : run.worker) {
+      REQUIRE(process.wait_for(60s));
+      CHECK_MESSAGE(process.exit_code() == 0, process.output());
+      workers.push_back(step_times(process.output()));
+      REQUIRE(workers.back().start.size() == 12);
+      REQUIRE(workers.back().push.size() == 12);
+    }
+    if (mode == "async") {
+      // The instrument sees the fast workers run ahead when nothing holds them back.
+      CHECK(violations(workers, 2) > 0);
+    } else {
+      CHECK(violations(workers, std::stoi(mode)) == 0);
+    }
+    for (auto& process : run.ps)
+      REQUIRE(process.wait_for(30s));
   }
 }

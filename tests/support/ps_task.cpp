@@ -145,7 +145,7 @@ int pushes(std::span<const std::string_view> args, strata::ps::Client& client,
     const auto& current = shards.values[static_cast<std::size_t>(s)];
     if (!consistent(current, static_cast<std::uint64_t>(current.front()), s)) return kWrongValues;
   }
-  const auto prefix = strata::ps::encode(
+  const auto prefix = strata::ps::push_prefix(
       strata::ps::OptimizerSpec{strata::ps::OptimizerSpec::Kind::sgd, 1.0, 0, 0, 0, 0});
   const std::vector<float> gradient(elements, -1.0F);
   std::vector<strata::ps::ShardCall> calls(static_cast<std::size_t>(client.num_servers()));

@@ -22,6 +22,11 @@
 //                           ParameterServerStrategy (K replicas; with 3, variables split in three
 //                           and placed greedily) and print "error E" (largest distance from the
 //                           known solution), "params" and "single" (OneDeviceStrategy's) bits.
+//   ps-train K EPOCHS sync  the same with sync::Synchronous (TF1's SyncReplicasOptimizer); also
+//                           prints "drift D" from single-process training.
+//   ps-ssp 0|2|async STEPS SLOW_WORKER SLOW_MS   BoundedStaleness<0|2> (or Asynchronous) on
+//                           one variable, replica SLOW_WORKER sleeping SLOW_MS before each push;
+//                           prints "start N T" and "push N T" (steady_clock ns) per step.
 //   conformance [LARGE]     every collective × op × element type × count {0, 1, 7, 1023, LARGE}
 //                           (default 65539) × root × in/out of place, checking this rank's
 //                           outputs against the one collective reference (tools/reference/);
@@ -43,6 +48,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -111,9 +117,43 @@ int ps_train(std::span<const std::string_view> args) {
   std::string reference_bits = fmt::format("{:a}", reference.bias);
   for (const float w : reference.weights)
     reference_bits += fmt::format(" {:a}", w);
-  fmt::print("replicas {}\nchief {}\nerror {:.3e}\nparams {}\nsingle {}\nok\n",
-             strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, error, bits,
+  float drift = std::abs(result.bias - reference.bias);
+  for (std::size_t j = 0; j < result.weights.size(); ++j)
+    drift = std::max(drift, std::abs(result.weights[j] - reference.weights[j]));
+  fmt::print("replicas {}\nchief {}\nerror {:.3e}\ndrift {:.3e}\nparams {}\nsingle {}\nok\n",
+             strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, error, drift, bits,
              reference_bits);
+  return 0;
+}
+
+// ps-ssp K STEPS SLOW_WORKER SLOW_MS: BoundedStaleness<K> over parameter servers (K is 0 or 2;
+// async: Asynchronous), one variable, worker SLOW_WORKER sleeping SLOW_MS before each push;
+// prints "start N T" before each step and "push N T" before each push (T: steady_clock ns).
+template <class Sync>
+int ps_steps(std::span<const std::string_view> args) {
+  if (strata::ps::serve_if_ps()) {
+    fmt::print("served\n");
+    return 0;
+  }
+  using Strategy = strata::Strategy<strata::placement::ParameterServer<>,
+                                    strata::communicator::LocalCommunicator<>, Sync>;
+  Strategy strategy({.num_replicas = 1});
+  const int steps = std::stoi(std::string(args[2]));
+  const int slow_worker = std::stoi(std::string(args[3]));
+  const auto pause = std::chrono::milliseconds(std::stoi(std::string(args[4])));
+  auto w = strategy.template create_variable<float>(std::vector<float>(16, 0.0f));
+  const strata::optim::Sgd sgd{0.01};
+  const auto now = [] { return Clock::now().time_since_epoch().count(); };
+  for (int step = 0; step < steps; ++step) {
+    fmt::print("start {} {}\n", step, now());
+    strategy.run([&](auto& replica) {
+      std::vector<float> gradient(16, 1.0f);
+      if (replica.replica_id_in_sync_group() == slow_worker) std::this_thread::sleep_for(pause);
+      fmt::print("push {} {}\n", step, now());
+      replica.apply_gradients(sgd, std::span(gradient), w);
+    });
+  }
+  fmt::print("ok\n");
   return 0;
 }
 
@@ -126,6 +166,10 @@ struct ThreeShards {
 using ShardedParameterServerStrategy =
     strata::Strategy<strata::placement::ParameterServer<ThreeShards, strata::ps::GreedyPlacement>,
                      strata::communicator::LocalCommunicator<>, strata::sync::Asynchronous>;
+// TF1's SyncReplicasOptimizer: every replica's gradient of a step, added up on the servers.
+using SynchronousParameterServerStrategy =
+    strata::Strategy<strata::placement::ParameterServer<>,
+                     strata::communicator::LocalCommunicator<>, strata::sync::Synchronous>;
 
 // raise K WORKER: a user's exception on one replica of one worker, the others in all-reduces.
 int raise_in_replica(std::span<const std::string_view> args) {
@@ -256,7 +300,8 @@ int main(int argc, char** argv) {
     fmt::print(
         stderr,
         "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | train K EPOCHS | "
-        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3]\n");
+        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3|sync] | "
+        "ps-ssp 0|2|async STEPS SLOW_WORKER SLOW_MS\n");
     return 2;
   }
   auto began = Clock::now();
@@ -267,6 +312,14 @@ int main(int argc, char** argv) {
       return ps_train<strata::ParameterServerStrategy>(args);
     if (args[0] == "ps-train" && args.size() == 4 && args[3] == "3")
       return ps_train<ShardedParameterServerStrategy>(args);
+    if (args[0] == "ps-train" && args.size() == 4 && args[3] == "sync")
+      return ps_train<SynchronousParameterServerStrategy>(args);
+    if (args[0] == "ps-ssp" && args.size() == 5 && args[1] == "0")
+      return ps_steps<strata::sync::BoundedStaleness<0>>(args);
+    if (args[0] == "ps-ssp" && args.size() == 5 && args[1] == "2")
+      return ps_steps<strata::sync::BoundedStaleness<2>>(args);
+    if (args[0] == "ps-ssp" && args.size() == 5 && args[1] == "async")
+      return ps_steps<strata::sync::Asynchronous>(args);
     auto resolved = strata::resolve_cluster();
     if (args[0] == "conformance" && args.size() <= 2)
       return conformance_scenario(args, resolved, began);

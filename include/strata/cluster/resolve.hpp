@@ -105,8 +105,9 @@ struct ResolvedCluster {
   std::vector<Address> addresses{{"127.0.0.1", 0}};
   /// Bound to addresses[rank] when the resolver bound it (store-based launchers).
   ListeningSocket listener;
-  /// Replicas this process runs under MultiWorkerMirroredStrategy when the strategy is not
-  /// told: STRATA_LOCAL_REPLICAS (set by strata-launch --local-replicas), else 1.
+  /// Replicas this process runs under MultiWorkerMirroredStrategy and ParameterServerStrategy
+  /// when the strategy is not told: STRATA_LOCAL_REPLICAS (set by strata-launch
+  /// --local-replicas), else 1.
   int local_replicas = 1;
 
   /// TF's rule: the chief task, or worker 0 when the cluster has no chief. Checkpoints and

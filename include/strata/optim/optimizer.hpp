@@ -75,10 +75,12 @@ concept Optimizer = std::floating_point<T> &&
 /// @throws UsageError if `O::kSlots * n` overflows `std::size_t`.
 template <std::floating_point T, Optimizer<T> O>
 OptimizerState<T> make_state(const O& /*optimizer*/, std::size_t n) {
-  if (O::kSlots != 0 && n > std::numeric_limits<std::size_t>::max() / O::kSlots)
-    throw UsageError(-1, "optim::make_state",
-                     fmt::format("{} slots of {} elements overflow std::size_t", O::kSlots, n),
-                     "pass the number of elements of the parameter buffer");
+  // Constexpr, so that an optimizer without slots never spells a division by zero.
+  if constexpr (O::kSlots != 0)
+    if (n > std::numeric_limits<std::size_t>::max() / O::kSlots)
+      throw UsageError(-1, "optim::make_state",
+                       fmt::format("{} slots of {} elements overflow std::size_t", O::kSlots, n),
+                       "pass the number of elements of the parameter buffer");
   return OptimizerState<T>{std::vector<T>(O::kSlots * n, T(0)), 0};
 }
 

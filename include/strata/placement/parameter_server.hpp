@@ -43,9 +43,6 @@ struct ParameterServer {
   template <std::floating_point T>
   using variable_type = ShardedVariable<T>;
 
-  /// One replica per worker unless told (TF2's CPU workers).
-  static int default_replicas() noexcept { return 1; }
-
   /// Connects this worker to the servers of `cluster`, with a lane per local replica.
   /// @throws UsageError on a ps task or outside a cluster with ps tasks; the client's errors.
   static std::unique_ptr<session_type> open_session(const cluster::ResolvedCluster& cluster,
@@ -81,11 +78,12 @@ struct ParameterServer {
   static std::span<T> write_target(ShardedVariable<T>& variable, int local_replica) noexcept {
     return variable.copy(static_cast<std::size_t>(local_replica));
   }
-  /// Replica `local_replica`'s update: pushed to the servers, the new values pulled back.
+  /// Replica `local_replica`'s update: pushed to the servers, the new values pulled back, when
+  /// `sync` lets them answer (at once by default).
   template <class O, std::floating_point T>
   static void apply(ShardedVariable<T>& variable, int local_replica, const O& optimizer,
-                    std::span<const T> gradient) {
-    variable.push_pull(local_replica, optimizer, gradient);
+                    std::span<const T> gradient, const ps::SyncSpec& sync = {}) {
+    variable.push_pull(local_replica, optimizer, gradient, sync);
   }
   /// Replica `local_replica`'s assignment: written to the servers.
   template <std::floating_point T>

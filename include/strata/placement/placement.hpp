@@ -138,7 +138,8 @@ concept PlacesVariablesOf = requires(typename P::template variable_type<T>& vari
 ///   - `P::copy_values(from, to)`: how a replica's value is copied into a variable.
 /// A placement whose variables live on servers (UpdateSite::servers) has:
 ///   - `P::session_type`, opened by the strategy with `P::open_session(cluster, local_replicas,
-///     timeout)` and handed to `create`; `P::default_replicas()`;
+///     timeout)` and handed to `create` (the strategy then runs the replicas the cluster says,
+///     STRATA_LOCAL_REPLICAS or 1, unless told);
 ///   - `P::store(variable, local_replica, values)`: a replica's assignment, sent to the servers.
 /// It leaves out when gradients meet (the sync policy's) and how values cross processes (the
 /// communicator's).

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -51,6 +53,7 @@ class ShardedVariable {
         name_(std::move(name)),
         shards_(std::move(shards)),
         copies_(static_cast<std::size_t>(copies), std::vector<T>(values.begin(), values.end())),
+        versions_(static_cast<std::size_t>(copies)),
         states_(static_cast<std::size_t>(copies)),
         aggregation_(aggregation),
         rule_(rule) {}
@@ -86,12 +89,14 @@ class ShardedVariable {
 
   /// Replaces copy `lane` by the servers' values.
   void pull(int lane) const {
-    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    const auto l = static_cast<std::size_t>(lane);
+    auto& copy = copies_[l];
     std::vector<ShardCall> calls = make_calls(Operation::pull);
     for (std::size_t s = 0; s < shards_.size(); ++s)
       calls[s].result =
           std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
     client_->call(lane, calls);
+    remember_versions(l, calls);
   }
 
   /// Sets the servers' values from replica `lane`.
@@ -106,12 +111,19 @@ class ShardedVariable {
   }
 
   /// Replica `lane`'s update: pushes `gradient` (or, under UpdateRule::sum, the change its
-  /// optimizer makes to its copy) and pulls the values after it into its copy.
+  /// optimizer makes to its copy) and pulls the values after it into its copy, when `sync`
+  /// (the sync policy's) lets the servers answer: at once, within its staleness bound, or once
+  /// the step's gradients are aggregated.
   template <class O>
   requires optim::Optimizer<O, T>
-  void push_pull(int lane, const O& optimizer, std::span<const T> gradient) {
+  void push_pull(int lane, const O& optimizer, std::span<const T> gradient,
+                 ps::SyncSpec sync = {}) {
     check_size("apply_gradients", gradient.size());
-    auto& copy = copies_[static_cast<std::size_t>(lane)];
+    const auto l = static_cast<std::size_t>(lane);
+    // A synchronous push names the step its gradient was computed on: the version of the
+    // values this replica last received (a replica that has none yet asks first).
+    if (sync.mode == ps::SyncSpec::Mode::synchronous && versions_[l].empty()) pull(lane);
+    auto& copy = copies_[l];
     std::span<const T> pushed = gradient;
     OptimizerSpec spec;
     std::vector<T> delta;
@@ -131,18 +143,27 @@ class ShardedVariable {
                     "applies its optimizer and the servers add up the changes");
       if constexpr (ps::ServerOptimizer<O>) spec = ps::spec_of(optimizer);
     }
-    const auto prefix = ps::encode(spec);
+    std::vector<std::array<std::byte, ps::kPushPrefixBytes>> prefixes(shards_.size());
     std::vector<ShardCall> calls = make_calls(Operation::push_pull);
     for (std::size_t s = 0; s < shards_.size(); ++s) {
-      calls[s].prefix = prefix;
+      if (sync.mode == ps::SyncSpec::Mode::synchronous) sync.step = versions_[l][s];
+      prefixes[s] = ps::push_prefix(spec, sync);
+      calls[s].prefix = prefixes[s];
       calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
       calls[s].result =
           std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
     }
     client_->call(lane, calls);
+    remember_versions(l, calls);
   }
 
  private:
+  void remember_versions(std::size_t lane, std::span<const ShardCall> calls) const {
+    versions_[lane].resize(calls.size());
+    for (std::size_t s = 0; s < calls.size(); ++s)
+      versions_[lane][s] = calls[s].version;
+  }
+
   std::vector<ShardCall> make_calls(Operation operation) const {
     std::vector<ShardCall> calls(shards_.size());
     for (std::size_t s = 0; s < shards_.size(); ++s) {
@@ -168,6 +189,9 @@ class ShardedVariable {
   // A replica's copy is refreshed by the pull inside read() too, which is const: the copy is
   // a cache of the servers' values, not the variable's state.
   mutable std::vector<std::vector<T>> copies_;
+  // The shards' versions (updates applied) in each copy, as the servers last said; empty for a
+  // copy never refreshed.
+  mutable std::vector<std::vector<std::uint64_t>> versions_;
   std::vector<std::optional<optim::OptimizerState<T>>> states_;  // UpdateRule::sum only
   VariableAggregation aggregation_;
   UpdateRule rule_;

@@ -16,13 +16,15 @@
 // Payloads (little-endian):
 //   create      CreateSpec (kCreateSpecBytes) | name, zero-padded to a multiple of 8 | values
 //   pull        nothing; the reply carries the values
-//   push        OptimizerSpec (kOptimizerSpecBytes) | gradient; the reply carries nothing
+//   push        OptimizerSpec (kOptimizerSpecBytes) | SyncSpec (kSyncSpecBytes) | gradient; the
+//               reply carries nothing
 //   push_pull   as push; the reply carries the values after this push
 //   assign      values; the reply carries nothing
 //   done        nothing: the worker has finished (a ps task serves until every worker has)
 // Every length and value is checked by the receiver before it allocates or applies anything.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <concepts>
@@ -87,6 +89,26 @@ struct OptimizerSpec {
 };
 inline constexpr std::size_t kOptimizerSpecBytes = 48;
 
+/// When a push meets the shard, as the worker's sync policy decides (sync/): at once
+/// (Asynchronous), within `bound` pushes of the slowest replica (BoundedStaleness), or
+/// aggregated with the pushes of the other replicas of the same step (Synchronous, TF1's
+/// SyncReplicasOptimizer with `bound` gradients to aggregate). Every push to a shard must name
+/// the same mode, replicas and bound.
+struct SyncSpec {
+  enum class Mode : std::uint8_t { asynchronous = 0, bounded_staleness = 1, synchronous = 2 };
+  enum class Aggregation : std::uint8_t { sum = 0, mean = 1 };
+  Mode mode = Mode::asynchronous;
+  Aggregation aggregation = Aggregation::sum;
+  std::uint32_t replica = 0;   ///< the pushing replica, in [0, replicas)
+  std::uint32_t replicas = 1;  ///< every replica of the cluster
+  std::uint32_t bound = 0;     ///< staleness bound k, or gradients to aggregate per step
+  std::uint64_t step = 0;      ///< synchronous: the shard version the gradient was computed on
+  friend bool operator==(const SyncSpec&, const SyncSpec&) = default;
+};
+inline constexpr std::size_t kSyncSpecBytes = 32;
+/// What comes before a push's gradient.
+inline constexpr std::size_t kPushPrefixBytes = kOptimizerSpecBytes + kSyncSpecBytes;
+
 /// A create request's fixed part.
 struct CreateSpec {
   std::uint64_t elements = 0;
@@ -145,6 +167,54 @@ inline std::optional<OptimizerSpec> decode_optimizer(std::span<const std::byte> 
   double* fields[] = {&spec.learning_rate, &spec.momentum, &spec.beta1, &spec.beta2, &spec.epsilon};
   for (std::size_t i = 0; i < 5; ++i)
     *fields[i] = detail::double_of(detail::load_le<std::uint64_t>(&in[8 + 8 * i]));
+  return spec;
+}
+
+inline std::array<std::byte, kSyncSpecBytes> encode(const SyncSpec& spec) noexcept {
+  std::array<std::byte, kSyncSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.mode);
+  out[1] = static_cast<std::byte>(spec.aggregation);
+  detail::store_le<std::uint32_t>(&out[4], spec.replica);
+  detail::store_le<std::uint32_t>(&out[8], spec.replicas);
+  detail::store_le<std::uint32_t>(&out[12], spec.bound);
+  detail::store_le<std::uint64_t>(&out[16], spec.step);
+  return out;
+}
+
+/// What comes before a push's gradient: the optimizer to apply and when the push meets the
+/// shard.
+inline std::array<std::byte, kPushPrefixBytes> push_prefix(const OptimizerSpec& optimizer,
+                                                           const SyncSpec& sync = {}) noexcept {
+  std::array<std::byte, kPushPrefixBytes> out{};
+  const auto first = encode(optimizer);
+  const auto second = encode(sync);
+  std::copy(first.begin(), first.end(), out.begin());
+  std::copy(second.begin(), second.end(), out.begin() + kOptimizerSpecBytes);
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (unknown mode, padding set, a
+/// replica out of range, a synchronous step that aggregates nothing or more than there are).
+inline std::optional<SyncSpec> decode_sync(std::span<const std::byte> in) noexcept {
+  if (in.size() < kSyncSpecBytes) return std::nullopt;
+  const auto mode = static_cast<std::uint8_t>(in[0]);
+  const auto aggregation = static_cast<std::uint8_t>(in[1]);
+  if (mode > static_cast<std::uint8_t>(SyncSpec::Mode::synchronous) ||
+      aggregation > static_cast<std::uint8_t>(SyncSpec::Aggregation::mean))
+    return std::nullopt;
+  for (const std::size_t i : {2, 3, 24, 25, 26, 27, 28, 29, 30, 31})
+    if (in[i] != std::byte{0}) return std::nullopt;
+  SyncSpec spec;
+  spec.mode = static_cast<SyncSpec::Mode>(mode);
+  spec.aggregation = static_cast<SyncSpec::Aggregation>(aggregation);
+  spec.replica = detail::load_le<std::uint32_t>(&in[4]);
+  spec.replicas = detail::load_le<std::uint32_t>(&in[8]);
+  spec.bound = detail::load_le<std::uint32_t>(&in[12]);
+  spec.step = detail::load_le<std::uint64_t>(&in[16]);
+  if (spec.replicas == 0 || spec.replicas > (1u << 20) || spec.replica >= spec.replicas)
+    return std::nullopt;
+  if (spec.mode == SyncSpec::Mode::synchronous && (spec.bound == 0 || spec.bound > spec.replicas))
+    return std::nullopt;
   return spec;
 }
 

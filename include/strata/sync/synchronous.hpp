@@ -1,6 +1,7 @@
 // strata/sync/synchronous.hpp — every step, every replica's gradient reaches the variables.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -10,6 +11,7 @@
 #include <strata/core/reduce_op.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
+#include <strata/ps/protocol.hpp>
 #include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync {
@@ -23,6 +25,11 @@ namespace strata::sync {
 ///     the same update to its own copy. No copy of the gradient is made.
 ///   - one_replica (CentralStorage, OneDevice, Default): reduce the gradient in place to
 ///     replica 0, which applies the update, and the others wait for it.
+///   - servers (ParameterServer; TF1's SyncReplicasOptimizer): every replica pushes its
+///     gradient of the step; the servers add them up in replica order once all are in, apply the
+///     optimizer once and answer every replica with the new values. Replicas of different
+///     workers wait for each other through the servers only; every worker must run the same
+///     number of steps.
 struct Synchronous {
   static constexpr std::string_view kName = "Synchronous";
   static constexpr bool kWaitsForAllReplicas = true;
@@ -40,7 +47,22 @@ struct Synchronous {
     const auto aggregation = variable.aggregation();
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (many) require_aggregation(context, "apply_gradients", aggregation);
-    if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
+    if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
+      if (many && first_only)
+        throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
+                         "synchronous training over parameter servers aggregates every "
+                         "replica's gradient, and the variable takes only the first replica's",
+                         "create the variable with VariableAggregation::sum or mean");
+      ps::SyncSpec sync;
+      sync.mode = ps::SyncSpec::Mode::synchronous;
+      sync.aggregation = aggregation == placement::VariableAggregation::mean
+                             ? ps::SyncSpec::Aggregation::mean
+                             : ps::SyncSpec::Aggregation::sum;
+      sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
+      sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
+      sync.bound = sync.replicas;
+      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+    } else if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
       if (many) {
         if (first_only)
           communicator.broadcast(gradient, 0);
@@ -73,6 +95,12 @@ struct Synchronous {
     const auto aggregation = variable.aggregation();
     if (many) require_aggregation(context, "assign", aggregation);
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
+    if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
+      // The servers hold one value: the replicas write it (the last writer wins); only the
+      // first replica's under only_first_replica.
+      if (!first_only || replica == 0) P::store(variable, context.local_replica_id(), value);
+      return;
+    }
     const std::span<T> target = P::write_target(variable, context.local_replica_id());
     if (!many) {
       placement::copy_values<P, T>(value, target);

@@ -32,9 +32,7 @@
 #include <strata/core/detail/join.hpp>
 #include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
-#include <strata/optim/adam.hpp>
-#include <strata/optim/momentum.hpp>
-#include <strata/optim/sgd.hpp>
+#include <strata/ps/detail/shard.hpp>
 #include <strata/ps/protocol.hpp>
 #include <strata/ps/server.hpp>
 #include <strata/transport/tcp/frame.hpp>
@@ -43,86 +41,6 @@
 namespace strata::ps {
 
 namespace detail::server {
-
-template <std::floating_point T>
-struct Values {
-  std::vector<T> values;
-  optim::OptimizerState<T> state;
-  OptimizerSpec::Kind kind = OptimizerSpec::Kind::none;  // whose slots `state` holds
-};
-
-struct Shard {
-  std::string name;
-  DataType type = DataType::float32;
-  UpdateRule update = UpdateRule::optimizer;
-  std::uint64_t elements = 0;
-  std::uint64_t version = 0;  // updates applied
-  std::variant<Values<float>, Values<double>> data;
-};
-
-inline bool is_value_type(DataType type) noexcept {
-  return type == DataType::float32 || type == DataType::float64;
-}
-
-inline std::size_t slots_of(OptimizerSpec::Kind kind) noexcept {
-  switch (kind) {
-    case OptimizerSpec::Kind::momentum:
-    case OptimizerSpec::Kind::nesterov:
-      return optim::Momentum::kSlots;
-    case OptimizerSpec::Kind::adam:
-      return optim::Adam::kSlots;
-    default:
-      return optim::Sgd::kSlots;
-  }
-}
-
-// Applies `gradient` to `shard` by its update rule; the reason when the push cannot apply.
-template <std::floating_point T>
-std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spec,
-                       std::span<const T> gradient) {
-  if (shard.update == UpdateRule::sum) {
-    if (spec.kind != OptimizerSpec::Kind::none)
-      return fmt::format("variable '{}' sums pushes (UpdateRule::sum) and takes no optimizer",
-                         shard.name);
-    for (std::size_t i = 0; i < gradient.size(); ++i)
-      values.values[i] += gradient[i];
-    return {};
-  }
-  if (spec.kind == OptimizerSpec::Kind::none)
-    return fmt::format("variable '{}' is updated by an optimizer, and the push names none",
-                       shard.name);
-  if (values.kind != OptimizerSpec::Kind::none && slots_of(values.kind) != slots_of(spec.kind))
-    return fmt::format(
-        "variable '{}' was updated by an optimizer with {} slots per element, now "
-        "by one with {}: update each variable with one optimizer",
-        shard.name, slots_of(values.kind), slots_of(spec.kind));
-  auto run = [&](const auto& optimizer) -> std::string {
-    try {
-      if (values.kind == OptimizerSpec::Kind::none) {
-        values.state = optim::make_state<T>(optimizer, values.values.size());
-        values.kind = spec.kind;
-      }
-      optimizer.apply(std::span<T>(values.values), gradient, values.state);
-      values.kind = spec.kind;
-      return {};
-    } catch (const Error& error) {
-      return error.what();
-    }
-  };
-  switch (spec.kind) {
-    case OptimizerSpec::Kind::sgd:
-      return run(optim::Sgd{spec.learning_rate});
-    case OptimizerSpec::Kind::momentum:
-    case OptimizerSpec::Kind::nesterov:
-      return run(optim::Momentum{spec.learning_rate, spec.momentum,
-                                 spec.kind == OptimizerSpec::Kind::nesterov});
-    case OptimizerSpec::Kind::adam:
-      return run(optim::Adam{spec.learning_rate, spec.beta1, spec.beta2, spec.epsilon});
-    case OptimizerSpec::Kind::none:
-      break;
-  }
-  return "unknown optimizer";
-}
 
 inline std::chrono::nanoseconds thread_cpu_time() noexcept {
   timespec now{};
@@ -133,7 +51,7 @@ inline std::chrono::nanoseconds thread_cpu_time() noexcept {
 }  // namespace detail::server
 
 struct Server::State : transport::tcp::ServiceHandler {
-  using Shard = detail::server::Shard;
+  using Shard = detail::Shard;
   using SessionStep = transport::tcp::SessionStep;
   using ReadPayload = transport::tcp::ReadPayload;
   using SendReply = transport::tcp::SendReply;
@@ -141,7 +59,16 @@ struct Server::State : transport::tcp::ServiceHandler {
   // One worker connection's requests, one at a time.
   class Session : public transport::tcp::ServiceSession {
    public:
-    Session(State& state, int rank) : state_(state), rank_(rank) {}
+    Session(State& state, int rank, transport::tcp::ServiceReplier replier)
+        : state_(state), rank_(rank), replier_(std::move(replier)) {}
+    ~Session() override { state_.forget(this); }
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // Sends the reply this session's waiting push_pull of shard `handle` deferred.
+    void release(std::uint32_t handle) {
+      replier_(std::get<SendReply>(values_reply(handle, state_.shards[handle].version)));
+    }
 
     SessionStep on_request(const transport::tcp::FrameHeader& request) override {
       request_ = request;
@@ -203,7 +130,7 @@ struct Server::State : transport::tcp::ServiceHandler {
     SessionStep on_create_spec() {
       const std::uint64_t left = request_.payload_bytes - kCreateSpecBytes;
       const auto spec = decode_create(std::span<const std::byte>(prefix_.data(), kCreateSpecBytes));
-      if (!spec || !detail::server::is_value_type(request_.element_type) ||
+      if (!spec || !detail::is_value_type(request_.element_type) ||
           spec->elements != request_.count ||
           left !=
               padded_name_bytes(spec->name_bytes) + spec->elements * size_of(request_.element_type))
@@ -249,7 +176,7 @@ struct Server::State : transport::tcp::ServiceHandler {
       const bool push = operation == Operation::push || operation == Operation::push_pull;
       const std::uint64_t value_bytes = shard.elements * size_of(shard.type);
       const std::uint64_t expected =
-          operation == Operation::pull ? 0 : (push ? kOptimizerSpecBytes : 0) + value_bytes;
+          operation == Operation::pull ? 0 : (push ? kPushPrefixBytes : 0) + value_bytes;
       if (request_.element_type != shard.type || request_.count != shard.elements ||
           request_.payload_bytes != expected)
         return error(Status::mismatch,
@@ -270,13 +197,13 @@ struct Server::State : transport::tcp::ServiceHandler {
           },
           shard.data);
       if (!push) return read(values);
-      return read(std::span(prefix_.data(), kOptimizerSpecBytes), values);
+      return read(std::span(prefix_.data(), kPushPrefixBytes), values);
     }
 
     SessionStep on_values() {
       const auto operation = static_cast<Operation>(request_.kind);
       Shard& shard = state_.shards[handle_];
-      std::string why;
+      detail::PushOutcome outcome;
       std::visit(
           [&](auto& values) {
             using T = typename std::decay_t<decltype(values.values)>::value_type;
@@ -285,14 +212,28 @@ struct Server::State : transport::tcp::ServiceHandler {
               std::copy(incoming.begin(), incoming.end(), values.values.begin());
               return;
             }
-            const auto spec =
-                decode_optimizer(std::span<const std::byte>(prefix_.data(), kOptimizerSpecBytes));
-            why = spec ? detail::server::apply_push(shard, values, *spec, incoming)
-                       : std::string("a push whose optimizer spec is malformed");
+            const std::span<const std::byte> prefix(prefix_.data(), kPushPrefixBytes);
+            const auto optimizer = decode_optimizer(prefix.first(kOptimizerSpecBytes));
+            const auto sync = decode_sync(prefix.subspan(kOptimizerSpecBytes));
+            if (!optimizer || !sync)
+              outcome = {detail::PushOutcome::Kind::error, "a push whose prefix is malformed", {}};
+            else if (operation == Operation::push && sync->mode != SyncSpec::Mode::asynchronous)
+              outcome = {detail::PushOutcome::Kind::error,
+                         "a push that waits for other replicas must pull (push_pull)",
+                         {}};
+            else
+              outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this);
           },
           shard.data);
-      if (!why.empty()) return error(Status::bad_request, std::move(why));
-      ++shard.version;
+      state_.answer(outcome.released, handle_);
+      switch (outcome.kind) {
+        case detail::PushOutcome::Kind::error:
+          return error(Status::bad_request, std::move(outcome.why));
+        case detail::PushOutcome::Kind::wait:
+          return transport::tcp::WaitForReply{};
+        case detail::PushOutcome::Kind::reply:
+          break;
+      }
       if (operation == Operation::push_pull) return values_reply(handle_, shard.version);
       return ok(shard.version);
     }
@@ -323,9 +264,10 @@ struct Server::State : transport::tcp::ServiceHandler {
 
     State& state_;
     int rank_;
+    transport::tcp::ServiceReplier replier_;
     transport::tcp::FrameHeader request_;
     Stage stage_ = Stage::create_spec;
-    std::array<std::byte, std::max(kOptimizerSpecBytes, kCreateSpecBytes)> prefix_{};
+    std::array<std::byte, std::max(kPushPrefixBytes, kCreateSpecBytes)> prefix_{};
     CreateSpec spec_;
     std::string name_;
     std::uint32_t handle_ = 0;
@@ -368,8 +310,20 @@ struct Server::State : transport::tcp::ServiceHandler {
     return spec;
   }
 
-  std::unique_ptr<transport::tcp::ServiceSession> open(int rank) override {
-    return std::make_unique<Session>(*this, rank);
+  std::unique_ptr<transport::tcp::ServiceSession> open(
+      int rank, transport::tcp::ServiceReplier replier) override {
+    return std::make_unique<Session>(*this, rank, std::move(replier));
+  }
+
+  // Answers the waiting pushes `callers` (sessions) of shard `handle`.
+  void answer(const std::vector<void*>& callers, std::uint32_t handle) {
+    for (void* caller : callers)
+      static_cast<Session*>(caller)->release(handle);
+  }
+
+  void forget(const Session* session) {
+    for (Shard& shard : shards)
+      detail::forget(shard, session);
   }
 
   std::string who() const {
@@ -391,9 +345,9 @@ struct Server::State : transport::tcp::ServiceHandler {
     shard.elements = spec.elements;
     const auto count = static_cast<std::size_t>(spec.elements);
     if (type == DataType::float32)
-      shard.data = detail::server::Values<float>{std::vector<float>(count), {}, {}};
+      shard.data = detail::Values<float>{std::vector<float>(count), {}, {}, {}};
     else
-      shard.data = detail::server::Values<double>{std::vector<double>(count), {}, {}};
+      shard.data = detail::Values<double>{std::vector<double>(count), {}, {}, {}};
     const auto handle = static_cast<std::uint32_t>(shards.size());
     shards.push_back(std::move(shard));
     by_name.emplace(name, handle);
@@ -408,6 +362,8 @@ struct Server::State : transport::tcp::ServiceHandler {
   }
 
   SessionStep finished(int rank) {
+    for (std::size_t handle = 0; handle < shards.size(); ++handle)
+      answer(detail::finished(shards[handle], rank), static_cast<std::uint32_t>(handle));
     const auto r = static_cast<std::size_t>(rank);
     if (!done_ranks[r]) {
       done_ranks[r] = true;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -68,7 +69,15 @@ struct SendReply {
   /// Close every connection once this reply is written: the service is finished.
   bool then_close = false;
 };
-using SessionStep = std::variant<ReadPayload, SendReply>;
+/// The reply comes later, through the session's ServiceReplier (once other connections' requests
+/// have made it possible). The request's payload must have been read whole.
+struct WaitForReply {};
+using SessionStep = std::variant<ReadPayload, SendReply, WaitForReply>;
+
+/// Sends the reply a session deferred with WaitForReply. Call it on the serving thread (from
+/// another session's call); it does nothing once the connection is gone. The reply's payload
+/// must stay valid until the session's next call.
+using ServiceReplier = std::function<void(const SendReply&)>;
 
 /// One connection's conversation, as the service holds it.
 class ServiceSession {
@@ -80,11 +89,12 @@ class ServiceSession {
   virtual SessionStep on_payload() = 0;
 };
 
-/// The service: opens a session for each connection that passed the handshake.
+/// The service: opens a session for each connection that passed the handshake, with the means
+/// to send the replies it defers.
 class ServiceHandler {
  public:
   virtual ~ServiceHandler() = default;
-  virtual std::unique_ptr<ServiceSession> open(int rank) = 0;
+  virtual std::unique_ptr<ServiceSession> open(int rank, ServiceReplier replier) = 0;
 };
 
 /// How a ServiceServer's `serve` ended.
@@ -161,6 +171,7 @@ class ServiceServer {
     FrameBytes header_bytes{};
     FrameHeader request;
     std::uint64_t payload_left = 0;
+    bool waiting = false;  // for a deferred reply
     std::vector<std::byte> scratch;
     FrameBytes reply_bytes{};
   };
@@ -316,7 +327,14 @@ class ServiceServer {
   void established(const ConnectionPtr& connection) {
     if (pending_.erase(connection) == 0) return;  // its handshake timed out meanwhile
     connection->timer.cancel();
-    connection->session = handler_.open(connection->theirs.rank);
+    const std::weak_ptr<Connection> weak = connection;
+    connection->session =
+        handler_.open(connection->theirs.rank, [this, weak](const SendReply& reply) {
+          const auto alive = weak.lock();
+          if (!alive || !alive->waiting || closing_) return;
+          alive->waiting = false;
+          send(alive, reply);
+        });
     established_.insert(connection);
     if (connected_++ == 0) idle_timer_.cancel();
     read_request(connection);
@@ -349,6 +367,14 @@ class ServiceServer {
 
   void advance(const ConnectionPtr& connection, SessionStep step) {
     if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
+    if (std::holds_alternative<WaitForReply>(step)) {
+      // A session that waits before it read its request has a bug: the rest would be taken
+      // for the next request.
+      if (connection->payload_left != 0) return refuse(connection);
+      connection->timer.cancel();  // the client's deadline bounds the wait
+      connection->waiting = true;
+      return;
+    }
     auto& read = std::get<ReadPayload>(step);
     std::vector<asio::mutable_buffer> buffers;
     std::uint64_t total = 0;

@@ -1,0 +1,270 @@
+// strata/ps/detail/shard.hpp — one shard on a parameter server: its values, its optimizer's
+// slots, and the rule that decides when a push meets it (ps/protocol.hpp's SyncSpec).
+//
+// Only the server's thread touches a shard; this header knows nothing of connections: a push
+// says which waiting callers it releases, and the server answers them.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/core/data_type.hpp>
+#include <strata/core/error.hpp>
+#include <strata/optim/adam.hpp>
+#include <strata/optim/momentum.hpp>
+#include <strata/optim/optimizer.hpp>
+#include <strata/optim/sgd.hpp>
+#include <strata/ps/protocol.hpp>
+
+namespace strata::ps::detail {
+
+template <std::floating_point T>
+struct Values {
+  std::vector<T> values;
+  optim::OptimizerState<T> state;
+  OptimizerSpec::Kind kind = OptimizerSpec::Kind::none;  // whose slots `state` holds
+  std::vector<std::vector<T>> step_gradients;            // synchronous: by replica
+};
+
+/// A caller whose push is applied (or held) and whose reply waits.
+struct Waiter {
+  void* caller = nullptr;
+  std::uint32_t replica = 0;
+  std::uint64_t clock = 0;  // bounded staleness: the caller's pushes, this one included
+};
+
+/// How pushes meet the shard: set by the first push, the same for every later one.
+struct SyncState {
+  bool set = false;
+  SyncSpec spec;                      // mode, aggregation, replicas, bound (step unused)
+  std::vector<std::uint64_t> pushes;  // bounded staleness: pushes applied, by replica
+  std::vector<int> owner;             // the worker (collective rank) of each replica; -1: none yet
+  std::vector<bool> arrived;          // synchronous: whose gradient of this step is in
+  std::size_t arrivals = 0;
+  std::vector<Waiter> waiting;
+};
+
+struct Shard {
+  std::string name;
+  DataType type = DataType::float32;
+  UpdateRule update = UpdateRule::optimizer;
+  std::uint64_t elements = 0;
+  std::uint64_t version = 0;  // updates applied
+  std::uint64_t stale = 0;    // synchronous: gradients dropped for being computed on an old step
+  std::variant<Values<float>, Values<double>> data;
+  SyncState sync;
+};
+
+inline bool is_value_type(DataType type) noexcept {
+  return type == DataType::float32 || type == DataType::float64;
+}
+
+inline std::size_t slots_of(OptimizerSpec::Kind kind) noexcept {
+  switch (kind) {
+    case OptimizerSpec::Kind::momentum:
+    case OptimizerSpec::Kind::nesterov:
+      return optim::Momentum::kSlots;
+    case OptimizerSpec::Kind::adam:
+      return optim::Adam::kSlots;
+    default:
+      return optim::Sgd::kSlots;
+  }
+}
+
+/// Applies `gradient` to `shard` by its update rule; the reason when it cannot apply.
+template <std::floating_point T>
+std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spec,
+                       std::span<const T> gradient) {
+  if (shard.update == UpdateRule::sum) {
+    if (spec.kind != OptimizerSpec::Kind::none)
+      return fmt::format("variable '{}' sums pushes (UpdateRule::sum) and takes no optimizer",
+                         shard.name);
+    for (std::size_t i = 0; i < gradient.size(); ++i)
+      values.values[i] += gradient[i];
+    return {};
+  }
+  if (spec.kind == OptimizerSpec::Kind::none)
+    return fmt::format("variable '{}' is updated by an optimizer, and the push names none",
+                       shard.name);
+  if (values.kind != OptimizerSpec::Kind::none && slots_of(values.kind) != slots_of(spec.kind))
+    return fmt::format(
+        "variable '{}' was updated by an optimizer with {} slots per element, now "
+        "by one with {}: update each variable with one optimizer",
+        shard.name, slots_of(values.kind), slots_of(spec.kind));
+  auto run = [&](const auto& optimizer) -> std::string {
+    try {
+      if (values.kind == OptimizerSpec::Kind::none)
+        values.state = optim::make_state<T>(optimizer, values.values.size());
+      optimizer.apply(std::span<T>(values.values), gradient, values.state);
+      values.kind = spec.kind;
+      return {};
+    } catch (const Error& error) {
+      return error.what();
+    }
+  };
+  switch (spec.kind) {
+    case OptimizerSpec::Kind::sgd:
+      return run(optim::Sgd{spec.learning_rate});
+    case OptimizerSpec::Kind::momentum:
+    case OptimizerSpec::Kind::nesterov:
+      return run(optim::Momentum{spec.learning_rate, spec.momentum,
+                                 spec.kind == OptimizerSpec::Kind::nesterov});
+    case OptimizerSpec::Kind::adam:
+      return run(optim::Adam{spec.learning_rate, spec.beta1, spec.beta2, spec.epsilon});
+    case OptimizerSpec::Kind::none:
+      break;
+  }
+  return "unknown optimizer";
+}
+
+/// What became of a push.
+struct PushOutcome {
+  enum class Kind : std::uint8_t { reply, wait, error } kind = Kind::reply;
+  std::string why;              // for error
+  std::vector<void*> released;  // other callers whose replies may go now
+};
+
+namespace shard_detail {
+
+inline std::uint64_t slowest(const SyncState& sync) noexcept {
+  return *std::min_element(sync.pushes.begin(), sync.pushes.end());
+}
+
+// Bounded staleness: a caller whose push was its `clock`-th may go on once every replica has
+// pushed at least clock − bound times (no replica more than `bound` steps behind it).
+inline bool may_go(const SyncState& sync, std::uint64_t clock) noexcept {
+  return clock - std::min(clock, slowest(sync)) <= sync.spec.bound;
+}
+
+inline std::vector<void*> release_ready(SyncState& sync) {
+  std::vector<void*> released;
+  std::erase_if(sync.waiting, [&](const Waiter& waiter) {
+    if (!may_go(sync, waiter.clock)) return false;
+    released.push_back(waiter.caller);
+    return true;
+  });
+  return released;
+}
+
+}  // namespace shard_detail
+
+/// Applies, holds or drops a push of `caller` (worker `rank`) by the shard's sync policy.
+/// On `reply` the caller answers at once; on `wait` its reply goes when a later push (or a
+/// worker's `done`) releases it; `released` are the callers to answer now.
+template <std::floating_point T>
+PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer,
+                 const SyncSpec& spec, std::span<const T> gradient, int rank, void* caller) {
+  using Mode = SyncSpec::Mode;
+  SyncState& sync = shard.sync;
+  const auto fail = [](std::string why) {
+    return PushOutcome{PushOutcome::Kind::error, std::move(why), {}};
+  };
+  if (!sync.set) {
+    sync.set = true;
+    sync.spec = spec;
+    sync.spec.replica = 0;
+    sync.spec.step = 0;
+    sync.pushes.assign(spec.replicas, 0);
+    sync.owner.assign(spec.replicas, -1);
+    sync.arrived.assign(spec.replicas, false);
+  } else if (sync.spec.mode != spec.mode || sync.spec.aggregation != spec.aggregation ||
+             sync.spec.replicas != spec.replicas || sync.spec.bound != spec.bound) {
+    return fail(
+        fmt::format("workers disagree on how pushes meet variable '{}': mode {}, {} "
+                    "replicas, bound {} first; mode {}, {} replicas, bound {} now",
+                    shard.name, static_cast<int>(sync.spec.mode), sync.spec.replicas,
+                    sync.spec.bound, static_cast<int>(spec.mode), spec.replicas, spec.bound));
+  }
+  sync.owner[spec.replica] = rank;
+  PushOutcome outcome;
+  switch (spec.mode) {
+    case Mode::asynchronous:
+      outcome.why = apply_push(shard, values, optimizer, gradient);
+      if (!outcome.why.empty()) return fail(std::move(outcome.why));
+      ++shard.version;
+      return outcome;
+    case Mode::bounded_staleness: {
+      outcome.why = apply_push(shard, values, optimizer, gradient);
+      if (!outcome.why.empty()) return fail(std::move(outcome.why));
+      ++shard.version;
+      const std::uint64_t clock = ++sync.pushes[spec.replica];
+      outcome.released = shard_detail::release_ready(sync);
+      if (!shard_detail::may_go(sync, clock)) {
+        sync.waiting.push_back({caller, spec.replica, clock});
+        outcome.kind = PushOutcome::Kind::wait;
+      }
+      return outcome;
+    }
+    case Mode::synchronous:
+      break;
+  }
+  // Synchronous: a gradient of an older step is dropped (a backup replica came late); the rest
+  // wait until `bound` gradients of the step are in, which are then added in replica order (the
+  // same bits whatever order they arrived in) and applied once.
+  if (spec.step < shard.version) {
+    ++shard.stale;
+    return outcome;
+  }
+  if (spec.step > shard.version)
+    return fail(fmt::format("a gradient for step {} of variable '{}', which is at step {}",
+                            spec.step, shard.name, shard.version));
+  if (sync.arrived[spec.replica])
+    return fail(fmt::format("replica {} pushed twice in step {} of variable '{}'", spec.replica,
+                            shard.version, shard.name));
+  values.step_gradients.resize(spec.replicas);
+  values.step_gradients[spec.replica].assign(gradient.begin(), gradient.end());
+  sync.arrived[spec.replica] = true;
+  if (++sync.arrivals < sync.spec.bound) {
+    sync.waiting.push_back({caller, spec.replica, 0});
+    outcome.kind = PushOutcome::Kind::wait;
+    return outcome;
+  }
+  std::vector<T> total(gradient.size(), T(0));
+  for (std::size_t r = 0; r < sync.arrived.size(); ++r) {
+    if (!sync.arrived[r]) continue;
+    const auto& part = values.step_gradients[r];
+    for (std::size_t i = 0; i < total.size(); ++i)
+      total[i] += part[i];
+  }
+  if (sync.spec.aggregation == SyncSpec::Aggregation::mean)
+    for (T& g : total)
+      g /= static_cast<T>(sync.arrivals);
+  std::fill(sync.arrived.begin(), sync.arrived.end(), false);
+  sync.arrivals = 0;
+  for (const Waiter& waiter : sync.waiting)
+    outcome.released.push_back(waiter.caller);
+  sync.waiting.clear();
+  outcome.why = apply_push(shard, values, optimizer, std::span<const T>(total));
+  if (!outcome.why.empty()) {
+    outcome.kind = PushOutcome::Kind::error;  // the step is dropped; the others go on with it
+    return outcome;
+  }
+  ++shard.version;
+  return outcome;
+}
+
+/// Worker `rank` has finished: under bounded staleness its replicas no longer hold anyone back.
+/// Returns the callers to answer now.
+inline std::vector<void*> finished(Shard& shard, int rank) {
+  SyncState& sync = shard.sync;
+  if (!sync.set || sync.spec.mode != SyncSpec::Mode::bounded_staleness) return {};
+  for (std::size_t r = 0; r < sync.owner.size(); ++r)
+    if (sync.owner[r] == rank) sync.pushes[r] = std::numeric_limits<std::uint64_t>::max();
+  return shard_detail::release_ready(sync);
+}
+
+/// `caller` is gone: it waits for nothing any more.
+inline void forget(Shard& shard, const void* caller) {
+  std::erase_if(shard.sync.waiting, [&](const Waiter& waiter) { return waiter.caller == caller; });
+}
+
+}  // namespace strata::ps::detail
