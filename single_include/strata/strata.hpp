@@ -18867,6 +18867,7 @@ class Server {
 #include <limits>
 #include <span>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -19007,10 +19008,12 @@ inline std::vector<void*> release_ready(SyncState& sync) {
 
 /// Applies, holds or drops a push of `caller` (worker `rank`) by the shard's sync policy.
 /// On `reply` the caller answers at once; on `wait` its reply goes when a later push (or a
-/// worker's `done`) releases it; `released` are the callers to answer now.
+/// worker's `done`) releases it; `released` are the callers to answer now. A synchronous push
+/// keeps its gradient until the step is applied: it takes `gradient`'s buffer and leaves one of
+/// the shard's in its place, so no gradient is copied.
 template <std::floating_point T>
 PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer,
-                 const SyncSpec& spec, std::span<const T> gradient, int rank, void* caller) {
+                 const SyncSpec& spec, std::vector<T>& gradient, int rank, void* caller) {
   using Mode = SyncSpec::Mode;
   SyncState& sync = shard.sync;
   const auto fail = [](std::string why) {
@@ -19036,12 +19039,12 @@ PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer
   PushOutcome outcome;
   switch (spec.mode) {
     case Mode::asynchronous:
-      outcome.why = apply_push(shard, values, optimizer, gradient);
+      outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient));
       if (!outcome.why.empty()) return fail(std::move(outcome.why));
       ++shard.version;
       return outcome;
     case Mode::bounded_staleness: {
-      outcome.why = apply_push(shard, values, optimizer, gradient);
+      outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient));
       if (!outcome.why.empty()) return fail(std::move(outcome.why));
       ++shard.version;
       const std::uint64_t clock = ++sync.pushes[spec.replica];
@@ -19069,29 +19072,34 @@ PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer
     return fail(fmt::format("replica {} pushed twice in step {} of variable '{}'", spec.replica,
                             shard.version, shard.name));
   values.step_gradients.resize(spec.replicas);
-  values.step_gradients[spec.replica].assign(gradient.begin(), gradient.end());
+  std::swap(values.step_gradients[spec.replica], gradient);
   sync.arrived[spec.replica] = true;
   if (++sync.arrivals < sync.spec.bound) {
     sync.waiting.push_back({caller, spec.replica, 0});
     outcome.kind = PushOutcome::Kind::wait;
     return outcome;
   }
-  std::vector<T> total(gradient.size(), T(0));
+  // Added up in the first arrived replica's buffer, in replica order.
+  std::vector<T>* total = nullptr;
   for (std::size_t r = 0; r < sync.arrived.size(); ++r) {
     if (!sync.arrived[r]) continue;
-    const auto& part = values.step_gradients[r];
-    for (std::size_t i = 0; i < total.size(); ++i)
-      total[i] += part[i];
+    auto& part = values.step_gradients[r];
+    if (total == nullptr) {
+      total = &part;
+      continue;
+    }
+    for (std::size_t i = 0; i < total->size(); ++i)
+      (*total)[i] += part[i];
   }
   if (sync.spec.aggregation == SyncSpec::Aggregation::mean)
-    for (T& g : total)
+    for (T& g : *total)
       g /= static_cast<T>(sync.arrivals);
   std::fill(sync.arrived.begin(), sync.arrived.end(), false);
   sync.arrivals = 0;
   for (const Waiter& waiter : sync.waiting)
     outcome.released.push_back(waiter.caller);
   sync.waiting.clear();
-  outcome.why = apply_push(shard, values, optimizer, std::span<const T>(total));
+  outcome.why = apply_push(shard, values, optimizer, std::span<const T>(*total));
   if (!outcome.why.empty()) {
     outcome.kind = PushOutcome::Kind::error;  // the step is dropped; the others go on with it
     return outcome;
@@ -19287,7 +19295,7 @@ struct Server::State : transport::tcp::ServiceHandler {
       std::visit(
           [&](auto& values) {
             using T = typename std::decay_t<decltype(values.values)>::value_type;
-            const std::span<const T> incoming(staging<T>());
+            auto& incoming = staging<T>();
             if (operation == Operation::assign) {
               std::copy(incoming.begin(), incoming.end(), values.values.begin());
               return;

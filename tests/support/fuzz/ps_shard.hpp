@@ -116,8 +116,8 @@ inline void fuzz_ps_shard(std::span<const std::uint8_t> data) {
               128) /
           16.0f;
     const std::uint64_t version = shard.version;
-    const auto outcome = detail::push(shard, values, *optimizer, *sync,
-                                      std::span<const float>(gradient), who & 0x0F, caller);
+    const auto outcome =
+        detail::push(shard, values, *optimizer, *sync, gradient, who & 0x0F, caller);
     require(shard.version >= version, "a push made the shard's version go down");
     for (void* released : outcome.released) {
       const auto it = waiting.find(released);

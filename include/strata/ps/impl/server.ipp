@@ -207,7 +207,7 @@ struct Server::State : transport::tcp::ServiceHandler {
       std::visit(
           [&](auto& values) {
             using T = typename std::decay_t<decltype(values.values)>::value_type;
-            const std::span<const T> incoming(staging<T>());
+            auto& incoming = staging<T>();
             if (operation == Operation::assign) {
               std::copy(incoming.begin(), incoming.end(), values.values.begin());
               return;
