@@ -28,8 +28,7 @@ Ceilings measure_ceilings() {
   };
   Ceilings c;
   c.cpus = describe_affinity();
-  std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> c.congestion;
-  if (c.congestion.empty()) c.congestion = "the kernel's default";
+  c.congestion = default_congestion_control();
   c.tcp_duplex = duplex(0, {}, kCached);
   c.tcp_duplex_1mib_buffers = duplex(1 << 20, {}, kCached);
   c.tcp_duplex_reno = duplex(0, "reno", kCached);
@@ -74,6 +73,23 @@ std::string format_ceilings(const Ceilings& c, int measurements) {
       c.tcp_duplex_reno / 1e9, format_size(Ceilings::kMemoryBytes), c.tcp_duplex_memory / 1e9,
       c.congestion, c.tcp_duplex_memory_reno / 1e9, c.round_trip_sleeping_us,
       c.round_trip_polling_us, c.memcpy / 1e9, c.add / 1e9);
+}
+
+double measure_tcp_stream_seconds(std::size_t bytes, int warmup, int iters,
+                                  std::optional<int> peer_cpu, const std::string& congestion) {
+  const auto median = bench::tcp_stream(bytes, warmup, iters, peer_cpu.value_or(-1), congestion);
+  return std::chrono::duration<double>(median).count();
+}
+
+std::string default_congestion_control() {
+  std::string name;
+  std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> name;
+  return name.empty() ? std::string("the kernel's default") : name;
+}
+
+double measure_tcp_ping_pong_us(std::size_t bytes, bool polling, std::optional<int> peer_cpu) {
+  const auto median = bench::tcp_ping_pong(bytes, polling, 2000, peer_cpu.value_or(-1));
+  return std::chrono::duration<double, std::micro>(median).count();
 }
 
 }  // namespace strata::perf

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 namespace strata::perf {
@@ -53,5 +54,20 @@ Ceilings best_of(const Ceilings& a, const Ceilings& b);
 
 /// The '#' lines; `measurements` > 1 says each figure is the best of that many.
 std::string format_ceilings(const Ceilings& c, int measurements = 1);
+
+/// --transport ps's peer for bandwidth: seconds of one message of `bytes` from this process to a
+/// child over loopback TCP (received whole, answered with one byte, both ends polling), the
+/// median of `iters` after `warmup`, under TCP congestion control `congestion` (empty: the
+/// kernel's default); the child runs on `peer_cpu` (none: where this process may).
+double measure_tcp_stream_seconds(std::size_t bytes, int warmup, int iters,
+                                  std::optional<int> peer_cpu, const std::string& congestion = {});
+
+/// The kernel's default TCP congestion control (net.ipv4.tcp_congestion_control).
+std::string default_congestion_control();
+
+/// --transport ps's peer for latency: the median round trip of a ping-pong of `bytes` each way
+/// between this process and a child on loopback TCP, in microseconds, both ends polling
+/// (`polling`) or sleeping in recv(2); the child runs on `peer_cpu`.
+double measure_tcp_ping_pong_us(std::size_t bytes, bool polling, std::optional<int> peer_cpu);
 
 }  // namespace strata::perf

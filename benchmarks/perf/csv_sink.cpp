@@ -20,7 +20,7 @@ std::string csv_line(std::string_view collective, std::string_view transport,
 }
 
 void CsvSink::begin(const RunInfo& info) {
-  collective_ = std::string(to_string(info.options.collective));
+  collective_ = std::string(operation_name(info.options));
   transport_ = std::string(to_string(info.options.transport));
   algorithm_ = info.algorithm;
   ranks_ = info.ranks;

@@ -11,7 +11,7 @@ nlohmann::json settings_of(const RunInfo& info) {
   const Options& o = info.options;
   nlohmann::json j = {
       {"tool", "strata-perf"},
-      {"collective", to_string(o.collective)},
+      {"collective", operation_name(o)},
       {"transport", to_string(o.transport)},
       {"algo", info.algorithm},
       {"ranks", info.ranks},
@@ -69,6 +69,14 @@ void JsonSink::begin(const RunInfo& info) {
     const RankInfo& rank = info.rank_info[r];
     document_["devices"].push_back(
         {{"rank", r}, {"pid", rank.pid}, {"host", rank.host}, {"where", rank.where}});
+  }
+  if (info.options.transport == Transport::ps) {
+    document_["servers"] = nlohmann::json::array();
+    for (std::size_t s = 0; s < info.servers.size(); ++s) {
+      const RankInfo& server = info.servers[s];
+      document_["servers"].push_back(
+          {{"ps", s}, {"pid", server.pid}, {"host", server.host}, {"where", server.where}});
+    }
   }
   if (info.ceilings) document_["ceiling"] = ceilings_of(*info.ceilings);
 }

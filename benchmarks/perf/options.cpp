@@ -159,8 +159,10 @@ void set_transport(Options& options, std::string_view text) {
     options.transport = Transport::tcp;
   else if (text == "nccl")
     options.transport = Transport::nccl;
+  else if (text == "ps")
+    options.transport = Transport::ps;
   else
-    fail(fmt::format("unknown transport '{}': use local, tcp or nccl", text));
+    fail(fmt::format("unknown transport '{}': use local, tcp, nccl or ps", text));
 }
 
 void set_algorithm(Options& options, std::string_view text) {
@@ -189,13 +191,25 @@ void set_binding(Options& options, std::string_view text) {
     fail(fmt::format("unknown binding '{}': use core or none", text));
 }
 
+// What the command line said explicitly, where a default and a choice must be told apart.
+struct Given {
+  bool collective = false;
+  bool push_pull = false;  ///< the operation named is push_pull
+  bool transport = false;
+  bool servers = false;
+};
+
 // strata's own flags: where and how the ranks run. False when `flag` is none of them.
-bool parse_group_flag(Options& options, Flag& flag) {
+bool parse_group_flag(Options& options, Flag& flag, Given& given) {
   const std::string_view name = flag.name();
   if (flag.is("", "--transport")) {
     set_transport(options, flag.value());
+    given.transport = true;
   } else if (flag.is("", "--ranks")) {
     options.ranks = static_cast<int>(integer(name, flag.value(), 1, kMaxRanks));
+  } else if (flag.is("", "--ps")) {
+    options.servers = static_cast<int>(integer(name, flag.value(), 1, kMaxServers));
+    given.servers = true;
   } else if (flag.is("", "--algo")) {
     set_algorithm(options, flag.value());
   } else if (flag.is("", "--congestion")) {
@@ -239,15 +253,41 @@ bool parse_output_flag(Options& options, Flag& flag) {
   return true;
 }
 
-void set_collective(Options& options, std::string_view arg, bool& have_collective) {
-  if (have_collective) fail(fmt::format("unexpected argument '{}'", arg));
+void set_collective(Options& options, std::string_view arg, Given& given) {
+  if (given.collective) fail(fmt::format("unexpected argument '{}'", arg));
+  given.collective = true;
+  if (arg == "push_pull") {
+    given.push_pull = true;
+    return;
+  }
   const auto kind = collective_from(arg);
   if (!kind)
     fail(fmt::format(
-        "unknown collective '{}': use all_reduce, all_gather, reduce_scatter, broadcast or reduce",
+        "unknown collective '{}': use all_reduce, all_gather, reduce_scatter, broadcast or "
+        "reduce (or push_pull, with --transport ps)",
         arg));
   options.collective = *kind;
-  have_collective = true;
+}
+
+// push_pull and --transport ps go together: either one implies the other.
+void resolve_operation(Options& options, const Given& given) {
+  if (given.push_pull) {
+    if (given.transport && options.transport != Transport::ps)
+      fail(fmt::format("push_pull is the parameter servers' operation: use --transport ps, not {}",
+                       to_string(options.transport)));
+    options.transport = Transport::ps;
+    return;
+  }
+  if (options.transport == Transport::ps) {
+    if (given.collective)
+      fail(fmt::format(
+          "--transport ps measures push_pull (a push and a pull in one round trip to the "
+          "parameter servers), not {}: name push_pull or no operation",
+          to_string(options.collective)));
+    return;
+  }
+  if (!given.collective)
+    fail("name a collective: all_reduce, all_gather, reduce_scatter, broadcast or reduce");
 }
 
 bool is_local_algorithm(Algorithm algorithm) noexcept {
@@ -289,10 +329,32 @@ void check_transport_settings(const Options& options) {
   if (nccl && algorithm != Algorithm::automatic)
     fail(fmt::format("--algo {}: NCCL chooses its own algorithms; leave --algo out",
                      to_string(algorithm)));
-  if (options.congestion && (local || nccl) && !options.compare)
+  const bool ps = options.transport == Transport::ps;
+  if (ps && algorithm != Algorithm::automatic)
+    fail(fmt::format(
+        "--algo {} chooses an all-reduce algorithm; push_pull has none: leave --algo out",
+        to_string(algorithm)));
+  if (options.congestion && (local || nccl || ps) && !options.compare)
     fail("--congestion sets strata's TCP connections: use it with --transport tcp");
-  if (options.lend_from && (local || nccl) && !options.compare)
+  if (options.lend_from && (local || nccl || ps) && !options.compare)
     fail("--lend-from sets strata's TCP connections: use it with --transport tcp");
+}
+
+// --transport ps: what the parameter servers hold and how they update it.
+void check_ps(const Options& options, const Given& given) {
+  if (options.transport != Transport::ps) {
+    if (given.servers) fail("--ps sets the parameter servers of --transport ps");
+    return;
+  }
+  if (options.type != DataType::float32 && options.type != DataType::float64)
+    fail(fmt::format(
+        "-d {}: the parameter servers hold float and double values; use -d float or -d double",
+        to_string(options.type)));
+  if (options.op != ReduceOp::sum)
+    fail(fmt::format(
+        "-o {}: the parameter servers add every push to the values (UpdateRule::sum); leave -o "
+        "out or say sum",
+        nccl_op_name(options.op)));
 }
 
 void check_compare(const Options& options) {
@@ -301,6 +363,10 @@ void check_compare(const Options& options) {
     fail(
         "--compare runs strata's CPU transports and their peers: --transport nccl compares "
         "with raw NCCL by itself");
+  if (options.transport == Transport::ps)
+    fail(
+        "--compare runs strata's collectives and their peers: --transport ps measures its own "
+        "peers (a plain TCP stream and ping-pong) in every run");
   if (options.collective != Collective::all_reduce)
     fail("--compare measures all_reduce only: the peers' other collectives are not wired");
   if (options.json) fail("--compare writes --csv only");
@@ -322,24 +388,24 @@ void check_outputs(const Options& options) {
 
 Options parse_options(std::span<const std::string_view> args) {
   Options options;
-  bool have_collective = false;
+  Given given;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
     if (arg.size() < 2 || arg[0] != '-') {
-      set_collective(options, arg, have_collective);
+      set_collective(options, arg, given);
       continue;
     }
     Flag flag(args, i);
-    if (!parse_sweep_flag(options, flag) && !parse_group_flag(options, flag) &&
+    if (!parse_sweep_flag(options, flag) && !parse_group_flag(options, flag, given) &&
         !parse_output_flag(options, flag))
       fail(fmt::format("unknown option '{}'", arg));
   }
   if (options.help) return options;
 
-  if (!have_collective)
-    fail("name a collective: all_reduce, all_gather, reduce_scatter, broadcast or reduce");
+  resolve_operation(options, given);
   check_sweep(options);
   check_transport_settings(options);
+  check_ps(options, given);
   check_compare(options);
   check_outputs(options);
   return options;

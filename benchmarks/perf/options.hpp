@@ -4,7 +4,7 @@
 //
 // Flags follow nccl-tests' names where they exist (-b -e -f -w -n -d -o -r -c, and their long
 // forms), so that a command line moves between the two tools; strata's own are --transport,
-// --ranks, --algo, --check, --csv, --json and --progress. Values go in the next argument
+// --ranks, --ps, --algo, --check, --csv, --json and --progress. Values go in the next argument
 // ("-b 8"), attached to a short flag ("-b8") or after '=' in a long one ("--minbytes=8").
 #pragma once
 
@@ -31,9 +31,10 @@ class CommandLineError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Where the ranks run: threads of this process, processes that talk over TCP, or threads of
-/// this process on its GPUs, one each, through NCCL.
-enum class Transport : std::uint8_t { local, tcp, nccl };
+/// Where the ranks run: threads of this process, processes that talk over TCP, threads of this
+/// process on its GPUs, one each, through NCCL, or worker processes that push and pull through
+/// parameter-server processes (ps/, over TCP).
+enum class Transport : std::uint8_t { local, tcp, nccl, ps };
 
 /// The all-reduce algorithm, per transport: `automatic` is each transport's default
 /// (local: scatter-gather; tcp: recursive doubling while small, ring above).
@@ -54,6 +55,8 @@ constexpr std::string_view to_string(Transport transport) noexcept {
       return "tcp";
     case Transport::nccl:
       return "nccl";
+    case Transport::ps:
+      return "ps";
   }
   return "?";
 }
@@ -90,8 +93,11 @@ struct Options {
   int root = 0;
   bool check = true;
   Transport transport = Transport::local;
-  /// Unset: 2, or the size of the cluster a launcher describes (TF_CONFIG, torchrun, ...).
+  /// Unset: 2, or the size of the cluster a launcher describes (TF_CONFIG, torchrun, ...). With
+  /// --transport ps: the workers.
   std::optional<int> ranks{};
+  /// --transport ps: the parameter servers (--ps), processes that strata-perf starts.
+  int servers = 1;
   Algorithm algorithm = Algorithm::automatic;
   /// tcp: TcpOptions::congestion_control; unset: strata's choice (reno within one host).
   std::optional<std::string> congestion{};
@@ -117,6 +123,15 @@ struct Options {
 
 /// The largest group strata-perf starts or joins (threads or processes).
 inline constexpr int kMaxRanks = 4096;
+/// The most parameter servers --transport ps starts.
+inline constexpr int kMaxServers = 64;
+
+/// What the run measures, as the outputs name it: the collective, or "push_pull" with
+/// --transport ps (a parameter server's push and pull in one round trip).
+constexpr std::string_view operation_name(const Options& options) noexcept {
+  return options.transport == Transport::ps ? std::string_view("push_pull")
+                                            : strata::to_string(options.collective);
+}
 
 /// The help text of `strata-perf --help`.
 std::string usage();

@@ -32,6 +32,8 @@ struct RunInfo {
   std::vector<RankInfo> rank_info;
   /// With --ceiling: this machine's limits, measured by rank 0 before the sweep.
   std::optional<Ceilings> ceilings{};
+  /// --transport ps: every parameter server, in task order (the ranks are its workers).
+  std::vector<RankInfo> servers{};
 };
 
 /// The share of the full-duplex TCP ceiling that `row`'s busbw reaches, when the run has one

@@ -6,9 +6,11 @@
 // It starts the ranks itself: threads with LocalCommunicator (--transport local,
 // strata_perf_local.cpp), or processes on 127.0.0.1 with TcpCommunicator (--transport tcp;
 // strata_perf_tcp.cpp, launch.hpp), or threads on the GPUs with NcclCommunicator, measured against
-// raw NCCL (--transport nccl; strata_perf_nccl.cpp). Under a launcher (TF_CONFIG, torchrun,
-// OpenMPI, SLURM; e.g. strata-launch -n 4 -- strata-perf all_reduce --transport tcp) the process is
-// one rank of that cluster instead. Rank 0 prints nccl-tests' table (report.hpp) of what every rank
+// raw NCCL (--transport nccl; strata_perf_nccl.cpp), or worker and parameter-server processes
+// measuring push_pull next to a plain TCP stream and ping-pong (--transport ps;
+// strata_perf_ps.cpp). Under a launcher (TF_CONFIG, torchrun, OpenMPI, SLURM; e.g. strata-launch
+// -n 4 -- strata-perf all_reduce --transport tcp) the process is one rank of that cluster
+// instead. Rank 0 prints nccl-tests' table (report.hpp) of what every rank
 // measured (runner.hpp); `strata-perf --help` lists the flags (options.hpp). --ceiling adds this
 // machine's limits (ceiling_report.hpp); --compare runs strata and the installed peers, Gloo and
 // OpenMPI, side by side (compare/, peers/).
@@ -44,6 +46,7 @@ int run(const Options& options, char** argv) {
     return run_comparison(options, options.ranks.value_or(kDefaultRanks), kBuildMpiexec);
   if (options.transport == Transport::local) return run_local(options);
   if (options.transport == Transport::nccl) return run_nccl(options);
+  if (options.transport == Transport::ps) return run_ps(options, argv);
   return run_tcp(options, argv);
 }
 

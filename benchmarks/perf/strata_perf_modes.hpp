@@ -23,4 +23,9 @@ int run_tcp(const Options& options, char** argv);
 /// against raw NCCL (strata_perf_nccl.cpp; a command-line error in builds without NCCL).
 int run_nccl(const Options& options);
 
+/// --transport ps: this process is a worker or a parameter server of the group our supervisor
+/// started, or that supervisor, which starts the servers and workers on 127.0.0.1
+/// (strata_perf_ps.cpp).
+int run_ps(const Options& options, char** argv);
+
 }  // namespace strata::perf

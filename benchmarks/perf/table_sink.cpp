@@ -11,7 +11,7 @@ std::string table_preamble(std::string_view tool, std::string_view transport, co
   const Options& o = info.options;
   std::string text;
   auto out = std::back_inserter(text);
-  fmt::format_to(out, "# Collective test starting: {} {}\n", tool, to_string(o.collective));
+  fmt::format_to(out, "# Collective test starting: {} {}\n", tool, operation_name(o));
   fmt::format_to(out,
                  "# nRanks {} transport {} algo {} minBytes {} maxBytes {} step: {}(factor) "
                  "warmup iters: {} iters: {} validation: {}\n",
@@ -23,12 +23,17 @@ std::string table_preamble(std::string_view tool, std::string_view transport, co
     fmt::format_to(out, "#  Rank {:>2} Pid {:>6} on {:>10} {}\n", r, rank.pid, rank.host,
                    rank.where);
   }
+  for (std::size_t s = 0; s < info.servers.size(); ++s) {
+    const RankInfo& server = info.servers[s];
+    fmt::format_to(out, "#  PS   {:>2} Pid {:>6} on {:>10} {}\n", s, server.pid, server.host,
+                   server.where);
+  }
   return text + "#\n";
 }
 
 void TableSink::begin(const RunInfo& info) {
   const Options& o = info.options;
-  collective_ = to_string(o.collective);
+  collective_ = operation_name(o);
   info_ = info;
   std::string text = table_preamble("strata-perf", to_string(o.transport), info);
   if (info.ceilings) text += format_ceilings(*info.ceilings) + "#\n";

@@ -5,12 +5,14 @@ namespace strata::perf {
 
 std::string usage() {
   return R"(usage: strata-perf COLLECTIVE [options]
+       strata-perf push_pull [--transport ps] [--ranks W] [--ps P] [options]
 
 Measures a strata collective the way nccl-tests does: for every size of a sweep, the average
 time of ITERS calls after WARMUP calls (the slowest rank's), out of place and in place, the
 algorithm and bus bandwidth (GB = 1e9 bytes), and a data check. Rank 0 prints the table.
+push_pull measures strata's parameter servers instead (--transport ps, below).
 
-COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
+COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce | push_pull
 
   -b, --minbytes SIZE      smallest size (default 8); K, M, G suffixes are binary
   -e, --maxbytes SIZE      largest size (default 256M)
@@ -30,7 +32,17 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce
                            defaults to the GPUs it sees), with NcclCommunicator; raw NCCL
                            calls and strata with its call check off are measured in the
                            same run, and the footer compares them
-      --ranks N            number of ranks (default 2; under a launcher, its world size)
+                           ps: push_pull (named or not): --ranks worker processes, each
+                           pushing SIZE bytes and pulling them back in one round trip per
+                           call, to --ps parameter-server processes holding the variable in
+                           one shard each (UpdateRule::sum), all on 127.0.0.1 and started by
+                           strata-perf; time is the slowest worker's median; busbw =
+                           2 SIZE max(1, W/P) / time; the footer sets it against a plain TCP
+                           stream of SIZE bytes and a ping-pong on the same CPUs, and gives
+                           the servers' CPU time per call and per byte
+      --ranks N            number of ranks (default 2; under a launcher, its world size;
+                           ps: the workers)
+      --ps P               ps: parameter servers (default 1)
       --algo A             all-reduce algorithm. local: auto (scatter_gather),
                            scatter_gather, reduce_to_one. tcp: auto (recursive doubling up to
                            512 KiB / (ceil(log2 N) (N-1)), ring above), ring,

@@ -5,6 +5,10 @@
 //                    and congestion control (empty: the kernel's default);
 //   tcp_round_trip   a 1-byte ping-pong between two processes, the receiver either sleeping in
 //                    recv(2) or polling with MSG_DONTWAIT (median of the round trips);
+//                    tcp_ping_pong: the same with messages of any size;
+//   tcp_stream       one direction: one process sends a message of a given size, the other
+//                    receives it whole and answers with one byte, both polling (median time
+//                    of a message);
 //   memcpy / add     single-core bandwidth of copying and of out = a + b over float arrays
 //                    (bytes read + written per second).
 // Rates are in bytes per second (decimal units are the caller's business). POSIX only.
@@ -24,6 +28,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -172,6 +177,75 @@ inline void receive_one(int fd, char& byte, bool busy_poll) {
   }
 }
 
+// Receives exactly `bytes` into `data`, sleeping in recv(2) or polling with MSG_DONTWAIT.
+inline void receive_all(int fd, char* data, std::size_t bytes, bool busy_poll) {
+  while (bytes > 0) {
+    const auto n = ::recv(fd, data, bytes, busy_poll ? MSG_DONTWAIT : 0);
+    if (n > 0) {
+      data += n;
+      bytes -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) throw std::runtime_error("ceiling: the peer closed the connection");
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail("recv");
+  }
+}
+
+// Waits for `events` on `fd` by polling without sleeping (as a fast transport does).
+inline void spin_until_ready(int fd, short events) {
+  pollfd p{fd, events, 0};
+  const auto give_up = Clock::now() + std::chrono::seconds(10);
+  while (::poll(&p, 1, 0) == 0)
+    if (Clock::now() > give_up) throw std::runtime_error("ceiling: the peer stalled");
+}
+
+// Sends `bytes` of `data` without blocking, polling while the socket buffer is full.
+inline void send_polling(int fd, const char* data, std::size_t bytes) {
+  while (bytes > 0) {
+    const auto n = ::send(fd, data, bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      data += n;
+      bytes -= static_cast<std::size_t>(n);
+    } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      fail("send");
+    } else {
+      spin_until_ready(fd, POLLOUT);
+    }
+  }
+}
+
+// Receives `bytes` into `data` without blocking, polling while nothing has arrived.
+inline void receive_polling(int fd, char* data, std::size_t bytes) {
+  while (bytes > 0) {
+    const auto n = ::recv(fd, data, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      data += n;
+      bytes -= static_cast<std::size_t>(n);
+    } else if (n == 0) {
+      throw std::runtime_error("ceiling: the peer closed the connection");
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      fail("recv");
+    } else {
+      spin_until_ready(fd, POLLIN);
+    }
+  }
+}
+
+// Confines the calling process to `cpu` (a negative one: leaves it where it is).
+inline void bind_to_cpu(int cpu) {
+  if (cpu < 0) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (::sched_setaffinity(0, sizeof one, &one) != 0) fail("binding to a CPU");
+}
+
+inline double median_of(std::vector<double>& values) {
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2),
+                   values.end());
+  return values[values.size() / 2];
+}
+
 }  // namespace detail::ceiling
 
 /// Bytes per second each way when two processes send `total_bytes` to each other at once over
@@ -212,16 +286,85 @@ inline std::chrono::nanoseconds tcp_round_trip(bool busy_poll, int round_trips =
           if (i >= 100)  // the first ones warm caches and the scheduler up
             times.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count());
         }
-        std::nth_element(times.begin(),
-                         times.begin() + static_cast<std::ptrdiff_t>(times.size() / 2),
-                         times.end());
-        return times[times.size() / 2];
+        return median_of(times);
       },
       [&](int fd) {
         char byte = 0;
         for (int i = 0; i < round_trips + 100; ++i) {
           receive_one(fd, byte, busy_poll);
           send_all(fd, &byte, 1);
+        }
+      });
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(median_ns));
+}
+
+/// Median round-trip time of a ping-pong of `bytes`-byte messages (each way) between this
+/// process and a child on loopback TCP, the waiting side sleeping in recv(2) (`busy_poll`
+/// false) or polling without blocking; the child runs on `peer_cpu` (negative: where this
+/// process may run).
+inline std::chrono::nanoseconds tcp_ping_pong(std::size_t bytes, bool busy_poll,
+                                              int round_trips = 2000, int peer_cpu = -1) {
+  using namespace detail::ceiling;
+  const std::size_t size = std::max<std::size_t>(bytes, 1);
+  const double median_ns = in_two_processes(
+      0, {},
+      [&](int fd) {
+        std::vector<char> message(size, 1);
+        std::vector<double> times;
+        times.reserve(static_cast<std::size_t>(round_trips));
+        for (int i = 0; i < round_trips + 100; ++i) {
+          const auto start = Clock::now();
+          send_all(fd, message.data(), size);
+          receive_all(fd, message.data(), size, busy_poll);
+          if (i >= 100)  // the first ones warm caches and the scheduler up
+            times.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count());
+        }
+        return median_of(times);
+      },
+      [&](int fd) {
+        bind_to_cpu(peer_cpu);
+        std::vector<char> message(size);
+        for (int i = 0; i < round_trips + 100; ++i) {
+          receive_all(fd, message.data(), size, busy_poll);
+          send_all(fd, message.data(), size);
+        }
+      });
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(median_ns));
+}
+
+/// Median time of one message of `bytes` from this process to a child over loopback TCP: sent
+/// from an array of that size, received whole into another, answered with one byte, both ends
+/// polling without sleeping, the kernel's socket buffers and congestion control `congestion`
+/// (empty: the kernel's default). After `warmup` untimed messages (slow start, buffer
+/// autotuning), the median of `iters`. The child runs on `peer_cpu` (negative: where this
+/// process may run).
+inline std::chrono::nanoseconds tcp_stream(std::size_t bytes, int warmup, int iters,
+                                           int peer_cpu = -1, const std::string& congestion = {}) {
+  using namespace detail::ceiling;
+  const std::size_t size = std::max<std::size_t>(bytes, 1);
+  const int total = warmup + std::max(iters, 1);
+  const double median_ns = in_two_processes(
+      0, congestion,
+      [&](int fd) {
+        std::vector<char> message(size, 'x');
+        std::vector<double> times;
+        char ack = 0;
+        for (int i = 0; i < total; ++i) {
+          const auto start = Clock::now();
+          send_polling(fd, message.data(), size);
+          receive_polling(fd, &ack, 1);
+          if (i >= warmup)
+            times.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count());
+        }
+        return median_of(times);
+      },
+      [&](int fd) {
+        bind_to_cpu(peer_cpu);
+        std::vector<char> message(size);
+        const char ack = 1;
+        for (int i = 0; i < total; ++i) {
+          receive_polling(fd, message.data(), size);
+          send_polling(fd, &ack, 1);
         }
       });
   return std::chrono::nanoseconds(static_cast<std::int64_t>(median_ns));
