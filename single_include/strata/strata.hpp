@@ -14213,7 +14213,7 @@ struct SessionHolderOf<P> {
 };
 }  // namespace detail
 
-/// What a strategy over placement P holds for its session: the session, or a placeholder.
+/// What a strategy over placement P holds: its session, or an unused int where P has none.
 template <class P>
 using SessionHolder = typename detail::SessionHolderOf<P>::type;
 
