@@ -97,6 +97,8 @@ struct PsPingPong {
 inline constexpr double kPsStreamShareTarget = 0.70;  ///< 1 worker + 1 ps, 16 MiB and up
 inline constexpr double kPsRoundTripTarget = 2.0;     ///< 4 B: push_pull / polling round trip
 inline constexpr std::size_t kPsStreamFromBytes = std::size_t{16} << 20;
+/// The ping-pong peer runs when the sweep starts at this size or below (its latency line).
+inline constexpr std::size_t kPsPingPongMaxBytes = 4096;
 
 /// The footer: per size push_pull's time and busbw next to the stream peer's, their ratio and
 /// the servers' CPU; then the smallest size against the ping-pong, and the busbw share of the

@@ -317,7 +317,8 @@ int run_ps_rank(Comm& comm, ClientType& client, const Options& options, std::str
   const auto points = sweep_points(options, element_bytes, comm.size());
   if (rank0) {
     if (options.ceiling) ceilings = on_cpus(setup.group_cpus, measure_ceilings);
-    if (setup.probe.ping_pong && !points.empty())
+    if (setup.probe.ping_pong && !points.empty() &&
+        points.front().sizes.bytes <= kPsPingPongMaxBytes)
       ping_pong = setup.probe.ping_pong(std::max<std::size_t>(points.front().sizes.bytes, 1));
   }
   RunInfo info{options, comm.size(), fmt::format("sum/{}ps", client.num_servers()),
