@@ -729,8 +729,12 @@ inline std::optional<std::string> environment_variable(std::string_view name) {
 //   │                          root: a bug in the training program; fix the call sites
 //   ├── ConfigurationError     bad environment or options (STRATA_TIMEOUT, TF_CONFIG, ...):
 //   │                          fix the configuration named in the message
-//   └── UsageError             a wrong call on this rank (bad span sizes, bad root, use after
-//                              failure): fix the calling code
+//   ├── UsageError             a wrong call on this rank (bad span sizes, bad root, use after
+//   │                          failure): fix the calling code
+//   ├── FunctionError          a function a ClusterCoordinator scheduled raised on its worker:
+//   │                          fix the function (its text is in the message)
+//   └── CancelledError         a scheduled function never ran: an earlier one failed, or the
+//                              coordinator shut down; handle that first, then schedule again
 //
 // Every message has the form "strata: rank R: OPERATION: what happened; what to do". Low
 // layers work with error codes; the communicator boundary throws, adding rank and operation.
@@ -860,6 +864,25 @@ class UsageError : public Error {
  public:
   UsageError(int rank, std::string_view operation, std::string_view what_happened,
              std::string_view what_to_do)
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+/// A function scheduled by a ClusterCoordinator raised an exception that is not a strata error
+/// on the worker that ran it; the message names the function and the worker and carries the
+/// exception's text.
+class FunctionError : public Error {
+ public:
+  FunctionError(int rank, std::string_view operation, std::string_view what_happened,
+                std::string_view what_to_do)
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+/// A scheduled function was cancelled before it ran: an earlier function failed (the error that
+/// `join` raises), or the coordinator shut down.
+class CancelledError : public Error {
+ public:
+  CancelledError(int rank, std::string_view operation, std::string_view what_happened,
+                 std::string_view what_to_do)
       : Error(rank, operation, what_happened, what_to_do) {}
 };
 
@@ -7725,6 +7748,57 @@ inline bool same_mac(const Mac& a, const Mac& b) noexcept {
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+// ---- begin strata/transport/tcp/congestion.hpp ----
+// strata/transport/tcp/congestion.hpp — which TCP congestion control a connection runs.
+//
+// Loopback never queues or drops, so congestion control has nothing to find out there, and a
+// pacing algorithm (BBR, a common host default) only throttles the sender with timers. So
+// connections within one host run reno, which is built in and allowed to everyone; across hosts
+// the kernel's default stands unless the user names one.
+
+#include <cerrno>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <asio/ip/tcp.hpp>
+
+namespace strata::transport::tcp {
+
+/// True for a connection over loopback or between two addresses of this host.
+inline bool same_host(const asio::ip::tcp::socket& socket) {
+  std::error_code ec;
+  const auto local = socket.local_endpoint(ec).address();
+  if (ec) return false;
+  const auto remote = socket.remote_endpoint(ec).address();
+  return !ec && (remote.is_loopback() || remote == local);
+}
+
+/// Sets TCP_CONGESTION on `socket`: `named` when given, else reno within one host and nothing
+/// across hosts. Returns the kernel's error for a refused `named` algorithm; a refused reno is
+/// ignored, as the kernel's default works.
+inline std::error_code choose_congestion_control(asio::ip::tcp::socket& socket,
+                                                 const std::optional<std::string>& named) {
+  std::string_view congestion;
+  if (named)
+    congestion = *named;
+  else if (same_host(socket))
+    congestion = "reno";
+  if (congestion.empty() ||
+      ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_CONGESTION, congestion.data(),
+                   static_cast<socklen_t>(congestion.size())) == 0 ||
+      !named)
+    return {};
+  return std::error_code(errno, std::generic_category());
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/congestion.hpp ----
 // ---- begin strata/transport/tcp/mesh.hpp ----
 // strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
 //
@@ -8058,37 +8132,16 @@ class PendingMesh {
       socket.set_option(asio::socket_base::receive_buffer_size(config_.socket_buffer_bytes),
                         ignored);
     }
-    // Loopback never queues or drops, so congestion control has nothing to find out there,
-    // and a pacing algorithm (BBR, a common host default) only throttles the sender with
-    // timers. Reno is built in and allowed to everyone; should the kernel refuse it anyway,
-    // its default works.
-    std::string_view congestion;
-    if (config_.congestion_control)
-      congestion = *config_.congestion_control;
-    else if (same_host(socket))
-      congestion = "reno";
-    if (!congestion.empty() &&
-        ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_CONGESTION, congestion.data(),
-                     static_cast<socklen_t>(congestion.size())) != 0 &&
-        config_.congestion_control) {
-      const std::error_code ec(errno, std::generic_category());
+    if (const std::error_code ec = choose_congestion_control(socket, config_.congestion_control)) {
       fail(std::make_exception_ptr(ConfigurationError(
           config_.rank, "rendezvous",
-          fmt::format("the kernel refused TCP congestion control '{}': {}", congestion,
-                      ec.message()),
+          fmt::format("the kernel refused TCP congestion control '{}': {}",
+                      *config_.congestion_control, ec.message()),
           "name one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (load its "
           "module first), or leave congestion_control unset")));
       return false;
     }
     return true;
-  }
-
-  static bool same_host(const tcp::socket& socket) {
-    std::error_code ec;
-    const auto local = socket.local_endpoint(ec).address();
-    if (ec) return false;
-    const auto remote = socket.remote_endpoint(ec).address();
-    return !ec && (remote.is_loopback() || remote == local);
   }
 
   // True while some established connection of `peer` is still open (a restarted process's old
@@ -9532,6 +9585,49 @@ class CallControl {
 #include <poll.h>
 #include <sched.h>
 
+// ---- begin strata/transport/tcp/busy_poll.hpp ----
+// strata/transport/tcp/busy_poll.hpp — waiting for sockets: poll without sleeping first, then
+// sleep in poll(2) until a deadline.
+//
+// A peer's answer usually comes within microseconds, and waking from a sleeping poll(2) costs
+// far more (docs/performance.md), so every wait of the TCP layer asks first without sleeping.
+
+#include <algorithm>
+#include <chrono>
+#include <span>
+
+#include <poll.h>
+#include <sched.h>
+
+
+namespace strata::transport::tcp {
+
+/// How long a rank polls its sockets without blocking once nothing moves, before it sleeps in
+/// poll(2): longer than a loopback round trip and than one step of a ring whose ranks share
+/// cores, short next to a scheduler tick. Waking from a sleeping poll(2) costs more than most
+/// such waits last (benchmarks/RESULTS.md).
+inline constexpr std::chrono::microseconds kBusyPoll{1000};
+
+/// poll(2) on `fds`: without sleeping until `busy_until`, yielding in between so that processes
+/// sharing a core run, then sleeping until `until`. Returns poll's result: 0 once `until` has
+/// passed, -1 with errno set (EINTR included). Asking poll(2), not retrying recv(2), matters:
+/// recv takes the socket lock that the sender's softirq needs to deliver the data.
+inline int poll_busy_then_sleep(std::span<pollfd> fds, Clock::time_point busy_until,
+                                Clock::time_point until) {
+  busy_until = std::min(busy_until, until);
+  while (Clock::now() < busy_until) {
+    const int ready = ::poll(fds.data(), fds.size(), 0);
+    if (ready != 0) return ready;
+    ::sched_yield();
+  }
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
+  if (left.count() <= 0) return ::poll(fds.data(), fds.size(), 0);
+  return ::poll(fds.data(), fds.size(),
+                static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/busy_poll.hpp ----
 // ---- begin strata/transport/tcp/channel.hpp ----
 // strata/transport/tcp/channel.hpp — one data connection in one call: its share of the plan
 // and the non-blocking socket I/O that moves it.
@@ -9788,11 +9884,6 @@ struct Channel {
 
 namespace strata::transport::tcp {
 
-/// How long a rank polls its sockets without blocking once nothing moves, before it sleeps in
-/// poll(2): longer than a loopback round trip and than one step of a ring whose ranks share
-/// cores, short next to a scheduler tick. Waking from a sleeping poll(2) costs more than most
-/// such waits last (benchmarks/RESULTS.md).
-inline constexpr std::chrono::microseconds kBusyPoll{1000};
 /// Where ranks share CPUs, a rank hands its CPU over (sched_yield) after each message of this
 /// size or more that it sends. Without that, it goes on with its own next messages while the
 /// receiver, runnable on the same CPU with work that the other CPUs wait for, does not run: the
@@ -10094,25 +10185,7 @@ class PlanRun {
   // poll(2) over the poll set: without sleeping until busy_until_, then sleeping up to the
   // deadline. Returns what poll(2) returned (errno tells an interruption).
   int poll_ready() {
-    // A peer's answer usually comes within microseconds, and waking from a sleeping poll(2)
-    // costs far more: ask first without sleeping, yielding in between so that ranks sharing a
-    // core (more ranks than cores) run. Asking poll(2), not retrying recv(2), matters: recv
-    // takes the socket lock that the sender's softirq needs to deliver the data.
-    int ready = 0;
-    while (Clock::now() < busy_until_) {
-      ready = ::poll(fds_.data(), fds_.size(), 0);
-      if (ready != 0) break;
-      ::sched_yield();
-    }
-    if (ready == 0) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-          control_.deadline().time_point() - Clock::now());
-      ready = left.count() <= 0
-                  ? 0
-                  : ::poll(fds_.data(), fds_.size(),
-                           static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
-    }
-    return ready;
+    return poll_busy_then_sleep(fds_, busy_until_, control_.deadline().time_point());
   }
 
   // The deadline passed: name the peers this rank was waiting for.
@@ -17123,7 +17196,19 @@ class ServiceServer {
     idle_timeout_ = idle_timeout;
     accept();
     arm_idle_timer();
-    io_.run();
+    // Polls without sleeping for a while after each event, as the collectives do (busy_poll.hpp):
+    // a request's wake-up would otherwise cost more than serving it.
+    auto busy_until = Clock::now() + kBusyPoll;
+    while (!io_.stopped()) {
+      if (io_.poll() > 0) {
+        busy_until = Clock::now() + kBusyPoll;
+      } else if (Clock::now() < busy_until) {
+        ::sched_yield();
+      } else {
+        io_.run_one();
+        busy_until = Clock::now() + kBusyPoll;
+      }
+    }
     return end_;
   }
 
@@ -17206,6 +17291,7 @@ class ServiceServer {
   void handshake(const ConnectionPtr& connection) {
     std::error_code ignored;
     connection->socket.set_option(tcp::no_delay(true), ignored);
+    choose_congestion_control(connection->socket, std::nullopt);
     pending_.insert(connection);
     connection->timer.expires_after(kHandshakeTimeout);
     connection->timer.async_wait([this, connection](std::error_code ec) {
@@ -17523,6 +17609,9 @@ class ServiceConnection {
     return ServiceIo::done;
   }
 
+  /// The socket, for a caller that polls several connections at once.
+  int native_handle() noexcept { return socket_.native_handle(); }
+
   /// Receives exactly `out.size()` bytes.
   ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
     std::size_t got = 0;
@@ -17549,13 +17638,12 @@ class ServiceConnection {
 
   ServiceIo wait_for(short events, Clock::time_point until) {
     pollfd entry{fd(), events, 0};
+    const auto busy_until = Clock::now() + kBusyPoll;
     for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
-      const int ready =
-          ::poll(&entry, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30)));
+      const int ready = poll_busy_then_sleep(std::span(&entry, 1), busy_until, until);
       if (ready > 0) return ServiceIo::done;
-      if (ready == 0) return ServiceIo::timed_out;
-      if (errno != EINTR) return ServiceIo::failed;
+      if (ready == 0 && Clock::now() >= until) return ServiceIo::timed_out;
+      if (ready < 0 && errno != EINTR) return ServiceIo::failed;
     }
   }
 
@@ -17653,6 +17741,7 @@ class ServiceConnection {
     if (!write(asio::buffer(final_status))) return false;
     if (verdict != HandshakeStatus::accepted) refused(to_string(verdict));
     socket_.set_option(tcp::no_delay(true), ec);
+    if (!ec) ec = choose_congestion_control(socket_, std::nullopt);
     if (!ec) socket_.native_non_blocking(true, ec);
     if (ec) {
       why = fmt::format("cannot set up the socket: {}", ec.message());

@@ -10,8 +10,12 @@
 //   │                          root: a bug in the training program; fix the call sites
 //   ├── ConfigurationError     bad environment or options (STRATA_TIMEOUT, TF_CONFIG, ...):
 //   │                          fix the configuration named in the message
-//   └── UsageError             a wrong call on this rank (bad span sizes, bad root, use after
-//                              failure): fix the calling code
+//   ├── UsageError             a wrong call on this rank (bad span sizes, bad root, use after
+//   │                          failure): fix the calling code
+//   ├── FunctionError          a function a ClusterCoordinator scheduled raised on its worker:
+//   │                          fix the function (its text is in the message)
+//   └── CancelledError         a scheduled function never ran: an earlier one failed, or the
+//                              coordinator shut down; handle that first, then schedule again
 //
 // Every message has the form "strata: rank R: OPERATION: what happened; what to do". Low
 // layers work with error codes; the communicator boundary throws, adding rank and operation.
@@ -142,6 +146,25 @@ class UsageError : public Error {
  public:
   UsageError(int rank, std::string_view operation, std::string_view what_happened,
              std::string_view what_to_do)
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+/// A function scheduled by a ClusterCoordinator raised an exception that is not a strata error
+/// on the worker that ran it; the message names the function and the worker and carries the
+/// exception's text.
+class FunctionError : public Error {
+ public:
+  FunctionError(int rank, std::string_view operation, std::string_view what_happened,
+                std::string_view what_to_do)
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
+/// A scheduled function was cancelled before it ran: an earlier function failed (the error that
+/// `join` raises), or the coordinator shut down.
+class CancelledError : public Error {
+ public:
+  CancelledError(int rank, std::string_view operation, std::string_view what_happened,
+                 std::string_view what_to_do)
       : Error(rank, operation, what_happened, what_to_do) {}
 };
 

@@ -36,6 +36,7 @@
 #include <strata/cluster/cluster_spec.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
+#include <strata/transport/tcp/congestion.hpp>
 #include <strata/transport/tcp/handshake.hpp>
 #include <strata/transport/tcp/mesh.hpp>
 
@@ -288,37 +289,16 @@ class PendingMesh {
       socket.set_option(asio::socket_base::receive_buffer_size(config_.socket_buffer_bytes),
                         ignored);
     }
-    // Loopback never queues or drops, so congestion control has nothing to find out there,
-    // and a pacing algorithm (BBR, a common host default) only throttles the sender with
-    // timers. Reno is built in and allowed to everyone; should the kernel refuse it anyway,
-    // its default works.
-    std::string_view congestion;
-    if (config_.congestion_control)
-      congestion = *config_.congestion_control;
-    else if (same_host(socket))
-      congestion = "reno";
-    if (!congestion.empty() &&
-        ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_CONGESTION, congestion.data(),
-                     static_cast<socklen_t>(congestion.size())) != 0 &&
-        config_.congestion_control) {
-      const std::error_code ec(errno, std::generic_category());
+    if (const std::error_code ec = choose_congestion_control(socket, config_.congestion_control)) {
       fail(std::make_exception_ptr(ConfigurationError(
           config_.rank, "rendezvous",
-          fmt::format("the kernel refused TCP congestion control '{}': {}", congestion,
-                      ec.message()),
+          fmt::format("the kernel refused TCP congestion control '{}': {}",
+                      *config_.congestion_control, ec.message()),
           "name one listed in /proc/sys/net/ipv4/tcp_allowed_congestion_control (load its "
           "module first), or leave congestion_control unset")));
       return false;
     }
     return true;
-  }
-
-  static bool same_host(const tcp::socket& socket) {
-    std::error_code ec;
-    const auto local = socket.local_endpoint(ec).address();
-    if (ec) return false;
-    const auto remote = socket.remote_endpoint(ec).address();
-    return !ec && (remote.is_loopback() || remote == local);
   }
 
   // True while some established connection of `peer` is still open (a restarted process's old

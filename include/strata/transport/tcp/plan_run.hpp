@@ -24,6 +24,7 @@
 
 #include <strata/core/deadline.hpp>
 #include <strata/transport/plan.hpp>
+#include <strata/transport/tcp/busy_poll.hpp>
 #include <strata/transport/tcp/channel.hpp>
 #include <strata/transport/tcp/control.hpp>
 #include <strata/transport/tcp/frame.hpp>
@@ -32,11 +33,6 @@
 
 namespace strata::transport::tcp {
 
-/// How long a rank polls its sockets without blocking once nothing moves, before it sleeps in
-/// poll(2): longer than a loopback round trip and than one step of a ring whose ranks share
-/// cores, short next to a scheduler tick. Waking from a sleeping poll(2) costs more than most
-/// such waits last (benchmarks/RESULTS.md).
-inline constexpr std::chrono::microseconds kBusyPoll{1000};
 /// Where ranks share CPUs, a rank hands its CPU over (sched_yield) after each message of this
 /// size or more that it sends. Without that, it goes on with its own next messages while the
 /// receiver, runnable on the same CPU with work that the other CPUs wait for, does not run: the
@@ -338,25 +334,7 @@ class PlanRun {
   // poll(2) over the poll set: without sleeping until busy_until_, then sleeping up to the
   // deadline. Returns what poll(2) returned (errno tells an interruption).
   int poll_ready() {
-    // A peer's answer usually comes within microseconds, and waking from a sleeping poll(2)
-    // costs far more: ask first without sleeping, yielding in between so that ranks sharing a
-    // core (more ranks than cores) run. Asking poll(2), not retrying recv(2), matters: recv
-    // takes the socket lock that the sender's softirq needs to deliver the data.
-    int ready = 0;
-    while (Clock::now() < busy_until_) {
-      ready = ::poll(fds_.data(), fds_.size(), 0);
-      if (ready != 0) break;
-      ::sched_yield();
-    }
-    if (ready == 0) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-          control_.deadline().time_point() - Clock::now());
-      ready = left.count() <= 0
-                  ? 0
-                  : ::poll(fds_.data(), fds_.size(),
-                           static_cast<int>(std::min<long long>(left.count(), 1'000'000)));
-    }
-    return ready;
+    return poll_busy_then_sleep(fds_, busy_until_, control_.deadline().time_point());
   }
 
   // The deadline passed: name the peers this rank was waiting for.

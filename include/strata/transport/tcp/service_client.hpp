@@ -33,6 +33,8 @@
 #include <strata/cluster/address.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
+#include <strata/transport/tcp/busy_poll.hpp>
+#include <strata/transport/tcp/congestion.hpp>
 #include <strata/transport/tcp/handshake.hpp>
 #include <strata/transport/tcp/route.hpp>
 #include <strata/transport/tcp/run_until.hpp>
@@ -107,6 +109,9 @@ class ServiceConnection {
     return ServiceIo::done;
   }
 
+  /// The socket, for a caller that polls several connections at once.
+  int native_handle() noexcept { return socket_.native_handle(); }
+
   /// Receives exactly `out.size()` bytes.
   ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
     std::size_t got = 0;
@@ -133,13 +138,12 @@ class ServiceConnection {
 
   ServiceIo wait_for(short events, Clock::time_point until) {
     pollfd entry{fd(), events, 0};
+    const auto busy_until = Clock::now() + kBusyPoll;
     for (;;) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now());
-      const int ready =
-          ::poll(&entry, 1, static_cast<int>(std::clamp<long long>(left.count(), 0, 1 << 30)));
+      const int ready = poll_busy_then_sleep(std::span(&entry, 1), busy_until, until);
       if (ready > 0) return ServiceIo::done;
-      if (ready == 0) return ServiceIo::timed_out;
-      if (errno != EINTR) return ServiceIo::failed;
+      if (ready == 0 && Clock::now() >= until) return ServiceIo::timed_out;
+      if (ready < 0 && errno != EINTR) return ServiceIo::failed;
     }
   }
 
@@ -237,6 +241,7 @@ class ServiceConnection {
     if (!write(asio::buffer(final_status))) return false;
     if (verdict != HandshakeStatus::accepted) refused(to_string(verdict));
     socket_.set_option(tcp::no_delay(true), ec);
+    if (!ec) ec = choose_congestion_control(socket_, std::nullopt);
     if (!ec) socket_.native_non_blocking(true, ec);
     if (ec) {
       why = fmt::format("cannot set up the socket: {}", ec.message());

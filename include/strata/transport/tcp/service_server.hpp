@@ -38,6 +38,8 @@
 #include <strata/cluster/address.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/error.hpp>
+#include <strata/transport/tcp/busy_poll.hpp>
+#include <strata/transport/tcp/congestion.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/handshake.hpp>
 #include <strata/transport/tcp/route.hpp>
@@ -148,7 +150,19 @@ class ServiceServer {
     idle_timeout_ = idle_timeout;
     accept();
     arm_idle_timer();
-    io_.run();
+    // Polls without sleeping for a while after each event, as the collectives do (busy_poll.hpp):
+    // a request's wake-up would otherwise cost more than serving it.
+    auto busy_until = Clock::now() + kBusyPoll;
+    while (!io_.stopped()) {
+      if (io_.poll() > 0) {
+        busy_until = Clock::now() + kBusyPoll;
+      } else if (Clock::now() < busy_until) {
+        ::sched_yield();
+      } else {
+        io_.run_one();
+        busy_until = Clock::now() + kBusyPoll;
+      }
+    }
     return end_;
   }
 
@@ -231,6 +245,7 @@ class ServiceServer {
   void handshake(const ConnectionPtr& connection) {
     std::error_code ignored;
     connection->socket.set_option(tcp::no_delay(true), ignored);
+    choose_congestion_control(connection->socket, std::nullopt);
     pending_.insert(connection);
     connection->timer.expires_after(kHandshakeTimeout);
     connection->timer.async_wait([this, connection](std::error_code ec) {
