@@ -1,7 +1,7 @@
 // examples/train.cpp — the demo: logistic regression trained data-parallel with strata.
 //
 //   strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|
-//                                    parameter-server-sync|one|default|gpu-mirrored|
+//                                    parameter-server-sync|coordinator|one|default|gpu-mirrored|
 //                                    gpu-multi-worker|gpu-central] [--replicas N]
 //                        [--epochs E] [--batch B]
 //
@@ -22,6 +22,10 @@
 // parameter-server-sync trains synchronously over the same servers (TF1's SyncReplicasOptimizer):
 // the servers add up every replica's gradient of a step before they apply it, so it is checked
 // against single-process training as the synchronous strategies are.
+// coordinator runs TF2's model on a cluster with a chief: the chief's ClusterCoordinator
+// schedules one step per global batch on whichever worker is free (coordinated_training.hpp);
+// asynchronous, so checked against the solution only:
+//   strata-launch -n 3 --chief --ps 2 -- strata_example_train --strategy coordinator
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +34,7 @@
 
 #include <fmt/format.h>
 
+#include "coordinated_training.hpp"
 #include "logistic_regression.hpp"
 #if STRATA_HAS_CUDA
 #include "gpu_gradients.hpp"
@@ -45,8 +50,8 @@ struct Arguments {
 
 constexpr std::string_view kUsage =
     "usage: strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|\n"
-    "                                        parameter-server-sync|one|default|gpu-mirrored|\n"
-    "                                        gpu-multi-worker|gpu-central]\n"
+    "                                        parameter-server-sync|coordinator|one|default|\n"
+    "                                        gpu-mirrored|gpu-multi-worker|gpu-central]\n"
     "                            [--replicas N] [--epochs E] [--batch B]\n"
     "\n"
     "Trains a logistic regression under the strategy and checks it against training on one\n"
@@ -54,6 +59,8 @@ constexpr std::string_view kUsage =
     "OpenMPI or SLURM; parameter-server from TF_CONFIG with ps tasks (strata-launch --ps M),\n"
     "which serve while the workers train asynchronously (checked against the solution only;\n"
     "parameter-server-sync: synchronously, checked as the synchronous strategies are).\n"
+    "coordinator: the chief (strata-launch --chief) schedules the steps on the workers, which\n"
+    "train against the ps tasks asynchronously (checked against the solution only).\n"
     "gpu-mirrored (NCCL) and gpu-central run one replica per GPU unless\n"
     "--replicas says otherwise, gpu-multi-worker (NCCL) one GPU per process, in builds with\n"
     "CUDA. Exit status: 0 when the result matches,\n"
@@ -94,6 +101,9 @@ Arguments parse(int argc, char** argv) {
   return args;
 }
 
+int check(const example::TrainResult& result, const example::Problem& problem,
+          const example::TrainConfig& config, bool synchronous, bool chief);
+
 template <class Strategy>
 int run(const Arguments& args, int replicas) {
   Strategy strategy({.num_replicas = replicas});
@@ -109,11 +119,16 @@ int run(const Arguments& args, int replicas) {
       example::train(strategy, problem, args.config, [&](std::size_t epoch, double loss) {
         if (chief) fmt::print("epoch {:3}  loss {:.6f}{}\n", epoch, loss, share);
       });
-  // The same global batches on one replica: synchronous strategies must land on the same
-  // parameters (up to the order in which gradients were summed); asynchronous ones only near.
-  constexpr bool synchronous = Strategy::sync_type::kWaitsForAllReplicas;
+  return check(result, problem, args.config, Strategy::sync_type::kWaitsForAllReplicas, chief);
+}
+
+// Prints the learned parameters next to the solution; 0 when they reached it and, for
+// synchronous training, equal single-process training on the same global batches (up to the
+// order in which gradients were summed); asynchronous training lands only near that.
+int check(const example::TrainResult& result, const example::Problem& problem,
+          const example::TrainConfig& config, bool synchronous, bool chief) {
   strata::OneDeviceStrategy single;
-  const auto reference = example::train(single, problem, args.config, [](std::size_t, double) {});
+  const auto reference = example::train(single, problem, config, [](std::size_t, double) {});
   float worst = std::abs(result.bias - problem.true_bias);
   float drift = std::abs(result.bias - reference.bias);
   for (std::size_t j = 0; j < problem.features; ++j) {
@@ -130,6 +145,20 @@ int run(const Arguments& args, int replicas) {
         result.bias, problem.true_bias, worst, drift,
         synchronous ? "" : " (asynchronous training: not expected to match)");
   return worst < 1e-3f && (drift < 1e-4f || !synchronous) ? 0 : 1;
+}
+
+// TF2's model: ps tasks serve, workers serve the coordinator, the chief coordinates.
+int run_coordinated(const Arguments& args) {
+  const auto functions = example::register_training();  // the same on every task
+  if (strata::ps::serve_if_ps()) return 0;
+  if (strata::coordinator::serve_if_worker(functions.registry)) return 0;
+  const auto problem = example::make_problem(1024, 8);
+  fmt::print("coordinator on the chief, global batch {}, one function per batch\n",
+             args.config.global_batch);
+  const auto result = example::train_coordinated(
+      functions, problem, args.config,
+      [](std::size_t epoch, double loss) { fmt::print("epoch {:3}  loss {:.6f}\n", epoch, loss); });
+  return check(result, problem, args.config, /*synchronous=*/false, /*chief=*/true);
 }
 
 }  // namespace
@@ -155,6 +184,7 @@ int main(int argc, char** argv) {
                            strata::communicator::LocalCommunicator<>, strata::sync::Synchronous>>(
           args, args.replicas);
     }
+    if (args.strategy == "coordinator") return run_coordinated(args);
     if (args.strategy == "one") return run<strata::OneDeviceStrategy>(args, 1);
     if (args.strategy == "default") return run<strata::DefaultStrategy>(args, 1);
 #if STRATA_HAS_NCCL

@@ -103,7 +103,8 @@ inline constexpr std::size_t kPsPingPongMaxBytes = 4096;
 /// The footer: per size push_pull's time and busbw next to the stream peer's, their ratio and
 /// the servers' CPU; then the smallest size against the ping-pong, and the busbw share of the
 /// stream from 16 MiB, each with its target. `congestion`: the kernel's default congestion
-/// control, which the stream's first column and the ps connections run.
+/// control, which the stream's first column runs (its second runs reno, as the ps connections
+/// do within a host).
 std::string format_ps_footer(const std::vector<PsPoint>& points,
                              const std::optional<PsPingPong>& ping_pong, int workers, int servers,
                              const std::string& congestion);

@@ -60,6 +60,14 @@
 #include <strata/communicator/tcp.hpp>
 #include <strata/communicator/work.hpp>
 
+#include <strata/coordinator/cluster_coordinator.hpp>
+#include <strata/coordinator/codec.hpp>
+#include <strata/coordinator/functions.hpp>
+#include <strata/coordinator/protocol.hpp>
+#include <strata/coordinator/remote_value.hpp>
+#include <strata/coordinator/worker_server.hpp>
+#include <strata/serve_if_worker.hpp>
+
 #include <strata/data/batch_split.hpp>
 #include <strata/data/sampler.hpp>
 #include <strata/data/shard.hpp>

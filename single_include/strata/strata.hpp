@@ -12914,6 +12914,3342 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 }  // namespace strata::communicator
 // ---- end strata/communicator/self.hpp ----
 
+// ---- begin strata/coordinator/cluster_coordinator.hpp ----
+// strata/coordinator/cluster_coordinator.hpp — TF2's ClusterCoordinator: the chief schedules
+// registered functions (functions.hpp) on the workers, which survive each other's loss.
+//
+// This header declares; the definitions (and the TCP transport under them) are in
+// coordinator/impl/cluster_coordinator.ipp, compiled into every unit header-only or once into
+// strata::compiled (config.hpp).
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+// ---- begin strata/coordinator/codec.hpp ----
+// strata/coordinator/codec.hpp — the bytes of a scheduled function's arguments and result.
+//
+// C++ cannot ship closures, so the coordinator ships a function's name and its arguments'
+// bytes, and the worker ships the result's bytes back. Numbers travel little-endian with fixed
+// widths, so tasks on different machines agree; strings, vectors, arrays, pairs and tuples
+// nest. Other types opt in by specializing Codec. Decoding checks every length against the
+// bytes there are: malformed bytes raise MismatchError, never read past the end.
+
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::coordinator {
+
+/// Appends values' bytes.
+class Writer {
+ public:
+  void bytes(std::span<const std::byte> data) { out_.insert(out_.end(), data.begin(), data.end()); }
+  template <std::unsigned_integral U>
+  void le(U value) {
+    std::array<std::byte, sizeof(U)> raw{};
+    strata::detail::store_le(raw.data(), value);
+    bytes(raw);
+  }
+  std::vector<std::byte> take() && { return std::move(out_); }
+  const std::vector<std::byte>& view() const noexcept { return out_; }
+
+ private:
+  std::vector<std::byte> out_;
+};
+
+/// Reads values' bytes in order; every read checks that the bytes are there.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> data) noexcept : data_(data) {}
+  std::span<const std::byte> bytes(std::size_t count) {
+    if (count > data_.size())
+      throw MismatchError(-1, "coordinator",
+                          fmt::format("{} bytes needed where {} are left", count, data_.size()),
+                          "every task must run the same program, whose functions take the same "
+                          "argument types");
+    const auto taken = data_.first(count);
+    data_ = data_.subspan(count);
+    return taken;
+  }
+  template <std::unsigned_integral U>
+  U le() {
+    return strata::detail::load_le<U>(bytes(sizeof(U)).data());
+  }
+  std::size_t left() const noexcept { return data_.size(); }
+
+ private:
+  std::span<const std::byte> data_;
+};
+
+/// How a T becomes bytes and back: `static void encode(Writer&, const T&)` and
+/// `static T decode(Reader&)`. Specialize it for types of your own.
+template <class T, class = void>
+struct Codec;
+
+/// A type the coordinator can ship.
+template <class T>
+concept Shippable = requires(Writer& writer, Reader& reader, const T& value) {
+  Codec<T>::encode(writer, value);
+  { Codec<T>::decode(reader) } -> std::same_as<T>;
+};
+
+namespace detail {
+template <class T>
+using unsigned_of = std::conditional_t<
+    sizeof(T) == 1, std::uint8_t,
+    std::conditional_t<sizeof(T) == 2, std::uint16_t,
+                       std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>>>;
+
+inline std::size_t length(Reader& reader, std::size_t element_bytes) {
+  const std::uint64_t count = reader.le<std::uint64_t>();
+  // At least element_bytes per element must still be there: a hostile length allocates nothing.
+  if (element_bytes > 0 && count > reader.left() / element_bytes)
+    throw MismatchError(-1, "coordinator",
+                        fmt::format("a length of {} where {} bytes are left", count, reader.left()),
+                        "every task must run the same program, whose functions take the same "
+                        "argument types");
+  return static_cast<std::size_t>(count);
+}
+}  // namespace detail
+
+/// Integers, floating point, enums and bool: fixed width, little-endian.
+template <class T>
+struct Codec<T, std::enable_if_t<std::is_arithmetic_v<T> || std::is_enum_v<T>>> {
+  using Bits = detail::unsigned_of<T>;
+  static_assert(sizeof(T) == sizeof(Bits), "an arithmetic type of 1, 2, 4 or 8 bytes");
+  static void encode(Writer& writer, const T& value) {
+    Bits bits{};
+    std::memcpy(&bits, &value, sizeof(T));
+    writer.le(bits);
+  }
+  static T decode(Reader& reader) {
+    const Bits bits = reader.le<Bits>();
+    if constexpr (std::is_same_v<T, bool>) {
+      if (bits > 1)
+        throw MismatchError(-1, "coordinator", fmt::format("{} is not a bool", bits),
+                            "every task must run the same program");
+    }
+    T value{};
+    std::memcpy(&value, &bits, sizeof(T));
+    return value;
+  }
+};
+
+template <>
+struct Codec<std::string> {
+  static void encode(Writer& writer, const std::string& value) {
+    writer.le(static_cast<std::uint64_t>(value.size()));
+    writer.bytes(std::as_bytes(std::span(value)));
+  }
+  static std::string decode(Reader& reader) {
+    const auto raw = reader.bytes(detail::length(reader, 1));
+    return {reinterpret_cast<const char*>(raw.data()), raw.size()};
+  }
+};
+
+template <Shippable T>
+struct Codec<std::vector<T>> {
+  static void encode(Writer& writer, const std::vector<T>& value) {
+    writer.le(static_cast<std::uint64_t>(value.size()));
+    for (const auto& element : value)
+      Codec<T>::encode(writer, element);
+  }
+  static std::vector<T> decode(Reader& reader) {
+    const std::size_t count = detail::length(reader, 1);
+    std::vector<T> value;
+    value.reserve(count);
+    for (std::size_t i = 0; i < count; ++i)
+      value.push_back(Codec<T>::decode(reader));
+    return value;
+  }
+};
+
+template <Shippable T, std::size_t N>
+struct Codec<std::array<T, N>> {
+  static void encode(Writer& writer, const std::array<T, N>& value) {
+    for (const auto& element : value)
+      Codec<T>::encode(writer, element);
+  }
+  static std::array<T, N> decode(Reader& reader) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      // Braced initialization evaluates in order.
+      return std::array<T, N>{((void)I, Codec<T>::decode(reader))...};
+    }
+    (std::make_index_sequence<N>{});
+  }
+};
+
+template <Shippable... T>
+struct Codec<std::tuple<T...>> {
+  static void encode(Writer& writer, const std::tuple<T...>& value) {
+    std::apply([&](const auto&... element) { (Codec<T>::encode(writer, element), ...); }, value);
+  }
+  static std::tuple<T...> decode(Reader& reader) {
+    return std::tuple<T...>{Codec<T>::decode(reader)...};
+  }
+};
+
+template <Shippable A, Shippable B>
+struct Codec<std::pair<A, B>> {
+  static void encode(Writer& writer, const std::pair<A, B>& value) {
+    Codec<A>::encode(writer, value.first);
+    Codec<B>::encode(writer, value.second);
+  }
+  static std::pair<A, B> decode(Reader& reader) {
+    A first = Codec<A>::decode(reader);
+    return {std::move(first), Codec<B>::decode(reader)};
+  }
+};
+
+/// The bytes of `value`.
+template <Shippable T>
+std::vector<std::byte> to_bytes(const T& value) {
+  Writer writer;
+  Codec<T>::encode(writer, value);
+  return std::move(writer).take();
+}
+
+/// The value of `bytes`, which must hold exactly one T.
+/// @throws MismatchError for bytes that are not one T.
+template <Shippable T>
+T from_bytes(std::span<const std::byte> bytes) {
+  Reader reader(bytes);
+  T value = Codec<T>::decode(reader);
+  if (reader.left() != 0)
+    throw MismatchError(-1, "coordinator",
+                        fmt::format("{} bytes left over after the value", reader.left()),
+                        "every task must run the same program, whose functions take the same "
+                        "argument types");
+  return value;
+}
+
+}  // namespace strata::coordinator
+// ---- end strata/coordinator/codec.hpp ----
+// ---- begin strata/coordinator/functions.hpp ----
+// strata/coordinator/functions.hpp — the functions a ClusterCoordinator can schedule, registered
+// by name in the program that every task runs.
+//
+// TF's coordinator ships a traced function to the workers; C++ cannot ship closures, so every
+// task registers the same functions under the same names, and the coordinator sends a name and
+// the arguments' bytes (codec.hpp). A function takes the Worker it runs on first: its identity
+// and its per-worker resources (TF's `create_per_worker_dataset`), built on each worker by a
+// registered resource function and rebuilt on a worker that restarted.
+
+#include <any>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::coordinator {
+
+/// A per-worker resource: on each worker its own T, built there by a resource function
+/// (ClusterCoordinator::create_per_worker). It ships as its id; a function reads its worker's
+/// T with `worker.get(resource)`.
+template <class T>
+struct PerWorker {
+  std::uint64_t id = 0;
+};
+
+template <class T>
+struct Codec<PerWorker<T>> {
+  static void encode(Writer& writer, const PerWorker<T>& value) { writer.le(value.id); }
+  static PerWorker<T> decode(Reader& reader) { return {reader.le<std::uint64_t>()}; }
+};
+
+/// What a function sees of the worker it runs on.
+class Worker {
+ public:
+  Worker(cluster::ClusterSpec cluster, int index)
+      : cluster_(std::move(cluster)),
+        index_(index),
+        rank_(cluster_.collective_rank({cluster::TaskType::worker, index}).value_or(-1)) {}
+
+  const cluster::ClusterSpec& cluster() const noexcept { return cluster_; }
+  /// The worker task's index ("worker" job).
+  int index() const noexcept { return index_; }
+  /// Its rank in the collective group (chief first, then workers): a ps client's rank.
+  int rank() const noexcept { return rank_; }
+  /// The id of the scheduled function running now (the same on every attempt of it).
+  std::uint64_t closure_id() const noexcept { return closure_id_; }
+
+  /// This worker's instance of `resource`.
+  /// @throws UsageError when the resource was not created on this worker, or is not a T.
+  template <class T>
+  T& get(PerWorker<T> resource) {
+    const auto found = resources_.find(resource.id);
+    if (found == resources_.end())
+      throw UsageError(
+          rank_, "Worker::get",
+          fmt::format("per-worker resource {} does not exist on worker {}", resource.id, index_),
+          "pass a PerWorker that ClusterCoordinator::create_per_worker returned");
+    auto* value = std::any_cast<std::shared_ptr<T>>(&found->second);
+    if (value == nullptr)
+      throw UsageError(
+          rank_, "Worker::get",
+          fmt::format("per-worker resource {} is not a {}", resource.id, typeid(T).name()),
+          "ask for the type its resource function returns");
+    return **value;
+  }
+
+  // ---- for the worker's server (worker_server.hpp) -----------------------------------------
+
+  void set_closure_id(std::uint64_t id) noexcept { closure_id_ = id; }
+  bool has(std::uint64_t id) const { return resources_.contains(id); }
+  void put(std::uint64_t id, std::any resource) { resources_[id] = std::move(resource); }
+  /// Drops every resource (destroyed in reverse order of creation).
+  void clear() {
+    while (!resources_.empty())
+      resources_.erase(std::prev(resources_.end()));
+  }
+
+ private:
+  cluster::ClusterSpec cluster_;
+  int index_;
+  int rank_;
+  std::uint64_t closure_id_ = 0;
+  std::map<std::uint64_t, std::any> resources_;
+};
+
+namespace detail {
+
+template <class F>
+struct signature_of : signature_of<decltype(&F::operator())> {};
+template <class R, class W, class... A>
+struct signature_of<R (*)(W, A...)> {
+  using result = R;
+  using args = std::tuple<std::decay_t<A>...>;
+  static constexpr bool takes_worker = std::is_same_v<W, Worker&>;
+};
+template <class C, class R, class W, class... A>
+struct signature_of<R (C::*)(W, A...) const> : signature_of<R (*)(W, A...)> {};
+template <class C, class R, class W, class... A>
+struct signature_of<R (C::*)(W, A...)> : signature_of<R (*)(W, A...)> {};
+
+template <class T>
+inline constexpr bool shippable_result = std::is_void_v<T> || Shippable<T>;
+
+template <class Tuple>
+struct all_shippable;
+template <class... A>
+struct all_shippable<std::tuple<A...>> : std::bool_constant<(Shippable<A> && ...)> {};
+
+/// A function's name with its signature: the worker checks that its own function of that name
+/// has the same, so that no argument bytes are read as another type.
+template <class R, class Args>
+std::uint64_t signature_hash(std::string_view name) {
+  std::uint64_t hash = strata::detail::fnv1a(strata::detail::kFnv1aBasis, name);
+  hash = strata::detail::fnv1a(hash, std::string_view(typeid(R(*)(Args)).name()));
+  return hash;
+}
+
+}  // namespace detail
+
+/// A registered function that returns R from arguments Args...; what `schedule` takes.
+template <class R, class... Args>
+class Function {
+ public:
+  using result_type = R;
+  const std::string& name() const noexcept { return name_; }
+  std::uint64_t signature() const noexcept { return signature_; }
+
+ private:
+  friend class Functions;
+  Function(std::string name, std::uint64_t signature)
+      : name_(std::move(name)), signature_(signature) {}
+  std::string name_;
+  std::uint64_t signature_;
+};
+
+/// A registered resource function that builds a T on a worker from arguments Args...; what
+/// `create_per_worker` takes.
+template <class T, class... Args>
+class ResourceFunction {
+ public:
+  const std::string& name() const noexcept { return name_; }
+  std::uint64_t signature() const noexcept { return signature_; }
+
+ private:
+  friend class Functions;
+  ResourceFunction(std::string name, std::uint64_t signature)
+      : name_(std::move(name)), signature_(signature) {}
+  std::string name_;
+  std::uint64_t signature_;
+};
+
+/// The registry. Build it the same way on every task, before the coordinator or the workers'
+/// servers start:
+/// @code
+///   strata::coordinator::Functions functions;
+///   const auto data = functions.add_resource("data", [](Worker& w, std::uint64_t seed) {
+///     return Batches(seed + w.index());
+///   });
+///   const auto step = functions.add("step", [](Worker& w, PerWorker<Batches> b, int n) {
+///     return train_step(w.get(b), n);  // the loss, shipped back
+///   });
+/// @endcode
+class Functions {
+ public:
+  /// Runs a function's argument bytes on `worker` and returns the result's bytes.
+  using Invoke = std::function<std::vector<std::byte>(Worker&, std::span<const std::byte>)>;
+  /// Builds a resource on `worker` from argument bytes.
+  using Build = std::function<std::any(Worker&, std::span<const std::byte>)>;
+
+  struct Entry {
+    std::uint64_t signature = 0;
+    bool resource = false;
+    Invoke invoke;
+    Build build;
+  };
+
+  /// Registers `function`, callable as `R(Worker&, Args...)`: Args and R (or void) shippable.
+  /// @throws UsageError when `name` is taken.
+  template <class F>
+  auto add(std::string name, F function) {
+    using Signature = detail::signature_of<F>;
+    using R = typename Signature::result;
+    using Args = typename Signature::args;
+    static_assert(Signature::takes_worker,
+                  "a scheduled function takes the Worker it runs on first: (Worker&, args...)");
+    static_assert(detail::all_shippable<Args>::value,
+                  "every argument of a scheduled function must be shippable (codec.hpp: numbers, "
+                  "strings, vectors, arrays, pairs, tuples, PerWorker, or a Codec of yours)");
+    static_assert(detail::shippable_result<R>,
+                  "a scheduled function returns void or a shippable value (codec.hpp)");
+    const std::uint64_t signature = detail::signature_hash<R, Args>(name);
+    Entry entry;
+    entry.signature = signature;
+    entry.invoke = [function = std::move(function)](Worker& worker,
+                                                    std::span<const std::byte> bytes) mutable {
+      Args args = from_bytes<Args>(bytes);
+      if constexpr (std::is_void_v<R>) {
+        std::apply([&](auto&... arg) { function(worker, std::move(arg)...); }, args);
+        return std::vector<std::byte>{};
+      } else {
+        return to_bytes<R>(
+            std::apply([&](auto&... arg) { return function(worker, std::move(arg)...); }, args));
+      }
+    };
+    insert(name, std::move(entry));
+    return make_function<R>(std::move(name), signature, static_cast<Args*>(nullptr));
+  }
+
+  /// Registers a resource function, callable as `T(Worker&, Args...)`: Args shippable, T
+  /// anything movable (it stays on the worker).
+  /// @throws UsageError when `name` is taken.
+  template <class F>
+  auto add_resource(std::string name, F make) {
+    using Signature = detail::signature_of<F>;
+    using T = std::decay_t<typename Signature::result>;
+    using Args = typename Signature::args;
+    static_assert(Signature::takes_worker,
+                  "a resource function takes the Worker it runs on first: (Worker&, args...)");
+    static_assert(!std::is_void_v<T>, "a resource function returns the resource");
+    static_assert(detail::all_shippable<Args>::value,
+                  "every argument of a resource function must be shippable (codec.hpp)");
+    const std::uint64_t signature = detail::signature_hash<PerWorker<T>, Args>(name);
+    Entry entry;
+    entry.signature = signature;
+    entry.resource = true;
+    entry.build = [make = std::move(make)](Worker& worker,
+                                           std::span<const std::byte> bytes) mutable {
+      Args args = from_bytes<Args>(bytes);
+      return std::any(std::make_shared<T>(
+          std::apply([&](auto&... arg) { return make(worker, std::move(arg)...); }, args)));
+    };
+    insert(name, std::move(entry));
+    return make_resource<T>(std::move(name), signature, static_cast<Args*>(nullptr));
+  }
+
+  /// The entry registered as `name`, or nullptr.
+  const Entry* find(std::string_view name) const {
+    const auto found = entries_.find(name);
+    return found == entries_.end() ? nullptr : &found->second;
+  }
+
+ private:
+  void insert(const std::string& name, Entry entry) {
+    if (name.empty() || name.size() > 0xFFFF)
+      throw UsageError(-1, "Functions::add", fmt::format("a name of {} bytes", name.size()),
+                       "name each function with 1 to 65535 bytes");
+    if (!entries_.emplace(name, std::move(entry)).second)
+      throw UsageError(-1, "Functions::add", fmt::format("'{}' is registered already", name),
+                       "give every function and resource function its own name");
+  }
+  template <class R, class... A>
+  static Function<R, A...> make_function(std::string name, std::uint64_t signature,
+                                         std::tuple<A...>*) {
+    return Function<R, A...>(std::move(name), signature);
+  }
+  template <class T, class... A>
+  static ResourceFunction<T, A...> make_resource(std::string name, std::uint64_t signature,
+                                                 std::tuple<A...>*) {
+    return ResourceFunction<T, A...>(std::move(name), signature);
+  }
+
+  std::map<std::string, Entry, std::less<>> entries_;
+};
+
+}  // namespace strata::coordinator
+// ---- end strata/coordinator/functions.hpp ----
+// ---- begin strata/coordinator/remote_value.hpp ----
+// strata/coordinator/remote_value.hpp — the result of a scheduled function, once it has run.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <type_traits>
+#include <utility>
+
+
+namespace strata::coordinator {
+
+namespace detail {
+struct ClosureState;  // coordinator/impl/cluster_coordinator.ipp
+
+/// Waits until the closure has run and returns its result's bytes; raises its error.
+STRATA_DECL std::span<const std::byte> closure_result(const ClosureState& closure);
+STRATA_DECL bool closure_finished(const ClosureState& closure);
+}  // namespace detail
+
+/// What `ClusterCoordinator::schedule` returns at once: the function's result, once a worker
+/// has run it (TF's RemoteValue). Copies share the one result.
+template <class T>
+class RemoteValue {
+ public:
+  explicit RemoteValue(std::shared_ptr<const detail::ClosureState> closure)
+      : closure_(std::move(closure)) {}
+
+  /// True once the function has run or failed (or was cancelled).
+  bool ready() const { return detail::closure_finished(*closure_); }
+
+  /// Waits for the function and returns its result.
+  /// @throws the function's error: FunctionError for an exception of the function, the strata
+  ///   error it raised (e.g. PeerFailureError naming a ps task), CancelledError when it never
+  ///   ran; TimeoutError when no scheduled function finished for the coordinator's
+  ///   closure_timeout.
+  T fetch() const {
+    const auto bytes = detail::closure_result(*closure_);
+    if constexpr (std::is_void_v<T>)
+      return;
+    else
+      return from_bytes<T>(bytes);
+  }
+
+ private:
+  std::shared_ptr<const detail::ClosureState> closure_;
+};
+
+}  // namespace strata::coordinator
+// ---- end strata/coordinator/remote_value.hpp ----
+
+namespace strata::coordinator {
+
+/// Options of a ClusterCoordinator. Plain data: set the fields you care about.
+struct CoordinatorOptions {
+  /// The secret the workers and ps tasks ask for; unset: read STRATA_CLUSTER_TOKEN.
+  std::optional<std::string> cluster_token{};
+  /// How long connecting to a task, sending it a request, and `schedule` on a full queue may
+  /// take; a ps task that cannot be reached in this time is a failure. Defaults to
+  /// STRATA_TIMEOUT when set, else 60 s.
+  std::chrono::milliseconds timeout = default_timeout();
+  /// How long one run of a function may take before its worker counts as failed (stopped or
+  /// hung: the function goes back to the queue), and how long `join` and `fetch` wait without
+  /// any scheduled function finishing. Defaults to twice STRATA_TIMEOUT when set, else 120 s:
+  /// longer than the function's own calls may block (a ps client's, under STRATA_TIMEOUT), so
+  /// that those raise their errors, naming the task they waited for, before its worker is
+  /// given up.
+  std::chrono::milliseconds closure_timeout = 2 * default_timeout();
+  /// Scheduled functions not yet running that `schedule` accepts before it blocks; 0: 256 per
+  /// worker.
+  std::size_t queue_capacity = 0;
+};
+
+/// What a coordinator did, for logs and tests.
+struct CoordinatorReport {
+  std::uint64_t scheduled = 0;        ///< functions scheduled
+  std::uint64_t succeeded = 0;        ///< functions that returned
+  std::uint64_t failed = 0;           ///< functions that raised
+  std::uint64_t cancelled = 0;        ///< functions cancelled before they ran
+  std::uint64_t retried = 0;          ///< runs after a first one was lost with its worker
+  std::uint64_t worker_failures = 0;  ///< connections to a worker lost or timed out
+  std::uint64_t connections = 0;      ///< connections made to workers (first ones and rejoins)
+};
+
+namespace detail {
+class CoordinatorCore;  // coordinator/impl/cluster_coordinator.ipp
+}
+
+/// The coordinator, on the chief task of a cluster with workers (and usually ps tasks): it
+/// connects to every worker's server (`serve_if_worker`), hands each scheduled function to a
+/// free worker, and watches the ps tasks.
+///
+/// - `schedule` returns a RemoteValue at once; the function runs **at least once**: when its
+///   worker dies, stops answering (closure_timeout) or loses its connection, it goes back to the
+///   queue and runs on another worker. A restarted worker rejoins: the coordinator reconnects,
+///   rebuilds its per-worker resources, and gives it functions again.
+/// - `join` waits for every scheduled function; `done` polls. Both, and `schedule`, raise the
+///   first error since the last one raised (a function's error, or a ps task's failure) and
+///   clear it; the functions still queued then are cancelled with CancelledError.
+/// - A ps task that dies is seen within 100 ms: PeerFailureError naming it.
+///
+/// Thread safety: one thread calls the coordinator; RemoteValues may be read from any thread.
+class ClusterCoordinator {
+ public:
+  /// The coordinator of this process's cluster (strata::resolve_cluster: TF_CONFIG), which
+  /// must run on the chief task.
+  /// @throws ConfigurationError when this task is not the chief or the cluster has no worker.
+  STRATA_DECL explicit ClusterCoordinator(CoordinatorOptions options = {});
+  /// The coordinator of `cluster`, from its chief task.
+  /// @throws ConfigurationError when the cluster has no chief or no worker.
+  STRATA_DECL explicit ClusterCoordinator(const cluster::ClusterSpec& cluster,
+                                          CoordinatorOptions options = {});
+  /// Shuts down: see `shutdown`.
+  STRATA_DECL ~ClusterCoordinator();
+  ClusterCoordinator(const ClusterCoordinator&) = delete;
+  ClusterCoordinator& operator=(const ClusterCoordinator&) = delete;
+
+  /// Queues `function(worker, args...)` and returns its result to come. Blocks while the queue
+  /// is full.
+  /// @throws the first error since the last one raised (see the class); TimeoutError when the
+  ///   queue stays full for `timeout`; UsageError after shutdown.
+  template <class R, class... A, class... Given>
+  RemoteValue<R> schedule(const Function<R, A...>& function, Given&&... args) {
+    static_assert(sizeof...(A) == sizeof...(Given), "schedule takes the function's arguments");
+    auto bytes = to_bytes(std::tuple<A...>(std::forward<Given>(args)...));
+    return RemoteValue<R>(schedule_bytes(function.name(), function.signature(), std::move(bytes)));
+  }
+
+  /// Builds `resource(worker, args...)` on every worker, now and on every worker that restarts,
+  /// before it runs any function scheduled after this call (TF's create_per_worker_dataset).
+  /// A function reads its worker's instance with `worker.get(handle)`. An error building it is
+  /// raised by `join`, as a function's.
+  template <class T, class... A, class... Given>
+  PerWorker<T> create_per_worker(const ResourceFunction<T, A...>& resource, Given&&... args) {
+    static_assert(sizeof...(A) == sizeof...(Given),
+                  "create_per_worker takes the resource function's arguments");
+    auto bytes = to_bytes(std::tuple<A...>(std::forward<Given>(args)...));
+    return {add_resource_bytes(resource.name(), resource.signature(), std::move(bytes))};
+  }
+
+  /// Waits until every scheduled function has run (or failed, or was cancelled).
+  /// @throws the first error since the last one raised; TimeoutError when no function finished
+  ///   for `closure_timeout` while some are pending (naming the workers' states).
+  STRATA_DECL void join();
+
+  /// True when every scheduled function has run; never waits.
+  /// @throws the first error since the last one raised.
+  STRATA_DECL bool done();
+
+  /// Cancels the functions still queued, waits for those running (closure_timeout at most),
+  /// tells the workers to finish (their `serve_if_worker` returns) and stops. Idempotent.
+  STRATA_DECL void shutdown();
+
+  STRATA_DECL int num_workers() const noexcept;
+  STRATA_DECL CoordinatorReport report() const;
+
+ private:
+  STRATA_DECL std::shared_ptr<const detail::ClosureState> schedule_bytes(
+      std::string_view name, std::uint64_t signature, std::vector<std::byte> args);
+  STRATA_DECL std::uint64_t add_resource_bytes(std::string_view name, std::uint64_t signature,
+                                               std::vector<std::byte> args);
+
+  std::shared_ptr<detail::CoordinatorCore> core_;
+};
+
+}  // namespace strata::coordinator
+
+#if STRATA_HEADER_ONLY
+// ---- begin strata/coordinator/impl/cluster_coordinator.ipp ----
+// strata/coordinator/impl/cluster_coordinator.ipp — the coordinator's definitions
+// (coordinator/cluster_coordinator.hpp).
+//
+// One thread per worker connects to it (again and again, should it fail), builds the per-worker
+// resources on it, then takes functions from the queue and runs them there one at a time, over
+// the workers' TCP service (worker_server.hpp). A function whose worker is lost goes back to the
+// front of the queue. One more thread holds a connection to every ps task and polls them: a ps
+// task never speaks first, so anything readable there means it closed.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <poll.h>
+
+#include <fmt/format.h>
+
+// ---- begin strata/coordinator/protocol.hpp ----
+// strata/coordinator/protocol.hpp — what the coordinator and the workers' servers say to each
+// other, over the TCP transport's service frames (transport/tcp/service_server.hpp).
+//
+// A request frame's kind is an Operation; its payload a RequestPrefix, the function's name and
+// the arguments' bytes (codec.hpp). A reply's root is a ReplyStatus; its payload the result's
+// bytes, or a RemoteError.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::coordinator {
+
+enum class Operation : std::uint8_t {
+  run = 1,    ///< run a function
+  build = 2,  ///< build a per-worker resource (if this coordinator has not already)
+  done = 3,   ///< the coordinator has finished: the worker's server returns
+};
+
+enum class ReplyStatus : std::int32_t { ok = 0, error = 1 };
+
+/// The protocol's version, checked in the handshake as the ps protocol checks its tunables.
+inline constexpr std::uint64_t kTunables = 0x7374'7261'7461'4331ULL;  // "strataC1"
+
+/// The handshake's cluster fingerprint of the coordinator's connections: the whole cluster.
+inline std::uint64_t coordinator_fingerprint(const cluster::ClusterSpec& cluster) {
+  const std::uint64_t hash = strata::detail::fnv1a(cluster.fingerprint(), "coordinator");
+  return hash == 0 ? 1 : hash;
+}
+
+/// What precedes a request's arguments.
+struct RequestPrefix {
+  std::uint64_t signature = 0;    ///< the function's name and types (functions.hpp)
+  std::uint64_t id = 0;           ///< the closure's id (run) or the resource's (build)
+  std::uint64_t coordinator = 0;  ///< the coordinator's incarnation: resources are per coordinator
+  std::string name;
+};
+
+inline void encode(Writer& writer, const RequestPrefix& prefix) {
+  writer.le(prefix.signature);
+  writer.le(prefix.id);
+  writer.le(prefix.coordinator);
+  Codec<std::string>::encode(writer, prefix.name);
+}
+
+inline RequestPrefix decode_prefix(Reader& reader) {
+  RequestPrefix prefix;
+  prefix.signature = reader.le<std::uint64_t>();
+  prefix.id = reader.le<std::uint64_t>();
+  prefix.coordinator = reader.le<std::uint64_t>();
+  prefix.name = Codec<std::string>::decode(reader);
+  return prefix;
+}
+
+/// An error raised on a worker, as it travels: its class and root cause.
+struct RemoteError {
+  enum class Kind : std::uint8_t {
+    exception = 0,  ///< not a strata error: FunctionError on the coordinator
+    timeout = 1,
+    peer_failure = 2,
+    mismatch = 3,
+    configuration = 4,
+    usage = 5,
+    function = 6,
+    cancelled = 7,
+  };
+  Kind kind = Kind::exception;
+  std::int32_t rank = -1;  ///< where it started (the root cause's rank)
+  std::string what;        ///< the root cause, naming that rank; an exception's what()
+};
+
+/// The RemoteError of the exception being handled.
+inline RemoteError current_remote_error() {
+  RemoteError remote;
+  const auto from = [&](RemoteError::Kind kind, const Error& error) {
+    remote.kind = kind;
+    remote.rank = error.root_cause().rank;
+    remote.what = error.root_cause().what_happened;
+  };
+  try {
+    throw;
+  } catch (const TimeoutError& e) {
+    from(RemoteError::Kind::timeout, e);
+  } catch (const PeerFailureError& e) {
+    from(RemoteError::Kind::peer_failure, e);
+  } catch (const MismatchError& e) {
+    from(RemoteError::Kind::mismatch, e);
+  } catch (const ConfigurationError& e) {
+    from(RemoteError::Kind::configuration, e);
+  } catch (const UsageError& e) {
+    from(RemoteError::Kind::usage, e);
+  } catch (const CancelledError& e) {
+    from(RemoteError::Kind::cancelled, e);
+  } catch (const Error& e) {
+    from(RemoteError::Kind::function, e);
+  } catch (const std::exception& e) {
+    remote.what = e.what();
+  } catch (...) {
+    remote.what = "an exception that is not a std::exception";
+  }
+  return remote;
+}
+
+inline std::vector<std::byte> encode(const RemoteError& error) {
+  Writer writer;
+  writer.le(static_cast<std::uint8_t>(error.kind));
+  writer.le(static_cast<std::uint32_t>(error.rank));
+  Codec<std::string>::encode(writer, error.what);
+  return std::move(writer).take();
+}
+
+/// @throws MismatchError for bytes that are not a RemoteError.
+inline RemoteError decode_error(std::span<const std::byte> bytes) {
+  Reader reader(bytes);
+  RemoteError error;
+  const auto kind = reader.le<std::uint8_t>();
+  if (kind > static_cast<std::uint8_t>(RemoteError::Kind::cancelled))
+    throw MismatchError(-1, "coordinator", fmt::format("error kind {}", kind),
+                        "run the same strata version on every task");
+  error.kind = static_cast<RemoteError::Kind>(kind);
+  error.rank = static_cast<std::int32_t>(reader.le<std::uint32_t>());
+  error.what = Codec<std::string>::decode(reader);
+  return error;
+}
+
+/// The exception `error` of function `function` (run on `worker`) becomes on the coordinator
+/// (rank `rank`): the same class with the same root cause, or FunctionError for an exception of
+/// the function's own.
+inline std::exception_ptr to_exception(const RemoteError& error, int rank,
+                                       std::string_view function, std::string_view worker) {
+  const std::string operation = fmt::format("function '{}'", function);
+  RootCause cause{error.rank, error.what};
+  const std::string happened = fmt::format("on {}: {}", worker, error.what);
+  switch (error.kind) {
+    case RemoteError::Kind::timeout:
+      return std::make_exception_ptr(TimeoutError(rank, operation, std::move(cause)));
+    case RemoteError::Kind::peer_failure:
+      return std::make_exception_ptr(PeerFailureError(rank, operation, std::move(cause)));
+    case RemoteError::Kind::mismatch:
+      return std::make_exception_ptr(MismatchError(rank, operation, std::move(cause)));
+    case RemoteError::Kind::configuration:
+      return std::make_exception_ptr(ConfigurationError(
+          rank, operation, happened, "fix the configuration named, on that worker"));
+    case RemoteError::Kind::usage:
+      return std::make_exception_ptr(
+          UsageError(rank, operation, happened, "fix the call named, in the function"));
+    case RemoteError::Kind::cancelled:
+      return std::make_exception_ptr(CancelledError(rank, operation, happened, ""));
+    case RemoteError::Kind::function:
+    case RemoteError::Kind::exception:
+      break;
+  }
+  return std::make_exception_ptr(FunctionError(rank, operation,
+                                               fmt::format("raised on {}: {}", worker, error.what),
+                                               "fix the function, or handle the error inside it"));
+}
+
+}  // namespace strata::coordinator
+// ---- end strata/coordinator/protocol.hpp ----
+// ---- begin strata/ps/protocol.hpp ----
+// strata/ps/protocol.hpp — what workers and parameter servers say to each other.
+//
+// A worker opens connections to every ps task with the TCP transport's handshake
+// (transport/tcp/handshake.hpp: cluster fingerprint, cluster token, incarnation; the tunables
+// field carries kTunables, so a collective peer and a ps client never pair up). Then each call is
+// a request frame and its reply frame (transport/tcp/frame.hpp), in order on each connection:
+//
+//   request: kind = Operation, element type of the values, root = the shard's handle (0 for
+//            create and done: the server knows the worker from the handshake), sequence = the
+//            call's number on this connection, count = elements of the values carried or asked
+//            for
+//   reply:   kind = the request's, root = Status, sequence = the request's, count = the shard's
+//            handle (create) or its version (updates applied so far); payload = values, or the
+//            reason for a Status other than ok (text, element type uint8)
+//
+// Payloads (little-endian):
+//   create      CreateSpec (kCreateSpecBytes) | name, zero-padded to a multiple of 8 | values
+//   pull        nothing; the reply carries the values
+//   push        OptimizerSpec (kOptimizerSpecBytes) | SyncSpec (kSyncSpecBytes) | gradient; the
+//               reply carries nothing
+//   push_pull   as push; the reply carries the values after this push
+//   assign      values; the reply carries nothing
+//   done        nothing: the worker has finished (a ps task serves until every worker has)
+// Every length and value is checked by the receiver before it allocates or applies anything.
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+// ---- begin strata/optim/adam.hpp ----
+// strata/optim/adam.hpp — Adam (Kingma & Ba, 2015) in Keras' formulation.
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+// ---- begin strata/optim/optimizer.hpp ----
+// strata/optim/optimizer.hpp — the Optimizer concept and the state every optimizer keeps.
+//
+// Optimizers apply one update to a span of the caller's parameters from a span of gradients
+// of the same length. They own no buffers and know no tensor type: the per-parameter
+// accumulators an optimizer needs (momentum, Adam's moments) live in an `OptimizerState`
+// that the caller keeps next to each copy of the parameters. A Mirrored replica keeps one
+// state per replica and every replica applies the same update; CentralStorage keeps one
+// state next to the host copy; a parameter server keeps one per shard.
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::optim {
+
+/// What an optimizer remembers between updates of one parameter buffer of `n` elements.
+///
+/// - `slots`: `O::kSlots` arrays of `n` elements laid out back to back (slot `k` of element
+///   `i` is `slots[k * n + i]`), zero at the start as in Keras. Which slot means what is
+///   documented by each optimizer (`Momentum`: velocity; `Adam`: m, then v).
+/// - `step`: the number of updates applied so far (Adam's `t` is `step + 1` during an update).
+///
+/// A plain aggregate so that checkpoints and parameter servers can save, send and restore it
+/// as they like. Make one with `make_state`.
+template <std::floating_point T>
+struct OptimizerState {
+  std::vector<T> slots;
+  std::int64_t step = 0;
+};
+
+/// O models Optimizer<T> if:
+///
+/// 1. `O::kSlots` is a constant expression of type `std::size_t`: the number of arrays of
+///    `n` elements the optimizer keeps per parameter. Being a compile-time constant lets
+///    callers size `OptimizerState` (and checkpoint layouts, and a parameter server's memory)
+///    from the type alone, before any update runs.
+/// 2. `o.apply(params, grads, state)` is valid for a *const* `O` `o`, `std::span<T> params`,
+///    `std::span<const T> grads` and `OptimizerState<T>& state`: it applies one update in
+///    place. Const because hyperparameters are configuration, not state: Mirrored replicas
+///    share one optimizer object across threads, so everything that changes per update must
+///    live in `state`, which each replica owns.
+///
+/// Semantic requirements (not checkable by the compiler): `apply` reads `grads` and writes
+/// only `params` and `state`, whose `slots` hold `kSlots` arrays of `params.size()` elements
+/// back to back (so checkpoints can store them without knowing the optimizer); it is
+/// element-wise, so the result for an element does not depend on the span's length or on
+/// other elements (that is what lets the same update be applied to a whole buffer, to fusion
+/// buckets, or to a parameter server's shard of it); and it is deterministic (same inputs,
+/// same bits), so synchronous replicas stay identical.
+///
+/// Left out: learning-rate schedules (change `learning_rate` between steps), weight decay
+/// and gradient clipping (apply them to `grads` first), and sparse updates.
+template <class O, class T>
+concept Optimizer = std::floating_point<T> &&
+    std::same_as<decltype(O::kSlots), const std::size_t> &&
+    requires(const O& o, std::span<T> params, std::span<const T> grads, OptimizerState<T>& state) {
+  typename std::integral_constant<std::size_t, O::kSlots>;  // a constant expression
+  o.apply(params, grads, state);
+};
+
+/// A fresh state for `n` parameters: `O::kSlots * n` zeros and `step == 0`.
+///
+/// `T` comes first so that it is the only argument to spell: `make_state<float>(adam, n)`.
+/// @throws UsageError if `O::kSlots * n` overflows `std::size_t`.
+template <std::floating_point T, Optimizer<T> O>
+OptimizerState<T> make_state(const O& /*optimizer*/, std::size_t n) {
+  // Constexpr, so that an optimizer without slots never spells a division by zero.
+  if constexpr (O::kSlots != 0)
+    if (n > std::numeric_limits<std::size_t>::max() / O::kSlots)
+      throw UsageError(-1, "optim::make_state",
+                       fmt::format("{} slots of {} elements overflow std::size_t", O::kSlots, n),
+                       "pass the number of elements of the parameter buffer");
+  return OptimizerState<T>{std::vector<T>(O::kSlots * n, T(0)), 0};
+}
+
+namespace detail {
+
+// The checks every apply() makes before touching memory. `operation` is "optim::Adam::apply".
+template <std::floating_point T>
+void check_apply_sizes(std::string_view operation, std::size_t slots_per_element,
+                       std::size_t params, std::size_t grads, const OptimizerState<T>& state) {
+  if (params != grads)
+    throw UsageError(-1, operation,
+                     fmt::format("params has {} elements but grads has {}", params, grads),
+                     "pass one gradient per parameter, in the same order");
+  if (state.slots.size() != slots_per_element * params)
+    throw UsageError(
+        -1, operation,
+        fmt::format("state has {} slot values but {} parameters need {} x {} = {}",
+                    state.slots.size(), params, slots_per_element, params,
+                    slots_per_element * params),
+        "create the state with make_state<T>(optimizer, params.size()) for these parameters");
+  if (state.step < 0 || state.step == std::numeric_limits<std::int64_t>::max())
+    throw UsageError(-1, operation, fmt::format("state.step is {}", state.step),
+                     "state.step counts the updates applied: start it at 0 and leave it to apply");
+}
+
+// Hyperparameters are plain fields, so they are checked on every apply(): a NaN learning rate
+// would otherwise silently turn every parameter into NaN.
+inline void check_hyperparameter(std::string_view operation, std::string_view name, double value,
+                                 bool valid, std::string_view requirement) {
+  if (!valid)
+    throw UsageError(-1, operation,
+                     fmt::format("{} is {}, but it must be {}", name, value, requirement),
+                     fmt::format("fix the {} field of the optimizer", name));
+}
+
+inline void check_learning_rate(std::string_view operation, double learning_rate) {
+  check_hyperparameter(operation, "learning_rate", learning_rate,
+                       std::isfinite(learning_rate) && learning_rate >= 0.0, "finite and >= 0");
+}
+
+// A factor in [0, 1) (Adam's betas) or [0, 1] (momentum).
+inline void check_unit_interval(std::string_view operation, std::string_view name, double value,
+                                bool one_allowed) {
+  const bool valid =
+      std::isfinite(value) && value >= 0.0 && (one_allowed ? value <= 1.0 : value < 1.0);
+  check_hyperparameter(operation, name, value, valid, one_allowed ? "in [0, 1]" : "in [0, 1)");
+}
+
+}  // namespace detail
+
+}  // namespace strata::optim
+// ---- end strata/optim/optimizer.hpp ----
+#ifndef STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
+#define STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
+// ---- begin strata/optim/rules.hpp ----
+// strata/optim/rules.hpp — the per-element arithmetic of each optimizer, as small structs of
+// coefficients that host loops and CUDA kernels both run, so that an update gives the same
+// bits on the CPU and on a GPU (the kernels are compiled without FMA contraction).
+//
+// A rule is computed once per update by its optimizer (`visit_rule`), which checks the
+// hyperparameters; `rule(p, g, slots, n, i)` then updates element `i` of `n` parameters, with
+// slot `k` of element `i` at `slots[k * n + i]` (OptimizerState's layout).
+//
+// This header includes nothing that a CUDA compiler cannot parse: the kernels include it.
+
+#include <cmath>
+#include <cstddef>
+
+#if defined(__CUDACC__)
+#define STRATA_HOST_DEVICE __host__ __device__
+#else
+#define STRATA_HOST_DEVICE
+#endif
+
+namespace strata::optim {
+
+namespace detail {
+
+template <class T>
+STRATA_HOST_DEVICE inline T square_root(T x) {
+#if defined(__CUDA_ARCH__)
+  return ::sqrt(x);  // CUDA's overloads for float and double, correctly rounded by default
+#else
+  return std::sqrt(x);
+#endif
+}
+
+}  // namespace detail
+
+/// Plain SGD: p -= learning_rate · g.
+template <class T>
+struct SgdRule {
+  static constexpr std::size_t kSlots = 0;
+  T learning_rate;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* /*slots*/, std::size_t /*n*/,
+                                     std::size_t i) const {
+    p[i] -= learning_rate * g[i];
+  }
+};
+
+/// Momentum (Keras): v = momentum · v − learning_rate · g;  p += v.
+template <class T>
+struct MomentumRule {
+  static constexpr std::size_t kSlots = 1;
+  T learning_rate;
+  T momentum;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t /*n*/,
+                                     std::size_t i) const {
+    T& v = slots[i];
+    v = momentum * v - learning_rate * g[i];
+    p[i] += v;
+  }
+};
+
+/// Nesterov momentum (Keras): v = momentum · v − learning_rate · g;
+/// p += momentum · v − learning_rate · g.
+template <class T>
+struct NesterovMomentumRule {
+  static constexpr std::size_t kSlots = 1;
+  T learning_rate;
+  T momentum;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t /*n*/,
+                                     std::size_t i) const {
+    T& v = slots[i];
+    const T step = learning_rate * g[i];
+    v = momentum * v - step;
+    p[i] += momentum * v - step;
+  }
+};
+
+/// Adam (Keras), with the bias correction folded into `step_size` (see optim/adam.hpp):
+/// m += (g − m)(1 − β1);  v += (g² − v)(1 − β2);  p −= step_size · m / (√v + ε).
+template <class T>
+struct AdamRule {
+  static constexpr std::size_t kSlots = 2;
+  T step_size;
+  T one_minus_beta1;
+  T one_minus_beta2;
+  T epsilon;
+
+  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t n,
+                                     std::size_t i) const {
+    T& m = slots[i];
+    T& v = slots[n + i];
+    m += (g[i] - m) * one_minus_beta1;
+    v += (g[i] * g[i] - v) * one_minus_beta2;
+    p[i] -= step_size * m / (detail::square_root(v) + epsilon);
+  }
+};
+
+namespace detail {
+
+/// Runs `rule` over `n` elements on the host.
+template <class Rule, class T>
+void apply_rule(const Rule& rule, T* params, const T* grads, T* slots, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    rule(params, grads, slots, n, i);
+}
+
+}  // namespace detail
+
+}  // namespace strata::optim
+// ---- end strata/optim/rules.hpp ----
+#endif  // STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
+
+namespace strata::optim {
+
+/// Adam, as Keras' `Adam(learning_rate, beta_1, beta_2, epsilon)` with `amsgrad=False`.
+/// For update number `t = state.step + 1`:
+///
+///     lr_t = learning_rate * sqrt(1 - beta2^t) / (1 - beta1^t)
+///     m    = beta1 * m + (1 - beta1) * g        (computed as m += (g - m) * (1 - beta1))
+///     v    = beta2 * v + (1 - beta2) * g^2      (computed as v += (g^2 - v) * (1 - beta2))
+///     p    = p - lr_t * m / (sqrt(v) + epsilon)
+///
+/// This is the paper's Algorithm 1 with the bias correction folded into the step size, so
+/// `epsilon` is added to `sqrt(v)` and not to the bias-corrected `sqrt(v_hat)`; the defaults
+/// are Keras' (`epsilon = 1e-7`; PyTorch uses 1e-8 and the other placement).
+///
+/// Slots (`kSlots == 2`): `state.slots[i]` is the first moment `m` of parameter `i`,
+/// `state.slots[n + i]` the second moment `v`, both starting at zero.
+///
+/// Precision: `lr_t` and `1 - beta` are computed in double once per call and rounded to `T`;
+/// the per-element arithmetic is in `T`.
+/// Determinism: element-wise, no reductions: the same inputs give the same bits on every
+/// replica built with the same compiler flags (`-ffp-contract`/FMA may change the last bit
+/// between builds). The element loop vectorizes when `std::sqrt` may (`-fno-math-errno`).
+///
+/// Example:
+///
+///     strata::optim::Adam adam{.learning_rate = 3e-4};
+///     auto state = strata::optim::make_state<float>(adam, weights.size());
+///     adam.apply(std::span(weights), std::span(grads), state);
+struct Adam {
+  static constexpr std::size_t kSlots = 2;
+
+  double learning_rate = 0.001;
+  double beta1 = 0.9;     ///< decay of the first moment, in [0, 1)
+  double beta2 = 0.999;   ///< decay of the second moment, in [0, 1)
+  double epsilon = 1e-7;  ///< finite and >= 0; 0 turns an all-zero gradient history into NaN
+
+  /// Applies one update to `params` in place and advances the moments in `state`.
+  ///
+  /// @param params the parameters, updated in place.
+  /// @param grads  the gradient of the loss with respect to `params` (same length); must not
+  ///               overlap `params` or `state.slots`.
+  /// @param state  made by `make_state<T>(*this, params.size())`; its `step` is incremented.
+  /// @throws UsageError ("optim::Adam::apply") if the sizes of `params`, `grads` and
+  ///         `state.slots` disagree, `learning_rate` or `epsilon` is negative or not finite,
+  ///         or a beta is outside [0, 1); nothing is modified then. Cost: one pass over the
+  ///         buffers and two `std::pow` per call.
+  template <std::floating_point T>
+  void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
+             OptimizerState<T>& state) const {
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Adam::apply", kSlots, params.size(), grads.size(), state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
+    ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
+    constexpr std::string_view kOperation = "optim::Adam::apply";
+    detail::check_learning_rate(kOperation, learning_rate);
+    detail::check_unit_interval(kOperation, "beta1", beta1, /*one_allowed=*/false);
+    detail::check_unit_interval(kOperation, "beta2", beta2, /*one_allowed=*/false);
+    detail::check_hyperparameter(kOperation, "epsilon", epsilon,
+                                 std::isfinite(epsilon) && epsilon >= 0.0, "finite and >= 0");
+    const auto t = static_cast<double>(step + 1);
+    const double bias1 = 1.0 - std::pow(beta1, t);  // > 0 because beta1 < 1 and t >= 1
+    const double bias2 = 1.0 - std::pow(beta2, t);
+    f(AdamRule<T>{static_cast<T>(learning_rate * std::sqrt(bias2) / bias1),
+                  static_cast<T>(1.0 - beta1), static_cast<T>(1.0 - beta2),
+                  static_cast<T>(epsilon)});
+  }
+};
+
+}  // namespace strata::optim
+// ---- end strata/optim/adam.hpp ----
+// ---- begin strata/optim/momentum.hpp ----
+// strata/optim/momentum.hpp — SGD with (optionally Nesterov) momentum, Keras semantics.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+
+namespace strata::optim {
+
+/// Gradient descent with momentum, as Keras' `SGD(learning_rate, momentum, nesterov)`:
+///
+///     v = momentum * v - learning_rate * g
+///     p = p + v                                     (nesterov == false)
+///     p = p + momentum * v - learning_rate * g      (nesterov == true, with the new v)
+///
+/// The velocity `v` starts at zero. This is TensorFlow's formulation, in which the learning
+/// rate is folded into the velocity; it differs from PyTorch's `SGD(momentum=...)`
+/// (`v = momentum * v + g; p -= lr * v`) when the learning rate changes between steps.
+///
+/// Slots (`kSlots == 1`): `state.slots[i]` is the velocity of parameter `i`.
+///
+/// Precision: hyperparameters are rounded to `T` once per call; all arithmetic is in `T`.
+/// Determinism: element-wise, no reductions: the same inputs give the same bits on every
+/// replica built with the same compiler flags (`-ffp-contract`/FMA may change the last bit
+/// between builds).
+///
+/// Example:
+///
+///     strata::optim::Momentum opt{.learning_rate = 0.1, .momentum = 0.9, .nesterov = true};
+///     auto state = strata::optim::make_state<float>(opt, weights.size());
+///     opt.apply(std::span(weights), std::span(grads), state);
+struct Momentum {
+  static constexpr std::size_t kSlots = 1;
+
+  double learning_rate = 0.01;  ///< Keras' default
+  double momentum = 0.9;        ///< in [0, 1]
+  bool nesterov = false;
+
+  /// Applies one update to `params` in place and advances the velocity in `state`.
+  ///
+  /// @param params the parameters, updated in place.
+  /// @param grads  the gradient of the loss with respect to `params` (same length); must not
+  ///               overlap `params` or `state.slots`.
+  /// @param state  made by `make_state<T>(*this, params.size())`; its `step` is incremented.
+  /// @throws UsageError ("optim::Momentum::apply") if the sizes of `params`, `grads` and
+  ///         `state.slots` disagree, `learning_rate` is negative or not finite, or `momentum`
+  ///         is outside [0, 1]; nothing is modified then. Cost: one pass over the buffers.
+  template <std::floating_point T>
+  void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
+             OptimizerState<T>& state) const {
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Momentum::apply", kSlots, params.size(), grads.size(),
+                                state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
+    ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
+    (void)step;
+    constexpr std::string_view kOperation = "optim::Momentum::apply";
+    detail::check_learning_rate(kOperation, learning_rate);
+    detail::check_unit_interval(kOperation, "momentum", momentum, /*one_allowed=*/true);
+    const T lr = static_cast<T>(learning_rate);
+    const T mu = static_cast<T>(momentum);
+    // Two rules rather than a test per element, so that each loop vectorizes.
+    if (nesterov)
+      f(NesterovMomentumRule<T>{lr, mu});
+    else
+      f(MomentumRule<T>{lr, mu});
+  }
+};
+
+}  // namespace strata::optim
+// ---- end strata/optim/momentum.hpp ----
+// ---- begin strata/optim/sgd.hpp ----
+// strata/optim/sgd.hpp — plain stochastic gradient descent.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+
+namespace strata::optim {
+
+/// Stochastic gradient descent: `p -= learning_rate * g`, element by element.
+///
+/// Same update as Keras' `SGD(learning_rate)` with `momentum=0`. Keeps no slots (`kSlots ==
+/// 0`); `state.step` still counts the updates applied.
+///
+/// Precision: `learning_rate` is rounded to `T` once per call and all arithmetic is in `T`.
+/// Determinism: element-wise, no reductions: the same inputs give the same bits on every
+/// replica built with the same compiler flags (`-ffp-contract`/FMA may change the last bit
+/// between builds).
+///
+/// Example:
+///
+///     strata::optim::Sgd sgd{.learning_rate = 0.1};
+///     auto state = strata::optim::make_state<float>(sgd, weights.size());
+///     sgd.apply(std::span(weights), std::span(grads), state);
+struct Sgd {
+  static constexpr std::size_t kSlots = 0;
+
+  double learning_rate = 0.01;  ///< Keras' default
+
+  /// Applies one update to `params` in place.
+  ///
+  /// @param params the parameters, updated in place.
+  /// @param grads  the gradient of the loss with respect to `params` (same length); must not
+  ///               overlap `params`.
+  /// @param state  made by `make_state<T>(*this, params.size())`; its `step` is incremented.
+  /// @throws UsageError ("optim::Sgd::apply") if the sizes of `params`, `grads` and
+  ///         `state.slots` disagree or `learning_rate` is negative or not finite; nothing is
+  ///         modified then. Cost: one pass over `params` and `grads`.
+  template <std::floating_point T>
+  void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
+             OptimizerState<T>& state) const {
+    visit_rule<T>(state.step, [&](const auto& rule) {
+      detail::check_apply_sizes("optim::Sgd::apply", kSlots, params.size(), grads.size(), state);
+      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
+    });
+    ++state.step;
+  }
+
+  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
+  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
+  /// @throws UsageError for an invalid hyperparameter, as `apply`.
+  template <std::floating_point T, class F>
+  void visit_rule(std::int64_t step, F&& f) const {
+    (void)step;
+    detail::check_learning_rate("optim::Sgd::apply", learning_rate);
+    f(SgdRule<T>{static_cast<T>(learning_rate)});
+  }
+};
+
+}  // namespace strata::optim
+// ---- end strata/optim/sgd.hpp ----
+
+namespace strata::ps {
+
+/// What a request asks of a parameter server.
+enum class Operation : std::uint8_t {
+  create = 1,     ///< create a shard, or find the one of that name
+  pull = 2,       ///< read a shard's values
+  push = 3,       ///< apply a gradient (or add a delta) to a shard
+  push_pull = 4,  ///< push, then read the values after it, in one round trip
+  assign = 5,     ///< set a shard's values (its optimizer slots stay)
+  done = 6,       ///< the calling worker has finished
+};
+inline constexpr std::uint8_t kLastOperation = 6;
+
+/// A reply's verdict.
+enum class Status : std::uint8_t {
+  ok = 0,
+  unknown_variable = 1,    ///< no shard has the handle: not created, or the ps task restarted
+  mismatch = 2,            ///< the values' element type or count differ from the shard's
+  bad_request = 3,         ///< a malformed payload, an invalid optimizer, an unknown operation
+  exists_differently = 4,  ///< a shard of that name exists with another type, size or update
+};
+inline constexpr std::uint8_t kLastStatus = 4;
+
+/// How a shard takes a push.
+enum class UpdateRule : std::uint8_t {
+  /// The server applies the optimizer named in each push, with its slots kept next to the shard.
+  optimizer = 0,
+  /// The server adds each push to the values (BytePS's summation service): the worker applies
+  /// its optimizer itself and pushes the change of its copy.
+  sum = 1,
+};
+
+/// The optimizer a push asks the server to apply (optim/'s Sgd, Momentum, Adam).
+struct OptimizerSpec {
+  enum class Kind : std::uint8_t { none = 0, sgd = 1, momentum = 2, nesterov = 3, adam = 4 };
+  Kind kind = Kind::none;
+  double learning_rate = 0;
+  double momentum = 0;
+  double beta1 = 0;
+  double beta2 = 0;
+  double epsilon = 0;
+  friend bool operator==(const OptimizerSpec&, const OptimizerSpec&) = default;
+};
+inline constexpr std::size_t kOptimizerSpecBytes = 48;
+
+/// When a push meets the shard, as the worker's sync policy decides (sync/): at once
+/// (Asynchronous), within `bound` pushes of the slowest replica (BoundedStaleness), or
+/// aggregated with the pushes of the other replicas of the same step (Synchronous, TF1's
+/// SyncReplicasOptimizer with `bound` gradients to aggregate). Every push to a shard must name
+/// the same mode, replicas and bound.
+struct SyncSpec {
+  enum class Mode : std::uint8_t { asynchronous = 0, bounded_staleness = 1, synchronous = 2 };
+  enum class Aggregation : std::uint8_t { sum = 0, mean = 1 };
+  Mode mode = Mode::asynchronous;
+  Aggregation aggregation = Aggregation::sum;
+  std::uint32_t replica = 0;   ///< the pushing replica, in [0, replicas)
+  std::uint32_t replicas = 1;  ///< every replica of the cluster
+  std::uint32_t bound = 0;     ///< staleness bound k, or gradients to aggregate per step
+  std::uint64_t step = 0;      ///< synchronous: the shard version the gradient was computed on
+  friend bool operator==(const SyncSpec&, const SyncSpec&) = default;
+};
+inline constexpr std::size_t kSyncSpecBytes = 32;
+/// What comes before a push's gradient.
+inline constexpr std::size_t kPushPrefixBytes = kOptimizerSpecBytes + kSyncSpecBytes;
+
+/// A create request's fixed part.
+struct CreateSpec {
+  std::uint64_t elements = 0;
+  UpdateRule update = UpdateRule::optimizer;
+  std::uint32_t name_bytes = 0;
+};
+inline constexpr std::size_t kCreateSpecBytes = 24;
+/// The longest variable name a server takes.
+inline constexpr std::size_t kMaxNameBytes = 1024;
+
+/// What a ps connection puts in the handshake's tunables field: ps connections and collective
+/// connections refuse each other (tunables_differ).
+inline constexpr std::uint64_t kTunables = 0x7370'2d73'7472'6174ULL;  // "tarts-ps"
+
+/// What the handshake's cluster field holds on ps connections: a hash of the ps job alone, which
+/// every task knows even where a worker's TF_CONFIG lists only itself and the ps tasks.
+inline std::uint64_t ps_fingerprint(const cluster::ClusterSpec& cluster) {
+  std::uint64_t hash = strata::detail::fnv1a(strata::detail::kFnv1aBasis, std::string_view("ps"));
+  for (const auto& [index, address] : cluster.tasks(cluster::TaskType::ps))
+    hash = strata::detail::fnv1a(hash, std::to_string(index) + "=" + address.to_string() + ";");
+  return hash == 0 ? 1 : hash;
+}
+
+namespace detail {
+
+using strata::detail::load_le;
+using strata::detail::store_le;
+
+inline std::uint64_t bits_of(double value) noexcept {
+  return std::bit_cast<std::uint64_t>(value);
+}
+inline double double_of(std::uint64_t bits) noexcept {
+  return std::bit_cast<double>(bits);
+}
+
+}  // namespace detail
+
+inline std::array<std::byte, kOptimizerSpecBytes> encode(const OptimizerSpec& spec) noexcept {
+  std::array<std::byte, kOptimizerSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.kind);
+  const double fields[] = {spec.learning_rate, spec.momentum, spec.beta1, spec.beta2, spec.epsilon};
+  for (std::size_t i = 0; i < 5; ++i)
+    detail::store_le<std::uint64_t>(&out[8 + 8 * i], detail::bits_of(fields[i]));
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (unknown kind, padding set).
+inline std::optional<OptimizerSpec> decode_optimizer(std::span<const std::byte> in) noexcept {
+  if (in.size() < kOptimizerSpecBytes) return std::nullopt;
+  const auto kind = static_cast<std::uint8_t>(in[0]);
+  if (kind > static_cast<std::uint8_t>(OptimizerSpec::Kind::adam)) return std::nullopt;
+  for (std::size_t i = 1; i < 8; ++i)
+    if (in[i] != std::byte{0}) return std::nullopt;
+  OptimizerSpec spec;
+  spec.kind = static_cast<OptimizerSpec::Kind>(kind);
+  double* fields[] = {&spec.learning_rate, &spec.momentum, &spec.beta1, &spec.beta2, &spec.epsilon};
+  for (std::size_t i = 0; i < 5; ++i)
+    *fields[i] = detail::double_of(detail::load_le<std::uint64_t>(&in[8 + 8 * i]));
+  return spec;
+}
+
+inline std::array<std::byte, kSyncSpecBytes> encode(const SyncSpec& spec) noexcept {
+  std::array<std::byte, kSyncSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.mode);
+  out[1] = static_cast<std::byte>(spec.aggregation);
+  detail::store_le<std::uint32_t>(&out[4], spec.replica);
+  detail::store_le<std::uint32_t>(&out[8], spec.replicas);
+  detail::store_le<std::uint32_t>(&out[12], spec.bound);
+  detail::store_le<std::uint64_t>(&out[16], spec.step);
+  return out;
+}
+
+/// What comes before a push's gradient: the optimizer to apply and when the push meets the
+/// shard.
+inline std::array<std::byte, kPushPrefixBytes> push_prefix(const OptimizerSpec& optimizer,
+                                                           const SyncSpec& sync = {}) noexcept {
+  std::array<std::byte, kPushPrefixBytes> out{};
+  const auto first = encode(optimizer);
+  const auto second = encode(sync);
+  std::copy(first.begin(), first.end(), out.begin());
+  std::copy(second.begin(), second.end(), out.begin() + kOptimizerSpecBytes);
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (unknown mode, padding set, a
+/// replica out of range, a synchronous step that aggregates nothing or more than there are).
+inline std::optional<SyncSpec> decode_sync(std::span<const std::byte> in) noexcept {
+  if (in.size() < kSyncSpecBytes) return std::nullopt;
+  const auto mode = static_cast<std::uint8_t>(in[0]);
+  const auto aggregation = static_cast<std::uint8_t>(in[1]);
+  if (mode > static_cast<std::uint8_t>(SyncSpec::Mode::synchronous) ||
+      aggregation > static_cast<std::uint8_t>(SyncSpec::Aggregation::mean))
+    return std::nullopt;
+  for (const std::size_t i : {2, 3, 24, 25, 26, 27, 28, 29, 30, 31})
+    if (in[i] != std::byte{0}) return std::nullopt;
+  SyncSpec spec;
+  spec.mode = static_cast<SyncSpec::Mode>(mode);
+  spec.aggregation = static_cast<SyncSpec::Aggregation>(aggregation);
+  spec.replica = detail::load_le<std::uint32_t>(&in[4]);
+  spec.replicas = detail::load_le<std::uint32_t>(&in[8]);
+  spec.bound = detail::load_le<std::uint32_t>(&in[12]);
+  spec.step = detail::load_le<std::uint64_t>(&in[16]);
+  if (spec.replicas == 0 || spec.replicas > (1u << 20) || spec.replica >= spec.replicas)
+    return std::nullopt;
+  if (spec.mode == SyncSpec::Mode::synchronous && (spec.bound == 0 || spec.bound > spec.replicas))
+    return std::nullopt;
+  return spec;
+}
+
+inline std::array<std::byte, kCreateSpecBytes> encode(const CreateSpec& spec) noexcept {
+  std::array<std::byte, kCreateSpecBytes> out{};
+  detail::store_le<std::uint64_t>(&out[0], spec.elements);
+  out[8] = static_cast<std::byte>(spec.update);
+  detail::store_le<std::uint32_t>(&out[16], spec.name_bytes);
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one.
+inline std::optional<CreateSpec> decode_create(std::span<const std::byte> in) noexcept {
+  if (in.size() < kCreateSpecBytes) return std::nullopt;
+  const auto update = static_cast<std::uint8_t>(in[8]);
+  if (update > static_cast<std::uint8_t>(UpdateRule::sum)) return std::nullopt;
+  for (const std::size_t i : {9, 10, 11, 12, 13, 14, 15, 20, 21, 22, 23})
+    if (in[i] != std::byte{0}) return std::nullopt;
+  CreateSpec spec;
+  spec.elements = detail::load_le<std::uint64_t>(&in[0]);
+  spec.update = static_cast<UpdateRule>(update);
+  spec.name_bytes = detail::load_le<std::uint32_t>(&in[16]);
+  if (spec.name_bytes == 0 || spec.name_bytes > kMaxNameBytes) return std::nullopt;
+  return spec;
+}
+
+/// Bytes of a name in a create payload: padded so that the values after it stay aligned.
+constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
+  return (name_bytes + 7) / 8 * 8;
+}
+
+/// What a server must apply for optimizer `O` (the optimizers of optim/).
+template <class O>
+concept ServerOptimizer =
+    std::same_as<O, optim::Sgd> || std::same_as<O, optim::Momentum> || std::same_as<O, optim::Adam>;
+
+inline OptimizerSpec spec_of(const optim::Sgd& sgd) noexcept {
+  return {OptimizerSpec::Kind::sgd, sgd.learning_rate, 0, 0, 0, 0};
+}
+inline OptimizerSpec spec_of(const optim::Momentum& momentum) noexcept {
+  return {momentum.nesterov ? OptimizerSpec::Kind::nesterov : OptimizerSpec::Kind::momentum,
+          momentum.learning_rate,
+          momentum.momentum,
+          0,
+          0,
+          0};
+}
+inline OptimizerSpec spec_of(const optim::Adam& adam) noexcept {
+  return {OptimizerSpec::Kind::adam, adam.learning_rate, 0, adam.beta1, adam.beta2, adam.epsilon};
+}
+
+inline std::string_view to_string(Operation operation) noexcept {
+  switch (operation) {
+    case Operation::create:
+      return "create";
+    case Operation::pull:
+      return "pull";
+    case Operation::push:
+      return "push";
+    case Operation::push_pull:
+      return "push_pull";
+    case Operation::assign:
+      return "assign";
+    case Operation::done:
+      return "done";
+  }
+  return "unknown operation";
+}
+
+}  // namespace strata::ps
+// ---- end strata/ps/protocol.hpp ----
+// ---- begin strata/transport/tcp/service_client.hpp ----
+// strata/transport/tcp/service_client.hpp — one client connection to a service
+// (service_server.hpp): the connecting side of the handshake, then requests and replies on the
+// socket itself.
+//
+// Connecting and the handshake use asio, one step at a time under the deadline; calls then use
+// the socket directly (non-blocking send and recv, poll for the rest of the deadline): a call is
+// one request and one reply, where an event loop would only add latency.
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <fmt/format.h>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
+
+// ---- begin strata/transport/tcp/run_until.hpp ----
+// strata/transport/tcp/run_until.hpp — one asynchronous socket operation, run to completion
+// or to a deadline, for code that talks to one peer at a time (the address store, a parameter
+// server's clients).
+
+#include <optional>
+#include <system_error>
+#include <utility>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// Runs one asynchronous operation on `socket` until it completes or `until` passes; on
+/// timeout the socket is closed, which completes the operation with an error, and
+/// `timed_out` is set.
+template <class Start>
+std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
+                          Clock::time_point until, bool& timed_out, Start&& start) {
+  std::optional<std::error_code> result;
+  bool timer_done = false;
+  timed_out = false;
+  asio::steady_timer timer(io, until);
+  timer.async_wait([&](const std::error_code& ec) {
+    timer_done = true;
+    if (!ec && !result) {
+      timed_out = true;
+      std::error_code ignored;
+      socket.close(ignored);
+    }
+  });
+  std::forward<Start>(start)([&](const std::error_code& ec) {
+    result = ec;
+    timer.cancel();
+  });
+  io.restart();
+  while (!result || !timer_done)
+    io.run_one();
+  return *result;
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/run_until.hpp ----
+// ---- begin strata/transport/tcp/service_server.hpp ----
+// strata/transport/tcp/service_server.hpp — serving requests over TCP: the accepting side of
+// the handshake, then request and reply frames, for a service above the transport (the
+// parameter servers of ps/) that knows nothing of sockets.
+//
+// One thread runs everything: the service sees one request at a time, to its end, so it needs
+// no lock. Per connection, the service's session says where each request's payload goes (in
+// steps, so that a payload can be read straight into the storage its first bytes select) and
+// then replies; payload it did not ask for is read and dropped before the reply goes out, so
+// an error reply never leaves the connection out of step. Bytes that are not strata frames, a
+// frame that is not a request, or a request whose payload stalls past the timeout close the
+// connection: the service never sees them.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// Who may connect to a service, as the handshake checks it: clients are ranks
+/// [0, group_size) of the cluster with fingerprint `cluster`, speaking `tunables`, proving
+/// `token` when there is one. `rank` is the service's own identity in its Hello.
+struct ServiceIdentity {
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  int group_size = 0;
+  int rank = 0;
+  std::optional<std::string> token{};
+};
+
+/// What a session wants next: more payload read into `into` (in order; at most what the
+/// request has left), or the reply.
+struct ReadPayload {
+  std::vector<std::span<std::byte>> into;
+};
+struct SendReply {
+  std::uint8_t status = 0;  ///< the frame's root
+  std::uint64_t count = 0;
+  DataType type = DataType::uint8;
+  /// Must stay valid and unchanged until the session's next call.
+  std::span<const std::byte> payload{};
+  /// Close every connection once this reply is written: the service is finished.
+  bool then_close = false;
+};
+/// The reply comes later, through the session's ServiceReplier (once other connections' requests
+/// have made it possible). The request's payload must have been read whole.
+struct WaitForReply {};
+using SessionStep = std::variant<ReadPayload, SendReply, WaitForReply>;
+
+/// Sends the reply a session deferred with WaitForReply. Call it on the serving thread (from
+/// another session's call); it does nothing once the connection is gone. The reply's payload
+/// must stay valid until the session's next call.
+using ServiceReplier = std::function<void(const SendReply&)>;
+
+/// One connection's conversation, as the service holds it.
+class ServiceSession {
+ public:
+  virtual ~ServiceSession() = default;
+  /// A request's header arrived (a valid request frame); its payload is unread.
+  virtual SessionStep on_request(const FrameHeader& request) = 0;
+  /// The buffers of the last ReadPayload are filled.
+  virtual SessionStep on_payload() = 0;
+};
+
+/// The service: opens a session for each connection that passed the handshake, with the means
+/// to send the replies it defers.
+class ServiceHandler {
+ public:
+  virtual ~ServiceHandler() = default;
+  virtual std::unique_ptr<ServiceSession> open(int rank, ServiceReplier replier) = 0;
+};
+
+/// How a ServiceServer's `serve` ended.
+enum class ServiceEnd : std::uint8_t {
+  finished,  ///< a reply asked to close
+  stopped,   ///< `stop()` was called
+  idle,      ///< no client was connected for the idle timeout
+};
+
+/// Counters of a ServiceServer.
+struct ServiceStats {
+  std::uint64_t requests = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  std::uint64_t refused = 0;  ///< connections refused in the handshake or dropped for garbage
+};
+
+/// Accepts clients on `address` and serves them until a reply closes, `stop()`, or no client
+/// has been connected for `idle_timeout`. Thread safety: `stop` from any thread; the rest from
+/// the serving one.
+class ServiceServer {
+ public:
+  using tcp = asio::ip::tcp;
+
+  /// Binds `address`. `max_payload` bounds what a request may announce; `request_timeout` how
+  /// long a request's payload may take once its header has arrived.
+  /// @throws ConfigurationError naming `who` when the address cannot be bound.
+  ServiceServer(const cluster::Address& address, std::string who, ServiceIdentity identity,
+                ServiceHandler& handler, std::uint32_t max_payload,
+                std::chrono::milliseconds request_timeout)
+      : who_(std::move(who)),
+        identity_(std::move(identity)),
+        handler_(handler),
+        max_payload_(max_payload),
+        request_timeout_(request_timeout) {
+    random_bytes(std::as_writable_bytes(std::span(&incarnation_, 1)));
+    bind(address);
+  }
+  ServiceServer(const ServiceServer&) = delete;
+  ServiceServer& operator=(const ServiceServer&) = delete;
+
+  std::uint16_t port() const noexcept {
+    std::error_code ec;
+    const auto endpoint = acceptor_.local_endpoint(ec);
+    return ec ? 0 : endpoint.port();
+  }
+
+  const ServiceStats& stats() const noexcept { return stats_; }
+
+  ServiceEnd serve(std::chrono::milliseconds idle_timeout) {
+    idle_timeout_ = idle_timeout;
+    accept();
+    arm_idle_timer();
+    // Polls without sleeping for a while after each event, as the collectives do (busy_poll.hpp):
+    // a request's wake-up would otherwise cost more than serving it.
+    auto busy_until = Clock::now() + kBusyPoll;
+    while (!io_.stopped()) {
+      if (io_.poll() > 0) {
+        busy_until = Clock::now() + kBusyPoll;
+      } else if (Clock::now() < busy_until) {
+        ::sched_yield();
+      } else {
+        io_.run_one();
+        busy_until = Clock::now() + kBusyPoll;
+      }
+    }
+    return end_;
+  }
+
+  void stop() {
+    asio::post(io_, [this] { close_all(ServiceEnd::stopped); });
+  }
+
+ private:
+  struct Connection {
+    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    std::unique_ptr<ServiceSession> session;
+    HelloBytes theirs_bytes{};
+    Hello theirs;
+    std::array<std::byte, kNonceBytes> challenge{};
+    Mac mac{};
+    std::array<std::byte, 1 + kHelloBytes + kMacBytes> verdict{};
+    std::array<std::byte, 1> final_status{};
+    FrameBytes header_bytes{};
+    FrameHeader request;
+    std::uint64_t payload_left = 0;
+    bool waiting = false;  // for a deferred reply
+    std::vector<std::byte> scratch;
+    FrameBytes reply_bytes{};
+  };
+  using ConnectionPtr = std::shared_ptr<Connection>;
+
+  void bind(const cluster::Address& own) {
+    std::error_code ec;
+    const auto endpoints = resolve_endpoints<tcp>(own.host, own.port, ec);
+    if (ec || endpoints.empty())
+      throw ConfigurationError(-1, who_,
+                               fmt::format("cannot resolve {}: {}", own.to_string(), ec.message()),
+                               "give each task a host name or IP address of its own machine");
+    const tcp::endpoint endpoint = endpoints.front();
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec == asio::error::address_in_use)
+      throw ConfigurationError(
+          -1, who_, fmt::format("cannot listen on {}: the port is in use", own.to_string()),
+          "stop the program holding it (a previous run?) or give this task "
+          "another port");
+    if (ec)
+      throw ConfigurationError(
+          -1, who_, fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
+          "check that the cluster spec gives this task an address of its "
+          "own host");
+  }
+
+  // ---- connections and the handshake ---------------------------------------------------------
+
+  void accept() {
+    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
+      if (closing_ || ec == asio::error::operation_aborted) return;
+      if (!ec) handshake(std::make_shared<Connection>(std::move(socket)));
+      accept();
+    });
+  }
+
+  void drop(const ConnectionPtr& connection) {
+    std::error_code ignored;
+    connection->timer.cancel();
+    connection->socket.close(ignored);
+    if (established_.erase(connection) != 0 && --connected_ == 0) arm_idle_timer();
+  }
+
+  void refuse(const ConnectionPtr& connection) {
+    ++stats_.refused;
+    drop(connection);
+  }
+
+  // A connection that fails its handshake is refused once.
+  void abandon(const ConnectionPtr& connection) {
+    if (pending_.erase(connection) != 0) refuse(connection);
+  }
+
+  void handshake(const ConnectionPtr& connection) {
+    std::error_code ignored;
+    connection->socket.set_option(tcp::no_delay(true), ignored);
+    choose_congestion_control(connection->socket, std::nullopt);
+    pending_.insert(connection);
+    connection->timer.expires_after(kHandshakeTimeout);
+    connection->timer.async_wait([this, connection](std::error_code ec) {
+      if (!ec) abandon(connection);
+    });
+    asio::async_read(connection->socket, asio::buffer(connection->theirs_bytes),
+                     [this, connection](std::error_code ec, std::size_t) {
+                       if (ec) return abandon(connection);
+                       on_hello(connection);
+                     });
+  }
+
+  HandshakeStatus judge(const Hello& theirs) const {
+    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+    if (theirs.tunables != identity_.tunables) return HandshakeStatus::tunables_differ;
+    if (theirs.cluster != identity_.cluster) return HandshakeStatus::other_cluster;
+    if (theirs.world_size != identity_.group_size) return HandshakeStatus::world_size_differs;
+    if (theirs.rank < 0 || theirs.rank >= identity_.group_size)
+      return HandshakeStatus::unexpected_rank;
+    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
+    if (identity_.token && !has_token) return HandshakeStatus::token_required;
+    if (!identity_.token && has_token) return HandshakeStatus::token_unexpected;
+    return HandshakeStatus::accepted;
+  }
+
+  void on_hello(const ConnectionPtr& connection) {
+    if (!decode(std::span<const std::byte, kHelloBytes>(connection->theirs_bytes),
+                connection->theirs))
+      return abandon(connection);
+    const Hello& theirs = connection->theirs;
+    if (theirs.version != kProtocolVersion || !identity_.token)
+      return answer(connection, judge(theirs));
+    if ((theirs.flags & Hello::kHasToken) == 0)
+      return answer(connection, HandshakeStatus::token_required);
+    // With a token, nothing is judged before the connector has proven it.
+    random_bytes(connection->challenge);
+    connection->verdict[0] = static_cast<std::byte>(HandshakeStatus::challenge);
+    std::copy(connection->challenge.begin(), connection->challenge.end(),
+              connection->verdict.begin() + 1);
+    asio::async_write(
+        connection->socket, asio::buffer(connection->verdict.data(), 1 + kNonceBytes),
+        [this, connection](std::error_code ec, std::size_t) {
+          if (ec) return abandon(connection);
+          asio::async_read(connection->socket, asio::buffer(connection->mac),
+                           [this, connection](std::error_code read_ec, std::size_t) {
+                             if (read_ec) return abandon(connection);
+                             const bool authentic = same_mac(
+                                 connection->mac,
+                                 handshake_mac(*identity_.token, "strata-connect",
+                                               connection->theirs_bytes, connection->challenge));
+                             answer(connection, authentic ? judge(connection->theirs)
+                                                          : HandshakeStatus::authentication_failed);
+                           });
+        });
+  }
+
+  void answer(const ConnectionPtr& connection, HandshakeStatus status) {
+    std::size_t length = 1;
+    connection->verdict[0] = static_cast<std::byte>(status);
+    if (status == HandshakeStatus::accepted) {
+      Hello mine;
+      mine.connection = connection->theirs.connection;
+      mine.rank = identity_.rank;
+      mine.world_size = identity_.group_size;
+      mine.flags = identity_.token ? Hello::kHasToken : 0;
+      mine.cluster = identity_.cluster;
+      mine.tunables = identity_.tunables;
+      mine.incarnation = incarnation_;
+      if (identity_.token) mine.nonce = connection->challenge;
+      const HelloBytes mine_bytes = encode(mine);
+      std::copy(mine_bytes.begin(), mine_bytes.end(), connection->verdict.begin() + 1);
+      length += kHelloBytes;
+      if (identity_.token) {
+        const Mac mac =
+            handshake_mac(*identity_.token, "strata-accept", connection->theirs_bytes, mine_bytes);
+        std::copy(mac.begin(), mac.end(), connection->verdict.begin() + 1 + kHelloBytes);
+        length += kMacBytes;
+      }
+    }
+    asio::async_write(connection->socket, asio::buffer(connection->verdict.data(), length),
+                      [this, connection, status](std::error_code ec, std::size_t) {
+                        if (ec || status != HandshakeStatus::accepted) return abandon(connection);
+                        asio::async_read(
+                            connection->socket, asio::buffer(connection->final_status),
+                            [this, connection](std::error_code read_ec, std::size_t) {
+                              if (read_ec || connection->final_status[0] !=
+                                                 static_cast<std::byte>(HandshakeStatus::accepted))
+                                return abandon(connection);
+                              established(connection);
+                            });
+                      });
+  }
+
+  void established(const ConnectionPtr& connection) {
+    if (pending_.erase(connection) == 0) return;  // its handshake timed out meanwhile
+    connection->timer.cancel();
+    const std::weak_ptr<Connection> weak = connection;
+    connection->session =
+        handler_.open(connection->theirs.rank, [this, weak](const SendReply& reply) {
+          const auto alive = weak.lock();
+          if (!alive || !alive->waiting || closing_) return;
+          alive->waiting = false;
+          send(alive, reply);
+        });
+    established_.insert(connection);
+    if (connected_++ == 0) idle_timer_.cancel();
+    read_request(connection);
+  }
+
+  // ---- requests ------------------------------------------------------------------------------
+
+  void read_request(const ConnectionPtr& connection) {
+    asio::async_read(connection->socket, asio::buffer(connection->header_bytes),
+                     [this, connection](std::error_code ec, std::size_t) {
+                       if (ec) return drop(connection);
+                       on_header(connection);
+                     });
+  }
+
+  void on_header(const ConnectionPtr& connection) {
+    FrameHeader& request = connection->request;
+    const std::error_code ec =
+        decode(std::span<const std::byte, kFrameHeaderBytes>(connection->header_bytes), request,
+               max_payload_);
+    if (ec || request.type != FrameType::request) return refuse(connection);
+    connection->payload_left = request.payload_bytes;
+    // Its payload must follow within the timeout.
+    connection->timer.expires_after(request_timeout_);
+    connection->timer.async_wait([this, connection](std::error_code timer_ec) {
+      if (!timer_ec) refuse(connection);
+    });
+    advance(connection, connection->session->on_request(request));
+  }
+
+  void advance(const ConnectionPtr& connection, SessionStep step) {
+    if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
+    if (std::holds_alternative<WaitForReply>(step)) {
+      // A session that waits before it read its request has a bug: the rest would be taken
+      // for the next request.
+      if (connection->payload_left != 0) return refuse(connection);
+      connection->timer.cancel();  // the client's deadline bounds the wait
+      connection->waiting = true;
+      return;
+    }
+    auto& read = std::get<ReadPayload>(step);
+    std::vector<asio::mutable_buffer> buffers;
+    std::uint64_t total = 0;
+    for (const auto& part : read.into) {
+      buffers.push_back(asio::buffer(part.data(), part.size()));
+      total += part.size();
+    }
+    // A session that asks for more than the request carries would wait forever: it has a bug.
+    if (total > connection->payload_left) return refuse(connection);
+    connection->payload_left -= total;
+    stats_.bytes_in += total;
+    asio::async_read(connection->socket, buffers,
+                     [this, connection](std::error_code ec, std::size_t) {
+                       if (ec) return drop(connection);
+                       advance(connection, connection->session->on_payload());
+                     });
+  }
+
+  // The payload the session left unread is dropped, then the reply goes out.
+  void drop_rest(const ConnectionPtr& connection, SendReply reply) {
+    if (connection->payload_left == 0) return send(connection, reply);
+    connection->scratch.resize(
+        static_cast<std::size_t>(std::min<std::uint64_t>(connection->payload_left, 1 << 16)));
+    connection->payload_left -= connection->scratch.size();
+    stats_.bytes_in += connection->scratch.size();
+    asio::async_read(connection->socket, asio::buffer(connection->scratch),
+                     [this, connection, reply](std::error_code ec, std::size_t) {
+                       if (ec) return drop(connection);
+                       drop_rest(connection, reply);
+                     });
+  }
+
+  void send(const ConnectionPtr& connection, const SendReply& reply) {
+    connection->timer.cancel();
+    FrameHeader header;
+    header.type = FrameType::reply;
+    header.kind = connection->request.kind;
+    header.sequence = connection->request.sequence;
+    header.root = reply.status;
+    header.count = reply.count;
+    header.element_type = reply.type;
+    header.payload_bytes = static_cast<std::uint32_t>(reply.payload.size());
+    connection->reply_bytes = encode(header);
+    ++stats_.requests;
+    stats_.bytes_out += reply.payload.size();
+    const std::array<asio::const_buffer, 2> buffers{
+        asio::buffer(connection->reply_bytes),
+        asio::buffer(reply.payload.data(), reply.payload.size())};
+    asio::async_write(
+        connection->socket, buffers,
+        [this, connection, close = reply.then_close](std::error_code ec, std::size_t) {
+          if (ec) return drop(connection);
+          if (close) return close_all(ServiceEnd::finished);
+          read_request(connection);
+        });
+  }
+
+  // ---- ending --------------------------------------------------------------------------------
+
+  void arm_idle_timer() {
+    if (closing_) return;
+    idle_timer_.expires_after(idle_timeout_);
+    idle_timer_.async_wait([this](std::error_code ec) {
+      if (!ec && connected_ == 0) close_all(ServiceEnd::idle);
+    });
+  }
+
+  void close_all(ServiceEnd end) {
+    if (closing_) return;
+    closing_ = true;
+    end_ = end;
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    idle_timer_.cancel();
+    for (const auto* set : {&pending_, &established_})
+      for (const auto& connection : *set) {
+        connection->timer.cancel();
+        connection->socket.close(ignored);
+      }
+    pending_.clear();
+    established_.clear();
+  }
+
+  std::string who_;
+  ServiceIdentity identity_;
+  ServiceHandler& handler_;
+  std::uint32_t max_payload_;
+  std::chrono::milliseconds request_timeout_;
+  std::chrono::milliseconds idle_timeout_{};
+  std::uint64_t incarnation_ = 0;
+  asio::io_context io_{1};
+  tcp::acceptor acceptor_{io_};
+  asio::steady_timer idle_timer_{io_};
+  std::set<ConnectionPtr> pending_;      // in the handshake
+  std::set<ConnectionPtr> established_;  // serving
+  int connected_ = 0;
+  bool closing_ = false;
+  ServiceEnd end_ = ServiceEnd::stopped;
+  ServiceStats stats_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/service_server.hpp ----
+
+namespace strata::transport::tcp {
+
+/// How a send or receive ended.
+enum class ServiceIo : std::uint8_t { done, closed, timed_out, failed };
+
+/// A connection to a service that accepted this client.
+class ServiceConnection {
+ public:
+  using tcp = asio::ip::tcp;
+
+  /// Connects to `address` and runs the handshake as rank `mine.rank` (the service must answer
+  /// as rank `service_rank`), on connection index `lane`. Returns nothing, with the reason in
+  /// `why`, when trying again may help (nobody listens yet, the connection broke).
+  /// @throws ConfigurationError (operation `operation`, naming `who`) when the service refuses
+  ///   this client or is not the one expected: retrying cannot help.
+  static std::unique_ptr<ServiceConnection> connect(const cluster::Address& address,
+                                                    const ServiceIdentity& mine, int service_rank,
+                                                    std::uint16_t lane, std::uint64_t incarnation,
+                                                    Clock::time_point until,
+                                                    std::string_view operation,
+                                                    std::string_view who, std::string& why) {
+    auto connection = std::unique_ptr<ServiceConnection>(new ServiceConnection());
+    if (connection->handshake(address, mine, service_rank, lane, incarnation, until, operation, who,
+                              why))
+      return connection;
+    return nullptr;
+  }
+
+  ServiceConnection(const ServiceConnection&) = delete;
+  ServiceConnection& operator=(const ServiceConnection&) = delete;
+
+  /// Sends the header `header` and then `parts`, whole.
+  ServiceIo send(const FrameHeader& header, std::span<const std::span<const std::byte>> parts,
+                 Clock::time_point until) {
+    const FrameBytes bytes = encode(header);
+    std::array<iovec, 4> iov{};
+    std::size_t count = 0;
+    iov[count++] = {const_cast<std::byte*>(bytes.data()), bytes.size()};
+    for (const auto& part : parts) {
+      if (part.empty()) continue;
+      if (count == iov.size()) return ServiceIo::failed;
+      iov[count++] = {const_cast<std::byte*>(part.data()), part.size()};
+    }
+    std::span<iovec> left(iov.data(), count);
+    while (!left.empty()) {
+      msghdr message{};
+      message.msg_iov = left.data();
+      message.msg_iovlen = left.size();
+      const auto sent = ::sendmsg(fd(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+          if (const ServiceIo io = wait_for(POLLOUT, until); io != ServiceIo::done) return io;
+          continue;
+        }
+        return errno == EPIPE || errno == ECONNRESET ? ServiceIo::closed : ServiceIo::failed;
+      }
+      auto done = static_cast<std::size_t>(sent);
+      while (!left.empty() && done >= left.front().iov_len) {
+        done -= left.front().iov_len;
+        left = left.subspan(1);
+      }
+      if (!left.empty()) {
+        left.front().iov_base = static_cast<std::byte*>(left.front().iov_base) + done;
+        left.front().iov_len -= done;
+      }
+    }
+    return ServiceIo::done;
+  }
+
+  /// The socket, for a caller that polls several connections at once.
+  int native_handle() noexcept { return socket_.native_handle(); }
+
+  /// Receives exactly `out.size()` bytes.
+  ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
+    std::size_t got = 0;
+    while (got < out.size()) {
+      const auto n = ::recv(fd(), out.data() + got, out.size() - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (n == 0) return ServiceIo::closed;
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        if (const ServiceIo io = wait_for(POLLIN, until); io != ServiceIo::done) return io;
+        continue;
+      }
+      return errno == ECONNRESET ? ServiceIo::closed : ServiceIo::failed;
+    }
+    return ServiceIo::done;
+  }
+
+ private:
+  ServiceConnection() = default;
+
+  int fd() { return socket_.native_handle(); }
+
+  ServiceIo wait_for(short events, Clock::time_point until) {
+    pollfd entry{fd(), events, 0};
+    const auto busy_until = Clock::now() + kBusyPoll;
+    for (;;) {
+      const int ready = poll_busy_then_sleep(std::span(&entry, 1), busy_until, until);
+      if (ready > 0) return ServiceIo::done;
+      if (ready == 0 && Clock::now() >= until) return ServiceIo::timed_out;
+      if (ready < 0 && errno != EINTR) return ServiceIo::failed;
+    }
+  }
+
+  bool handshake(const cluster::Address& address, const ServiceIdentity& mine_identity,
+                 int service_rank, std::uint16_t lane, std::uint64_t incarnation,
+                 Clock::time_point deadline, std::string_view operation, std::string_view who,
+                 std::string& why) {
+    const auto refused = [&](std::string_view reason) {
+      throw ConfigurationError(mine_identity.rank, operation,
+                               fmt::format("{} refused this client: {}", who, reason),
+                               "start every task with the same cluster spec, strata version and "
+                               "STRATA_CLUSTER_TOKEN");
+    };
+    const std::optional<std::string>& token = mine_identity.token;
+    std::error_code ec;
+    const auto endpoints = resolve_endpoints<tcp>(address.host, address.port, ec);
+    if (ec) {
+      why = fmt::format("cannot resolve {}: {}", address.to_string(), ec.message());
+      return false;
+    }
+    const auto until = std::min(deadline, Clock::now() + kHandshakeTimeout);
+    bool timed_out = false;
+    const auto step = [&](std::string_view what, auto start) {
+      ec = run_until(io_, socket_, until, timed_out, start);
+      if (ec)
+        why = timed_out ? fmt::format("{} timed out", what)
+                        : fmt::format("{}: {}", what, ec.message());
+      return !ec;
+    };
+    const auto write = [&](asio::const_buffer bytes) {
+      return step("handshake", [&](auto done) {
+        asio::async_write(socket_, bytes,
+                          [done](const std::error_code& e, std::size_t) { done(e); });
+      });
+    };
+    const auto read = [&](asio::mutable_buffer bytes) {
+      return step("handshake", [&](auto done) {
+        asio::async_read(socket_, bytes,
+                         [done](const std::error_code& e, std::size_t) { done(e); });
+      });
+    };
+    if (!step("connect", [&](auto done) {
+          asio::async_connect(socket_, endpoints,
+                              [done](const std::error_code& e, const tcp::endpoint&) { done(e); });
+        }))
+      return false;
+    Hello mine;
+    mine.connection = lane;
+    mine.rank = mine_identity.rank;
+    mine.world_size = mine_identity.group_size;
+    mine.flags = token ? Hello::kHasToken : 0;
+    mine.cluster = mine_identity.cluster;
+    mine.tunables = mine_identity.tunables;
+    mine.incarnation = incarnation;
+    random_bytes(mine.nonce);
+    const HelloBytes mine_bytes = encode(mine);
+    std::array<std::byte, 1> status{};
+    if (!write(asio::buffer(mine_bytes)) || !read(asio::buffer(status))) return false;
+    if (!is_handshake_status(status[0]))
+      refused("it answered with bytes that are not a strata handshake");
+    std::array<std::byte, kNonceBytes> challenge{};
+    if (static_cast<HandshakeStatus>(status[0]) == HandshakeStatus::challenge) {
+      if (!token) refused("it asks for a cluster token (STRATA_CLUSTER_TOKEN) this client lacks");
+      if (!read(asio::buffer(challenge))) return false;
+      const Mac mac = handshake_mac(*token, "strata-connect", mine_bytes, challenge);
+      if (!write(asio::buffer(mac)) || !read(asio::buffer(status))) return false;
+    } else if (token && static_cast<HandshakeStatus>(status[0]) == HandshakeStatus::accepted) {
+      refused("it accepted this client without checking the cluster token");
+    }
+    if (static_cast<HandshakeStatus>(status[0]) != HandshakeStatus::accepted)
+      refused(to_string(static_cast<HandshakeStatus>(status[0])));
+    std::array<std::byte, kHelloBytes + kMacBytes> reply{};
+    if (!read(asio::buffer(reply.data(), kHelloBytes + (token ? kMacBytes : 0)))) return false;
+    HelloBytes theirs_bytes{};
+    std::copy_n(reply.begin(), kHelloBytes, theirs_bytes.begin());
+    Hello theirs;
+    HandshakeStatus verdict = HandshakeStatus::accepted;
+    if (!decode(std::span<const std::byte, kHelloBytes>(theirs_bytes), theirs) ||
+        theirs.version != kProtocolVersion)
+      verdict = HandshakeStatus::bad_version;
+    else if (theirs.tunables != mine_identity.tunables)
+      verdict = HandshakeStatus::tunables_differ;
+    else if (theirs.cluster != mine_identity.cluster)
+      verdict = HandshakeStatus::other_cluster;
+    else if (theirs.rank != service_rank)
+      verdict = HandshakeStatus::unexpected_rank;
+    if (verdict == HandshakeStatus::accepted && token) {
+      Mac mac{};
+      std::copy_n(reply.begin() + kHelloBytes, kMacBytes, mac.begin());
+      if (theirs.nonce != challenge ||
+          !same_mac(mac, handshake_mac(*token, "strata-accept", mine_bytes, theirs_bytes)))
+        verdict = HandshakeStatus::authentication_failed;
+    }
+    const std::array<std::byte, 1> final_status{static_cast<std::byte>(verdict)};
+    if (!write(asio::buffer(final_status))) return false;
+    if (verdict != HandshakeStatus::accepted) refused(to_string(verdict));
+    socket_.set_option(tcp::no_delay(true), ec);
+    if (!ec) ec = choose_congestion_control(socket_, std::nullopt);
+    if (!ec) socket_.native_non_blocking(true, ec);
+    if (ec) {
+      why = fmt::format("cannot set up the socket: {}", ec.message());
+      return false;
+    }
+    return true;
+  }
+
+  asio::io_context io_{1};
+  tcp::socket socket_{io_};
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/service_client.hpp ----
+
+namespace strata::coordinator::detail {
+
+/// How often the ps tasks' connections are polled: a ps failure is raised within this.
+inline constexpr std::chrono::milliseconds kPsWatchInterval{100};
+/// The longest pause between attempts to reach a worker that is down.
+inline constexpr std::chrono::milliseconds kReconnectPause{500};
+
+enum class Phase : std::uint8_t { queued, running, succeeded, failed };
+
+// Guarded by the core's mutex, except the fields set at creation.
+struct ClosureState {
+  std::shared_ptr<CoordinatorCore> core;
+  std::uint64_t id = 0;
+  std::string name;
+  std::uint64_t signature = 0;
+  std::vector<std::byte> args;
+  Phase phase = Phase::queued;
+  int attempts = 0;
+  std::vector<std::byte> result;
+  std::exception_ptr error;
+};
+
+class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
+  using Io = transport::tcp::ServiceIo;
+  using Connection = transport::tcp::ServiceConnection;
+
+ public:
+  CoordinatorCore(const cluster::ClusterSpec& spec, CoordinatorOptions opts)
+      : cluster_(validated(spec, opts)),
+        options_(std::move(opts)),
+        token_(options_.cluster_token ? options_.cluster_token
+                                      : environment_variable("STRATA_CLUSTER_TOKEN")),
+        rank_(*cluster_.collective_rank({cluster::TaskType::chief, 0})),
+        capacity_(options_.queue_capacity != 0
+                      ? options_.queue_capacity
+                      : 256 * cluster_.num_tasks(cluster::TaskType::worker)) {
+    if (token_ && token_->empty())
+      throw ConfigurationError(rank_, "ClusterCoordinator", "the cluster token is empty",
+                               "set a secret shared by every task, or leave it unset");
+    transport::tcp::random_bytes(std::as_writable_bytes(std::span(&incarnation_, 1)));
+    for (const auto& [index, address] : cluster_.tasks(cluster::TaskType::worker))
+      workers_.push_back(
+          std::make_unique<WorkerSlot>(WorkerSlot{index, address, {}, false, false}));
+    for (const auto& [index, address] : cluster_.tasks(cluster::TaskType::ps))
+      ps_.push_back({index, address, nullptr});
+    last_progress_ = Clock::now();
+  }
+
+  void start() {
+    for (auto& slot : workers_)
+      slot->thread = std::thread([this, worker = slot.get()] { serve_worker(*worker); });
+    if (!ps_.empty()) ps_thread_ = std::thread([this] { watch_ps(); });
+  }
+
+  // ---- the caller's side ---------------------------------------------------------------------
+
+  std::shared_ptr<const ClosureState> schedule(std::string_view name, std::uint64_t signature,
+                                               std::vector<std::byte> args) {
+    std::unique_lock lock(mutex_);
+    raise_pending_error();
+    if (stopping_)
+      throw UsageError(rank_, "ClusterCoordinator::schedule", "the coordinator has shut down",
+                       "schedule before shutdown()");
+    const auto until = Clock::now() + options_.timeout;
+    while (queue_.size() >= capacity_) {
+      if (progress_.wait_until(lock, until) == std::cv_status::timeout &&
+          queue_.size() >= capacity_)
+        throw TimeoutError(rank_, "ClusterCoordinator::schedule",
+                           fmt::format("the queue stayed full ({} functions) for {} ms; {}",
+                                       capacity_, options_.timeout.count(), workers_state()),
+                           "check the workers named, or raise CoordinatorOptions::timeout");
+      raise_pending_error();
+    }
+    auto closure = std::make_shared<ClosureState>();
+    closure->core = shared_from_this();
+    closure->id = next_closure_++;
+    closure->name = name;
+    closure->signature = signature;
+    closure->args = std::move(args);
+    queue_.push_back(closure);
+    ++unfinished_;
+    ++report_.scheduled;
+    work_.notify_all();
+    return closure;
+  }
+
+  std::uint64_t add_resource(std::string_view name, std::uint64_t signature,
+                             std::vector<std::byte> args) {
+    std::lock_guard lock(mutex_);
+    const std::uint64_t id = resources_.size() + 1;
+    resources_.push_back({id, std::string(name), signature, std::move(args)});
+    work_.notify_all();
+    return id;
+  }
+
+  void join() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      raise_pending_error();
+      if (unfinished_ == 0) return;
+      wait_for_progress(lock, "ClusterCoordinator::join");
+    }
+  }
+
+  bool done() {
+    std::lock_guard lock(mutex_);
+    raise_pending_error();
+    return unfinished_ == 0;
+  }
+
+  std::span<const std::byte> result(const ClosureState& closure) {
+    std::unique_lock lock(mutex_);
+    while (closure.phase == Phase::queued || closure.phase == Phase::running)
+      wait_for_progress(lock, fmt::format("RemoteValue<{}>::fetch", closure.name));
+    if (closure.phase == Phase::failed) std::rethrow_exception(closure.error);
+    return closure.result;
+  }
+
+  bool finished(const ClosureState& closure) {
+    std::lock_guard lock(mutex_);
+    return closure.phase == Phase::succeeded || closure.phase == Phase::failed;
+  }
+
+  void shutdown() {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      stopping_ = true;
+      cancel_queued("the coordinator shut down");
+      work_.notify_all();
+      progress_.notify_all();
+    }
+    if (ps_thread_.joinable()) ps_thread_.join();
+    for (auto& slot : workers_)
+      if (slot->thread.joinable()) slot->thread.join();
+  }
+
+  int num_workers() const noexcept { return static_cast<int>(workers_.size()); }
+
+  CoordinatorReport report() const {
+    std::lock_guard lock(mutex_);
+    return report_;
+  }
+
+ private:
+  struct WorkerSlot {
+    int index;
+    cluster::Address address;
+    std::thread thread;
+    bool connected;
+    bool refused;  // by its handshake: retrying cannot help
+  };
+  struct Resource {
+    std::uint64_t id;
+    std::string name;
+    std::uint64_t signature;
+    std::vector<std::byte> args;
+  };
+  struct PsTask {
+    int index;
+    cluster::Address address;
+    std::unique_ptr<Connection> link;
+  };
+  struct Reply {
+    enum class Kind : std::uint8_t { ok, error, lost } kind = Kind::lost;
+    std::vector<std::byte> bytes;  // the result, or the RemoteError's
+    std::string why;               // lost: what happened to the connection
+  };
+
+  static const cluster::ClusterSpec& validated(const cluster::ClusterSpec& spec,
+                                               const CoordinatorOptions& options) {
+    if (!spec.has_chief())
+      throw ConfigurationError(-1, "ClusterCoordinator", "the cluster has no chief task",
+                               "add a chief to the cluster spec (TF_CONFIG \"chief\"), or "
+                               "strata-launch --chief; the coordinator runs there");
+    if (spec.num_tasks(cluster::TaskType::worker) == 0)
+      throw ConfigurationError(0, "ClusterCoordinator", "the cluster has no worker task",
+                               "add the workers to the cluster spec (TF_CONFIG \"worker\")");
+    if (options.timeout <= std::chrono::milliseconds::zero() ||
+        options.closure_timeout <= std::chrono::milliseconds::zero())
+      throw UsageError(0, "ClusterCoordinator", "a timeout that is not positive",
+                       "pass positive CoordinatorOptions::timeout and closure_timeout");
+    return spec;
+  }
+
+  std::string who(const WorkerSlot& slot) const {
+    return fmt::format("worker {} ({})", slot.index, slot.address.to_string());
+  }
+
+  // ---- errors and progress (the mutex held) --------------------------------------------------
+
+  void raise_pending_error() {
+    if (!error_) return;
+    auto error = std::exchange(error_, nullptr);
+    std::rethrow_exception(error);
+  }
+
+  // Records the first error since the last one raised; the queued functions are cancelled.
+  void record_error(std::exception_ptr error, std::string_view why) {
+    if (!error_) error_ = std::move(error);
+    cancel_queued(why);
+    note_progress();
+  }
+
+  void cancel_queued(std::string_view why) {
+    while (!queue_.empty()) {
+      auto closure = std::move(queue_.front());
+      queue_.pop_front();
+      closure->phase = Phase::failed;
+      closure->error = std::make_exception_ptr(CancelledError(
+          rank_, fmt::format("function '{}'", closure->name),
+          fmt::format("cancelled before it ran: {}", why),
+          "handle the error the coordinator raised (join, done or schedule), then schedule "
+          "again"));
+      --unfinished_;
+      ++report_.cancelled;
+    }
+  }
+
+  void note_progress() {
+    last_progress_ = Clock::now();
+    progress_.notify_all();
+  }
+
+  void wait_for_progress(std::unique_lock<std::mutex>& lock, std::string_view operation) {
+    const auto until = last_progress_ + options_.closure_timeout;
+    if (progress_.wait_until(lock, until) == std::cv_status::timeout &&
+        Clock::now() >= last_progress_ + options_.closure_timeout)
+      throw TimeoutError(
+          rank_, operation,
+          fmt::format("no scheduled function finished for {} ms; {} pending; {}",
+                      options_.closure_timeout.count(), unfinished_, workers_state()),
+          "restart the workers that are down or stopped, or raise "
+          "CoordinatorOptions::closure_timeout");
+  }
+
+  std::string workers_state() const {
+    std::vector<std::string> states;
+    for (const auto& slot : workers_)
+      states.push_back(fmt::format("{} {}", who(*slot),
+                                   slot->refused     ? "refused this coordinator"
+                                   : slot->connected ? "connected"
+                                                     : "down"));
+    return strata::detail::join(states, ", ");
+  }
+
+  // ---- one worker ----------------------------------------------------------------------------
+
+  void serve_worker(WorkerSlot& slot) {
+    std::unique_ptr<Connection> link;
+    std::uint64_t sequence = 0;
+    std::size_t built = 0;
+    auto pause = std::chrono::milliseconds(10);
+    for (;;) {
+      if (!link) {
+        {
+          std::lock_guard lock(mutex_);
+          if (stopping_) return;
+        }
+        link = connect(slot);
+        if (slot.refused) return;
+        if (!link) {
+          std::unique_lock lock(mutex_);
+          work_.wait_for(lock, pause, [&] { return stopping_; });
+          pause = std::min(pause * 2, kReconnectPause);
+          continue;
+        }
+        pause = std::chrono::milliseconds(10);
+        built = 0;
+        std::lock_guard lock(mutex_);
+        slot.connected = true;
+        ++report_.connections;
+        note_progress();
+      }
+      std::shared_ptr<ClosureState> closure;
+      const Resource* resource = nullptr;
+      {
+        std::unique_lock lock(mutex_);
+        work_.wait(lock, [&] { return stopping_ || built < resources_.size() || !queue_.empty(); });
+        if (stopping_) break;
+        if (built < resources_.size()) {
+          resource = &resources_[built];  // a deque: stays where it is
+        } else {
+          closure = std::move(queue_.front());
+          queue_.pop_front();
+          closure->phase = Phase::running;
+          if (++closure->attempts > 1) ++report_.retried;
+          progress_.notify_all();  // room in the queue
+        }
+      }
+      const Reply reply =
+          resource != nullptr
+              ? call(*link, sequence, Operation::build,
+                     {resource->signature, resource->id, incarnation_, resource->name},
+                     resource->args)
+              : call(*link, sequence, Operation::run,
+                     {closure->signature, closure->id, incarnation_, closure->name}, closure->args);
+      std::lock_guard lock(mutex_);
+      if (reply.kind == Reply::Kind::lost) {
+        link.reset();
+        slot.connected = false;
+        ++report_.worker_failures;
+        if (closure) {
+          closure->phase = Phase::queued;
+          if (stopping_) {
+            queue_.push_front(std::move(closure));
+            cancel_queued(fmt::format("the coordinator shut down after {} was lost: {}", who(slot),
+                                      reply.why));
+          } else {
+            queue_.push_front(std::move(closure));
+            work_.notify_all();
+          }
+        }
+        note_progress();
+        continue;
+      }
+      if (resource != nullptr) {
+        ++built;
+        if (reply.kind == Reply::Kind::error)
+          record_error(remote_error(reply, resource->name, slot),
+                       fmt::format("building resource '{}' failed", resource->name));
+        continue;
+      }
+      --unfinished_;
+      if (reply.kind == Reply::Kind::ok) {
+        closure->result = reply.bytes;
+        closure->phase = Phase::succeeded;
+        ++report_.succeeded;
+        note_progress();
+      } else {
+        closure->error = remote_error(reply, closure->name, slot);
+        closure->phase = Phase::failed;
+        ++report_.failed;
+        record_error(closure->error, fmt::format("function '{}' failed", closure->name));
+      }
+    }
+    // Shutting down: the worker's server returns, and its resources are destroyed.
+    const std::array<std::byte, 0> none{};
+    (void)call(*link, sequence, Operation::done, {}, none);
+  }
+
+  std::exception_ptr remote_error(const Reply& reply, std::string_view function,
+                                  const WorkerSlot& slot) const {
+    try {
+      return to_exception(decode_error(reply.bytes), rank_, function, who(slot));
+    } catch (const Error&) {
+      return std::make_exception_ptr(
+          PeerFailureError(rank_, fmt::format("function '{}'", function),
+                           fmt::format("{} answered with an error that is not one", who(slot)),
+                           "run the same strata version on every task"));
+    }
+  }
+
+  std::unique_ptr<Connection> connect(WorkerSlot& slot) {
+    const transport::tcp::ServiceIdentity mine{coordinator_fingerprint(cluster_), kTunables,
+                                               cluster_.collective_size(), rank_, token_};
+    const int service_rank = *cluster_.collective_rank({cluster::TaskType::worker, slot.index});
+    std::string why;
+    try {
+      return Connection::connect(slot.address, mine, service_rank, 0, incarnation_,
+                                 Clock::now() + std::min(options_.timeout, kConnectAttempt),
+                                 "ClusterCoordinator", who(slot), why);
+    } catch (const ConfigurationError&) {
+      // The worker refused this coordinator: another cluster, token or version. Retrying
+      // cannot help; the error stands until the caller sees it.
+      std::lock_guard lock(mutex_);
+      slot.refused = true;
+      record_error(std::current_exception(), fmt::format("{} refused the coordinator", who(slot)));
+      return nullptr;
+    }
+  }
+
+  // Sends one request and waits for its reply (closure_timeout at most).
+  Reply call(Connection& link, std::uint64_t& sequence, Operation operation,
+             const RequestPrefix& prefix, std::span<const std::byte> args) {
+    Reply reply;
+    Writer writer;
+    if (operation != Operation::done) encode(writer, prefix);
+    const auto& head = writer.view();
+    transport::tcp::FrameHeader header;
+    header.type = transport::tcp::FrameType::request;
+    header.kind = static_cast<Collective>(operation);
+    header.element_type = DataType::uint8;
+    header.sequence = ++sequence;
+    header.count = head.size() + args.size();
+    if (header.count > 0xFFFF'FFFFu) {
+      reply.why = "a request over 4 GiB";
+      return reply;
+    }
+    header.payload_bytes = static_cast<std::uint32_t>(header.count);
+    const std::array<std::span<const std::byte>, 2> parts{std::span(head), args};
+    const auto send_until = Clock::now() + options_.timeout;
+    Io io = link.send(header, parts, send_until);
+    if (io != Io::done) {
+      reply.why = describe(io, "sending a request");
+      return reply;
+    }
+    const auto until = Clock::now() + options_.closure_timeout;
+    transport::tcp::FrameBytes bytes{};
+    io = link.receive(bytes, until);
+    if (io != Io::done) {
+      reply.why = describe(io, "waiting for the reply");
+      return reply;
+    }
+    transport::tcp::FrameHeader answer;
+    if (transport::tcp::decode(bytes, answer, 0xFFFF'FFFFu) ||
+        answer.type != transport::tcp::FrameType::reply || answer.sequence != sequence ||
+        static_cast<std::uint8_t>(answer.kind) != static_cast<std::uint8_t>(operation) ||
+        (answer.root != static_cast<std::int32_t>(ReplyStatus::ok) &&
+         answer.root != static_cast<std::int32_t>(ReplyStatus::error))) {
+      reply.why = "a reply that does not answer the request";
+      return reply;
+    }
+    reply.bytes.resize(answer.payload_bytes);
+    io = link.receive(reply.bytes, until);
+    if (io != Io::done) {
+      reply.why = describe(io, "reading the reply");
+      return reply;
+    }
+    reply.kind = answer.root == static_cast<std::int32_t>(ReplyStatus::ok) ? Reply::Kind::ok
+                                                                           : Reply::Kind::error;
+    return reply;
+  }
+
+  std::string describe(Io io, std::string_view doing) const {
+    switch (io) {
+      case Io::closed:
+        return fmt::format("the connection closed while {}", doing);
+      case Io::timed_out:
+        return fmt::format("no answer within the deadline while {}", doing);
+      default:
+        return fmt::format("the connection broke while {}", doing);
+    }
+  }
+
+  // ---- the ps tasks ----------------------------------------------------------------------------
+
+  void watch_ps() {
+    const transport::tcp::ServiceIdentity mine{ps::ps_fingerprint(cluster_), ps::kTunables,
+                                               cluster_.collective_size(), rank_, token_};
+    const auto connect_until = Clock::now() + options_.timeout;
+    for (auto& task : ps_) {
+      std::string why = "no attempt was made";
+      while (!task.link) {
+        {
+          std::lock_guard lock(mutex_);
+          if (stopping_) return;
+        }
+        try {
+          task.link = Connection::connect(task.address, mine, task.index, kWatchLane, incarnation_,
+                                          connect_until, "ClusterCoordinator", ps_who(task), why);
+        } catch (const ConfigurationError&) {
+          std::lock_guard lock(mutex_);
+          record_error(std::current_exception(), "a ps task refused the coordinator");
+          return;
+        }
+        if (task.link) break;
+        if (Clock::now() >= connect_until) {
+          std::lock_guard lock(mutex_);
+          record_error(std::make_exception_ptr(TimeoutError(
+                           rank_, "ClusterCoordinator",
+                           fmt::format("could not connect to {} within {} ms (last attempt: {})",
+                                       ps_who(task), options_.timeout.count(), why),
+                           "check that the ps task is running with the same cluster spec, or "
+                           "raise CoordinatorOptions::timeout")),
+                       fmt::format("{} cannot be reached", ps_who(task)));
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    std::vector<pollfd> fds;
+    for (auto& task : ps_)
+      fds.push_back({task.link->native_handle(), POLLIN | POLLRDHUP, 0});
+    for (;;) {
+      {
+        std::lock_guard lock(mutex_);
+        if (stopping_) return;
+      }
+      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(kPsWatchInterval.count()));
+      if (ready <= 0) continue;
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+        fds[i].fd = -1;  // seen once
+        std::lock_guard lock(mutex_);
+        if (stopping_) return;
+        record_error(
+            std::make_exception_ptr(PeerFailureError(
+                rank_, "ClusterCoordinator",
+                fmt::format("{} closed its connection: the parameter server died or stopped "
+                            "serving",
+                            ps_who(ps_[i])),
+                "the variables on that ps task are gone: restart the job and restore from "
+                "the last checkpoint")),
+            fmt::format("{} failed", ps_who(ps_[i])));
+      }
+    }
+  }
+
+  static std::string ps_who(const PsTask& task) {
+    return fmt::format("ps task {} ({})", task.index, task.address.to_string());
+  }
+
+  static constexpr std::chrono::milliseconds kConnectAttempt{2000};
+  // The watch connection's lane, apart from the lanes of the chief's own ps client.
+  static constexpr std::uint16_t kWatchLane = 0xFFFF;
+
+  const cluster::ClusterSpec cluster_;
+  const CoordinatorOptions options_;
+  const std::optional<std::string> token_;
+  const int rank_;
+  const std::size_t capacity_;
+  std::uint64_t incarnation_ = 0;
+  std::vector<std::unique_ptr<WorkerSlot>> workers_;
+  std::vector<PsTask> ps_;
+  std::thread ps_thread_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_;      // the queue, the resources, stopping
+  std::condition_variable progress_;  // a function finished, an error, room in the queue
+  std::deque<std::shared_ptr<ClosureState>> queue_;
+  std::deque<Resource> resources_;
+  std::size_t unfinished_ = 0;  // queued or running
+  std::uint64_t next_closure_ = 1;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  Clock::time_point last_progress_;
+  CoordinatorReport report_;
+};
+
+STRATA_DECL std::span<const std::byte> closure_result(const ClosureState& closure) {
+  return closure.core->result(closure);
+}
+
+STRATA_DECL bool closure_finished(const ClosureState& closure) {
+  return closure.core->finished(closure);
+}
+
+}  // namespace strata::coordinator::detail
+
+namespace strata::coordinator {
+
+STRATA_DECL ClusterCoordinator::ClusterCoordinator(CoordinatorOptions options) {
+  const cluster::ResolvedCluster resolved = cluster::resolve_cluster();
+  if (resolved.task.type != cluster::TaskType::chief)
+    throw ConfigurationError(
+        resolved.rank, "ClusterCoordinator",
+        fmt::format("this task is {} {}, not the chief", resolved.task.type, resolved.task.index),
+        "create the coordinator on the chief task; call serve_if_worker "
+        "on the workers and serve_if_ps on the ps tasks");
+  core_ = std::make_shared<detail::CoordinatorCore>(resolved.cluster, std::move(options));
+  core_->start();
+}
+
+STRATA_DECL ClusterCoordinator::ClusterCoordinator(const cluster::ClusterSpec& cluster,
+                                                   CoordinatorOptions options)
+    : core_(std::make_shared<detail::CoordinatorCore>(cluster, std::move(options))) {
+  core_->start();
+}
+
+STRATA_DECL ClusterCoordinator::~ClusterCoordinator() {
+  core_->shutdown();
+}
+
+STRATA_DECL void ClusterCoordinator::join() {
+  core_->join();
+}
+
+STRATA_DECL bool ClusterCoordinator::done() {
+  return core_->done();
+}
+
+STRATA_DECL void ClusterCoordinator::shutdown() {
+  core_->shutdown();
+}
+
+STRATA_DECL int ClusterCoordinator::num_workers() const noexcept {
+  return core_->num_workers();
+}
+
+STRATA_DECL CoordinatorReport ClusterCoordinator::report() const {
+  return core_->report();
+}
+
+STRATA_DECL std::shared_ptr<const detail::ClosureState> ClusterCoordinator::schedule_bytes(
+    std::string_view name, std::uint64_t signature, std::vector<std::byte> args) {
+  return core_->schedule(name, signature, std::move(args));
+}
+
+STRATA_DECL std::uint64_t ClusterCoordinator::add_resource_bytes(std::string_view name,
+                                                                 std::uint64_t signature,
+                                                                 std::vector<std::byte> args) {
+  return core_->add_resource(name, signature, std::move(args));
+}
+
+}  // namespace strata::coordinator
+// ---- end strata/coordinator/impl/cluster_coordinator.ipp ----
+#endif
+// ---- end strata/coordinator/cluster_coordinator.hpp ----
+// ---- begin strata/coordinator/worker_server.hpp ----
+// strata/coordinator/worker_server.hpp — a worker task serving a ClusterCoordinator: it runs the
+// registered functions (functions.hpp) the coordinator sends, one at a time.
+//
+// This header declares; the definitions (and the TCP transport under them) are in
+// coordinator/impl/worker_server.ipp, compiled into every unit header-only or once into
+// strata::compiled (config.hpp).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+
+namespace strata::coordinator {
+
+/// Options of a worker's server. Plain data: set the fields you care about.
+struct WorkerOptions {
+  /// The secret the coordinator must prove; unset: read STRATA_CLUSTER_TOKEN.
+  std::optional<std::string> cluster_token{};
+  /// How long the worker waits with no coordinator connected before it gives up, and how long
+  /// a request may take to arrive once it has begun. Defaults to STRATA_TIMEOUT when set, else
+  /// 60 s.
+  std::chrono::milliseconds timeout = default_timeout();
+  /// The largest request (a function's arguments) a coordinator may send.
+  std::uint32_t max_message_bytes = 0xFFFF'FFFFu;
+};
+
+/// What a worker's server did.
+struct WorkerReport {
+  std::uint64_t functions_run = 0;     ///< functions that returned
+  std::uint64_t functions_failed = 0;  ///< functions that raised (the coordinator got the error)
+  std::uint64_t resources_built = 0;   ///< per-worker resources built
+  std::uint64_t refused = 0;           ///< connections refused (handshake, garbage)
+};
+
+/// Worker task `index` of `cluster`, serving the coordinator on its address. The functions run
+/// on the serving thread; `functions` must outlive the server.
+///
+/// Thread safety: `stop` may be called from any thread; the rest from one.
+class WorkerServer {
+ public:
+  /// @throws ConfigurationError when the task is not in the cluster, or its address cannot be
+  ///   bound.
+  STRATA_DECL WorkerServer(const cluster::ClusterSpec& cluster, int index,
+                           const Functions& functions, WorkerOptions options = {});
+  STRATA_DECL ~WorkerServer();
+  WorkerServer(const WorkerServer&) = delete;
+  WorkerServer& operator=(const WorkerServer&) = delete;
+
+  STRATA_DECL std::uint16_t port() const noexcept;
+
+  /// Serves until the coordinator says it finished (ClusterCoordinator::shutdown), or `stop()`;
+  /// per-worker resources are destroyed before it returns.
+  /// @throws TimeoutError when no coordinator has been connected for `options.timeout`.
+  STRATA_DECL WorkerReport serve();
+
+  /// Makes `serve` return soon (from any thread).
+  STRATA_DECL void stop();
+
+ private:
+  struct State;  // coordinator/impl/worker_server.ipp
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace strata::coordinator
+
+#if STRATA_HEADER_ONLY
+// ---- begin strata/coordinator/impl/worker_server.ipp ----
+// strata/coordinator/impl/worker_server.ipp — a worker's server's definitions
+// (coordinator/worker_server.hpp).
+//
+// The server is a service of the TCP transport (transport/tcp/service_server.hpp); a function
+// runs on its one thread, between reading its request and writing the reply, so a worker runs
+// one function at a time, as a TF worker runs one closure at a time.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::coordinator {
+
+struct WorkerServer::State : transport::tcp::ServiceHandler {
+  using SessionStep = transport::tcp::SessionStep;
+  using SendReply = transport::tcp::SendReply;
+
+  // One coordinator connection's requests, one at a time.
+  class Session : public transport::tcp::ServiceSession {
+   public:
+    explicit Session(State& state) : state_(state) {}
+
+    SessionStep on_request(const transport::tcp::FrameHeader& request) override {
+      kind_ = static_cast<std::uint8_t>(request.kind);
+      if (kind_ < static_cast<std::uint8_t>(Operation::run) ||
+          kind_ > static_cast<std::uint8_t>(Operation::done))
+        return fail(UsageError(state_.worker.rank(), "WorkerServer",
+                               fmt::format("unknown operation {}", kind_),
+                               "run the same strata version on every task"));
+      payload_.resize(request.payload_bytes);
+      if (payload_.empty()) return on_payload();
+      return transport::tcp::ReadPayload{{std::span(payload_)}};
+    }
+
+    SessionStep on_payload() override {
+      if (static_cast<Operation>(kind_) == Operation::done) {
+        SendReply reply;
+        reply.then_close = true;
+        return reply;
+      }
+      try {
+        Reader reader(payload_);
+        const RequestPrefix prefix = decode_prefix(reader);
+        const auto args = std::span(payload_).subspan(payload_.size() - reader.left());
+        const Functions::Entry* entry = state_.functions.find(prefix.name);
+        const bool build = static_cast<Operation>(kind_) == Operation::build;
+        if (entry == nullptr || entry->resource != build)
+          throw UsageError(state_.worker.rank(), "WorkerServer",
+                           fmt::format("worker {} has no {} named '{}'", state_.worker.index(),
+                                       build ? "resource function" : "function", prefix.name),
+                           "register the same functions on every task, before serving");
+        if (entry->signature != prefix.signature)
+          throw MismatchError(state_.worker.rank(), "WorkerServer",
+                              fmt::format("'{}' takes other types on worker {} than on the "
+                                          "coordinator",
+                                          prefix.name, state_.worker.index()),
+                              "run the same program on every task");
+        return build ? on_build(*entry, prefix, args) : on_run(*entry, prefix, args);
+      } catch (...) {
+        ++state_.report.functions_failed;
+        return fail_current();
+      }
+    }
+
+   private:
+    SessionStep on_run(const Functions::Entry& entry, const RequestPrefix& prefix,
+                       std::span<const std::byte> args) {
+      state_.worker.set_closure_id(prefix.id);
+      reply_bytes_ = entry.invoke(state_.worker, args);
+      ++state_.report.functions_run;
+      return ok();
+    }
+
+    SessionStep on_build(const Functions::Entry& entry, const RequestPrefix& prefix,
+                         std::span<const std::byte> args) {
+      // Resources belong to one coordinator: a new one (the chief restarted) builds its own.
+      if (prefix.coordinator != state_.coordinator) {
+        state_.worker.clear();
+        state_.coordinator = prefix.coordinator;
+      }
+      if (!state_.worker.has(prefix.id)) {
+        state_.worker.put(prefix.id, entry.build(state_.worker, args));
+        ++state_.report.resources_built;
+      }
+      reply_bytes_.clear();
+      return ok();
+    }
+
+    SendReply ok() const {
+      SendReply reply;
+      reply.count = reply_bytes_.size();
+      reply.payload = reply_bytes_;
+      return reply;
+    }
+
+    template <class E>
+    SessionStep fail(const E& error) {
+      try {
+        throw error;
+      } catch (...) {
+        return fail_current();
+      }
+    }
+
+    SessionStep fail_current() {
+      reply_bytes_ = encode(current_remote_error());
+      SendReply reply;
+      reply.status = static_cast<std::uint8_t>(ReplyStatus::error);
+      reply.count = reply_bytes_.size();
+      reply.payload = reply_bytes_;
+      return reply;
+    }
+
+    State& state_;
+    std::uint8_t kind_ = 0;
+    std::vector<std::byte> payload_;
+    std::vector<std::byte> reply_bytes_;
+  };
+
+  State(const cluster::ClusterSpec& spec, int index, const Functions& registered,
+        WorkerOptions worker_options)
+      : functions(registered),
+        options(std::move(worker_options)),
+        worker(validated(spec, index, options), index),
+        service(spec.address({cluster::TaskType::worker, index}), fmt::format("worker {}", index),
+                {coordinator_fingerprint(spec), kTunables, spec.collective_size(), worker.rank(),
+                 options.cluster_token ? options.cluster_token
+                                       : environment_variable("STRATA_CLUSTER_TOKEN")},
+                *this, options.max_message_bytes, options.timeout) {}
+
+  static const cluster::ClusterSpec& validated(const cluster::ClusterSpec& spec, int index,
+                                               const WorkerOptions& options) {
+    if (!spec.contains({cluster::TaskType::worker, index}))
+      throw ConfigurationError(
+          -1, "WorkerServer",
+          fmt::format("worker {} is not in the cluster ({})", index, spec.canonical()),
+          "serve each worker task of the cluster from its own process");
+    const auto token = options.cluster_token ? options.cluster_token
+                                             : environment_variable("STRATA_CLUSTER_TOKEN");
+    if (token && token->empty())
+      throw ConfigurationError(-1, "WorkerServer", "the cluster token is empty",
+                               "set a secret shared by every task, or leave it unset");
+    if (options.timeout <= std::chrono::milliseconds::zero())
+      throw UsageError(-1, "WorkerServer",
+                       fmt::format("the timeout {} ms is not positive", options.timeout.count()),
+                       "pass a positive WorkerOptions::timeout");
+    return spec;
+  }
+
+  std::unique_ptr<transport::tcp::ServiceSession> open(int,
+                                                       transport::tcp::ServiceReplier) override {
+    return std::make_unique<Session>(*this);
+  }
+
+  WorkerReport serve() {
+    const auto end = service.serve(options.timeout);
+    worker.clear();
+    report.refused = service.stats().refused;
+    if (end == transport::tcp::ServiceEnd::idle)
+      throw TimeoutError(worker.rank(), "WorkerServer::serve",
+                         fmt::format("worker {} has had no coordinator connected for {} ms",
+                                     worker.index(), options.timeout.count()),
+                         "start the chief's ClusterCoordinator, or raise the timeout "
+                         "(WorkerOptions::timeout or STRATA_TIMEOUT)");
+    return report;
+  }
+
+  const Functions& functions;
+  WorkerOptions options;
+  Worker worker;
+  std::uint64_t coordinator = 0;
+  WorkerReport report;
+  transport::tcp::ServiceServer service;
+};
+
+STRATA_DECL WorkerServer::WorkerServer(const cluster::ClusterSpec& cluster, int index,
+                                       const Functions& functions, WorkerOptions options)
+    : state_(std::make_unique<State>(cluster, index, functions, std::move(options))) {}
+
+STRATA_DECL WorkerServer::~WorkerServer() = default;
+
+STRATA_DECL std::uint16_t WorkerServer::port() const noexcept {
+  return state_->service.port();
+}
+
+STRATA_DECL WorkerReport WorkerServer::serve() {
+  return state_->serve();
+}
+
+STRATA_DECL void WorkerServer::stop() {
+  state_->service.stop();
+}
+
+}  // namespace strata::coordinator
+// ---- end strata/coordinator/impl/worker_server.ipp ----
+#endif
+// ---- end strata/coordinator/worker_server.hpp ----
+// ---- begin strata/serve_if_worker.hpp ----
+// strata/serve_if_worker.hpp — the same program on every task: under a ClusterCoordinator, the
+// workers serve the functions it schedules.
+
+
+namespace strata::coordinator {
+
+/// Serves the chief's ClusterCoordinator if this process is a worker task of its cluster
+/// (TF_CONFIG "task": {"type": "worker"}), and returns true once the coordinator has finished;
+/// returns false at once on any other task. Register the functions first, the same way on
+/// every task, as TF2 programs call `server.join()` on workers:
+/// @code
+///   int main() {
+///     strata::coordinator::Functions functions;
+///     const auto step = functions.add("step", ...);
+///     if (strata::ps::serve_if_ps()) return 0;
+///     if (strata::coordinator::serve_if_worker(functions)) return 0;
+///     strata::coordinator::ClusterCoordinator coordinator;  // the chief
+///     ...
+///   }
+/// @endcode
+/// @throws ConfigurationError for a malformed cluster or an address it cannot bind;
+///   TimeoutError when no coordinator has been connected for `options.timeout`.
+inline bool serve_if_worker(const Functions& functions, WorkerOptions options = {}) {
+  const cluster::ResolvedCluster resolved = cluster::resolve_cluster();
+  if (resolved.task.type != cluster::TaskType::worker) return false;
+  WorkerServer(resolved.cluster, resolved.task.index, functions, std::move(options)).serve();
+  return true;
+}
+
+}  // namespace strata::coordinator
+// ---- end strata/serve_if_worker.hpp ----
+
 // ---- begin strata/data/batch_split.hpp ----
 // strata/data/batch_split.hpp — splitting one global batch over the replicas in sync.
 
@@ -13586,493 +16922,6 @@ inline std::vector<std::size_t> shard_indices_strided(std::size_t num_examples, 
 }  // namespace strata::data
 // ---- end strata/data/shard.hpp ----
 
-// ---- begin strata/optim/adam.hpp ----
-// strata/optim/adam.hpp — Adam (Kingma & Ba, 2015) in Keras' formulation.
-
-#include <cmath>
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <string_view>
-#include <type_traits>
-
-// ---- begin strata/optim/optimizer.hpp ----
-// strata/optim/optimizer.hpp — the Optimizer concept and the state every optimizer keeps.
-//
-// Optimizers apply one update to a span of the caller's parameters from a span of gradients
-// of the same length. They own no buffers and know no tensor type: the per-parameter
-// accumulators an optimizer needs (momentum, Adam's moments) live in an `OptimizerState`
-// that the caller keeps next to each copy of the parameters. A Mirrored replica keeps one
-// state per replica and every replica applies the same update; CentralStorage keeps one
-// state next to the host copy; a parameter server keeps one per shard.
-
-#include <cmath>
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <limits>
-#include <span>
-#include <string_view>
-#include <type_traits>
-#include <vector>
-
-#include <fmt/format.h>
-
-
-namespace strata::optim {
-
-/// What an optimizer remembers between updates of one parameter buffer of `n` elements.
-///
-/// - `slots`: `O::kSlots` arrays of `n` elements laid out back to back (slot `k` of element
-///   `i` is `slots[k * n + i]`), zero at the start as in Keras. Which slot means what is
-///   documented by each optimizer (`Momentum`: velocity; `Adam`: m, then v).
-/// - `step`: the number of updates applied so far (Adam's `t` is `step + 1` during an update).
-///
-/// A plain aggregate so that checkpoints and parameter servers can save, send and restore it
-/// as they like. Make one with `make_state`.
-template <std::floating_point T>
-struct OptimizerState {
-  std::vector<T> slots;
-  std::int64_t step = 0;
-};
-
-/// O models Optimizer<T> if:
-///
-/// 1. `O::kSlots` is a constant expression of type `std::size_t`: the number of arrays of
-///    `n` elements the optimizer keeps per parameter. Being a compile-time constant lets
-///    callers size `OptimizerState` (and checkpoint layouts, and a parameter server's memory)
-///    from the type alone, before any update runs.
-/// 2. `o.apply(params, grads, state)` is valid for a *const* `O` `o`, `std::span<T> params`,
-///    `std::span<const T> grads` and `OptimizerState<T>& state`: it applies one update in
-///    place. Const because hyperparameters are configuration, not state: Mirrored replicas
-///    share one optimizer object across threads, so everything that changes per update must
-///    live in `state`, which each replica owns.
-///
-/// Semantic requirements (not checkable by the compiler): `apply` reads `grads` and writes
-/// only `params` and `state`, whose `slots` hold `kSlots` arrays of `params.size()` elements
-/// back to back (so checkpoints can store them without knowing the optimizer); it is
-/// element-wise, so the result for an element does not depend on the span's length or on
-/// other elements (that is what lets the same update be applied to a whole buffer, to fusion
-/// buckets, or to a parameter server's shard of it); and it is deterministic (same inputs,
-/// same bits), so synchronous replicas stay identical.
-///
-/// Left out: learning-rate schedules (change `learning_rate` between steps), weight decay
-/// and gradient clipping (apply them to `grads` first), and sparse updates.
-template <class O, class T>
-concept Optimizer = std::floating_point<T> &&
-    std::same_as<decltype(O::kSlots), const std::size_t> &&
-    requires(const O& o, std::span<T> params, std::span<const T> grads, OptimizerState<T>& state) {
-  typename std::integral_constant<std::size_t, O::kSlots>;  // a constant expression
-  o.apply(params, grads, state);
-};
-
-/// A fresh state for `n` parameters: `O::kSlots * n` zeros and `step == 0`.
-///
-/// `T` comes first so that it is the only argument to spell: `make_state<float>(adam, n)`.
-/// @throws UsageError if `O::kSlots * n` overflows `std::size_t`.
-template <std::floating_point T, Optimizer<T> O>
-OptimizerState<T> make_state(const O& /*optimizer*/, std::size_t n) {
-  // Constexpr, so that an optimizer without slots never spells a division by zero.
-  if constexpr (O::kSlots != 0)
-    if (n > std::numeric_limits<std::size_t>::max() / O::kSlots)
-      throw UsageError(-1, "optim::make_state",
-                       fmt::format("{} slots of {} elements overflow std::size_t", O::kSlots, n),
-                       "pass the number of elements of the parameter buffer");
-  return OptimizerState<T>{std::vector<T>(O::kSlots * n, T(0)), 0};
-}
-
-namespace detail {
-
-// The checks every apply() makes before touching memory. `operation` is "optim::Adam::apply".
-template <std::floating_point T>
-void check_apply_sizes(std::string_view operation, std::size_t slots_per_element,
-                       std::size_t params, std::size_t grads, const OptimizerState<T>& state) {
-  if (params != grads)
-    throw UsageError(-1, operation,
-                     fmt::format("params has {} elements but grads has {}", params, grads),
-                     "pass one gradient per parameter, in the same order");
-  if (state.slots.size() != slots_per_element * params)
-    throw UsageError(
-        -1, operation,
-        fmt::format("state has {} slot values but {} parameters need {} x {} = {}",
-                    state.slots.size(), params, slots_per_element, params,
-                    slots_per_element * params),
-        "create the state with make_state<T>(optimizer, params.size()) for these parameters");
-  if (state.step < 0 || state.step == std::numeric_limits<std::int64_t>::max())
-    throw UsageError(-1, operation, fmt::format("state.step is {}", state.step),
-                     "state.step counts the updates applied: start it at 0 and leave it to apply");
-}
-
-// Hyperparameters are plain fields, so they are checked on every apply(): a NaN learning rate
-// would otherwise silently turn every parameter into NaN.
-inline void check_hyperparameter(std::string_view operation, std::string_view name, double value,
-                                 bool valid, std::string_view requirement) {
-  if (!valid)
-    throw UsageError(-1, operation,
-                     fmt::format("{} is {}, but it must be {}", name, value, requirement),
-                     fmt::format("fix the {} field of the optimizer", name));
-}
-
-inline void check_learning_rate(std::string_view operation, double learning_rate) {
-  check_hyperparameter(operation, "learning_rate", learning_rate,
-                       std::isfinite(learning_rate) && learning_rate >= 0.0, "finite and >= 0");
-}
-
-// A factor in [0, 1) (Adam's betas) or [0, 1] (momentum).
-inline void check_unit_interval(std::string_view operation, std::string_view name, double value,
-                                bool one_allowed) {
-  const bool valid =
-      std::isfinite(value) && value >= 0.0 && (one_allowed ? value <= 1.0 : value < 1.0);
-  check_hyperparameter(operation, name, value, valid, one_allowed ? "in [0, 1]" : "in [0, 1)");
-}
-
-}  // namespace detail
-
-}  // namespace strata::optim
-// ---- end strata/optim/optimizer.hpp ----
-#ifndef STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
-#define STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
-// ---- begin strata/optim/rules.hpp ----
-// strata/optim/rules.hpp — the per-element arithmetic of each optimizer, as small structs of
-// coefficients that host loops and CUDA kernels both run, so that an update gives the same
-// bits on the CPU and on a GPU (the kernels are compiled without FMA contraction).
-//
-// A rule is computed once per update by its optimizer (`visit_rule`), which checks the
-// hyperparameters; `rule(p, g, slots, n, i)` then updates element `i` of `n` parameters, with
-// slot `k` of element `i` at `slots[k * n + i]` (OptimizerState's layout).
-//
-// This header includes nothing that a CUDA compiler cannot parse: the kernels include it.
-
-#include <cmath>
-#include <cstddef>
-
-#if defined(__CUDACC__)
-#define STRATA_HOST_DEVICE __host__ __device__
-#else
-#define STRATA_HOST_DEVICE
-#endif
-
-namespace strata::optim {
-
-namespace detail {
-
-template <class T>
-STRATA_HOST_DEVICE inline T square_root(T x) {
-#if defined(__CUDA_ARCH__)
-  return ::sqrt(x);  // CUDA's overloads for float and double, correctly rounded by default
-#else
-  return std::sqrt(x);
-#endif
-}
-
-}  // namespace detail
-
-/// Plain SGD: p -= learning_rate · g.
-template <class T>
-struct SgdRule {
-  static constexpr std::size_t kSlots = 0;
-  T learning_rate;
-
-  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* /*slots*/, std::size_t /*n*/,
-                                     std::size_t i) const {
-    p[i] -= learning_rate * g[i];
-  }
-};
-
-/// Momentum (Keras): v = momentum · v − learning_rate · g;  p += v.
-template <class T>
-struct MomentumRule {
-  static constexpr std::size_t kSlots = 1;
-  T learning_rate;
-  T momentum;
-
-  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t /*n*/,
-                                     std::size_t i) const {
-    T& v = slots[i];
-    v = momentum * v - learning_rate * g[i];
-    p[i] += v;
-  }
-};
-
-/// Nesterov momentum (Keras): v = momentum · v − learning_rate · g;
-/// p += momentum · v − learning_rate · g.
-template <class T>
-struct NesterovMomentumRule {
-  static constexpr std::size_t kSlots = 1;
-  T learning_rate;
-  T momentum;
-
-  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t /*n*/,
-                                     std::size_t i) const {
-    T& v = slots[i];
-    const T step = learning_rate * g[i];
-    v = momentum * v - step;
-    p[i] += momentum * v - step;
-  }
-};
-
-/// Adam (Keras), with the bias correction folded into `step_size` (see optim/adam.hpp):
-/// m += (g − m)(1 − β1);  v += (g² − v)(1 − β2);  p −= step_size · m / (√v + ε).
-template <class T>
-struct AdamRule {
-  static constexpr std::size_t kSlots = 2;
-  T step_size;
-  T one_minus_beta1;
-  T one_minus_beta2;
-  T epsilon;
-
-  STRATA_HOST_DEVICE void operator()(T* p, const T* g, T* slots, std::size_t n,
-                                     std::size_t i) const {
-    T& m = slots[i];
-    T& v = slots[n + i];
-    m += (g[i] - m) * one_minus_beta1;
-    v += (g[i] * g[i] - v) * one_minus_beta2;
-    p[i] -= step_size * m / (detail::square_root(v) + epsilon);
-  }
-};
-
-namespace detail {
-
-/// Runs `rule` over `n` elements on the host.
-template <class Rule, class T>
-void apply_rule(const Rule& rule, T* params, const T* grads, T* slots, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i)
-    rule(params, grads, slots, n, i);
-}
-
-}  // namespace detail
-
-}  // namespace strata::optim
-// ---- end strata/optim/rules.hpp ----
-#endif  // STRATA_AMALGAMATED_STRATA_OPTIM_RULES_HPP
-
-namespace strata::optim {
-
-/// Adam, as Keras' `Adam(learning_rate, beta_1, beta_2, epsilon)` with `amsgrad=False`.
-/// For update number `t = state.step + 1`:
-///
-///     lr_t = learning_rate * sqrt(1 - beta2^t) / (1 - beta1^t)
-///     m    = beta1 * m + (1 - beta1) * g        (computed as m += (g - m) * (1 - beta1))
-///     v    = beta2 * v + (1 - beta2) * g^2      (computed as v += (g^2 - v) * (1 - beta2))
-///     p    = p - lr_t * m / (sqrt(v) + epsilon)
-///
-/// This is the paper's Algorithm 1 with the bias correction folded into the step size, so
-/// `epsilon` is added to `sqrt(v)` and not to the bias-corrected `sqrt(v_hat)`; the defaults
-/// are Keras' (`epsilon = 1e-7`; PyTorch uses 1e-8 and the other placement).
-///
-/// Slots (`kSlots == 2`): `state.slots[i]` is the first moment `m` of parameter `i`,
-/// `state.slots[n + i]` the second moment `v`, both starting at zero.
-///
-/// Precision: `lr_t` and `1 - beta` are computed in double once per call and rounded to `T`;
-/// the per-element arithmetic is in `T`.
-/// Determinism: element-wise, no reductions: the same inputs give the same bits on every
-/// replica built with the same compiler flags (`-ffp-contract`/FMA may change the last bit
-/// between builds). The element loop vectorizes when `std::sqrt` may (`-fno-math-errno`).
-///
-/// Example:
-///
-///     strata::optim::Adam adam{.learning_rate = 3e-4};
-///     auto state = strata::optim::make_state<float>(adam, weights.size());
-///     adam.apply(std::span(weights), std::span(grads), state);
-struct Adam {
-  static constexpr std::size_t kSlots = 2;
-
-  double learning_rate = 0.001;
-  double beta1 = 0.9;     ///< decay of the first moment, in [0, 1)
-  double beta2 = 0.999;   ///< decay of the second moment, in [0, 1)
-  double epsilon = 1e-7;  ///< finite and >= 0; 0 turns an all-zero gradient history into NaN
-
-  /// Applies one update to `params` in place and advances the moments in `state`.
-  ///
-  /// @param params the parameters, updated in place.
-  /// @param grads  the gradient of the loss with respect to `params` (same length); must not
-  ///               overlap `params` or `state.slots`.
-  /// @param state  made by `make_state<T>(*this, params.size())`; its `step` is incremented.
-  /// @throws UsageError ("optim::Adam::apply") if the sizes of `params`, `grads` and
-  ///         `state.slots` disagree, `learning_rate` or `epsilon` is negative or not finite,
-  ///         or a beta is outside [0, 1); nothing is modified then. Cost: one pass over the
-  ///         buffers and two `std::pow` per call.
-  template <std::floating_point T>
-  void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
-             OptimizerState<T>& state) const {
-    visit_rule<T>(state.step, [&](const auto& rule) {
-      detail::check_apply_sizes("optim::Adam::apply", kSlots, params.size(), grads.size(), state);
-      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
-    });
-    ++state.step;
-  }
-
-  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
-  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
-  /// @throws UsageError for an invalid hyperparameter, as `apply`.
-  template <std::floating_point T, class F>
-  void visit_rule(std::int64_t step, F&& f) const {
-    constexpr std::string_view kOperation = "optim::Adam::apply";
-    detail::check_learning_rate(kOperation, learning_rate);
-    detail::check_unit_interval(kOperation, "beta1", beta1, /*one_allowed=*/false);
-    detail::check_unit_interval(kOperation, "beta2", beta2, /*one_allowed=*/false);
-    detail::check_hyperparameter(kOperation, "epsilon", epsilon,
-                                 std::isfinite(epsilon) && epsilon >= 0.0, "finite and >= 0");
-    const auto t = static_cast<double>(step + 1);
-    const double bias1 = 1.0 - std::pow(beta1, t);  // > 0 because beta1 < 1 and t >= 1
-    const double bias2 = 1.0 - std::pow(beta2, t);
-    f(AdamRule<T>{static_cast<T>(learning_rate * std::sqrt(bias2) / bias1),
-                  static_cast<T>(1.0 - beta1), static_cast<T>(1.0 - beta2),
-                  static_cast<T>(epsilon)});
-  }
-};
-
-}  // namespace strata::optim
-// ---- end strata/optim/adam.hpp ----
-// ---- begin strata/optim/momentum.hpp ----
-// strata/optim/momentum.hpp — SGD with (optionally Nesterov) momentum, Keras semantics.
-
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <string_view>
-#include <type_traits>
-
-
-namespace strata::optim {
-
-/// Gradient descent with momentum, as Keras' `SGD(learning_rate, momentum, nesterov)`:
-///
-///     v = momentum * v - learning_rate * g
-///     p = p + v                                     (nesterov == false)
-///     p = p + momentum * v - learning_rate * g      (nesterov == true, with the new v)
-///
-/// The velocity `v` starts at zero. This is TensorFlow's formulation, in which the learning
-/// rate is folded into the velocity; it differs from PyTorch's `SGD(momentum=...)`
-/// (`v = momentum * v + g; p -= lr * v`) when the learning rate changes between steps.
-///
-/// Slots (`kSlots == 1`): `state.slots[i]` is the velocity of parameter `i`.
-///
-/// Precision: hyperparameters are rounded to `T` once per call; all arithmetic is in `T`.
-/// Determinism: element-wise, no reductions: the same inputs give the same bits on every
-/// replica built with the same compiler flags (`-ffp-contract`/FMA may change the last bit
-/// between builds).
-///
-/// Example:
-///
-///     strata::optim::Momentum opt{.learning_rate = 0.1, .momentum = 0.9, .nesterov = true};
-///     auto state = strata::optim::make_state<float>(opt, weights.size());
-///     opt.apply(std::span(weights), std::span(grads), state);
-struct Momentum {
-  static constexpr std::size_t kSlots = 1;
-
-  double learning_rate = 0.01;  ///< Keras' default
-  double momentum = 0.9;        ///< in [0, 1]
-  bool nesterov = false;
-
-  /// Applies one update to `params` in place and advances the velocity in `state`.
-  ///
-  /// @param params the parameters, updated in place.
-  /// @param grads  the gradient of the loss with respect to `params` (same length); must not
-  ///               overlap `params` or `state.slots`.
-  /// @param state  made by `make_state<T>(*this, params.size())`; its `step` is incremented.
-  /// @throws UsageError ("optim::Momentum::apply") if the sizes of `params`, `grads` and
-  ///         `state.slots` disagree, `learning_rate` is negative or not finite, or `momentum`
-  ///         is outside [0, 1]; nothing is modified then. Cost: one pass over the buffers.
-  template <std::floating_point T>
-  void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
-             OptimizerState<T>& state) const {
-    visit_rule<T>(state.step, [&](const auto& rule) {
-      detail::check_apply_sizes("optim::Momentum::apply", kSlots, params.size(), grads.size(),
-                                state);
-      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
-    });
-    ++state.step;
-  }
-
-  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
-  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
-  /// @throws UsageError for an invalid hyperparameter, as `apply`.
-  template <std::floating_point T, class F>
-  void visit_rule(std::int64_t step, F&& f) const {
-    (void)step;
-    constexpr std::string_view kOperation = "optim::Momentum::apply";
-    detail::check_learning_rate(kOperation, learning_rate);
-    detail::check_unit_interval(kOperation, "momentum", momentum, /*one_allowed=*/true);
-    const T lr = static_cast<T>(learning_rate);
-    const T mu = static_cast<T>(momentum);
-    // Two rules rather than a test per element, so that each loop vectorizes.
-    if (nesterov)
-      f(NesterovMomentumRule<T>{lr, mu});
-    else
-      f(MomentumRule<T>{lr, mu});
-  }
-};
-
-}  // namespace strata::optim
-// ---- end strata/optim/momentum.hpp ----
-// ---- begin strata/optim/sgd.hpp ----
-// strata/optim/sgd.hpp — plain stochastic gradient descent.
-
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <string_view>
-#include <type_traits>
-
-
-namespace strata::optim {
-
-/// Stochastic gradient descent: `p -= learning_rate * g`, element by element.
-///
-/// Same update as Keras' `SGD(learning_rate)` with `momentum=0`. Keeps no slots (`kSlots ==
-/// 0`); `state.step` still counts the updates applied.
-///
-/// Precision: `learning_rate` is rounded to `T` once per call and all arithmetic is in `T`.
-/// Determinism: element-wise, no reductions: the same inputs give the same bits on every
-/// replica built with the same compiler flags (`-ffp-contract`/FMA may change the last bit
-/// between builds).
-///
-/// Example:
-///
-///     strata::optim::Sgd sgd{.learning_rate = 0.1};
-///     auto state = strata::optim::make_state<float>(sgd, weights.size());
-///     sgd.apply(std::span(weights), std::span(grads), state);
-struct Sgd {
-  static constexpr std::size_t kSlots = 0;
-
-  double learning_rate = 0.01;  ///< Keras' default
-
-  /// Applies one update to `params` in place.
-  ///
-  /// @param params the parameters, updated in place.
-  /// @param grads  the gradient of the loss with respect to `params` (same length); must not
-  ///               overlap `params`.
-  /// @param state  made by `make_state<T>(*this, params.size())`; its `step` is incremented.
-  /// @throws UsageError ("optim::Sgd::apply") if the sizes of `params`, `grads` and
-  ///         `state.slots` disagree or `learning_rate` is negative or not finite; nothing is
-  ///         modified then. Cost: one pass over `params` and `grads`.
-  template <std::floating_point T>
-  void apply(std::span<T> params, std::span<const std::type_identity_t<T>> grads,
-             OptimizerState<T>& state) const {
-    visit_rule<T>(state.step, [&](const auto& rule) {
-      detail::check_apply_sizes("optim::Sgd::apply", kSlots, params.size(), grads.size(), state);
-      detail::apply_rule(rule, params.data(), grads.data(), state.slots.data(), params.size());
-    });
-    ++state.step;
-  }
-
-  /// Calls `f(rule)` with the per-element rule (optim/rules.hpp) of the update that follows
-  /// `step` updates: what `apply` runs on the host and strata's kernels on a GPU.
-  /// @throws UsageError for an invalid hyperparameter, as `apply`.
-  template <std::floating_point T, class F>
-  void visit_rule(std::int64_t step, F&& f) const {
-    (void)step;
-    detail::check_learning_rate("optim::Sgd::apply", learning_rate);
-    f(SgdRule<T>{static_cast<T>(learning_rate)});
-  }
-};
-
-}  // namespace strata::optim
-// ---- end strata/optim/sgd.hpp ----
 
 // ---- begin strata/placement/central_storage.hpp ----
 // strata/placement/central_storage.hpp — one host copy of every variable, replicas compute.
@@ -16594,287 +19443,6 @@ struct OneDevice : SharedCopy {
 #include <string>
 #include <string_view>
 
-// ---- begin strata/ps/protocol.hpp ----
-// strata/ps/protocol.hpp — what workers and parameter servers say to each other.
-//
-// A worker opens connections to every ps task with the TCP transport's handshake
-// (transport/tcp/handshake.hpp: cluster fingerprint, cluster token, incarnation; the tunables
-// field carries kTunables, so a collective peer and a ps client never pair up). Then each call is
-// a request frame and its reply frame (transport/tcp/frame.hpp), in order on each connection:
-//
-//   request: kind = Operation, element type of the values, root = the shard's handle (0 for
-//            create and done: the server knows the worker from the handshake), sequence = the
-//            call's number on this connection, count = elements of the values carried or asked
-//            for
-//   reply:   kind = the request's, root = Status, sequence = the request's, count = the shard's
-//            handle (create) or its version (updates applied so far); payload = values, or the
-//            reason for a Status other than ok (text, element type uint8)
-//
-// Payloads (little-endian):
-//   create      CreateSpec (kCreateSpecBytes) | name, zero-padded to a multiple of 8 | values
-//   pull        nothing; the reply carries the values
-//   push        OptimizerSpec (kOptimizerSpecBytes) | SyncSpec (kSyncSpecBytes) | gradient; the
-//               reply carries nothing
-//   push_pull   as push; the reply carries the values after this push
-//   assign      values; the reply carries nothing
-//   done        nothing: the worker has finished (a ps task serves until every worker has)
-// Every length and value is checked by the receiver before it allocates or applies anything.
-
-#include <algorithm>
-#include <array>
-#include <bit>
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <optional>
-#include <span>
-#include <string>
-#include <string_view>
-
-
-namespace strata::ps {
-
-/// What a request asks of a parameter server.
-enum class Operation : std::uint8_t {
-  create = 1,     ///< create a shard, or find the one of that name
-  pull = 2,       ///< read a shard's values
-  push = 3,       ///< apply a gradient (or add a delta) to a shard
-  push_pull = 4,  ///< push, then read the values after it, in one round trip
-  assign = 5,     ///< set a shard's values (its optimizer slots stay)
-  done = 6,       ///< the calling worker has finished
-};
-inline constexpr std::uint8_t kLastOperation = 6;
-
-/// A reply's verdict.
-enum class Status : std::uint8_t {
-  ok = 0,
-  unknown_variable = 1,    ///< no shard has the handle: not created, or the ps task restarted
-  mismatch = 2,            ///< the values' element type or count differ from the shard's
-  bad_request = 3,         ///< a malformed payload, an invalid optimizer, an unknown operation
-  exists_differently = 4,  ///< a shard of that name exists with another type, size or update
-};
-inline constexpr std::uint8_t kLastStatus = 4;
-
-/// How a shard takes a push.
-enum class UpdateRule : std::uint8_t {
-  /// The server applies the optimizer named in each push, with its slots kept next to the shard.
-  optimizer = 0,
-  /// The server adds each push to the values (BytePS's summation service): the worker applies
-  /// its optimizer itself and pushes the change of its copy.
-  sum = 1,
-};
-
-/// The optimizer a push asks the server to apply (optim/'s Sgd, Momentum, Adam).
-struct OptimizerSpec {
-  enum class Kind : std::uint8_t { none = 0, sgd = 1, momentum = 2, nesterov = 3, adam = 4 };
-  Kind kind = Kind::none;
-  double learning_rate = 0;
-  double momentum = 0;
-  double beta1 = 0;
-  double beta2 = 0;
-  double epsilon = 0;
-  friend bool operator==(const OptimizerSpec&, const OptimizerSpec&) = default;
-};
-inline constexpr std::size_t kOptimizerSpecBytes = 48;
-
-/// When a push meets the shard, as the worker's sync policy decides (sync/): at once
-/// (Asynchronous), within `bound` pushes of the slowest replica (BoundedStaleness), or
-/// aggregated with the pushes of the other replicas of the same step (Synchronous, TF1's
-/// SyncReplicasOptimizer with `bound` gradients to aggregate). Every push to a shard must name
-/// the same mode, replicas and bound.
-struct SyncSpec {
-  enum class Mode : std::uint8_t { asynchronous = 0, bounded_staleness = 1, synchronous = 2 };
-  enum class Aggregation : std::uint8_t { sum = 0, mean = 1 };
-  Mode mode = Mode::asynchronous;
-  Aggregation aggregation = Aggregation::sum;
-  std::uint32_t replica = 0;   ///< the pushing replica, in [0, replicas)
-  std::uint32_t replicas = 1;  ///< every replica of the cluster
-  std::uint32_t bound = 0;     ///< staleness bound k, or gradients to aggregate per step
-  std::uint64_t step = 0;      ///< synchronous: the shard version the gradient was computed on
-  friend bool operator==(const SyncSpec&, const SyncSpec&) = default;
-};
-inline constexpr std::size_t kSyncSpecBytes = 32;
-/// What comes before a push's gradient.
-inline constexpr std::size_t kPushPrefixBytes = kOptimizerSpecBytes + kSyncSpecBytes;
-
-/// A create request's fixed part.
-struct CreateSpec {
-  std::uint64_t elements = 0;
-  UpdateRule update = UpdateRule::optimizer;
-  std::uint32_t name_bytes = 0;
-};
-inline constexpr std::size_t kCreateSpecBytes = 24;
-/// The longest variable name a server takes.
-inline constexpr std::size_t kMaxNameBytes = 1024;
-
-/// What a ps connection puts in the handshake's tunables field: ps connections and collective
-/// connections refuse each other (tunables_differ).
-inline constexpr std::uint64_t kTunables = 0x7370'2d73'7472'6174ULL;  // "tarts-ps"
-
-/// What the handshake's cluster field holds on ps connections: a hash of the ps job alone, which
-/// every task knows even where a worker's TF_CONFIG lists only itself and the ps tasks.
-inline std::uint64_t ps_fingerprint(const cluster::ClusterSpec& cluster) {
-  std::uint64_t hash = strata::detail::fnv1a(strata::detail::kFnv1aBasis, std::string_view("ps"));
-  for (const auto& [index, address] : cluster.tasks(cluster::TaskType::ps))
-    hash = strata::detail::fnv1a(hash, std::to_string(index) + "=" + address.to_string() + ";");
-  return hash == 0 ? 1 : hash;
-}
-
-namespace detail {
-
-using strata::detail::load_le;
-using strata::detail::store_le;
-
-inline std::uint64_t bits_of(double value) noexcept {
-  return std::bit_cast<std::uint64_t>(value);
-}
-inline double double_of(std::uint64_t bits) noexcept {
-  return std::bit_cast<double>(bits);
-}
-
-}  // namespace detail
-
-inline std::array<std::byte, kOptimizerSpecBytes> encode(const OptimizerSpec& spec) noexcept {
-  std::array<std::byte, kOptimizerSpecBytes> out{};
-  out[0] = static_cast<std::byte>(spec.kind);
-  const double fields[] = {spec.learning_rate, spec.momentum, spec.beta1, spec.beta2, spec.epsilon};
-  for (std::size_t i = 0; i < 5; ++i)
-    detail::store_le<std::uint64_t>(&out[8 + 8 * i], detail::bits_of(fields[i]));
-  return out;
-}
-
-/// The spec in `in`, or nothing when the bytes are not one (unknown kind, padding set).
-inline std::optional<OptimizerSpec> decode_optimizer(std::span<const std::byte> in) noexcept {
-  if (in.size() < kOptimizerSpecBytes) return std::nullopt;
-  const auto kind = static_cast<std::uint8_t>(in[0]);
-  if (kind > static_cast<std::uint8_t>(OptimizerSpec::Kind::adam)) return std::nullopt;
-  for (std::size_t i = 1; i < 8; ++i)
-    if (in[i] != std::byte{0}) return std::nullopt;
-  OptimizerSpec spec;
-  spec.kind = static_cast<OptimizerSpec::Kind>(kind);
-  double* fields[] = {&spec.learning_rate, &spec.momentum, &spec.beta1, &spec.beta2, &spec.epsilon};
-  for (std::size_t i = 0; i < 5; ++i)
-    *fields[i] = detail::double_of(detail::load_le<std::uint64_t>(&in[8 + 8 * i]));
-  return spec;
-}
-
-inline std::array<std::byte, kSyncSpecBytes> encode(const SyncSpec& spec) noexcept {
-  std::array<std::byte, kSyncSpecBytes> out{};
-  out[0] = static_cast<std::byte>(spec.mode);
-  out[1] = static_cast<std::byte>(spec.aggregation);
-  detail::store_le<std::uint32_t>(&out[4], spec.replica);
-  detail::store_le<std::uint32_t>(&out[8], spec.replicas);
-  detail::store_le<std::uint32_t>(&out[12], spec.bound);
-  detail::store_le<std::uint64_t>(&out[16], spec.step);
-  return out;
-}
-
-/// What comes before a push's gradient: the optimizer to apply and when the push meets the
-/// shard.
-inline std::array<std::byte, kPushPrefixBytes> push_prefix(const OptimizerSpec& optimizer,
-                                                           const SyncSpec& sync = {}) noexcept {
-  std::array<std::byte, kPushPrefixBytes> out{};
-  const auto first = encode(optimizer);
-  const auto second = encode(sync);
-  std::copy(first.begin(), first.end(), out.begin());
-  std::copy(second.begin(), second.end(), out.begin() + kOptimizerSpecBytes);
-  return out;
-}
-
-/// The spec in `in`, or nothing when the bytes are not one (unknown mode, padding set, a
-/// replica out of range, a synchronous step that aggregates nothing or more than there are).
-inline std::optional<SyncSpec> decode_sync(std::span<const std::byte> in) noexcept {
-  if (in.size() < kSyncSpecBytes) return std::nullopt;
-  const auto mode = static_cast<std::uint8_t>(in[0]);
-  const auto aggregation = static_cast<std::uint8_t>(in[1]);
-  if (mode > static_cast<std::uint8_t>(SyncSpec::Mode::synchronous) ||
-      aggregation > static_cast<std::uint8_t>(SyncSpec::Aggregation::mean))
-    return std::nullopt;
-  for (const std::size_t i : {2, 3, 24, 25, 26, 27, 28, 29, 30, 31})
-    if (in[i] != std::byte{0}) return std::nullopt;
-  SyncSpec spec;
-  spec.mode = static_cast<SyncSpec::Mode>(mode);
-  spec.aggregation = static_cast<SyncSpec::Aggregation>(aggregation);
-  spec.replica = detail::load_le<std::uint32_t>(&in[4]);
-  spec.replicas = detail::load_le<std::uint32_t>(&in[8]);
-  spec.bound = detail::load_le<std::uint32_t>(&in[12]);
-  spec.step = detail::load_le<std::uint64_t>(&in[16]);
-  if (spec.replicas == 0 || spec.replicas > (1u << 20) || spec.replica >= spec.replicas)
-    return std::nullopt;
-  if (spec.mode == SyncSpec::Mode::synchronous && (spec.bound == 0 || spec.bound > spec.replicas))
-    return std::nullopt;
-  return spec;
-}
-
-inline std::array<std::byte, kCreateSpecBytes> encode(const CreateSpec& spec) noexcept {
-  std::array<std::byte, kCreateSpecBytes> out{};
-  detail::store_le<std::uint64_t>(&out[0], spec.elements);
-  out[8] = static_cast<std::byte>(spec.update);
-  detail::store_le<std::uint32_t>(&out[16], spec.name_bytes);
-  return out;
-}
-
-/// The spec in `in`, or nothing when the bytes are not one.
-inline std::optional<CreateSpec> decode_create(std::span<const std::byte> in) noexcept {
-  if (in.size() < kCreateSpecBytes) return std::nullopt;
-  const auto update = static_cast<std::uint8_t>(in[8]);
-  if (update > static_cast<std::uint8_t>(UpdateRule::sum)) return std::nullopt;
-  for (const std::size_t i : {9, 10, 11, 12, 13, 14, 15, 20, 21, 22, 23})
-    if (in[i] != std::byte{0}) return std::nullopt;
-  CreateSpec spec;
-  spec.elements = detail::load_le<std::uint64_t>(&in[0]);
-  spec.update = static_cast<UpdateRule>(update);
-  spec.name_bytes = detail::load_le<std::uint32_t>(&in[16]);
-  if (spec.name_bytes == 0 || spec.name_bytes > kMaxNameBytes) return std::nullopt;
-  return spec;
-}
-
-/// Bytes of a name in a create payload: padded so that the values after it stay aligned.
-constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
-  return (name_bytes + 7) / 8 * 8;
-}
-
-/// What a server must apply for optimizer `O` (the optimizers of optim/).
-template <class O>
-concept ServerOptimizer =
-    std::same_as<O, optim::Sgd> || std::same_as<O, optim::Momentum> || std::same_as<O, optim::Adam>;
-
-inline OptimizerSpec spec_of(const optim::Sgd& sgd) noexcept {
-  return {OptimizerSpec::Kind::sgd, sgd.learning_rate, 0, 0, 0, 0};
-}
-inline OptimizerSpec spec_of(const optim::Momentum& momentum) noexcept {
-  return {momentum.nesterov ? OptimizerSpec::Kind::nesterov : OptimizerSpec::Kind::momentum,
-          momentum.learning_rate,
-          momentum.momentum,
-          0,
-          0,
-          0};
-}
-inline OptimizerSpec spec_of(const optim::Adam& adam) noexcept {
-  return {OptimizerSpec::Kind::adam, adam.learning_rate, 0, adam.beta1, adam.beta2, adam.epsilon};
-}
-
-inline std::string_view to_string(Operation operation) noexcept {
-  switch (operation) {
-    case Operation::create:
-      return "create";
-    case Operation::pull:
-      return "pull";
-    case Operation::push:
-      return "push";
-    case Operation::push_pull:
-      return "push_pull";
-    case Operation::assign:
-      return "assign";
-    case Operation::done:
-      return "done";
-  }
-  return "unknown operation";
-}
-
-}  // namespace strata::ps
-// ---- end strata/ps/protocol.hpp ----
 
 namespace strata::ps {
 
@@ -16974,788 +19542,6 @@ class Client {
 
 #include <fmt/format.h>
 
-// ---- begin strata/transport/tcp/service_client.hpp ----
-// strata/transport/tcp/service_client.hpp — one client connection to a service
-// (service_server.hpp): the connecting side of the handshake, then requests and replies on the
-// socket itself.
-//
-// Connecting and the handshake use asio, one step at a time under the deadline; calls then use
-// the socket directly (non-blocking send and recv, poll for the rest of the deadline): a call is
-// one request and one reply, where an event loop would only add latency.
-
-#include <algorithm>
-#include <array>
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <span>
-#include <string>
-#include <string_view>
-#include <system_error>
-
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-
-#include <fmt/format.h>
-#include <asio/connect.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/read.hpp>
-#include <asio/write.hpp>
-
-// ---- begin strata/transport/tcp/run_until.hpp ----
-// strata/transport/tcp/run_until.hpp — one asynchronous socket operation, run to completion
-// or to a deadline, for code that talks to one peer at a time (the address store, a parameter
-// server's clients).
-
-#include <optional>
-#include <system_error>
-#include <utility>
-
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/steady_timer.hpp>
-
-
-namespace strata::transport::tcp {
-
-/// Runs one asynchronous operation on `socket` until it completes or `until` passes; on
-/// timeout the socket is closed, which completes the operation with an error, and
-/// `timed_out` is set.
-template <class Start>
-std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
-                          Clock::time_point until, bool& timed_out, Start&& start) {
-  std::optional<std::error_code> result;
-  bool timer_done = false;
-  timed_out = false;
-  asio::steady_timer timer(io, until);
-  timer.async_wait([&](const std::error_code& ec) {
-    timer_done = true;
-    if (!ec && !result) {
-      timed_out = true;
-      std::error_code ignored;
-      socket.close(ignored);
-    }
-  });
-  std::forward<Start>(start)([&](const std::error_code& ec) {
-    result = ec;
-    timer.cancel();
-  });
-  io.restart();
-  while (!result || !timer_done)
-    io.run_one();
-  return *result;
-}
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/run_until.hpp ----
-// ---- begin strata/transport/tcp/service_server.hpp ----
-// strata/transport/tcp/service_server.hpp — serving requests over TCP: the accepting side of
-// the handshake, then request and reply frames, for a service above the transport (the
-// parameter servers of ps/) that knows nothing of sockets.
-//
-// One thread runs everything: the service sees one request at a time, to its end, so it needs
-// no lock. Per connection, the service's session says where each request's payload goes (in
-// steps, so that a payload can be read straight into the storage its first bytes select) and
-// then replies; payload it did not ask for is read and dropped before the reply goes out, so
-// an error reply never leaves the connection out of step. Bytes that are not strata frames, a
-// frame that is not a request, or a request whose payload stalls past the timeout close the
-// connection: the service never sees them.
-
-#include <algorithm>
-#include <array>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <set>
-#include <span>
-#include <string>
-#include <system_error>
-#include <utility>
-#include <variant>
-#include <vector>
-
-#include <fmt/format.h>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/post.hpp>
-#include <asio/read.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/write.hpp>
-
-
-namespace strata::transport::tcp {
-
-/// Who may connect to a service, as the handshake checks it: clients are ranks
-/// [0, group_size) of the cluster with fingerprint `cluster`, speaking `tunables`, proving
-/// `token` when there is one. `rank` is the service's own identity in its Hello.
-struct ServiceIdentity {
-  std::uint64_t cluster = 0;
-  std::uint64_t tunables = 0;
-  int group_size = 0;
-  int rank = 0;
-  std::optional<std::string> token{};
-};
-
-/// What a session wants next: more payload read into `into` (in order; at most what the
-/// request has left), or the reply.
-struct ReadPayload {
-  std::vector<std::span<std::byte>> into;
-};
-struct SendReply {
-  std::uint8_t status = 0;  ///< the frame's root
-  std::uint64_t count = 0;
-  DataType type = DataType::uint8;
-  /// Must stay valid and unchanged until the session's next call.
-  std::span<const std::byte> payload{};
-  /// Close every connection once this reply is written: the service is finished.
-  bool then_close = false;
-};
-/// The reply comes later, through the session's ServiceReplier (once other connections' requests
-/// have made it possible). The request's payload must have been read whole.
-struct WaitForReply {};
-using SessionStep = std::variant<ReadPayload, SendReply, WaitForReply>;
-
-/// Sends the reply a session deferred with WaitForReply. Call it on the serving thread (from
-/// another session's call); it does nothing once the connection is gone. The reply's payload
-/// must stay valid until the session's next call.
-using ServiceReplier = std::function<void(const SendReply&)>;
-
-/// One connection's conversation, as the service holds it.
-class ServiceSession {
- public:
-  virtual ~ServiceSession() = default;
-  /// A request's header arrived (a valid request frame); its payload is unread.
-  virtual SessionStep on_request(const FrameHeader& request) = 0;
-  /// The buffers of the last ReadPayload are filled.
-  virtual SessionStep on_payload() = 0;
-};
-
-/// The service: opens a session for each connection that passed the handshake, with the means
-/// to send the replies it defers.
-class ServiceHandler {
- public:
-  virtual ~ServiceHandler() = default;
-  virtual std::unique_ptr<ServiceSession> open(int rank, ServiceReplier replier) = 0;
-};
-
-/// How a ServiceServer's `serve` ended.
-enum class ServiceEnd : std::uint8_t {
-  finished,  ///< a reply asked to close
-  stopped,   ///< `stop()` was called
-  idle,      ///< no client was connected for the idle timeout
-};
-
-/// Counters of a ServiceServer.
-struct ServiceStats {
-  std::uint64_t requests = 0;
-  std::uint64_t bytes_in = 0;
-  std::uint64_t bytes_out = 0;
-  std::uint64_t refused = 0;  ///< connections refused in the handshake or dropped for garbage
-};
-
-/// Accepts clients on `address` and serves them until a reply closes, `stop()`, or no client
-/// has been connected for `idle_timeout`. Thread safety: `stop` from any thread; the rest from
-/// the serving one.
-class ServiceServer {
- public:
-  using tcp = asio::ip::tcp;
-
-  /// Binds `address`. `max_payload` bounds what a request may announce; `request_timeout` how
-  /// long a request's payload may take once its header has arrived.
-  /// @throws ConfigurationError naming `who` when the address cannot be bound.
-  ServiceServer(const cluster::Address& address, std::string who, ServiceIdentity identity,
-                ServiceHandler& handler, std::uint32_t max_payload,
-                std::chrono::milliseconds request_timeout)
-      : who_(std::move(who)),
-        identity_(std::move(identity)),
-        handler_(handler),
-        max_payload_(max_payload),
-        request_timeout_(request_timeout) {
-    random_bytes(std::as_writable_bytes(std::span(&incarnation_, 1)));
-    bind(address);
-  }
-  ServiceServer(const ServiceServer&) = delete;
-  ServiceServer& operator=(const ServiceServer&) = delete;
-
-  std::uint16_t port() const noexcept {
-    std::error_code ec;
-    const auto endpoint = acceptor_.local_endpoint(ec);
-    return ec ? 0 : endpoint.port();
-  }
-
-  const ServiceStats& stats() const noexcept { return stats_; }
-
-  ServiceEnd serve(std::chrono::milliseconds idle_timeout) {
-    idle_timeout_ = idle_timeout;
-    accept();
-    arm_idle_timer();
-    // Polls without sleeping for a while after each event, as the collectives do (busy_poll.hpp):
-    // a request's wake-up would otherwise cost more than serving it.
-    auto busy_until = Clock::now() + kBusyPoll;
-    while (!io_.stopped()) {
-      if (io_.poll() > 0) {
-        busy_until = Clock::now() + kBusyPoll;
-      } else if (Clock::now() < busy_until) {
-        ::sched_yield();
-      } else {
-        io_.run_one();
-        busy_until = Clock::now() + kBusyPoll;
-      }
-    }
-    return end_;
-  }
-
-  void stop() {
-    asio::post(io_, [this] { close_all(ServiceEnd::stopped); });
-  }
-
- private:
-  struct Connection {
-    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
-    tcp::socket socket;
-    asio::steady_timer timer;
-    std::unique_ptr<ServiceSession> session;
-    HelloBytes theirs_bytes{};
-    Hello theirs;
-    std::array<std::byte, kNonceBytes> challenge{};
-    Mac mac{};
-    std::array<std::byte, 1 + kHelloBytes + kMacBytes> verdict{};
-    std::array<std::byte, 1> final_status{};
-    FrameBytes header_bytes{};
-    FrameHeader request;
-    std::uint64_t payload_left = 0;
-    bool waiting = false;  // for a deferred reply
-    std::vector<std::byte> scratch;
-    FrameBytes reply_bytes{};
-  };
-  using ConnectionPtr = std::shared_ptr<Connection>;
-
-  void bind(const cluster::Address& own) {
-    std::error_code ec;
-    const auto endpoints = resolve_endpoints<tcp>(own.host, own.port, ec);
-    if (ec || endpoints.empty())
-      throw ConfigurationError(-1, who_,
-                               fmt::format("cannot resolve {}: {}", own.to_string(), ec.message()),
-                               "give each task a host name or IP address of its own machine");
-    const tcp::endpoint endpoint = endpoints.front();
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec == asio::error::address_in_use)
-      throw ConfigurationError(
-          -1, who_, fmt::format("cannot listen on {}: the port is in use", own.to_string()),
-          "stop the program holding it (a previous run?) or give this task "
-          "another port");
-    if (ec)
-      throw ConfigurationError(
-          -1, who_, fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
-          "check that the cluster spec gives this task an address of its "
-          "own host");
-  }
-
-  // ---- connections and the handshake ---------------------------------------------------------
-
-  void accept() {
-    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
-      if (closing_ || ec == asio::error::operation_aborted) return;
-      if (!ec) handshake(std::make_shared<Connection>(std::move(socket)));
-      accept();
-    });
-  }
-
-  void drop(const ConnectionPtr& connection) {
-    std::error_code ignored;
-    connection->timer.cancel();
-    connection->socket.close(ignored);
-    if (established_.erase(connection) != 0 && --connected_ == 0) arm_idle_timer();
-  }
-
-  void refuse(const ConnectionPtr& connection) {
-    ++stats_.refused;
-    drop(connection);
-  }
-
-  // A connection that fails its handshake is refused once.
-  void abandon(const ConnectionPtr& connection) {
-    if (pending_.erase(connection) != 0) refuse(connection);
-  }
-
-  void handshake(const ConnectionPtr& connection) {
-    std::error_code ignored;
-    connection->socket.set_option(tcp::no_delay(true), ignored);
-    choose_congestion_control(connection->socket, std::nullopt);
-    pending_.insert(connection);
-    connection->timer.expires_after(kHandshakeTimeout);
-    connection->timer.async_wait([this, connection](std::error_code ec) {
-      if (!ec) abandon(connection);
-    });
-    asio::async_read(connection->socket, asio::buffer(connection->theirs_bytes),
-                     [this, connection](std::error_code ec, std::size_t) {
-                       if (ec) return abandon(connection);
-                       on_hello(connection);
-                     });
-  }
-
-  HandshakeStatus judge(const Hello& theirs) const {
-    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
-    if (theirs.tunables != identity_.tunables) return HandshakeStatus::tunables_differ;
-    if (theirs.cluster != identity_.cluster) return HandshakeStatus::other_cluster;
-    if (theirs.world_size != identity_.group_size) return HandshakeStatus::world_size_differs;
-    if (theirs.rank < 0 || theirs.rank >= identity_.group_size)
-      return HandshakeStatus::unexpected_rank;
-    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
-    if (identity_.token && !has_token) return HandshakeStatus::token_required;
-    if (!identity_.token && has_token) return HandshakeStatus::token_unexpected;
-    return HandshakeStatus::accepted;
-  }
-
-  void on_hello(const ConnectionPtr& connection) {
-    if (!decode(std::span<const std::byte, kHelloBytes>(connection->theirs_bytes),
-                connection->theirs))
-      return abandon(connection);
-    const Hello& theirs = connection->theirs;
-    if (theirs.version != kProtocolVersion || !identity_.token)
-      return answer(connection, judge(theirs));
-    if ((theirs.flags & Hello::kHasToken) == 0)
-      return answer(connection, HandshakeStatus::token_required);
-    // With a token, nothing is judged before the connector has proven it.
-    random_bytes(connection->challenge);
-    connection->verdict[0] = static_cast<std::byte>(HandshakeStatus::challenge);
-    std::copy(connection->challenge.begin(), connection->challenge.end(),
-              connection->verdict.begin() + 1);
-    asio::async_write(
-        connection->socket, asio::buffer(connection->verdict.data(), 1 + kNonceBytes),
-        [this, connection](std::error_code ec, std::size_t) {
-          if (ec) return abandon(connection);
-          asio::async_read(connection->socket, asio::buffer(connection->mac),
-                           [this, connection](std::error_code read_ec, std::size_t) {
-                             if (read_ec) return abandon(connection);
-                             const bool authentic = same_mac(
-                                 connection->mac,
-                                 handshake_mac(*identity_.token, "strata-connect",
-                                               connection->theirs_bytes, connection->challenge));
-                             answer(connection, authentic ? judge(connection->theirs)
-                                                          : HandshakeStatus::authentication_failed);
-                           });
-        });
-  }
-
-  void answer(const ConnectionPtr& connection, HandshakeStatus status) {
-    std::size_t length = 1;
-    connection->verdict[0] = static_cast<std::byte>(status);
-    if (status == HandshakeStatus::accepted) {
-      Hello mine;
-      mine.connection = connection->theirs.connection;
-      mine.rank = identity_.rank;
-      mine.world_size = identity_.group_size;
-      mine.flags = identity_.token ? Hello::kHasToken : 0;
-      mine.cluster = identity_.cluster;
-      mine.tunables = identity_.tunables;
-      mine.incarnation = incarnation_;
-      if (identity_.token) mine.nonce = connection->challenge;
-      const HelloBytes mine_bytes = encode(mine);
-      std::copy(mine_bytes.begin(), mine_bytes.end(), connection->verdict.begin() + 1);
-      length += kHelloBytes;
-      if (identity_.token) {
-        const Mac mac =
-            handshake_mac(*identity_.token, "strata-accept", connection->theirs_bytes, mine_bytes);
-        std::copy(mac.begin(), mac.end(), connection->verdict.begin() + 1 + kHelloBytes);
-        length += kMacBytes;
-      }
-    }
-    asio::async_write(connection->socket, asio::buffer(connection->verdict.data(), length),
-                      [this, connection, status](std::error_code ec, std::size_t) {
-                        if (ec || status != HandshakeStatus::accepted) return abandon(connection);
-                        asio::async_read(
-                            connection->socket, asio::buffer(connection->final_status),
-                            [this, connection](std::error_code read_ec, std::size_t) {
-                              if (read_ec || connection->final_status[0] !=
-                                                 static_cast<std::byte>(HandshakeStatus::accepted))
-                                return abandon(connection);
-                              established(connection);
-                            });
-                      });
-  }
-
-  void established(const ConnectionPtr& connection) {
-    if (pending_.erase(connection) == 0) return;  // its handshake timed out meanwhile
-    connection->timer.cancel();
-    const std::weak_ptr<Connection> weak = connection;
-    connection->session =
-        handler_.open(connection->theirs.rank, [this, weak](const SendReply& reply) {
-          const auto alive = weak.lock();
-          if (!alive || !alive->waiting || closing_) return;
-          alive->waiting = false;
-          send(alive, reply);
-        });
-    established_.insert(connection);
-    if (connected_++ == 0) idle_timer_.cancel();
-    read_request(connection);
-  }
-
-  // ---- requests ------------------------------------------------------------------------------
-
-  void read_request(const ConnectionPtr& connection) {
-    asio::async_read(connection->socket, asio::buffer(connection->header_bytes),
-                     [this, connection](std::error_code ec, std::size_t) {
-                       if (ec) return drop(connection);
-                       on_header(connection);
-                     });
-  }
-
-  void on_header(const ConnectionPtr& connection) {
-    FrameHeader& request = connection->request;
-    const std::error_code ec =
-        decode(std::span<const std::byte, kFrameHeaderBytes>(connection->header_bytes), request,
-               max_payload_);
-    if (ec || request.type != FrameType::request) return refuse(connection);
-    connection->payload_left = request.payload_bytes;
-    // Its payload must follow within the timeout.
-    connection->timer.expires_after(request_timeout_);
-    connection->timer.async_wait([this, connection](std::error_code timer_ec) {
-      if (!timer_ec) refuse(connection);
-    });
-    advance(connection, connection->session->on_request(request));
-  }
-
-  void advance(const ConnectionPtr& connection, SessionStep step) {
-    if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
-    if (std::holds_alternative<WaitForReply>(step)) {
-      // A session that waits before it read its request has a bug: the rest would be taken
-      // for the next request.
-      if (connection->payload_left != 0) return refuse(connection);
-      connection->timer.cancel();  // the client's deadline bounds the wait
-      connection->waiting = true;
-      return;
-    }
-    auto& read = std::get<ReadPayload>(step);
-    std::vector<asio::mutable_buffer> buffers;
-    std::uint64_t total = 0;
-    for (const auto& part : read.into) {
-      buffers.push_back(asio::buffer(part.data(), part.size()));
-      total += part.size();
-    }
-    // A session that asks for more than the request carries would wait forever: it has a bug.
-    if (total > connection->payload_left) return refuse(connection);
-    connection->payload_left -= total;
-    stats_.bytes_in += total;
-    asio::async_read(connection->socket, buffers,
-                     [this, connection](std::error_code ec, std::size_t) {
-                       if (ec) return drop(connection);
-                       advance(connection, connection->session->on_payload());
-                     });
-  }
-
-  // The payload the session left unread is dropped, then the reply goes out.
-  void drop_rest(const ConnectionPtr& connection, SendReply reply) {
-    if (connection->payload_left == 0) return send(connection, reply);
-    connection->scratch.resize(
-        static_cast<std::size_t>(std::min<std::uint64_t>(connection->payload_left, 1 << 16)));
-    connection->payload_left -= connection->scratch.size();
-    stats_.bytes_in += connection->scratch.size();
-    asio::async_read(connection->socket, asio::buffer(connection->scratch),
-                     [this, connection, reply](std::error_code ec, std::size_t) {
-                       if (ec) return drop(connection);
-                       drop_rest(connection, reply);
-                     });
-  }
-
-  void send(const ConnectionPtr& connection, const SendReply& reply) {
-    connection->timer.cancel();
-    FrameHeader header;
-    header.type = FrameType::reply;
-    header.kind = connection->request.kind;
-    header.sequence = connection->request.sequence;
-    header.root = reply.status;
-    header.count = reply.count;
-    header.element_type = reply.type;
-    header.payload_bytes = static_cast<std::uint32_t>(reply.payload.size());
-    connection->reply_bytes = encode(header);
-    ++stats_.requests;
-    stats_.bytes_out += reply.payload.size();
-    const std::array<asio::const_buffer, 2> buffers{
-        asio::buffer(connection->reply_bytes),
-        asio::buffer(reply.payload.data(), reply.payload.size())};
-    asio::async_write(
-        connection->socket, buffers,
-        [this, connection, close = reply.then_close](std::error_code ec, std::size_t) {
-          if (ec) return drop(connection);
-          if (close) return close_all(ServiceEnd::finished);
-          read_request(connection);
-        });
-  }
-
-  // ---- ending --------------------------------------------------------------------------------
-
-  void arm_idle_timer() {
-    if (closing_) return;
-    idle_timer_.expires_after(idle_timeout_);
-    idle_timer_.async_wait([this](std::error_code ec) {
-      if (!ec && connected_ == 0) close_all(ServiceEnd::idle);
-    });
-  }
-
-  void close_all(ServiceEnd end) {
-    if (closing_) return;
-    closing_ = true;
-    end_ = end;
-    std::error_code ignored;
-    acceptor_.close(ignored);
-    idle_timer_.cancel();
-    for (const auto* set : {&pending_, &established_})
-      for (const auto& connection : *set) {
-        connection->timer.cancel();
-        connection->socket.close(ignored);
-      }
-    pending_.clear();
-    established_.clear();
-  }
-
-  std::string who_;
-  ServiceIdentity identity_;
-  ServiceHandler& handler_;
-  std::uint32_t max_payload_;
-  std::chrono::milliseconds request_timeout_;
-  std::chrono::milliseconds idle_timeout_{};
-  std::uint64_t incarnation_ = 0;
-  asio::io_context io_{1};
-  tcp::acceptor acceptor_{io_};
-  asio::steady_timer idle_timer_{io_};
-  std::set<ConnectionPtr> pending_;      // in the handshake
-  std::set<ConnectionPtr> established_;  // serving
-  int connected_ = 0;
-  bool closing_ = false;
-  ServiceEnd end_ = ServiceEnd::stopped;
-  ServiceStats stats_;
-};
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/service_server.hpp ----
-
-namespace strata::transport::tcp {
-
-/// How a send or receive ended.
-enum class ServiceIo : std::uint8_t { done, closed, timed_out, failed };
-
-/// A connection to a service that accepted this client.
-class ServiceConnection {
- public:
-  using tcp = asio::ip::tcp;
-
-  /// Connects to `address` and runs the handshake as rank `mine.rank` (the service must answer
-  /// as rank `service_rank`), on connection index `lane`. Returns nothing, with the reason in
-  /// `why`, when trying again may help (nobody listens yet, the connection broke).
-  /// @throws ConfigurationError (operation `operation`, naming `who`) when the service refuses
-  ///   this client or is not the one expected: retrying cannot help.
-  static std::unique_ptr<ServiceConnection> connect(const cluster::Address& address,
-                                                    const ServiceIdentity& mine, int service_rank,
-                                                    std::uint16_t lane, std::uint64_t incarnation,
-                                                    Clock::time_point until,
-                                                    std::string_view operation,
-                                                    std::string_view who, std::string& why) {
-    auto connection = std::unique_ptr<ServiceConnection>(new ServiceConnection());
-    if (connection->handshake(address, mine, service_rank, lane, incarnation, until, operation, who,
-                              why))
-      return connection;
-    return nullptr;
-  }
-
-  ServiceConnection(const ServiceConnection&) = delete;
-  ServiceConnection& operator=(const ServiceConnection&) = delete;
-
-  /// Sends the header `header` and then `parts`, whole.
-  ServiceIo send(const FrameHeader& header, std::span<const std::span<const std::byte>> parts,
-                 Clock::time_point until) {
-    const FrameBytes bytes = encode(header);
-    std::array<iovec, 4> iov{};
-    std::size_t count = 0;
-    iov[count++] = {const_cast<std::byte*>(bytes.data()), bytes.size()};
-    for (const auto& part : parts) {
-      if (part.empty()) continue;
-      if (count == iov.size()) return ServiceIo::failed;
-      iov[count++] = {const_cast<std::byte*>(part.data()), part.size()};
-    }
-    std::span<iovec> left(iov.data(), count);
-    while (!left.empty()) {
-      msghdr message{};
-      message.msg_iov = left.data();
-      message.msg_iovlen = left.size();
-      const auto sent = ::sendmsg(fd(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (sent < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-          if (const ServiceIo io = wait_for(POLLOUT, until); io != ServiceIo::done) return io;
-          continue;
-        }
-        return errno == EPIPE || errno == ECONNRESET ? ServiceIo::closed : ServiceIo::failed;
-      }
-      auto done = static_cast<std::size_t>(sent);
-      while (!left.empty() && done >= left.front().iov_len) {
-        done -= left.front().iov_len;
-        left = left.subspan(1);
-      }
-      if (!left.empty()) {
-        left.front().iov_base = static_cast<std::byte*>(left.front().iov_base) + done;
-        left.front().iov_len -= done;
-      }
-    }
-    return ServiceIo::done;
-  }
-
-  /// The socket, for a caller that polls several connections at once.
-  int native_handle() noexcept { return socket_.native_handle(); }
-
-  /// Receives exactly `out.size()` bytes.
-  ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
-    std::size_t got = 0;
-    while (got < out.size()) {
-      const auto n = ::recv(fd(), out.data() + got, out.size() - got, MSG_DONTWAIT);
-      if (n > 0) {
-        got += static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n == 0) return ServiceIo::closed;
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-        if (const ServiceIo io = wait_for(POLLIN, until); io != ServiceIo::done) return io;
-        continue;
-      }
-      return errno == ECONNRESET ? ServiceIo::closed : ServiceIo::failed;
-    }
-    return ServiceIo::done;
-  }
-
- private:
-  ServiceConnection() = default;
-
-  int fd() { return socket_.native_handle(); }
-
-  ServiceIo wait_for(short events, Clock::time_point until) {
-    pollfd entry{fd(), events, 0};
-    const auto busy_until = Clock::now() + kBusyPoll;
-    for (;;) {
-      const int ready = poll_busy_then_sleep(std::span(&entry, 1), busy_until, until);
-      if (ready > 0) return ServiceIo::done;
-      if (ready == 0 && Clock::now() >= until) return ServiceIo::timed_out;
-      if (ready < 0 && errno != EINTR) return ServiceIo::failed;
-    }
-  }
-
-  bool handshake(const cluster::Address& address, const ServiceIdentity& mine_identity,
-                 int service_rank, std::uint16_t lane, std::uint64_t incarnation,
-                 Clock::time_point deadline, std::string_view operation, std::string_view who,
-                 std::string& why) {
-    const auto refused = [&](std::string_view reason) {
-      throw ConfigurationError(mine_identity.rank, operation,
-                               fmt::format("{} refused this client: {}", who, reason),
-                               "start every task with the same cluster spec, strata version and "
-                               "STRATA_CLUSTER_TOKEN");
-    };
-    const std::optional<std::string>& token = mine_identity.token;
-    std::error_code ec;
-    const auto endpoints = resolve_endpoints<tcp>(address.host, address.port, ec);
-    if (ec) {
-      why = fmt::format("cannot resolve {}: {}", address.to_string(), ec.message());
-      return false;
-    }
-    const auto until = std::min(deadline, Clock::now() + kHandshakeTimeout);
-    bool timed_out = false;
-    const auto step = [&](std::string_view what, auto start) {
-      ec = run_until(io_, socket_, until, timed_out, start);
-      if (ec)
-        why = timed_out ? fmt::format("{} timed out", what)
-                        : fmt::format("{}: {}", what, ec.message());
-      return !ec;
-    };
-    const auto write = [&](asio::const_buffer bytes) {
-      return step("handshake", [&](auto done) {
-        asio::async_write(socket_, bytes,
-                          [done](const std::error_code& e, std::size_t) { done(e); });
-      });
-    };
-    const auto read = [&](asio::mutable_buffer bytes) {
-      return step("handshake", [&](auto done) {
-        asio::async_read(socket_, bytes,
-                         [done](const std::error_code& e, std::size_t) { done(e); });
-      });
-    };
-    if (!step("connect", [&](auto done) {
-          asio::async_connect(socket_, endpoints,
-                              [done](const std::error_code& e, const tcp::endpoint&) { done(e); });
-        }))
-      return false;
-    Hello mine;
-    mine.connection = lane;
-    mine.rank = mine_identity.rank;
-    mine.world_size = mine_identity.group_size;
-    mine.flags = token ? Hello::kHasToken : 0;
-    mine.cluster = mine_identity.cluster;
-    mine.tunables = mine_identity.tunables;
-    mine.incarnation = incarnation;
-    random_bytes(mine.nonce);
-    const HelloBytes mine_bytes = encode(mine);
-    std::array<std::byte, 1> status{};
-    if (!write(asio::buffer(mine_bytes)) || !read(asio::buffer(status))) return false;
-    if (!is_handshake_status(status[0]))
-      refused("it answered with bytes that are not a strata handshake");
-    std::array<std::byte, kNonceBytes> challenge{};
-    if (static_cast<HandshakeStatus>(status[0]) == HandshakeStatus::challenge) {
-      if (!token) refused("it asks for a cluster token (STRATA_CLUSTER_TOKEN) this client lacks");
-      if (!read(asio::buffer(challenge))) return false;
-      const Mac mac = handshake_mac(*token, "strata-connect", mine_bytes, challenge);
-      if (!write(asio::buffer(mac)) || !read(asio::buffer(status))) return false;
-    } else if (token && static_cast<HandshakeStatus>(status[0]) == HandshakeStatus::accepted) {
-      refused("it accepted this client without checking the cluster token");
-    }
-    if (static_cast<HandshakeStatus>(status[0]) != HandshakeStatus::accepted)
-      refused(to_string(static_cast<HandshakeStatus>(status[0])));
-    std::array<std::byte, kHelloBytes + kMacBytes> reply{};
-    if (!read(asio::buffer(reply.data(), kHelloBytes + (token ? kMacBytes : 0)))) return false;
-    HelloBytes theirs_bytes{};
-    std::copy_n(reply.begin(), kHelloBytes, theirs_bytes.begin());
-    Hello theirs;
-    HandshakeStatus verdict = HandshakeStatus::accepted;
-    if (!decode(std::span<const std::byte, kHelloBytes>(theirs_bytes), theirs) ||
-        theirs.version != kProtocolVersion)
-      verdict = HandshakeStatus::bad_version;
-    else if (theirs.tunables != mine_identity.tunables)
-      verdict = HandshakeStatus::tunables_differ;
-    else if (theirs.cluster != mine_identity.cluster)
-      verdict = HandshakeStatus::other_cluster;
-    else if (theirs.rank != service_rank)
-      verdict = HandshakeStatus::unexpected_rank;
-    if (verdict == HandshakeStatus::accepted && token) {
-      Mac mac{};
-      std::copy_n(reply.begin() + kHelloBytes, kMacBytes, mac.begin());
-      if (theirs.nonce != challenge ||
-          !same_mac(mac, handshake_mac(*token, "strata-accept", mine_bytes, theirs_bytes)))
-        verdict = HandshakeStatus::authentication_failed;
-    }
-    const std::array<std::byte, 1> final_status{static_cast<std::byte>(verdict)};
-    if (!write(asio::buffer(final_status))) return false;
-    if (verdict != HandshakeStatus::accepted) refused(to_string(verdict));
-    socket_.set_option(tcp::no_delay(true), ec);
-    if (!ec) ec = choose_congestion_control(socket_, std::nullopt);
-    if (!ec) socket_.native_non_blocking(true, ec);
-    if (ec) {
-      why = fmt::format("cannot set up the socket: {}", ec.message());
-      return false;
-    }
-    return true;
-  }
-
-  asio::io_context io_{1};
-  tcp::socket socket_{io_};
-};
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/service_client.hpp ----
 
 namespace strata::ps {
 

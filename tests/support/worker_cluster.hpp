@@ -58,6 +58,22 @@ inline cluster::ClusterSpec loopback_ps_cluster(int workers, int servers) {
   return spec;
 }
 
+/// A chief, `workers` workers and `servers` ps tasks on free loopback ports (as
+/// loopback_cluster): a ClusterCoordinator's cluster.
+inline cluster::ClusterSpec loopback_coordinator_cluster(int workers, int servers) {
+  const auto ports = loopback_cluster(1 + workers + servers);
+  cluster::ClusterSpec spec;
+  for (const auto& [n, address] : ports.tasks(cluster::TaskType::worker)) {
+    if (n == 0)
+      spec.add({cluster::TaskType::chief, 0}, address);
+    else if (n <= workers)
+      spec.add({cluster::TaskType::worker, n - 1}, address);
+    else
+      spec.add({cluster::TaskType::ps, n - 1 - workers}, address);
+  }
+  return spec;
+}
+
 /// The rest of the line after "`key` " in a worker's output; empty when no line has it.
 inline std::string line_after(const std::string& output, std::string_view key) {
   const auto at = output.find(std::string(key) + " ");

@@ -13,6 +13,8 @@
 #include <strata/cluster/resolve.hpp>
 #include <strata/cluster/tf_config.hpp>
 #include <strata/communicator/tcp.hpp>
+#include <strata/coordinator/cluster_coordinator.hpp>
+#include <strata/coordinator/worker_server.hpp>
 #include <strata/core/reduce.hpp>
 #include <strata/ps/client.hpp>
 #include <strata/ps/server.hpp>
@@ -21,6 +23,8 @@
 #include <strata/cluster/impl/resolve.ipp>
 #include <strata/cluster/impl/tf_config.ipp>
 #include <strata/communicator/impl/tcp.ipp>
+#include <strata/coordinator/impl/cluster_coordinator.ipp>
+#include <strata/coordinator/impl/worker_server.ipp>
 #include <strata/core/impl/reduce.ipp>
 #include <strata/impl/resolve.ipp>
 #include <strata/ps/impl/client.ipp>
