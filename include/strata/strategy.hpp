@@ -43,6 +43,7 @@
 #include <strata/detail/usable_cpus.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
+#include <strata/ps/protocol.hpp>
 #include <strata/replica_context.hpp>
 #include <strata/resolve.hpp>
 #include <strata/sync/sync.hpp>
@@ -303,6 +304,16 @@ class Strategy {
     else
       return P::template create<T>(num_local_replicas(), initial, aggregation);
   }
+
+  /// A variable on parameter servers with an update rule of its own: the servers apply the
+  /// optimizer with their slots (UpdateRule::optimizer, TF's), or each worker applies its
+  /// optimizer to its copy and the servers add up the changes (UpdateRule::sum, BytePS's: for
+  /// optimizers the servers lack, or to keep slots off the servers).
+  template <std::floating_point T>
+  requires placement::HasSession<P> variable_type<T> create_variable(
+      std::span<const std::type_identity_t<T>> initial, placement::VariableAggregation aggregation,
+      ps::UpdateRule rule)
+  const { return P::template create<T>(*session_, initial, aggregation, rule); }
 
  private:
   // Per-replica values of several processes (MultiWorkerMirroredStrategy) are combined

@@ -13595,18 +13595,29 @@ class ClusterCoordinator {
 #if STRATA_HEADER_ONLY
 // ---- begin strata/coordinator/impl/cluster_coordinator.ipp ----
 // strata/coordinator/impl/cluster_coordinator.ipp — the coordinator's definitions
-// (coordinator/cluster_coordinator.hpp).
+// (coordinator/cluster_coordinator.hpp), over its core (coordinator_core.ipp).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/coordinator/impl/coordinator_core.ipp ----
+// strata/coordinator/impl/coordinator_core.ipp — what a ClusterCoordinator runs
+// (coordinator/cluster_coordinator.hpp): the queue, the errors, and the threads.
 //
 // One thread per worker connects to it (again and again, should it fail), builds the per-worker
 // resources on it, then takes functions from the queue and runs them there one at a time, over
 // the workers' TCP service (worker_server.hpp). A function whose worker is lost goes back to the
-// front of the queue. One more thread holds a connection to every ps task and polls them: a ps
-// task never speaks first, so anything readable there means it closed.
+// front of the queue (worker_link.ipp: one connection's requests). One more thread watches the
+// ps tasks (ps_watch.ipp).
 
 #include <algorithm>
-#include <array>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -13622,177 +13633,27 @@ class ClusterCoordinator {
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
+// ---- begin strata/coordinator/impl/ps_watch.ipp ----
+// strata/coordinator/impl/ps_watch.ipp — the coordinator's connections to every ps task, which
+// say when one closes: a ps task never speaks first, so anything readable there means it died
+// or stopped serving.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <poll.h>
 
 #include <fmt/format.h>
 
-// ---- begin strata/coordinator/protocol.hpp ----
-// strata/coordinator/protocol.hpp — what the coordinator and the workers' servers say to each
-// other, over the TCP transport's service frames (transport/tcp/service_server.hpp).
-//
-// A request frame's kind is an Operation; its payload a RequestPrefix, the function's name and
-// the arguments' bytes (codec.hpp). A reply's root is a ReplyStatus; its payload the result's
-// bytes, or a RemoteError.
-
-#include <cstddef>
-#include <cstdint>
-#include <exception>
-#include <span>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include <fmt/format.h>
-
-
-namespace strata::coordinator {
-
-enum class Operation : std::uint8_t {
-  run = 1,    ///< run a function
-  build = 2,  ///< build a per-worker resource (if this coordinator has not already)
-  done = 3,   ///< the coordinator has finished: the worker's server returns
-};
-
-enum class ReplyStatus : std::int32_t { ok = 0, error = 1 };
-
-/// The protocol's version, checked in the handshake as the ps protocol checks its tunables.
-inline constexpr std::uint64_t kTunables = 0x7374'7261'7461'4331ULL;  // "strataC1"
-
-/// The handshake's cluster fingerprint of the coordinator's connections: the whole cluster.
-inline std::uint64_t coordinator_fingerprint(const cluster::ClusterSpec& cluster) {
-  const std::uint64_t hash = strata::detail::fnv1a(cluster.fingerprint(), "coordinator");
-  return hash == 0 ? 1 : hash;
-}
-
-/// What precedes a request's arguments.
-struct RequestPrefix {
-  std::uint64_t signature = 0;    ///< the function's name and types (functions.hpp)
-  std::uint64_t id = 0;           ///< the closure's id (run) or the resource's (build)
-  std::uint64_t coordinator = 0;  ///< the coordinator's incarnation: resources are per coordinator
-  std::string name;
-};
-
-inline void encode(Writer& writer, const RequestPrefix& prefix) {
-  writer.le(prefix.signature);
-  writer.le(prefix.id);
-  writer.le(prefix.coordinator);
-  Codec<std::string>::encode(writer, prefix.name);
-}
-
-inline RequestPrefix decode_prefix(Reader& reader) {
-  RequestPrefix prefix;
-  prefix.signature = reader.le<std::uint64_t>();
-  prefix.id = reader.le<std::uint64_t>();
-  prefix.coordinator = reader.le<std::uint64_t>();
-  prefix.name = Codec<std::string>::decode(reader);
-  return prefix;
-}
-
-/// An error raised on a worker, as it travels: its class and root cause.
-struct RemoteError {
-  enum class Kind : std::uint8_t {
-    exception = 0,  ///< not a strata error: FunctionError on the coordinator
-    timeout = 1,
-    peer_failure = 2,
-    mismatch = 3,
-    configuration = 4,
-    usage = 5,
-    function = 6,
-    cancelled = 7,
-  };
-  Kind kind = Kind::exception;
-  std::int32_t rank = -1;  ///< where it started (the root cause's rank)
-  std::string what;        ///< the root cause, naming that rank; an exception's what()
-};
-
-/// The RemoteError of the exception being handled.
-inline RemoteError current_remote_error() {
-  RemoteError remote;
-  const auto from = [&](RemoteError::Kind kind, const Error& error) {
-    remote.kind = kind;
-    remote.rank = error.root_cause().rank;
-    remote.what = error.root_cause().what_happened;
-  };
-  try {
-    throw;
-  } catch (const TimeoutError& e) {
-    from(RemoteError::Kind::timeout, e);
-  } catch (const PeerFailureError& e) {
-    from(RemoteError::Kind::peer_failure, e);
-  } catch (const MismatchError& e) {
-    from(RemoteError::Kind::mismatch, e);
-  } catch (const ConfigurationError& e) {
-    from(RemoteError::Kind::configuration, e);
-  } catch (const UsageError& e) {
-    from(RemoteError::Kind::usage, e);
-  } catch (const CancelledError& e) {
-    from(RemoteError::Kind::cancelled, e);
-  } catch (const Error& e) {
-    from(RemoteError::Kind::function, e);
-  } catch (const std::exception& e) {
-    remote.what = e.what();
-  } catch (...) {
-    remote.what = "an exception that is not a std::exception";
-  }
-  return remote;
-}
-
-inline std::vector<std::byte> encode(const RemoteError& error) {
-  Writer writer;
-  writer.le(static_cast<std::uint8_t>(error.kind));
-  writer.le(static_cast<std::uint32_t>(error.rank));
-  Codec<std::string>::encode(writer, error.what);
-  return std::move(writer).take();
-}
-
-/// @throws MismatchError for bytes that are not a RemoteError.
-inline RemoteError decode_error(std::span<const std::byte> bytes) {
-  Reader reader(bytes);
-  RemoteError error;
-  const auto kind = reader.le<std::uint8_t>();
-  if (kind > static_cast<std::uint8_t>(RemoteError::Kind::cancelled))
-    throw MismatchError(-1, "coordinator", fmt::format("error kind {}", kind),
-                        "run the same strata version on every task");
-  error.kind = static_cast<RemoteError::Kind>(kind);
-  error.rank = static_cast<std::int32_t>(reader.le<std::uint32_t>());
-  error.what = Codec<std::string>::decode(reader);
-  return error;
-}
-
-/// The exception `error` of function `function` (run on `worker`) becomes on the coordinator
-/// (rank `rank`): the same class with the same root cause, or FunctionError for an exception of
-/// the function's own.
-inline std::exception_ptr to_exception(const RemoteError& error, int rank,
-                                       std::string_view function, std::string_view worker) {
-  const std::string operation = fmt::format("function '{}'", function);
-  RootCause cause{error.rank, error.what};
-  const std::string happened = fmt::format("on {}: {}", worker, error.what);
-  switch (error.kind) {
-    case RemoteError::Kind::timeout:
-      return std::make_exception_ptr(TimeoutError(rank, operation, std::move(cause)));
-    case RemoteError::Kind::peer_failure:
-      return std::make_exception_ptr(PeerFailureError(rank, operation, std::move(cause)));
-    case RemoteError::Kind::mismatch:
-      return std::make_exception_ptr(MismatchError(rank, operation, std::move(cause)));
-    case RemoteError::Kind::configuration:
-      return std::make_exception_ptr(ConfigurationError(
-          rank, operation, happened, "fix the configuration named, on that worker"));
-    case RemoteError::Kind::usage:
-      return std::make_exception_ptr(
-          UsageError(rank, operation, happened, "fix the call named, in the function"));
-    case RemoteError::Kind::cancelled:
-      return std::make_exception_ptr(CancelledError(rank, operation, happened, ""));
-    case RemoteError::Kind::function:
-    case RemoteError::Kind::exception:
-      break;
-  }
-  return std::make_exception_ptr(FunctionError(rank, operation,
-                                               fmt::format("raised on {}: {}", worker, error.what),
-                                               "fix the function, or handle the error inside it"));
-}
-
-}  // namespace strata::coordinator
-// ---- end strata/coordinator/protocol.hpp ----
 // ---- begin strata/ps/protocol.hpp ----
 // strata/ps/protocol.hpp — what workers and parameter servers say to each other.
 //
@@ -15346,6 +15207,378 @@ class ServiceConnection {
 
 namespace strata::coordinator::detail {
 
+class PsWatch {
+ public:
+  PsWatch(const cluster::ClusterSpec& cluster, int rank, std::optional<std::string> token,
+          std::uint64_t incarnation)
+      : mine_{ps::ps_fingerprint(cluster), ps::kTunables, cluster.collective_size(), rank,
+              std::move(token)},
+        incarnation_(incarnation) {
+    for (const auto& [index, address] : cluster.tasks(cluster::TaskType::ps))
+      tasks_.push_back({index, address, nullptr});
+  }
+
+  bool empty() const noexcept { return tasks_.empty(); }
+
+  /// Connects to every ps task by `until`, asking `stopping()` between attempts; false when it
+  /// said to stop.
+  /// @throws ConfigurationError when a ps task refuses the coordinator; TimeoutError naming
+  ///   one that cannot be reached by `until`.
+  template <class Stopping>
+  bool connect(Clock::time_point until, std::chrono::milliseconds budget, Stopping stopping) {
+    for (auto& task : tasks_) {
+      std::string why = "no attempt was made";
+      while (!task.link) {
+        if (stopping()) return false;
+        task.link = transport::tcp::ServiceConnection::connect(
+            task.address, mine_, task.index, kWatchLane, incarnation_, until, "ClusterCoordinator",
+            who(task), why);
+        if (task.link) break;
+        if (Clock::now() >= until)
+          throw TimeoutError(mine_.rank, "ClusterCoordinator",
+                             fmt::format("could not connect to {} within {} ms (last attempt: {})",
+                                         who(task), budget.count(), why),
+                             "check that the ps task is running with the same cluster spec, or "
+                             "raise CoordinatorOptions::timeout");
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    for (auto& task : tasks_)
+      fds_.push_back({task.link->native_handle(), POLLIN | POLLRDHUP, 0});
+    return true;
+  }
+
+  /// Waits up to `interval` and returns a PeerFailureError for each ps task whose connection
+  /// closed since the last call (each one once).
+  std::vector<std::exception_ptr> wait(std::chrono::milliseconds interval) {
+    std::vector<std::exception_ptr> failures;
+    if (::poll(fds_.data(), fds_.size(), static_cast<int>(interval.count())) <= 0) return failures;
+    for (std::size_t i = 0; i < fds_.size(); ++i) {
+      if (fds_[i].fd < 0 || fds_[i].revents == 0) continue;
+      fds_[i].fd = -1;  // poll(2) skips it from now on
+      failures.push_back(std::make_exception_ptr(PeerFailureError(
+          mine_.rank, "ClusterCoordinator",
+          fmt::format("{} closed its connection: the parameter server died or stopped serving",
+                      who(tasks_[i])),
+          "the variables on that ps task are gone: restart the job and restore from the last "
+          "checkpoint")));
+    }
+    return failures;
+  }
+
+ private:
+  struct Task {
+    int index;
+    cluster::Address address;
+    std::unique_ptr<transport::tcp::ServiceConnection> link;
+  };
+
+  static std::string who(const Task& task) {
+    return fmt::format("ps task {} ({})", task.index, task.address.to_string());
+  }
+
+  // The watch connection's lane, apart from the lanes of the chief's own ps client.
+  static constexpr std::uint16_t kWatchLane = 0xFFFF;
+
+  transport::tcp::ServiceIdentity mine_;
+  std::uint64_t incarnation_;
+  std::vector<Task> tasks_;
+  std::vector<pollfd> fds_;
+};
+
+}  // namespace strata::coordinator::detail
+// ---- end strata/coordinator/impl/ps_watch.ipp ----
+// ---- begin strata/coordinator/impl/worker_link.ipp ----
+// strata/coordinator/impl/worker_link.ipp — the coordinator's connection to one worker's
+// server (worker_server.hpp): the handshake, then one request and its reply at a time.
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/coordinator/protocol.hpp ----
+// strata/coordinator/protocol.hpp — what the coordinator and the workers' servers say to each
+// other, over the TCP transport's service frames (transport/tcp/service_server.hpp).
+//
+// A request frame's kind is an Operation; its payload a RequestPrefix, the function's name and
+// the arguments' bytes (codec.hpp). A reply's root is a ReplyStatus; its payload the result's
+// bytes, or a RemoteError.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::coordinator {
+
+enum class Operation : std::uint8_t {
+  run = 1,    ///< run a function
+  build = 2,  ///< build a per-worker resource (if this coordinator has not already)
+  done = 3,   ///< the coordinator has finished: the worker's server returns
+};
+
+enum class ReplyStatus : std::int32_t { ok = 0, error = 1 };
+
+/// The protocol's version, checked in the handshake as the ps protocol checks its tunables.
+inline constexpr std::uint64_t kTunables = 0x7374'7261'7461'4331ULL;  // "strataC1"
+
+/// The handshake's cluster fingerprint of the coordinator's connections: the whole cluster.
+inline std::uint64_t coordinator_fingerprint(const cluster::ClusterSpec& cluster) {
+  const std::uint64_t hash = strata::detail::fnv1a(cluster.fingerprint(), "coordinator");
+  return hash == 0 ? 1 : hash;
+}
+
+/// What precedes a request's arguments.
+struct RequestPrefix {
+  std::uint64_t signature = 0;    ///< the function's name and types (functions.hpp)
+  std::uint64_t id = 0;           ///< the closure's id (run) or the resource's (build)
+  std::uint64_t coordinator = 0;  ///< the coordinator's incarnation: resources are per coordinator
+  std::string name;
+};
+
+inline void encode(Writer& writer, const RequestPrefix& prefix) {
+  writer.le(prefix.signature);
+  writer.le(prefix.id);
+  writer.le(prefix.coordinator);
+  Codec<std::string>::encode(writer, prefix.name);
+}
+
+inline RequestPrefix decode_prefix(Reader& reader) {
+  RequestPrefix prefix;
+  prefix.signature = reader.le<std::uint64_t>();
+  prefix.id = reader.le<std::uint64_t>();
+  prefix.coordinator = reader.le<std::uint64_t>();
+  prefix.name = Codec<std::string>::decode(reader);
+  return prefix;
+}
+
+/// An error raised on a worker, as it travels: its class and root cause.
+struct RemoteError {
+  enum class Kind : std::uint8_t {
+    exception = 0,  ///< not a strata error: FunctionError on the coordinator
+    timeout = 1,
+    peer_failure = 2,
+    mismatch = 3,
+    configuration = 4,
+    usage = 5,
+    function = 6,
+    cancelled = 7,
+  };
+  Kind kind = Kind::exception;
+  std::int32_t rank = -1;  ///< where it started (the root cause's rank)
+  std::string what;        ///< the root cause, naming that rank; an exception's what()
+};
+
+/// The RemoteError of the exception being handled.
+inline RemoteError current_remote_error() {
+  RemoteError remote;
+  const auto from = [&](RemoteError::Kind kind, const Error& error) {
+    remote.kind = kind;
+    remote.rank = error.root_cause().rank;
+    remote.what = error.root_cause().what_happened;
+  };
+  try {
+    throw;
+  } catch (const TimeoutError& e) {
+    from(RemoteError::Kind::timeout, e);
+  } catch (const PeerFailureError& e) {
+    from(RemoteError::Kind::peer_failure, e);
+  } catch (const MismatchError& e) {
+    from(RemoteError::Kind::mismatch, e);
+  } catch (const ConfigurationError& e) {
+    from(RemoteError::Kind::configuration, e);
+  } catch (const UsageError& e) {
+    from(RemoteError::Kind::usage, e);
+  } catch (const CancelledError& e) {
+    from(RemoteError::Kind::cancelled, e);
+  } catch (const Error& e) {
+    from(RemoteError::Kind::function, e);
+  } catch (const std::exception& e) {
+    remote.what = e.what();
+  } catch (...) {
+    remote.what = "an exception that is not a std::exception";
+  }
+  return remote;
+}
+
+inline std::vector<std::byte> encode(const RemoteError& error) {
+  Writer writer;
+  writer.le(static_cast<std::uint8_t>(error.kind));
+  writer.le(static_cast<std::uint32_t>(error.rank));
+  Codec<std::string>::encode(writer, error.what);
+  return std::move(writer).take();
+}
+
+/// @throws MismatchError for bytes that are not a RemoteError.
+inline RemoteError decode_error(std::span<const std::byte> bytes) {
+  Reader reader(bytes);
+  RemoteError error;
+  const auto kind = reader.le<std::uint8_t>();
+  if (kind > static_cast<std::uint8_t>(RemoteError::Kind::cancelled))
+    throw MismatchError(-1, "coordinator", fmt::format("error kind {}", kind),
+                        "run the same strata version on every task");
+  error.kind = static_cast<RemoteError::Kind>(kind);
+  error.rank = static_cast<std::int32_t>(reader.le<std::uint32_t>());
+  error.what = Codec<std::string>::decode(reader);
+  return error;
+}
+
+/// The exception `error` of function `function` (run on `worker`) becomes on the coordinator
+/// (rank `rank`): the same class with the same root cause, or FunctionError for an exception of
+/// the function's own.
+inline std::exception_ptr to_exception(const RemoteError& error, int rank,
+                                       std::string_view function, std::string_view worker) {
+  const std::string operation = fmt::format("function '{}'", function);
+  RootCause cause{error.rank, error.what};
+  const std::string happened = fmt::format("on {}: {}", worker, error.what);
+  switch (error.kind) {
+    case RemoteError::Kind::timeout:
+      return std::make_exception_ptr(TimeoutError(rank, operation, std::move(cause)));
+    case RemoteError::Kind::peer_failure:
+      return std::make_exception_ptr(PeerFailureError(rank, operation, std::move(cause)));
+    case RemoteError::Kind::mismatch:
+      return std::make_exception_ptr(MismatchError(rank, operation, std::move(cause)));
+    case RemoteError::Kind::configuration:
+      return std::make_exception_ptr(ConfigurationError(
+          rank, operation, happened, "fix the configuration named, on that worker"));
+    case RemoteError::Kind::usage:
+      return std::make_exception_ptr(
+          UsageError(rank, operation, happened, "fix the call named, in the function"));
+    case RemoteError::Kind::cancelled:
+      return std::make_exception_ptr(CancelledError(rank, operation, happened, ""));
+    case RemoteError::Kind::function:
+    case RemoteError::Kind::exception:
+      break;
+  }
+  return std::make_exception_ptr(FunctionError(rank, operation,
+                                               fmt::format("raised on {}: {}", worker, error.what),
+                                               "fix the function, or handle the error inside it"));
+}
+
+}  // namespace strata::coordinator
+// ---- end strata/coordinator/protocol.hpp ----
+
+namespace strata::coordinator::detail {
+
+/// How a request went: answered (the result's bytes, or the RemoteError's), or the connection
+/// lost (why), after which the link is of no more use.
+struct WorkerReply {
+  enum class Kind : std::uint8_t { ok, error, lost } kind = Kind::lost;
+  std::vector<std::byte> bytes;
+  std::string why;
+};
+
+class WorkerLink {
+  using Io = transport::tcp::ServiceIo;
+
+ public:
+  /// Connects to the worker at `address` (collective rank `worker_rank`) by `until`; nothing,
+  /// when it cannot be reached now.
+  /// @throws ConfigurationError (naming `who`) when the worker refuses this coordinator.
+  static std::unique_ptr<WorkerLink> connect(const cluster::Address& address,
+                                             const transport::tcp::ServiceIdentity& mine,
+                                             int worker_rank, std::uint64_t incarnation,
+                                             Clock::time_point until, std::string_view who) {
+    std::string why;
+    auto connection = transport::tcp::ServiceConnection::connect(
+        address, mine, worker_rank, 0, incarnation, until, "ClusterCoordinator", who, why);
+    if (!connection) return nullptr;
+    auto link = std::unique_ptr<WorkerLink>(new WorkerLink());
+    link->connection_ = std::move(connection);
+    return link;
+  }
+
+  /// Sends a request (within `send_timeout`) and waits for its reply (`reply_timeout`).
+  WorkerReply call(Operation operation, const RequestPrefix& prefix,
+                   std::span<const std::byte> args, std::chrono::milliseconds send_timeout,
+                   std::chrono::milliseconds reply_timeout) {
+    WorkerReply reply;
+    Writer writer;
+    if (operation != Operation::done) encode(writer, prefix);
+    const auto& head = writer.view();
+    transport::tcp::FrameHeader header;
+    header.type = transport::tcp::FrameType::request;
+    header.kind = static_cast<Collective>(operation);
+    header.element_type = DataType::uint8;
+    header.sequence = ++sequence_;
+    header.count = head.size() + args.size();
+    if (header.count > 0xFFFF'FFFFu) {
+      reply.why = "a request over 4 GiB";
+      return reply;
+    }
+    header.payload_bytes = static_cast<std::uint32_t>(header.count);
+    const std::array<std::span<const std::byte>, 2> parts{std::span(head), args};
+    Io io = connection_->send(header, parts, Clock::now() + send_timeout);
+    if (io != Io::done) {
+      reply.why = describe(io, "sending a request");
+      return reply;
+    }
+    const auto until = Clock::now() + reply_timeout;
+    transport::tcp::FrameBytes bytes{};
+    io = connection_->receive(bytes, until);
+    if (io != Io::done) {
+      reply.why = describe(io, "waiting for the reply");
+      return reply;
+    }
+    transport::tcp::FrameHeader answer;
+    if (transport::tcp::decode(bytes, answer, 0xFFFF'FFFFu) ||
+        answer.type != transport::tcp::FrameType::reply || answer.sequence != sequence_ ||
+        static_cast<std::uint8_t>(answer.kind) != static_cast<std::uint8_t>(operation) ||
+        (answer.root != static_cast<std::int32_t>(ReplyStatus::ok) &&
+         answer.root != static_cast<std::int32_t>(ReplyStatus::error))) {
+      reply.why = "a reply that does not answer the request";
+      return reply;
+    }
+    reply.bytes.resize(answer.payload_bytes);
+    io = connection_->receive(reply.bytes, until);
+    if (io != Io::done) {
+      reply.why = describe(io, "reading the reply");
+      return reply;
+    }
+    reply.kind = answer.root == static_cast<std::int32_t>(ReplyStatus::ok)
+                     ? WorkerReply::Kind::ok
+                     : WorkerReply::Kind::error;
+    return reply;
+  }
+
+ private:
+  WorkerLink() = default;
+
+  static std::string describe(Io io, std::string_view doing) {
+    switch (io) {
+      case Io::closed:
+        return fmt::format("the connection closed while {}", doing);
+      case Io::timed_out:
+        return fmt::format("no answer within the deadline while {}", doing);
+      default:
+        return fmt::format("the connection broke while {}", doing);
+    }
+  }
+
+  std::unique_ptr<transport::tcp::ServiceConnection> connection_;
+  std::uint64_t sequence_ = 0;
+};
+
+}  // namespace strata::coordinator::detail
+// ---- end strata/coordinator/impl/worker_link.ipp ----
+
+namespace strata::coordinator::detail {
+
 /// How often the ps tasks' connections are polled: a ps failure is raised within this.
 inline constexpr std::chrono::milliseconds kPsWatchInterval{100};
 /// The longest pause between attempts to reach a worker that is down.
@@ -15367,8 +15600,7 @@ struct ClosureState {
 };
 
 class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
-  using Io = transport::tcp::ServiceIo;
-  using Connection = transport::tcp::ServiceConnection;
+  using Reply = WorkerReply;
 
  public:
   CoordinatorCore(const cluster::ClusterSpec& spec, CoordinatorOptions opts)
@@ -15379,23 +15611,22 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
         rank_(*cluster_.collective_rank({cluster::TaskType::chief, 0})),
         capacity_(options_.queue_capacity != 0
                       ? options_.queue_capacity
-                      : 256 * cluster_.num_tasks(cluster::TaskType::worker)) {
+                      : 256 * cluster_.num_tasks(cluster::TaskType::worker)),
+        incarnation_(random_incarnation()),
+        ps_watch_(cluster_, rank_, token_, incarnation_) {
     if (token_ && token_->empty())
       throw ConfigurationError(rank_, "ClusterCoordinator", "the cluster token is empty",
                                "set a secret shared by every task, or leave it unset");
-    transport::tcp::random_bytes(std::as_writable_bytes(std::span(&incarnation_, 1)));
     for (const auto& [index, address] : cluster_.tasks(cluster::TaskType::worker))
       workers_.push_back(
           std::make_unique<WorkerSlot>(WorkerSlot{index, address, {}, false, false}));
-    for (const auto& [index, address] : cluster_.tasks(cluster::TaskType::ps))
-      ps_.push_back({index, address, nullptr});
     last_progress_ = Clock::now();
   }
 
   void start() {
     for (auto& slot : workers_)
       slot->thread = std::thread([this, worker = slot.get()] { serve_worker(*worker); });
-    if (!ps_.empty()) ps_thread_ = std::thread([this] { watch_ps(); });
+    if (!ps_watch_.empty()) ps_thread_ = std::thread([this] { watch_ps(); });
   }
 
   // ---- the caller's side ---------------------------------------------------------------------
@@ -15502,17 +15733,6 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
     std::uint64_t signature;
     std::vector<std::byte> args;
   };
-  struct PsTask {
-    int index;
-    cluster::Address address;
-    std::unique_ptr<Connection> link;
-  };
-  struct Reply {
-    enum class Kind : std::uint8_t { ok, error, lost } kind = Kind::lost;
-    std::vector<std::byte> bytes;  // the result, or the RemoteError's
-    std::string why;               // lost: what happened to the connection
-  };
-
   static const cluster::ClusterSpec& validated(const cluster::ClusterSpec& spec,
                                                const CoordinatorOptions& options) {
     if (!spec.has_chief())
@@ -15593,8 +15813,7 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
   // ---- one worker ----------------------------------------------------------------------------
 
   void serve_worker(WorkerSlot& slot) {
-    std::unique_ptr<Connection> link;
-    std::uint64_t sequence = 0;
+    std::unique_ptr<WorkerLink> link;
     std::size_t built = 0;
     auto pause = std::chrono::milliseconds(10);
     for (;;) {
@@ -15636,11 +15855,12 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
       }
       const Reply reply =
           resource != nullptr
-              ? call(*link, sequence, Operation::build,
-                     {resource->signature, resource->id, incarnation_, resource->name},
-                     resource->args)
-              : call(*link, sequence, Operation::run,
-                     {closure->signature, closure->id, incarnation_, closure->name}, closure->args);
+              ? link->call(Operation::build,
+                           {resource->signature, resource->id, incarnation_, resource->name},
+                           resource->args, options_.timeout, options_.closure_timeout)
+              : link->call(Operation::run,
+                           {closure->signature, closure->id, incarnation_, closure->name},
+                           closure->args, options_.timeout, options_.closure_timeout);
       std::lock_guard lock(mutex_);
       if (reply.kind == Reply::Kind::lost) {
         link.reset();
@@ -15681,8 +15901,7 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
       }
     }
     // Shutting down: the worker's server returns, and its resources are destroyed.
-    const std::array<std::byte, 0> none{};
-    (void)call(*link, sequence, Operation::done, {}, none);
+    (void)link->call(Operation::done, {}, {}, options_.timeout, options_.closure_timeout);
   }
 
   std::exception_ptr remote_error(const Reply& reply, std::string_view function,
@@ -15697,15 +15916,14 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
     }
   }
 
-  std::unique_ptr<Connection> connect(WorkerSlot& slot) {
+  std::unique_ptr<WorkerLink> connect(WorkerSlot& slot) {
     const transport::tcp::ServiceIdentity mine{coordinator_fingerprint(cluster_), kTunables,
                                                cluster_.collective_size(), rank_, token_};
     const int service_rank = *cluster_.collective_rank({cluster::TaskType::worker, slot.index});
-    std::string why;
     try {
-      return Connection::connect(slot.address, mine, service_rank, 0, incarnation_,
+      return WorkerLink::connect(slot.address, mine, service_rank, incarnation_,
                                  Clock::now() + std::min(options_.timeout, kConnectAttempt),
-                                 "ClusterCoordinator", who(slot), why);
+                                 who(slot));
     } catch (const ConfigurationError&) {
       // The worker refused this coordinator: another cluster, token or version. Retrying
       // cannot help; the error stands until the caller sees it.
@@ -15716,149 +15934,45 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
     }
   }
 
-  // Sends one request and waits for its reply (closure_timeout at most).
-  Reply call(Connection& link, std::uint64_t& sequence, Operation operation,
-             const RequestPrefix& prefix, std::span<const std::byte> args) {
-    Reply reply;
-    Writer writer;
-    if (operation != Operation::done) encode(writer, prefix);
-    const auto& head = writer.view();
-    transport::tcp::FrameHeader header;
-    header.type = transport::tcp::FrameType::request;
-    header.kind = static_cast<Collective>(operation);
-    header.element_type = DataType::uint8;
-    header.sequence = ++sequence;
-    header.count = head.size() + args.size();
-    if (header.count > 0xFFFF'FFFFu) {
-      reply.why = "a request over 4 GiB";
-      return reply;
-    }
-    header.payload_bytes = static_cast<std::uint32_t>(header.count);
-    const std::array<std::span<const std::byte>, 2> parts{std::span(head), args};
-    const auto send_until = Clock::now() + options_.timeout;
-    Io io = link.send(header, parts, send_until);
-    if (io != Io::done) {
-      reply.why = describe(io, "sending a request");
-      return reply;
-    }
-    const auto until = Clock::now() + options_.closure_timeout;
-    transport::tcp::FrameBytes bytes{};
-    io = link.receive(bytes, until);
-    if (io != Io::done) {
-      reply.why = describe(io, "waiting for the reply");
-      return reply;
-    }
-    transport::tcp::FrameHeader answer;
-    if (transport::tcp::decode(bytes, answer, 0xFFFF'FFFFu) ||
-        answer.type != transport::tcp::FrameType::reply || answer.sequence != sequence ||
-        static_cast<std::uint8_t>(answer.kind) != static_cast<std::uint8_t>(operation) ||
-        (answer.root != static_cast<std::int32_t>(ReplyStatus::ok) &&
-         answer.root != static_cast<std::int32_t>(ReplyStatus::error))) {
-      reply.why = "a reply that does not answer the request";
-      return reply;
-    }
-    reply.bytes.resize(answer.payload_bytes);
-    io = link.receive(reply.bytes, until);
-    if (io != Io::done) {
-      reply.why = describe(io, "reading the reply");
-      return reply;
-    }
-    reply.kind = answer.root == static_cast<std::int32_t>(ReplyStatus::ok) ? Reply::Kind::ok
-                                                                           : Reply::Kind::error;
-    return reply;
-  }
-
-  std::string describe(Io io, std::string_view doing) const {
-    switch (io) {
-      case Io::closed:
-        return fmt::format("the connection closed while {}", doing);
-      case Io::timed_out:
-        return fmt::format("no answer within the deadline while {}", doing);
-      default:
-        return fmt::format("the connection broke while {}", doing);
-    }
-  }
-
   // ---- the ps tasks ----------------------------------------------------------------------------
 
   void watch_ps() {
-    const transport::tcp::ServiceIdentity mine{ps::ps_fingerprint(cluster_), ps::kTunables,
-                                               cluster_.collective_size(), rank_, token_};
-    const auto connect_until = Clock::now() + options_.timeout;
-    for (auto& task : ps_) {
-      std::string why = "no attempt was made";
-      while (!task.link) {
-        {
-          std::lock_guard lock(mutex_);
-          if (stopping_) return;
-        }
-        try {
-          task.link = Connection::connect(task.address, mine, task.index, kWatchLane, incarnation_,
-                                          connect_until, "ClusterCoordinator", ps_who(task), why);
-        } catch (const ConfigurationError&) {
-          std::lock_guard lock(mutex_);
-          record_error(std::current_exception(), "a ps task refused the coordinator");
-          return;
-        }
-        if (task.link) break;
-        if (Clock::now() >= connect_until) {
-          std::lock_guard lock(mutex_);
-          record_error(std::make_exception_ptr(TimeoutError(
-                           rank_, "ClusterCoordinator",
-                           fmt::format("could not connect to {} within {} ms (last attempt: {})",
-                                       ps_who(task), options_.timeout.count(), why),
-                           "check that the ps task is running with the same cluster spec, or "
-                           "raise CoordinatorOptions::timeout")),
-                       fmt::format("{} cannot be reached", ps_who(task)));
-          return;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
+    const auto stopping = [this] {
+      std::lock_guard lock(mutex_);
+      return stopping_;
+    };
+    try {
+      if (!ps_watch_.connect(Clock::now() + options_.timeout, options_.timeout, stopping)) return;
+    } catch (const Error&) {
+      std::lock_guard lock(mutex_);
+      record_error(std::current_exception(), "a ps task cannot be watched");
+      return;
     }
-    std::vector<pollfd> fds;
-    for (auto& task : ps_)
-      fds.push_back({task.link->native_handle(), POLLIN | POLLRDHUP, 0});
-    for (;;) {
-      {
+    while (!stopping()) {
+      for (const auto& failure : ps_watch_.wait(kPsWatchInterval)) {
         std::lock_guard lock(mutex_);
         if (stopping_) return;
-      }
-      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(kPsWatchInterval.count()));
-      if (ready <= 0) continue;
-      for (std::size_t i = 0; i < fds.size(); ++i) {
-        if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-        fds[i].fd = -1;  // seen once
-        std::lock_guard lock(mutex_);
-        if (stopping_) return;
-        record_error(
-            std::make_exception_ptr(PeerFailureError(
-                rank_, "ClusterCoordinator",
-                fmt::format("{} closed its connection: the parameter server died or stopped "
-                            "serving",
-                            ps_who(ps_[i])),
-                "the variables on that ps task are gone: restart the job and restore from "
-                "the last checkpoint")),
-            fmt::format("{} failed", ps_who(ps_[i])));
+        record_error(failure, "a ps task failed");
       }
     }
   }
 
-  static std::string ps_who(const PsTask& task) {
-    return fmt::format("ps task {} ({})", task.index, task.address.to_string());
+  static std::uint64_t random_incarnation() {
+    std::uint64_t incarnation = 0;
+    transport::tcp::random_bytes(std::as_writable_bytes(std::span(&incarnation, 1)));
+    return incarnation;
   }
 
   static constexpr std::chrono::milliseconds kConnectAttempt{2000};
-  // The watch connection's lane, apart from the lanes of the chief's own ps client.
-  static constexpr std::uint16_t kWatchLane = 0xFFFF;
 
   const cluster::ClusterSpec cluster_;
   const CoordinatorOptions options_;
   const std::optional<std::string> token_;
   const int rank_;
   const std::size_t capacity_;
-  std::uint64_t incarnation_ = 0;
+  const std::uint64_t incarnation_;
   std::vector<std::unique_ptr<WorkerSlot>> workers_;
-  std::vector<PsTask> ps_;
+  PsWatch ps_watch_;
   std::thread ps_thread_;
 
   mutable std::mutex mutex_;
@@ -15873,6 +15987,11 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
   Clock::time_point last_progress_;
   CoordinatorReport report_;
 };
+
+}  // namespace strata::coordinator::detail
+// ---- end strata/coordinator/impl/coordinator_core.ipp ----
+
+namespace strata::coordinator::detail {
 
 STRATA_DECL std::span<const std::byte> closure_result(const ClosureState& closure) {
   return closure.core->result(closure);
@@ -20458,12 +20577,16 @@ class ShardedVariable {
       for (std::size_t i = 0; i < delta.size(); ++i)
         delta[i] = copy[i] - delta[i];
       pushed = delta;
+    } else if constexpr (ps::ServerOptimizer<O>) {
+      spec = ps::spec_of(optimizer);
     } else {
-      static_assert(ps::ServerOptimizer<O> || !std::is_same_v<O, O>,
-                    "strata::ps: the parameter servers apply Sgd, Momentum and Adam; for another "
-                    "optimizer use ParameterServer<..., UpdateRule::sum>, where each worker "
-                    "applies its optimizer and the servers add up the changes");
-      if constexpr (ps::ServerOptimizer<O>) spec = ps::spec_of(optimizer);
+      throw UsageError(client_->rank(), "apply_gradients",
+                       fmt::format("variable '{}' is updated by the parameter servers, which "
+                                   "apply Sgd, Momentum and Adam, not this optimizer",
+                                   name_),
+                       "create it with UpdateRule::sum (per variable: create_variable(initial, "
+                       "aggregation, UpdateRule::sum)), where each worker applies its optimizer "
+                       "and the servers add up the changes");
     }
     std::vector<std::array<std::byte, ps::kPushPrefixBytes>> prefixes(shards_.size());
     std::vector<ShardCall> calls = make_calls(Operation::push_pull);
@@ -20551,8 +20674,9 @@ namespace strata::placement {
 /// Variables live on the cluster's ps tasks, split by `PartitionerType` (TF's partitioners,
 /// ps/partitioner.hpp; unsharded by default) and placed by `PlacementPolicy` (TF2's round robin
 /// by default, or TF1's greedy by bytes); each replica works on a copy it refreshes from the
-/// servers with every update. `Rule` says who applies the optimizer: the servers, with their
-/// slots next to each shard (TF), or the worker, the servers summing the changes (BytePS).
+/// servers with every update. `Rule` says who applies the optimizer by default: the servers,
+/// with their slots next to each shard (TF), or the worker, the servers summing the changes
+/// (BytePS); a variable may choose otherwise (Strategy::create_variable with a rule).
 ///
 /// Replicas of different workers never wait for each other: each pushes its own gradients
 /// (between-graph replication). A strategy over this placement opens a session with the servers
@@ -20591,10 +20715,11 @@ struct ParameterServer {
                                           ps::ClientOptions{.timeout = timeout});
   }
 
+  /// A variable on the servers, updated under `rule` (the placement's by default).
   template <std::floating_point T>
   static ShardedVariable<T> create(session_type& session, std::span<const T> initial,
-                                   VariableAggregation aggregation) {
-    return create_sharded<T>(session, initial, aggregation, Rule);
+                                   VariableAggregation aggregation, ps::UpdateRule rule = Rule) {
+    return create_sharded<T>(session, initial, aggregation, rule);
   }
   template <std::floating_point T>
   static std::span<const T> read(const ShardedVariable<T>& variable, int local_replica) noexcept {
@@ -22919,6 +23044,16 @@ class Strategy {
     else
       return P::template create<T>(num_local_replicas(), initial, aggregation);
   }
+
+  /// A variable on parameter servers with an update rule of its own: the servers apply the
+  /// optimizer with their slots (UpdateRule::optimizer, TF's), or each worker applies its
+  /// optimizer to its copy and the servers add up the changes (UpdateRule::sum, BytePS's: for
+  /// optimizers the servers lack, or to keep slots off the servers).
+  template <std::floating_point T>
+  requires placement::HasSession<P> variable_type<T> create_variable(
+      std::span<const std::type_identity_t<T>> initial, placement::VariableAggregation aggregation,
+      ps::UpdateRule rule)
+  const { return P::template create<T>(*session_, initial, aggregation, rule); }
 
  private:
   // Per-replica values of several processes (MultiWorkerMirroredStrategy) are combined

@@ -25,8 +25,9 @@ namespace strata::placement {
 /// Variables live on the cluster's ps tasks, split by `PartitionerType` (TF's partitioners,
 /// ps/partitioner.hpp; unsharded by default) and placed by `PlacementPolicy` (TF2's round robin
 /// by default, or TF1's greedy by bytes); each replica works on a copy it refreshes from the
-/// servers with every update. `Rule` says who applies the optimizer: the servers, with their
-/// slots next to each shard (TF), or the worker, the servers summing the changes (BytePS).
+/// servers with every update. `Rule` says who applies the optimizer by default: the servers,
+/// with their slots next to each shard (TF), or the worker, the servers summing the changes
+/// (BytePS); a variable may choose otherwise (Strategy::create_variable with a rule).
 ///
 /// Replicas of different workers never wait for each other: each pushes its own gradients
 /// (between-graph replication). A strategy over this placement opens a session with the servers
@@ -65,10 +66,11 @@ struct ParameterServer {
                                           ps::ClientOptions{.timeout = timeout});
   }
 
+  /// A variable on the servers, updated under `rule` (the placement's by default).
   template <std::floating_point T>
   static ShardedVariable<T> create(session_type& session, std::span<const T> initial,
-                                   VariableAggregation aggregation) {
-    return create_sharded<T>(session, initial, aggregation, Rule);
+                                   VariableAggregation aggregation, ps::UpdateRule rule = Rule) {
+    return create_sharded<T>(session, initial, aggregation, rule);
   }
   template <std::floating_point T>
   static std::span<const T> read(const ShardedVariable<T>& variable, int local_replica) noexcept {

@@ -136,12 +136,16 @@ class ShardedVariable {
       for (std::size_t i = 0; i < delta.size(); ++i)
         delta[i] = copy[i] - delta[i];
       pushed = delta;
+    } else if constexpr (ps::ServerOptimizer<O>) {
+      spec = ps::spec_of(optimizer);
     } else {
-      static_assert(ps::ServerOptimizer<O> || !std::is_same_v<O, O>,
-                    "strata::ps: the parameter servers apply Sgd, Momentum and Adam; for another "
-                    "optimizer use ParameterServer<..., UpdateRule::sum>, where each worker "
-                    "applies its optimizer and the servers add up the changes");
-      if constexpr (ps::ServerOptimizer<O>) spec = ps::spec_of(optimizer);
+      throw UsageError(client_->rank(), "apply_gradients",
+                       fmt::format("variable '{}' is updated by the parameter servers, which "
+                                   "apply Sgd, Momentum and Adam, not this optimizer",
+                                   name_),
+                       "create it with UpdateRule::sum (per variable: create_variable(initial, "
+                       "aggregation, UpdateRule::sum)), where each worker applies its optimizer "
+                       "and the servers add up the changes");
     }
     std::vector<std::array<std::byte, ps::kPushPrefixBytes>> prefixes(shards_.size());
     std::vector<ShardCall> calls = make_calls(Operation::push_pull);
