@@ -363,3 +363,23 @@ TEST_CASE("under bounded staleness a replica waits while it is more than k pushe
   slow.done();
   CHECK(third.get() == std::vector<float>{4.0f});
 }
+
+TEST_CASE("a worker that goes away while its push waits ends its session with it") {
+  // Rank 0's synchronous push waits for rank 1's; rank 0 gives up and closes its connection.
+  // The server notices at once (a waiting client sends nothing), so once rank 1 has finished it
+  // has no worker connected and returns at its timeout, naming rank 0, instead of serving a
+  // dead connection for ever.
+  const auto spec = strata::testing::loopback_ps_cluster(2, 1);
+  Server server(spec, 0, strata::ps::ServerOptions{.timeout = 500ms});
+  auto served = std::async(std::launch::async, [&] { return server.serve(); });
+  {
+    Client gone(spec, 0, 1, strata::ps::ClientOptions{.timeout = 300ms});
+    const auto w = create(gone, 0, "w", std::vector<float>{0.0f});
+    CHECK_THROWS_AS(push_pull(gone, 0, w, sgd(1.0), std::vector<float>{1.0f}, 0,
+                              sync_spec(SyncSpec::Mode::synchronous, 0, 2, 2, 0)),
+                    strata::TimeoutError);
+  }
+  Client(spec, 1, 1).done();
+  REQUIRE(served.wait_for(10s) == std::future_status::ready);
+  CHECK_THROWS_WITH(served.get(), doctest::Contains("rank(s) 0 of the collective group"));
+}

@@ -355,7 +355,11 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
         closure->error = remote_error(reply, closure->name, slot);
         closure->phase = Phase::failed;
         ++report_.failed;
-        record_error(closure->error, fmt::format("function '{}' failed", closure->name));
+        // An exception object of its own: the caller's thread may rethrow and drop one while
+        // this thread drops the other, and the runtime's count of an exception's owners is no
+        // synchronization (ThreadSanitizer cannot see it).
+        record_error(remote_error(reply, closure->name, slot),
+                     fmt::format("function '{}' failed", closure->name));
       }
     }
     // Shutting down: the worker's server returns, and its resources are destroyed.

@@ -50,7 +50,9 @@ struct SyncState {
   std::vector<std::uint64_t> pushes;  // bounded staleness: pushes applied, by replica
   std::vector<int> owner;             // the worker (collective rank) of each replica; -1: none yet
   std::vector<bool> arrived;          // synchronous: whose gradient of this step is in
+  std::vector<bool> done;             // synchronous: replicas whose worker has finished
   std::size_t arrivals = 0;
+  OptimizerSpec optimizer;  // synchronous: the step's, for a step a `done` completes
   std::vector<Waiter> waiting;
 };
 
@@ -146,6 +148,49 @@ inline bool may_go(const SyncState& sync, std::uint64_t clock) noexcept {
   return clock - std::min(clock, slowest(sync)) <= sync.spec.bound;
 }
 
+// Synchronous: the gradients a step waits for: `bound` (the replicas to aggregate, fewer than
+// the replicas with backups), but no more than the replicas whose worker has not finished.
+inline std::size_t step_quorum(const SyncState& sync) noexcept {
+  const auto finished =
+      static_cast<std::size_t>(std::count(sync.done.begin(), sync.done.end(), true));
+  const std::size_t active = sync.done.size() - std::min(sync.done.size(), finished);
+  return std::max<std::size_t>(1, std::min<std::size_t>(sync.spec.bound, active));
+}
+
+// Synchronous: the step's gradients, added up in replica order (the same bits whatever order
+// they arrived in) in the first arrived one's buffer, applied once; every waiter released.
+template <std::floating_point T>
+PushOutcome complete_step(Shard& shard, Values<T>& values) {
+  SyncState& sync = shard.sync;
+  PushOutcome outcome;
+  std::vector<T>* total = nullptr;
+  for (std::size_t r = 0; r < sync.arrived.size(); ++r) {
+    if (!sync.arrived[r]) continue;
+    auto& part = values.step_gradients[r];
+    if (total == nullptr) {
+      total = &part;
+      continue;
+    }
+    for (std::size_t i = 0; i < total->size(); ++i)
+      (*total)[i] += part[i];
+  }
+  if (sync.spec.aggregation == SyncSpec::Aggregation::mean)
+    for (T& g : *total)
+      g /= static_cast<T>(sync.arrivals);
+  std::fill(sync.arrived.begin(), sync.arrived.end(), false);
+  sync.arrivals = 0;
+  for (const Waiter& waiter : sync.waiting)
+    outcome.released.push_back(waiter.caller);
+  sync.waiting.clear();
+  outcome.why = apply_push(shard, values, sync.optimizer, std::span<const T>(*total));
+  if (!outcome.why.empty()) {
+    outcome.kind = PushOutcome::Kind::error;  // the step is dropped; the others go on with it
+    return outcome;
+  }
+  ++shard.version;
+  return outcome;
+}
+
 inline std::vector<void*> release_ready(SyncState& sync) {
   std::vector<void*> released;
   std::erase_if(sync.waiting, [&](const Waiter& waiter) {
@@ -179,6 +224,7 @@ PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer
     sync.pushes.assign(spec.replicas, 0);
     sync.owner.assign(spec.replicas, -1);
     sync.arrived.assign(spec.replicas, false);
+    sync.done.assign(spec.replicas, false);
   } else if (sync.spec.mode != spec.mode || sync.spec.aggregation != spec.aggregation ||
              sync.spec.replicas != spec.replicas || sync.spec.bound != spec.bound) {
     return fail(
@@ -211,8 +257,8 @@ PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer
       break;
   }
   // Synchronous: a gradient of an older step is dropped (a backup replica came late); the rest
-  // wait until `bound` gradients of the step are in, which are then added in replica order (the
-  // same bits whatever order they arrived in) and applied once.
+  // wait until the step's quorum of gradients is in (`bound`, fewer once workers finish), which
+  // are then added up and applied once.
   if (spec.step < shard.version) {
     ++shard.stale;
     return outcome;
@@ -226,48 +272,37 @@ PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer
   values.step_gradients.resize(spec.replicas);
   std::swap(values.step_gradients[spec.replica], gradient);
   sync.arrived[spec.replica] = true;
-  if (++sync.arrivals < sync.spec.bound) {
+  sync.optimizer = optimizer;
+  if (++sync.arrivals < shard_detail::step_quorum(sync)) {
     sync.waiting.push_back({caller, spec.replica, 0});
     outcome.kind = PushOutcome::Kind::wait;
     return outcome;
   }
-  // Added up in the first arrived replica's buffer, in replica order.
-  std::vector<T>* total = nullptr;
-  for (std::size_t r = 0; r < sync.arrived.size(); ++r) {
-    if (!sync.arrived[r]) continue;
-    auto& part = values.step_gradients[r];
-    if (total == nullptr) {
-      total = &part;
-      continue;
-    }
-    for (std::size_t i = 0; i < total->size(); ++i)
-      (*total)[i] += part[i];
-  }
-  if (sync.spec.aggregation == SyncSpec::Aggregation::mean)
-    for (T& g : *total)
-      g /= static_cast<T>(sync.arrivals);
-  std::fill(sync.arrived.begin(), sync.arrived.end(), false);
-  sync.arrivals = 0;
-  for (const Waiter& waiter : sync.waiting)
-    outcome.released.push_back(waiter.caller);
-  sync.waiting.clear();
-  outcome.why = apply_push(shard, values, optimizer, std::span<const T>(*total));
-  if (!outcome.why.empty()) {
-    outcome.kind = PushOutcome::Kind::error;  // the step is dropped; the others go on with it
-    return outcome;
-  }
-  ++shard.version;
-  return outcome;
+  return shard_detail::complete_step(shard, values);
 }
 
-/// Worker `rank` has finished: under bounded staleness its replicas no longer hold anyone back.
-/// Returns the callers to answer now.
+/// Worker `rank` has finished: its replicas no longer hold anyone back, under bounded staleness
+/// and in a synchronous step, which the gradients already in then complete. Returns the
+/// callers to answer now.
 inline std::vector<void*> finished(Shard& shard, int rank) {
   SyncState& sync = shard.sync;
-  if (!sync.set || sync.spec.mode != SyncSpec::Mode::bounded_staleness) return {};
-  for (std::size_t r = 0; r < sync.owner.size(); ++r)
-    if (sync.owner[r] == rank) sync.pushes[r] = std::numeric_limits<std::uint64_t>::max();
-  return shard_detail::release_ready(sync);
+  if (!sync.set) return {};
+  switch (sync.spec.mode) {
+    case SyncSpec::Mode::bounded_staleness:
+      for (std::size_t r = 0; r < sync.owner.size(); ++r)
+        if (sync.owner[r] == rank) sync.pushes[r] = std::numeric_limits<std::uint64_t>::max();
+      return shard_detail::release_ready(sync);
+    case SyncSpec::Mode::synchronous:
+      for (std::size_t r = 0; r < sync.owner.size(); ++r)
+        if (sync.owner[r] == rank) sync.done[r] = true;
+      if (sync.arrivals == 0 || sync.arrivals < shard_detail::step_quorum(sync)) return {};
+      return std::visit(
+          [&](auto& values) { return shard_detail::complete_step(shard, values).released; },
+          shard.data);
+    case SyncSpec::Mode::asynchronous:
+      break;
+  }
+  return {};
 }
 
 /// `caller` is gone: it waits for nothing any more.

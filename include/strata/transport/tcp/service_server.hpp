@@ -388,6 +388,11 @@ class ServiceServer {
       if (connection->payload_left != 0) return refuse(connection);
       connection->timer.cancel();  // the client's deadline bounds the wait
       connection->waiting = true;
+      // A client waits for its reply in silence: its connection turning readable now means it
+      // closed (the process died), and the session must end with it.
+      connection->socket.async_wait(tcp::socket::wait_read, [this, connection](std::error_code ec) {
+        if (!ec && connection->waiting && !closing_) drop(connection);
+      });
       return;
     }
     auto& read = std::get<ReadPayload>(step);
