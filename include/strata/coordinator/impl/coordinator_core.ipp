@@ -311,7 +311,7 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
           progress_.notify_all();  // room in the queue
         }
       }
-      const Reply reply =
+      Reply reply =
           resource != nullptr
               ? link->call(Operation::build,
                            {resource->signature, resource->id, incarnation_, resource->name},
@@ -347,7 +347,7 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
       }
       --unfinished_;
       if (reply.kind == Reply::Kind::ok) {
-        closure->result = reply.bytes;
+        closure->result = std::move(reply.bytes);
         closure->phase = Phase::succeeded;
         ++report_.succeeded;
         note_progress();
