@@ -15873,14 +15873,12 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
         ++report_.worker_failures;
         if (closure) {
           closure->phase = Phase::queued;
-          if (stopping_) {
-            queue_.push_front(std::move(closure));
+          queue_.push_front(std::move(closure));
+          if (stopping_)
             cancel_queued(fmt::format("the coordinator shut down after {} was lost: {}", who(slot),
                                       reply.why));
-          } else {
-            queue_.push_front(std::move(closure));
+          else
             work_.notify_all();
-          }
         }
         note_progress();
         continue;
