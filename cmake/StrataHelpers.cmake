@@ -24,28 +24,15 @@ function(strata_name_from_path out_var rel_path)
   set(${out_var} "${arg_PREFIX}${name}" PARENT_SCOPE)
 endfunction()
 
-# strata_link_dependencies(<target> <INTERFACE|PUBLIC|PRIVATE> [NO_GPU])
-#   What every way of consuming strata needs besides its include directory: C++20, the
-#   third-party targets, and the STRATA_HAS_CUDA / STRATA_HAS_NCCL switches with their libraries
-#   (strata_cuda, strata's kernels, with CUDA).
-#   Used by the strata target and by the test-only variants (single header, headers checked
-#   with CUDA/NCCL off), so they cannot drift. NO_GPU leaves the CUDA/NCCL switches at 0.
+# strata_link_dependencies(<target> <INTERFACE|PUBLIC|PRIVATE>)
+#   What every way of consuming strata needs besides its include directory: C++20 and the
+#   third-party targets. Used by the strata target and by the test-only variants (single header,
+#   headers checked with CUDA/NCCL off), so they cannot drift. The GPU path is not here: it is
+#   strata::cuda and strata::nccl, linked beside (CMakeLists.txt).
 function(strata_link_dependencies target scope)
-  cmake_parse_arguments(PARSE_ARGV 2 arg "NO_GPU" "" "")
   target_compile_features(${target} ${scope} cxx_std_20)
   target_link_libraries(${target} ${scope} fmt::fmt Threads::Threads asio::asio
                                            nlohmann_json::nlohmann_json OpenSSL::Crypto)
-  if(arg_NO_GPU)
-    return()
-  endif()
-  if(STRATA_ENABLE_CUDA)
-    target_compile_definitions(${target} ${scope} STRATA_HAS_CUDA=1)
-    target_link_libraries(${target} ${scope} CUDA::cudart strata_cuda)
-  endif()
-  if(STRATA_ENABLE_NCCL)
-    target_compile_definitions(${target} ${scope} STRATA_HAS_NCCL=1)
-    target_link_libraries(${target} ${scope} NCCL::nccl)
-  endif()
 endfunction()
 
 # strata_mark_system(<imported-target>...)

@@ -40,7 +40,8 @@ endfunction()
 # strata_add_doctest(<source relative to tests/>)
 #   One executable and one ctest per tests/<layer>/.../<stem>_test.cpp, named after the path
 #   (core/reduce_test.cpp -> core_reduce_test), labelled with the layer (the first directory).
-#   Links STRATA_TEST_LIBRARY (strata::strata, or the single-header variant), doctest, the
+#   Links STRATA_TEST_LIBRARY (strata::strata, or the single-header variant, and strata_gpu: the
+#   GPU path when the build has it), doctest, the
 #   shared main (strata_doctest_main) and the warnings target; tests/support/ is on the path.
 function(strata_add_doctest source)
   strata_name_from_path(name "${source}")
@@ -88,15 +89,14 @@ endfunction()
 # strata_add_variant_target(<name> INCLUDE_DIRS <dir>... [NO_GPU])
 #   A test-only INTERFACE target that consumes strata headers from other directories (the single
 #   header, or the headers with the CUDA/NCCL switches off) with the same dependencies as
-#   strata::strata.
+#   strata::strata, and the GPU path of the build unless NO_GPU.
 function(strata_add_variant_target name)
   cmake_parse_arguments(PARSE_ARGV 1 arg "NO_GPU" "" "INCLUDE_DIRS")
   add_library(${name} INTERFACE)
   target_include_directories(${name} INTERFACE ${arg_INCLUDE_DIRS})
-  if(arg_NO_GPU)
-    strata_link_dependencies(${name} INTERFACE NO_GPU)
-  else()
-    strata_link_dependencies(${name} INTERFACE)
+  strata_link_dependencies(${name} INTERFACE)
+  if(NOT arg_NO_GPU)
+    target_link_libraries(${name} INTERFACE strata_gpu)
   endif()
 endfunction()
 

@@ -1,7 +1,10 @@
 // strata/config.hpp — the one configuration header: version and the few STRATA_* switches.
 //
 // Macros (each documented once, here):
-//   STRATA_VERSION_MAJOR/MINOR/PATCH  the library version, also in strata::kVersion.
+//   STRATA_VERSION_MAJOR/MINOR/PATCH  the library version, also strata::kVersion and
+//                     strata::version(). The one place it is written: CMake, the Conan recipe
+//                     and the vcpkg port read it from here or are checked against it
+//                     (tests/packaging/version_test.cmake).
 //   STRATA_HAS_CUDA   1 when the CUDA runtime is available to the including target (set by the
 //                     CMake target when CUDA is found and STRATA_ENABLE_CUDA is ON); 0 otherwise.
 //   STRATA_HAS_NCCL   1 when NCCL is available (same rule, STRATA_ENABLE_NCCL); 0 otherwise.
@@ -49,8 +52,15 @@ struct Version {
   int major;
   int minor;
   int patch;
+
+  friend constexpr bool operator==(const Version&, const Version&) = default;
 };
 
 inline constexpr Version kVersion{STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR, STRATA_VERSION_PATCH};
+
+/// The version of the strata headers this unit was compiled with (kVersion, as a call).
+[[nodiscard]] constexpr Version version() noexcept {
+  return kVersion;
+}
 
 }  // namespace strata

@@ -24,7 +24,10 @@
 // strata/config.hpp — the one configuration header: version and the few STRATA_* switches.
 //
 // Macros (each documented once, here):
-//   STRATA_VERSION_MAJOR/MINOR/PATCH  the library version, also in strata::kVersion.
+//   STRATA_VERSION_MAJOR/MINOR/PATCH  the library version, also strata::kVersion and
+//                     strata::version(). The one place it is written: CMake, the Conan recipe
+//                     and the vcpkg port read it from here or are checked against it
+//                     (tests/packaging/version_test.cmake).
 //   STRATA_HAS_CUDA   1 when the CUDA runtime is available to the including target (set by the
 //                     CMake target when CUDA is found and STRATA_ENABLE_CUDA is ON); 0 otherwise.
 //   STRATA_HAS_NCCL   1 when NCCL is available (same rule, STRATA_ENABLE_NCCL); 0 otherwise.
@@ -71,9 +74,16 @@ struct Version {
   int major;
   int minor;
   int patch;
+
+  friend constexpr bool operator==(const Version&, const Version&) = default;
 };
 
 inline constexpr Version kVersion{STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR, STRATA_VERSION_PATCH};
+
+/// The version of the strata headers this unit was compiled with (kVersion, as a call).
+[[nodiscard]] constexpr Version version() noexcept {
+  return kVersion;
+}
 
 }  // namespace strata
 // ---- end strata/config.hpp ----
@@ -12359,8 +12369,8 @@ struct PinnedAllocator {
 // ---- begin strata/transport/cuda/kernels.hpp ----
 // strata/transport/cuda/kernels.hpp — the CUDA kernels strata launches, declared for every
 // compiler. nvcc compiles them once (transport/cuda/impl/kernels.cuh, the strata::cuda
-// library that strata::strata links when CUDA is on), so that no unit including strata needs a
-// CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
+// library, linked beside strata::strata for the GPU path), so that no unit including strata
+// needs a CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
 //
 // This header includes nothing that a CUDA compiler cannot parse.
 
@@ -12964,7 +12974,16 @@ namespace strata::coordinator {
 /// Appends values' bytes.
 class Writer {
  public:
-  void bytes(std::span<const std::byte> data) { out_.insert(out_.end(), data.begin(), data.end()); }
+  // resize and memcpy rather than insert: g++ 12 at -O3 flags a false -Warray-bounds in
+  // vector::insert of a few bytes.
+  void bytes(std::span<const std::byte> data) {
+    if (data.empty()) {
+      return;
+    }
+    const std::size_t at = out_.size();
+    out_.resize(at + data.size());
+    std::memcpy(out_.data() + at, data.data(), data.size());
+  }
   template <std::unsigned_integral U>
   void le(U value) {
     std::array<std::byte, sizeof(U)> raw{};
@@ -17721,8 +17740,8 @@ struct PinnedAllocator {
 // ---- begin strata/transport/cuda/kernels.hpp ----
 // strata/transport/cuda/kernels.hpp — the CUDA kernels strata launches, declared for every
 // compiler. nvcc compiles them once (transport/cuda/impl/kernels.cuh, the strata::cuda
-// library that strata::strata links when CUDA is on), so that no unit including strata needs a
-// CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
+// library, linked beside strata::strata for the GPU path), so that no unit including strata
+// needs a CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
 //
 // This header includes nothing that a CUDA compiler cannot parse.
 
@@ -23838,8 +23857,8 @@ struct PinnedAllocator {
 // ---- begin strata/transport/cuda/kernels.hpp ----
 // strata/transport/cuda/kernels.hpp — the CUDA kernels strata launches, declared for every
 // compiler. nvcc compiles them once (transport/cuda/impl/kernels.cuh, the strata::cuda
-// library that strata::strata links when CUDA is on), so that no unit including strata needs a
-// CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
+// library, linked beside strata::strata for the GPU path), so that no unit including strata
+// needs a CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
 //
 // This header includes nothing that a CUDA compiler cannot parse.
 

@@ -31,7 +31,16 @@ namespace strata::coordinator {
 /// Appends values' bytes.
 class Writer {
  public:
-  void bytes(std::span<const std::byte> data) { out_.insert(out_.end(), data.begin(), data.end()); }
+  // resize and memcpy rather than insert: g++ 12 at -O3 flags a false -Warray-bounds in
+  // vector::insert of a few bytes.
+  void bytes(std::span<const std::byte> data) {
+    if (data.empty()) {
+      return;
+    }
+    const std::size_t at = out_.size();
+    out_.resize(at + data.size());
+    std::memcpy(out_.data() + at, data.data(), data.size());
+  }
   template <std::unsigned_integral U>
   void le(U value) {
     std::array<std::byte, sizeof(U)> raw{};

@@ -1,7 +1,7 @@
 // strata/transport/cuda/kernels.hpp — the CUDA kernels strata launches, declared for every
 // compiler. nvcc compiles them once (transport/cuda/impl/kernels.cuh, the strata::cuda
-// library that strata::strata links when CUDA is on), so that no unit including strata needs a
-// CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
+// library, linked beside strata::strata for the GPU path), so that no unit including strata
+// needs a CUDA compiler. Without CMake, compile one .cu file that includes that .cuh.
 //
 // This header includes nothing that a CUDA compiler cannot parse.
 #pragma once

@@ -1,0 +1,2 @@
+# openssl comes from Debian (libssl-dev): this port installs nothing (tests/packaging/CMakeLists.txt).
+set(VCPKG_POLICY_EMPTY_PACKAGE enabled)
