@@ -84,6 +84,10 @@ class StrataConan(ConanFile):
         if not self.options.cuda:
             return
         toolchain = CMakeToolchain(self)
+        # The toolchain's CMAKE_CXX_STANDARD would reach CMake's CUDA checks, and CMake 3.25
+        # knows no C++20 dialect for nvcc 13; strata asks for C++20 itself (compile features,
+        # and -std=c++20 to nvcc).
+        toolchain.blocks.remove("cppstd")
         toolchain.cache_variables.update({
             "STRATA_BUILD_TESTS": False,
             "STRATA_BUILD_BENCHMARKS": False,

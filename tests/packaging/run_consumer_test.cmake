@@ -13,6 +13,7 @@
 #                          VCPKG_ROOT/vcpkg, VCPKG_ROOT from the variable or the environment)
 # Other inputs: SOURCE_DIR BUILD_DIR WORK_DIR GENERATOR [MAKE_PROGRAM] CXX_COMPILER [CXX_FLAGS]
 #   [CONFIG] EXPECTED_VERSION [COMPONENTS] [EXPECT_GPU=1] [PLATFORM_REQUIRES] [CHECK_VERSION_RULE]
+#   [CUDA_LIBRARY_DIR]
 # A route whose tool is missing prints "strata-packaging-skipped: <why>" (the test's skip regex).
 cmake_minimum_required(VERSION 3.25)
 
@@ -227,6 +228,13 @@ elseif(MODE STREQUAL "conan")
     set(c_compiler gcc)
   endif()
   get_filename_component(compiler_dir "${CXX_COMPILER}" DIRECTORY)
+  # EXPECT_GPU: the recipe's cuda and nccl options; the toolkit's libraries are the system's.
+  set(gpu_conf "")
+  set(gpu_options)
+  if(EXPECT_GPU)
+    set(gpu_conf "tools.build:exelinkflags=[\"-L${CUDA_LIBRARY_DIR}\"]")
+    set(gpu_options -o "strata/*:cuda=True" -o "strata/*:nccl=True")
+  endif()
   # The dependencies are Debian's: the profile declares them as provided by the platform.
   string(REPLACE ";" "\n" platform_requires "${PLATFORM_REQUIRES}")
   file(
@@ -242,13 +250,16 @@ build_type=${CONFIG}
 [conf]
 tools.build:compiler_executables={\"c\": \"${compiler_dir}/${c_compiler}\", \"cpp\": \"${CXX_COMPILER}\"}
 tools.cmake.cmaketoolchain:generator=${GENERATOR}
+${gpu_conf}
 [platform_requires]
 ${platform_requires}
 ")
   set(ENV{CONAN_HOME} "${WORK_DIR}/home")
-  strata_run("conan create" "${CONAN}" create "${recipe}" -pr:a default)
+  strata_run("conan create" "${CONAN}" create "${recipe}" -pr:a default ${gpu_options})
   string(REGEX MATCH "strata[^\n]*all_reduce over 2 TCP ranks[^\n]*" said "${run_output}")
-  set(expected "strata ${EXPECTED_VERSION} (cuda 0, nccl 0): all_reduce over 2 TCP ranks = 11 22 33")
+  set(expected "strata ${EXPECTED_VERSION} (cuda ${EXPECT_GPU}, nccl ${EXPECT_GPU}): all_reduce "
+               "over 2 TCP ranks = 11 22 33")
+  string(JOIN "" expected ${expected})
   if(NOT said STREQUAL expected)
     message(FATAL_ERROR "conan's test_package said '${said}', expected '${expected}'")
   endif()
