@@ -60,6 +60,9 @@
 #include <strata/communicator/tcp.hpp>
 #include <strata/communicator/work.hpp>
 
+#include <strata/fusion/bucket_plan.hpp>
+#include <strata/fusion/gradient_buckets.hpp>
+
 #include <strata/coordinator/cluster_coordinator.hpp>
 #include <strata/coordinator/codec.hpp>
 #include <strata/coordinator/functions.hpp>

@@ -12924,6 +12924,443 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 }  // namespace strata::communicator
 // ---- end strata/communicator/self.hpp ----
 
+// ---- begin strata/fusion/bucket_plan.hpp ----
+// strata/fusion/bucket_plan.hpp — which gradients are all-reduced together.
+//
+// A model's gradients, in the order backward produces them (the reverse of the parameters' order
+// for a feed-forward network), are grouped into buckets of one element type each, as PyTorch
+// DDP does: a bucket closes when the next gradient of its type would take it past its cap, and
+// the first bucket of each type has a smaller cap so that communication starts early in the
+// backward pass. A gradient larger than the cap gets a bucket of its own. The plan is a pure
+// function of the gradient list and the options, so every rank that registers the same list
+// computes the same buckets in the same order.
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <span>
+#include <vector>
+
+
+namespace strata::fusion {
+
+/// One gradient as the plan sees it: its element type and its number of elements.
+struct GradientSpec {
+  DataType type = DataType::float32;
+  std::size_t count = 0;
+
+  friend bool operator==(const GradientSpec&, const GradientSpec&) = default;
+};
+
+/// The caps of the buckets, in bytes. The defaults are DDP's: 25 MiB buckets, 1 MiB first.
+struct BucketOptions {
+  std::size_t bucket_bytes = std::size_t{25} << 20;
+  std::size_t first_bucket_bytes = std::size_t{1} << 20;
+};
+
+/// Where gradient `gradient` lies in its bucket: `count` elements from element `offset`.
+struct BucketSlot {
+  std::size_t gradient = 0;
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
+/// Gradients of one element type that are all-reduced as one span of `count` elements.
+struct Bucket {
+  DataType type = DataType::float32;
+  std::size_t count = 0;
+  std::vector<BucketSlot> slots;
+
+  std::size_t bytes() const noexcept { return count * size_of(type); }
+};
+
+/// The buckets of a gradient list, in the order they are all-reduced: the order in which they
+/// close as gradients arrive in list order, then the buckets still open, by their first
+/// gradient. A bucket's slots are in list order.
+class BucketPlan {
+ public:
+  BucketPlan() = default;
+  BucketPlan(std::span<const GradientSpec> gradients, BucketOptions options)
+      : options_(options), location_(gradients.size()) {
+    struct Open {
+      Bucket bucket;
+      bool first = true;  // the first bucket of this type: the smaller cap
+    };
+    std::map<DataType, Open> open;
+    std::vector<Bucket> closed;
+    const auto close = [&](Open& state) {
+      closed.push_back(std::move(state.bucket));
+      state.bucket = Bucket{};
+      state.first = false;
+    };
+    for (std::size_t i = 0; i < gradients.size(); ++i) {
+      const GradientSpec& gradient = gradients[i];
+      Open& state = open[gradient.type];
+      state.bucket.type = gradient.type;
+      const std::size_t cap = state.first ? options.first_bucket_bytes : options.bucket_bytes;
+      const std::size_t bytes = gradient.count * size_of(gradient.type);
+      if (!state.bucket.slots.empty() && state.bucket.bytes() + bytes > cap) {
+        close(state);
+        state.bucket.type = gradient.type;
+      }
+      state.bucket.slots.push_back({i, state.bucket.count, gradient.count});
+      state.bucket.count += gradient.count;
+      const std::size_t now_cap = state.first ? options.first_bucket_bytes : options.bucket_bytes;
+      if (state.bucket.bytes() >= now_cap && state.bucket.bytes() > 0) {
+        close(state);
+      }
+    }
+    // The buckets still open, in the order of their first gradient.
+    std::vector<Bucket> rest;
+    for (auto& [type, state] : open) {
+      if (!state.bucket.slots.empty()) rest.push_back(std::move(state.bucket));
+    }
+    std::sort(rest.begin(), rest.end(), [](const Bucket& a, const Bucket& b) {
+      return a.slots.front().gradient < b.slots.front().gradient;
+    });
+    buckets_ = std::move(closed);
+    for (Bucket& bucket : rest)
+      buckets_.push_back(std::move(bucket));
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      for (std::size_t s = 0; s < buckets_[b].slots.size(); ++s) {
+        location_[buckets_[b].slots[s].gradient] = {b, s};
+      }
+    }
+  }
+
+  const std::vector<Bucket>& buckets() const noexcept { return buckets_; }
+  const BucketOptions& options() const noexcept { return options_; }
+  std::size_t gradients() const noexcept { return location_.size(); }
+  /// The bucket that holds gradient `i`.
+  std::size_t bucket_of(std::size_t i) const { return location_.at(i).bucket; }
+  /// Gradient `i`'s place in its bucket.
+  const BucketSlot& slot_of(std::size_t i) const {
+    const Location& at = location_.at(i);
+    return buckets_[at.bucket].slots[at.slot];
+  }
+
+ private:
+  struct Location {
+    std::size_t bucket = 0;
+    std::size_t slot = 0;
+  };
+  BucketOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<Location> location_;
+};
+
+}  // namespace strata::fusion
+// ---- end strata/fusion/bucket_plan.hpp ----
+// ---- begin strata/fusion/gradient_buckets.hpp ----
+// strata/fusion/gradient_buckets.hpp — all-reduce a model's gradients in buckets, while the
+// backward pass still runs.
+//
+//   strata::fusion::GradientBuckets buckets(comm, {gradient(w2), gradient(b2), gradient(w1)});
+//   // each step:
+//   buckets.ready(0);  // as backward produces each gradient: a full bucket starts at once
+//   buckets.ready(1);
+//   buckets.ready(2);
+//   buckets.wait();    // before the optimizer: every gradient holds the reduced value
+//
+// Buckets start in the plan's order on every rank, whatever order the gradients become ready
+// in: a bucket that fills early waits for the ones before it, so every rank issues the same
+// collectives in the same order (out of order they would pair different buckets). A rank that
+// registered a different gradient list gets MismatchError on the first step, naming the first
+// gradient that differs, and so does every other rank. With `GradientBuckets(comm, specs)` the
+// gradients live in the buckets (`buffer<T>(i)`: the trainer writes its gradient there, no copy
+// in or out); with spans of the trainer's own buffers, `ready` copies in and `wait` copies out.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::fusion {
+
+/// One of the trainer's gradient buffers, type-erased: its type, its bytes, its element count.
+struct GradientRef {
+  DataType type = DataType::float32;
+  std::byte* data = nullptr;
+  std::size_t count = 0;
+};
+
+/// The GradientRef of `values`.
+template <Element T>
+GradientRef gradient(std::span<T> values) noexcept {
+  return {data_type_of<T>, reinterpret_cast<std::byte*>(values.data()), values.size()};
+}
+
+/// Buckets of gradients all-reduced through `Comm` (any strata Communicator), one step at a
+/// time: `ready(i)` for every gradient, in any order, then `wait()`. Not copyable; `ready` may be
+/// called from several threads (backward hooks), `wait` from one.
+template <communicator::Communicator Comm>
+class GradientBuckets {
+ public:
+  /// Gradients that live in the trainer's buffers (copied in by `ready`, out by `wait`).
+  GradientBuckets(Comm& comm, std::vector<GradientRef> gradients, BucketOptions options = {},
+                  ReduceOp op = ReduceOp::sum)
+      : GradientBuckets(comm, specs_of(gradients), options, op) {
+    refs_ = std::move(gradients);
+  }
+
+  /// Gradients that live in the buckets: write gradient i into `buffer<T>(i)`.
+  GradientBuckets(Comm& comm, const std::vector<GradientSpec>& gradients,
+                  BucketOptions options = {}, ReduceOp op = ReduceOp::sum)
+      : comm_(&comm),
+        specs_(gradients),
+        plan_(gradients, options),
+        op_(op),
+        ready_(gradients.size(), false),
+        filled_(plan_.buckets().size(), 0),
+        works_(plan_.buckets().size()) {
+    storage_.reserve(plan_.buckets().size());
+    for (const Bucket& bucket : plan_.buckets()) {
+      storage_.emplace_back(bucket.bytes());
+    }
+  }
+
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  ~GradientBuckets() {
+    // The collectives own the buckets' bytes until they complete.
+    for (communicator::Work& work : works_) {
+      try {
+        work.wait();
+      } catch (...) {  // the error was, or would have been, wait()'s to report
+      }
+    }
+  }
+
+  const BucketPlan& plan() const noexcept { return plan_; }
+
+  /// Gradient i's place in its bucket (gradients that live in the buckets). Valid for the
+  /// object's lifetime; between `ready(i)` and the end of `wait()` it belongs to the collective.
+  template <Element T>
+  std::span<T> buffer(std::size_t i) {
+    check_index(i, "buffer");
+    if (data_type_of<T> != specs_[i].type) {
+      throw UsageError(comm_->rank(), "fusion::GradientBuckets::buffer",
+                       fmt::format("gradient {} holds {}, not {}", i, name_of(specs_[i].type),
+                                   name_of(data_type_of<T>)),
+                       "ask for the element type the gradient was registered with");
+    }
+    const BucketSlot& slot = plan_.slot_of(i);
+    auto* base = reinterpret_cast<T*>(storage_[plan_.bucket_of(i)].data());
+    return {base + slot.offset, slot.count};
+  }
+
+  /// Gradient i of this step is computed: its bucket starts as soon as it is full and every
+  /// bucket before it has started. The first step first checks that every rank registered the
+  /// same gradients (a collective: it blocks until every rank has a gradient ready).
+  /// @throws MismatchError (first step, lists differ), UsageError (i twice in a step, out of
+  ///         range), the communicator's errors.
+  void ready(std::size_t i) {
+    std::lock_guard lock(mutex_);
+    check_usable();
+    check_index(i, "ready");
+    if (ready_[i]) {
+      throw UsageError(comm_->rank(), "fusion::GradientBuckets::ready",
+                       fmt::format("gradient {} is ready twice in one step", i),
+                       "call ready(i) once per gradient per step, then wait()");
+    }
+    ready_[i] = true;
+    const std::size_t b = plan_.bucket_of(i);
+    if (!refs_.empty()) {
+      const BucketSlot& slot = plan_.slot_of(i);
+      const std::size_t element = size_of(specs_[i].type);
+      if (slot.count > 0) {
+        std::memcpy(storage_[b].data() + slot.offset * element, refs_[i].data,
+                    slot.count * element);
+      }
+    }
+    ++filled_[b];
+    try {
+      start_full_buckets();
+    } catch (...) {
+      failure_ = std::current_exception();
+      throw;
+    }
+  }
+
+  /// Waits for every bucket of the step; every gradient then holds its reduced value.
+  /// @throws UsageError naming a gradient that was never made ready; the first error of the
+  ///         step's collectives (every later call on this object rethrows it).
+  void wait() {
+    std::lock_guard lock(mutex_);
+    check_usable();
+    if (!checked_) {
+      // A rank with no bucket to start (an empty list) still takes part in the check.
+      try {
+        check_same_gradients();
+      } catch (...) {
+        failure_ = std::current_exception();
+        throw;
+      }
+      checked_ = true;
+    }
+    const auto missing = std::find(ready_.begin(), ready_.end(), false);
+    if (missing != ready_.end()) {
+      throw UsageError(
+          comm_->rank(), "fusion::GradientBuckets::wait",
+          fmt::format("gradient {} was not made ready this step", missing - ready_.begin()),
+          "call ready(i) for every registered gradient before wait()");
+    }
+    std::exception_ptr first;
+    for (communicator::Work& work : works_) {
+      try {
+        work.wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    works_.assign(works_.size(), communicator::Work{});
+    if (first) {
+      failure_ = first;
+      std::rethrow_exception(first);
+    }
+    if (!refs_.empty()) {
+      for (std::size_t i = 0; i < refs_.size(); ++i) {
+        const BucketSlot& slot = plan_.slot_of(i);
+        const std::size_t element = size_of(specs_[i].type);
+        if (slot.count > 0) {
+          std::memcpy(refs_[i].data, storage_[plan_.bucket_of(i)].data() + slot.offset * element,
+                      slot.count * element);
+        }
+      }
+    }
+    std::fill(ready_.begin(), ready_.end(), false);
+    std::fill(filled_.begin(), filled_.end(), 0);
+    next_ = 0;
+  }
+
+ private:
+  static std::vector<GradientSpec> specs_of(const std::vector<GradientRef>& gradients) {
+    std::vector<GradientSpec> specs;
+    specs.reserve(gradients.size());
+    for (const GradientRef& g : gradients)
+      specs.push_back({g.type, g.count});
+    return specs;
+  }
+
+  static std::string_view name_of(DataType type) { return to_string(type); }
+
+  void check_index(std::size_t i, std::string_view call) const {
+    if (i >= specs_.size()) {
+      throw UsageError(comm_->rank(), fmt::format("fusion::GradientBuckets::{}", call),
+                       fmt::format("gradient {} of {}", i, specs_.size()),
+                       "pass the index of a registered gradient");
+    }
+  }
+
+  void check_usable() const {
+    if (failure_) std::rethrow_exception(failure_);
+  }
+
+  void start_full_buckets() {
+    const auto& buckets = plan_.buckets();
+    while (next_ < buckets.size() && filled_[next_] == buckets[next_].slots.size()) {
+      if (!checked_) {
+        check_same_gradients();
+        checked_ = true;
+      }
+      const Bucket& bucket = buckets[next_];
+      std::byte* bytes = storage_[next_].data();
+      works_[next_] = visit_data_type(bucket.type, [&](auto type) {
+        using T = typename decltype(type)::type;
+        return comm_->all_reduce_async(std::span<T>(reinterpret_cast<T*>(bytes), bucket.count),
+                                       op_);
+      });
+      ++next_;
+    }
+  }
+
+  /// Every rank compares its list (and options) with rank 0's; all agree on the first
+  /// difference, so all throw, naming the same gradient.
+  void check_same_gradients() {
+    const int rank = comm_->rank();
+    const BucketOptions& options = plan_.options();
+    std::vector<std::int64_t> mine;
+    mine.reserve(3 + 2 * specs_.size());
+    mine.push_back(static_cast<std::int64_t>(specs_.size()));
+    mine.push_back(static_cast<std::int64_t>(options.bucket_bytes));
+    mine.push_back(static_cast<std::int64_t>(options.first_bucket_bytes));
+    for (const GradientSpec& spec : specs_) {
+      mine.push_back(static_cast<std::int64_t>(spec.type));
+      mine.push_back(static_cast<std::int64_t>(spec.count));
+    }
+    std::int64_t rank0_size = mine[0];
+    comm_->broadcast(std::span(&rank0_size, 1), 0);
+    std::vector<std::int64_t> rank0(3 + 2 * static_cast<std::size_t>(rank0_size));
+    if (rank == 0) rank0 = mine;
+    comm_->broadcast(std::span(rank0), 0);
+
+    constexpr std::int64_t kSame = std::numeric_limits<std::int64_t>::max();
+    constexpr std::int64_t kOptions = -1;
+    std::int64_t differs = kSame;
+    if (rank0[1] != mine[1] || rank0[2] != mine[2]) {
+      differs = kOptions;
+    } else {
+      const std::size_t common = std::min(specs_.size(), static_cast<std::size_t>(rank0_size));
+      for (std::size_t i = 0; i < common && differs == kSame; ++i) {
+        if (rank0[3 + 2 * i] != mine[3 + 2 * i] || rank0[4 + 2 * i] != mine[4 + 2 * i]) {
+          differs = static_cast<std::int64_t>(i);
+        }
+      }
+      if (differs == kSame && specs_.size() != static_cast<std::size_t>(rank0_size)) {
+        differs = static_cast<std::int64_t>(common);
+      }
+    }
+    comm_->all_reduce(std::span(&differs, 1), ReduceOp::min);
+    if (differs == kSame) return;
+
+    if (differs == kOptions) {
+      throw MismatchError(rank, "fusion::GradientBuckets",
+                          "the bucket options differ between ranks (bucket_bytes, "
+                          "first_bucket_bytes)",
+                          "give every rank the same BucketOptions");
+    }
+    const auto i = static_cast<std::size_t>(differs);
+    const auto describe = [](const std::vector<std::int64_t>& list, std::size_t at) {
+      if (at >= static_cast<std::size_t>(list[0])) return std::string("no such gradient");
+      return fmt::format("{}[{}]", to_string(static_cast<DataType>(list[3 + 2 * at])),
+                         list[4 + 2 * at]);
+    };
+    throw MismatchError(
+        rank, "fusion::GradientBuckets",
+        fmt::format("the ranks registered different gradients: gradient {} is {} on rank 0 "
+                    "and {} here ({} gradients on rank 0, {} here)",
+                    i, describe(rank0, i), describe(mine, i), rank0_size, specs_.size()),
+        "register the same gradients, in the same order, on every rank");
+  }
+
+  Comm* comm_;
+  std::vector<GradientSpec> specs_;
+  BucketPlan plan_;
+  ReduceOp op_;
+  std::vector<GradientRef> refs_;
+  std::vector<std::vector<std::byte>> storage_;
+  std::vector<bool> ready_;
+  std::vector<std::size_t> filled_;
+  std::vector<communicator::Work> works_;
+  std::size_t next_ = 0;
+  bool checked_ = false;
+  std::exception_ptr failure_;
+  std::mutex mutex_;
+};
+
+}  // namespace strata::fusion
+// ---- end strata/fusion/gradient_buckets.hpp ----
+
 // ---- begin strata/coordinator/cluster_coordinator.hpp ----
 // strata/coordinator/cluster_coordinator.hpp — TF2's ClusterCoordinator: the chief schedules
 // registered functions (functions.hpp) on the workers, which survive each other's loss.

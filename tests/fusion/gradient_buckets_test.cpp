@@ -1,0 +1,384 @@
+// strata/fusion/gradient_buckets.hpp: fused steps give the same bits as one all-reduce per
+// gradient, whatever order gradients become ready in on each rank and whatever buckets the caps
+// make; gradients that live in the buckets; several steps; a rank with a different list gets
+// MismatchError naming the gradient, and so does every other; a peer that aborts or stops in
+// the middle of a bucketed step fails every rank's step; misuse is a UsageError.
+#include <strata/fusion/gradient_buckets.hpp>
+
+#include <strata/communicator/local.hpp>
+#include <strata/communicator/tcp.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "exceptions.hpp"
+#include "rank_team.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using strata::bfloat16;
+using strata::DataType;
+using strata::ReduceOp;
+using strata::communicator::CommunicatorOptions;
+using strata::communicator::LocalCommunicator;
+using strata::communicator::TcpCommunicator;
+using strata::fusion::BucketOptions;
+using strata::fusion::GradientBuckets;
+using strata::fusion::GradientRef;
+using strata::fusion::GradientSpec;
+using strata::testing::holds;
+using strata::testing::message_of;
+using Local = LocalCommunicator<>;
+
+bool contains(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+// One rank's gradients: float, double, bfloat16 and int32 buffers of the listed sizes, filled
+// with values that depend on the rank, the gradient, the element and the step.
+struct Gradients {
+  std::vector<GradientSpec> specs;
+  std::vector<std::vector<float>> f32;
+  std::vector<std::vector<double>> f64;
+  std::vector<std::vector<bfloat16>> bf16;
+  std::vector<std::vector<std::int32_t>> i32;
+
+  explicit Gradients(std::vector<GradientSpec> list) : specs(std::move(list)) {
+    for (const GradientSpec& spec : specs) {
+      f32.emplace_back(spec.type == DataType::float32 ? spec.count : 0);
+      f64.emplace_back(spec.type == DataType::float64 ? spec.count : 0);
+      bf16.emplace_back(spec.type == DataType::bfloat16 ? spec.count : 0);
+      i32.emplace_back(spec.type == DataType::int32 ? spec.count : 0);
+    }
+  }
+
+  void fill(int rank, int step) {
+    for (std::size_t g = 0; g < specs.size(); ++g) {
+      for (std::size_t k = 0; k < specs[g].count; ++k) {
+        const double x = 0.37 * static_cast<double>(rank + 1) + 0.011 * static_cast<double>(g) -
+                         0.0007 * static_cast<double>(k % 97) + 0.13 * step;
+        f32[g].empty() ? void() : void(f32[g][k] = static_cast<float>(x / 3.0));
+        f64[g].empty() ? void() : void(f64[g][k] = x / 7.0);
+        bf16[g].empty() ? void() : void(bf16[g][k] = bfloat16(static_cast<float>(x)));
+        i32[g].empty() ? void()
+                       : void(i32[g][k] = static_cast<std::int32_t>(k) * (rank + 1) + step);
+      }
+    }
+  }
+
+  std::vector<GradientRef> refs() {
+    std::vector<GradientRef> out;
+    for (std::size_t g = 0; g < specs.size(); ++g) {
+      switch (specs[g].type) {
+        case DataType::float32:
+          out.push_back(strata::fusion::gradient(std::span(f32[g])));
+          break;
+        case DataType::float64:
+          out.push_back(strata::fusion::gradient(std::span(f64[g])));
+          break;
+        case DataType::bfloat16:
+          out.push_back(strata::fusion::gradient(std::span(bf16[g])));
+          break;
+        default:
+          out.push_back(strata::fusion::gradient(std::span(i32[g])));
+          break;
+      }
+    }
+    return out;
+  }
+
+  // One all-reduce per gradient: the unfused reference.
+  template <class Comm>
+  void all_reduce_each(Comm& comm) {
+    for (std::size_t g = 0; g < specs.size(); ++g) {
+      switch (specs[g].type) {
+        case DataType::float32:
+          comm.all_reduce(std::span(f32[g]), ReduceOp::sum);
+          break;
+        case DataType::float64:
+          comm.all_reduce(std::span(f64[g]), ReduceOp::sum);
+          break;
+        case DataType::bfloat16:
+          comm.all_reduce(std::span(bf16[g]), ReduceOp::sum);
+          break;
+        default:
+          comm.all_reduce(std::span(i32[g]), ReduceOp::sum);
+          break;
+      }
+    }
+  }
+
+  bool same_bits(const Gradients& other) const {
+    const auto bytes_equal = [](const auto& a, const auto& b) {
+      return a.size() == b.size() &&
+             (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
+    };
+    for (std::size_t g = 0; g < specs.size(); ++g) {
+      if (!bytes_equal(f32[g], other.f32[g]) || !bytes_equal(f64[g], other.f64[g]) ||
+          !bytes_equal(bf16[g], other.bf16[g]) || !bytes_equal(i32[g], other.i32[g])) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+std::vector<GradientSpec> random_list(std::mt19937_64& random) {
+  const DataType types[] = {DataType::float32, DataType::float64, DataType::bfloat16,
+                            DataType::int32};
+  const std::size_t sizes[] = {0, 1, 2, 3, 7, 31, 97, 1021, 4099, 65537};
+  std::vector<GradientSpec> list(1 + random() % 24);
+  for (auto& spec : list) {
+    spec.type = types[random() % 4];
+    spec.count = sizes[random() % 10];
+  }
+  return list;
+}
+
+// A fused step on every rank (readiness in an order of each rank's own) against one all-reduce
+// per gradient on a second group of the same kind: the same bits, for several steps.
+template <class Comm>
+void check_fused_equals_unfused(strata::testing::RankTeam<Comm>& fused_team,
+                                strata::testing::RankTeam<Comm>& unfused_team,
+                                const std::vector<GradientSpec>& list, BucketOptions options,
+                                std::uint64_t seed) {
+  const int n = fused_team.size();
+  std::vector<Gradients> fused(static_cast<std::size_t>(n), Gradients(list));
+  std::vector<Gradients> unfused(static_cast<std::size_t>(n), Gradients(list));
+  std::vector<std::unique_ptr<GradientBuckets<Comm>>> buckets(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    buckets[static_cast<std::size_t>(r)] = std::make_unique<GradientBuckets<Comm>>(
+        fused_team[r], fused[static_cast<std::size_t>(r)].refs(), options);
+  }
+  for (int step = 0; step < 3; ++step) {
+    fused_team.run_or_throw([&](int rank) {
+      auto& mine = fused[static_cast<std::size_t>(rank)];
+      mine.fill(rank, step);
+      std::vector<std::size_t> order(list.size());
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::mt19937_64 shuffle(seed + static_cast<std::uint64_t>(rank * 1000 + step));
+      std::shuffle(order.begin(), order.end(), shuffle);
+      for (const std::size_t g : order)
+        buckets[static_cast<std::size_t>(rank)]->ready(g);
+      buckets[static_cast<std::size_t>(rank)]->wait();
+    });
+    unfused_team.run_or_throw([&](int rank) {
+      auto& mine = unfused[static_cast<std::size_t>(rank)];
+      mine.fill(rank, step);
+      mine.all_reduce_each(unfused_team[rank]);
+    });
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(fused[static_cast<std::size_t>(r)].same_bits(unfused[static_cast<std::size_t>(r)]));
+    }
+  }
+  // Integers against sums computed here: sum over ranks of k·(r+1) + step (step 2).
+  for (std::size_t g = 0; g < list.size(); ++g) {
+    for (std::size_t k = 0; k < fused[0].i32[g].size(); ++k) {
+      REQUIRE(fused[0].i32[g][k] == static_cast<std::int32_t>(k) * n * (n + 1) / 2 + 2 * n);
+    }
+  }
+}
+
+TEST_CASE("fused steps give the bits of one all-reduce per gradient (in process)") {
+  std::mt19937_64 random(7);
+  for (const int n : {1, 2, 3, 4}) {
+    strata::testing::RankTeam<Local> fused(n);
+    strata::testing::RankTeam<Local> unfused(n);
+    for (int trial = 0; trial < 12; ++trial) {
+      const auto list = random_list(random);
+      const BucketOptions options{.bucket_bytes = 1 + random() % 20000,
+                                  .first_bucket_bytes = 1 + random() % 5000};
+      CAPTURE(n);
+      CAPTURE(trial);
+      check_fused_equals_unfused(fused, unfused, list, options, random());
+    }
+  }
+}
+
+TEST_CASE("fused steps give the bits of one all-reduce per gradient (TCP, 2 ranks)") {
+  std::mt19937_64 random(11);
+  strata::testing::RankTeam<TcpCommunicator> fused(2);
+  strata::testing::RankTeam<TcpCommunicator> unfused(2);
+  for (int trial = 0; trial < 6; ++trial) {
+    const auto list = random_list(random);
+    const BucketOptions options{.bucket_bytes = 1 + random() % 40000,
+                                .first_bucket_bytes = 1 + random() % 8000};
+    CAPTURE(trial);
+    check_fused_equals_unfused(fused, unfused, list, options, random());
+  }
+}
+
+TEST_CASE("gradients that live in the buckets") {
+  strata::testing::RankTeam<Local> team(3);
+  const std::vector<GradientSpec> list{{DataType::float32, 5},
+                                       {DataType::float64, 3},
+                                       {DataType::float32, 0},
+                                       {DataType::float32, 9}};
+  std::vector<std::unique_ptr<GradientBuckets<Local>>> buckets(3);
+  for (int r = 0; r < 3; ++r) {
+    buckets[static_cast<std::size_t>(r)] = std::make_unique<GradientBuckets<Local>>(
+        team[r], list, BucketOptions{.bucket_bytes = 24, .first_bucket_bytes = 8});
+  }
+  for (int step = 1; step <= 2; ++step) {
+    team.run_or_throw([&](int rank) {
+      auto& mine = *buckets[static_cast<std::size_t>(rank)];
+      for (const std::size_t g : {3u, 1u, 0u, 2u}) {
+        if (list[g].type == DataType::float64) {
+          auto values = mine.buffer<double>(g);
+          for (std::size_t k = 0; k < values.size(); ++k)
+            values[k] = rank * 10.0 + k + step;
+        } else {
+          auto values = mine.buffer<float>(g);
+          for (std::size_t k = 0; k < values.size(); ++k)
+            values[k] = float(rank + k * step);
+        }
+        mine.ready(g);
+      }
+      mine.wait();
+    });
+    for (int r = 0; r < 3; ++r) {
+      auto& mine = *buckets[static_cast<std::size_t>(r)];
+      const auto w = mine.buffer<float>(3);
+      for (std::size_t k = 0; k < w.size(); ++k)
+        CHECK(w[k] == float(0 + 1 + 2 + 3 * k * step));
+      const auto d = mine.buffer<double>(1);
+      for (std::size_t k = 0; k < d.size(); ++k)
+        CHECK(d[k] == 30.0 + 3.0 * (k + step));
+    }
+  }
+  CHECK_THROWS_AS(buckets[0]->buffer<double>(0), strata::UsageError);
+  CHECK_THROWS_AS(buckets[0]->buffer<float>(4), strata::UsageError);
+}
+
+TEST_CASE("a rank with a different gradient list: every rank gets MismatchError naming it") {
+  const std::vector<GradientSpec> list{
+      {DataType::float32, 4}, {DataType::float32, 8}, {DataType::int32, 3}, {DataType::float32, 2}};
+  struct Case {
+    const char* what;
+    std::vector<GradientSpec> odd;
+    BucketOptions options;
+    const char* expected;
+  };
+  const BucketOptions same{};
+  const std::vector<Case> cases{
+      {"a count",
+       {{DataType::float32, 4},
+        {DataType::float32, 8},
+        {DataType::int32, 4},
+        {DataType::float32, 2}},
+       same,
+       "gradient 2 is int32[3] on rank 0 and int32[4]"},
+      {"a type",
+       {{DataType::float32, 4},
+        {DataType::float64, 8},
+        {DataType::int32, 3},
+        {DataType::float32, 2}},
+       same,
+       "gradient 1 is float[8] on rank 0 and double[8]"},
+      {"one gradient fewer",
+       {{DataType::float32, 4}, {DataType::float32, 8}, {DataType::int32, 3}},
+       same,
+       "gradient 3 is float[2] on rank 0 and no such gradient"},
+      {"no gradients", {}, same, "gradient 0 is float[4] on rank 0 and no such gradient"},
+      {"the caps", list, BucketOptions{.bucket_bytes = 64, .first_bucket_bytes = 8},
+       "the bucket options differ"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    strata::testing::RankTeam<Local> team(3, CommunicatorOptions{.timeout = 5s});
+    std::vector<std::vector<float>> unused(3);
+    const auto failures = team.run([&](int rank) {
+      const bool odd = rank == 2;
+      GradientBuckets<Local> buckets(team[rank], odd ? c.odd : list, odd ? c.options : same);
+      for (std::size_t g = 0; g < (odd ? c.odd : list).size(); ++g)
+        buckets.ready(g);
+      buckets.wait();
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      REQUIRE(holds<strata::MismatchError>(failures[static_cast<std::size_t>(r)]));
+      if (r == 2) CHECK(contains(message_of(failures[2]), c.expected));
+    }
+  }
+}
+
+TEST_CASE("a peer that aborts in the middle of a bucketed step fails every rank's step") {
+  strata::testing::RankTeam<Local> team(3, CommunicatorOptions{.timeout = 20s});
+  std::vector<Gradients> grads(3, Gradients({{DataType::float32, 100},
+                                             {DataType::float32, 100},
+                                             {DataType::float32, 100},
+                                             {DataType::float32, 100}}));
+  const auto failures = team.run([&](int rank) {
+    auto& mine = grads[static_cast<std::size_t>(rank)];
+    mine.fill(rank, 0);
+    // 400-byte buckets: one per gradient.
+    GradientBuckets<Local> buckets(team[rank], mine.refs(),
+                                   BucketOptions{.bucket_bytes = 400, .first_bucket_bytes = 400});
+    buckets.ready(0);
+    buckets.ready(1);
+    if (rank == 1) team[rank].abort("injected in the middle of the step");
+    buckets.ready(2);
+    buckets.ready(3);
+    buckets.wait();
+  });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    REQUIRE(failures[static_cast<std::size_t>(r)]);
+    CHECK(contains(message_of(failures[static_cast<std::size_t>(r)]), "injected"));
+  }
+}
+
+TEST_CASE("a peer that stops making gradients ready: the others' step ends at the deadline") {
+  strata::testing::RankTeam<Local> team(2, CommunicatorOptions{.timeout = 300ms});
+  std::vector<Gradients> grads(2, Gradients({{DataType::float64, 50}, {DataType::float64, 50}}));
+  std::vector<std::exception_ptr> later(2);
+  const auto failures = team.run([&](int rank) {
+    auto& mine = grads[static_cast<std::size_t>(rank)];
+    GradientBuckets<Local> buckets(team[rank], mine.refs(),
+                                   BucketOptions{.bucket_bytes = 400, .first_bucket_bytes = 400});
+    buckets.ready(0);
+    if (rank == 0) {
+      buckets.ready(1);
+      try {
+        buckets.wait();
+      } catch (...) {
+        // The failed step's error again, from any later call.
+        try {
+          buckets.ready(0);
+        } catch (...) {
+          later[0] = std::current_exception();
+        }
+        throw;
+      }
+    }
+  });
+  REQUIRE(holds<strata::TimeoutError>(failures[0]));
+  CHECK(holds<strata::TimeoutError>(later[0]));
+}
+
+TEST_CASE("misuse is a UsageError") {
+  strata::testing::RankTeam<Local> team(1);
+  std::vector<float> a(3, 1.0f), b(2, 2.0f);
+  GradientBuckets<Local> buckets(team[0],
+                                 std::vector<GradientRef>{strata::fusion::gradient(std::span(a)),
+                                                          strata::fusion::gradient(std::span(b))});
+  CHECK_THROWS_AS(buckets.ready(2), strata::UsageError);
+  buckets.ready(0);
+  CHECK_THROWS_AS(buckets.ready(0), strata::UsageError);
+  CHECK_THROWS_WITH_AS(buckets.wait(), doctest::Contains("gradient 1 was not made ready"),
+                       strata::UsageError);
+  buckets.ready(1);
+  buckets.wait();
+  CHECK(a == std::vector<float>(3, 1.0f));  // a group of one: the sum is the value
+}
+
+}  // namespace
