@@ -13068,7 +13068,9 @@ class BucketPlan {
 // registered a different gradient list gets MismatchError on the first step, naming the first
 // gradient that differs, and so does every other rank. With `GradientBuckets(comm, specs)` the
 // gradients live in the buckets (`buffer<T>(i)`: the trainer writes its gradient there, no copy
-// in or out); with spans of the trainer's own buffers, `ready` copies in and `wait` copies out.
+// in or out); with spans of the trainer's own buffers, `ready` copies in and `wait` copies out,
+// except for a bucket of one gradient, all-reduced in the trainer's buffer. Either way, from
+// `ready(i)` to the end of `wait()` gradient i's buffer belongs to strata.
 
 #include <algorithm>
 #include <cstddef>
@@ -13110,6 +13112,13 @@ class GradientBuckets {
                   ReduceOp op = ReduceOp::sum)
       : GradientBuckets(comm, specs_of(gradients), options, op) {
     refs_ = std::move(gradients);
+    // A bucket of one gradient is all-reduced in the trainer's buffer: no copies, no storage.
+    for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+      if (plan_.buckets()[b].slots.size() == 1) {
+        storage_[b] = {};
+        storage_[b].shrink_to_fit();
+      }
+    }
   }
 
   /// Gradients that live in the buckets: write gradient i into `buffer<T>(i)`.
@@ -13175,7 +13184,7 @@ class GradientBuckets {
     }
     ready_[i] = true;
     const std::size_t b = plan_.bucket_of(i);
-    if (!refs_.empty()) {
+    if (!refs_.empty() && !in_place(b)) {
       const BucketSlot& slot = plan_.slot_of(i);
       const std::size_t element = size_of(specs_[i].type);
       if (slot.count > 0) {
@@ -13215,28 +13224,21 @@ class GradientBuckets {
           fmt::format("gradient {} was not made ready this step", missing - ready_.begin()),
           "call ready(i) for every registered gradient before wait()");
     }
+    // Each bucket is copied out as soon as it completes, while later ones are still in flight.
     std::exception_ptr first;
-    for (communicator::Work& work : works_) {
+    const auto& buckets = plan_.buckets();
+    for (std::size_t b = 0; b < buckets.size(); ++b) {
       try {
-        work.wait();
+        works_[b].wait();
       } catch (...) {
         if (!first) first = std::current_exception();
       }
+      if (!first && !refs_.empty() && !in_place(b)) copy_out(b);
     }
     works_.assign(works_.size(), communicator::Work{});
     if (first) {
       failure_ = first;
       std::rethrow_exception(first);
-    }
-    if (!refs_.empty()) {
-      for (std::size_t i = 0; i < refs_.size(); ++i) {
-        const BucketSlot& slot = plan_.slot_of(i);
-        const std::size_t element = size_of(specs_[i].type);
-        if (slot.count > 0) {
-          std::memcpy(refs_[i].data, storage_[plan_.bucket_of(i)].data() + slot.offset * element,
-                      slot.count * element);
-        }
-      }
     }
     std::fill(ready_.begin(), ready_.end(), false);
     std::fill(filled_.begin(), filled_.end(), 0);
@@ -13253,6 +13255,20 @@ class GradientBuckets {
   }
 
   static std::string_view name_of(DataType type) { return to_string(type); }
+
+  bool in_place(std::size_t b) const noexcept {
+    return !refs_.empty() && plan_.buckets()[b].slots.size() == 1;
+  }
+
+  void copy_out(std::size_t b) {
+    const std::size_t element = size_of(plan_.buckets()[b].type);
+    for (const BucketSlot& slot : plan_.buckets()[b].slots) {
+      if (slot.count > 0) {
+        std::memcpy(refs_[slot.gradient].data, storage_[b].data() + slot.offset * element,
+                    slot.count * element);
+      }
+    }
+  }
 
   void check_index(std::size_t i, std::string_view call) const {
     if (i >= specs_.size()) {
@@ -13274,7 +13290,8 @@ class GradientBuckets {
         checked_ = true;
       }
       const Bucket& bucket = buckets[next_];
-      std::byte* bytes = storage_[next_].data();
+      std::byte* bytes =
+          in_place(next_) ? refs_[bucket.slots.front().gradient].data : storage_[next_].data();
       works_[next_] = visit_data_type(bucket.type, [&](auto type) {
         using T = typename decltype(type)::type;
         return comm_->all_reduce_async(std::span<T>(reinterpret_cast<T*>(bytes), bucket.count),
