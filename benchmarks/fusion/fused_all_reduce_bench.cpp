@@ -35,7 +35,9 @@ std::vector<GradientSpec> small_gradients() {
   return std::vector<GradientSpec>(10000, GradientSpec{strata::DataType::float32, 256});
 }
 
-void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(), Mode mode) {
+void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(), Mode mode,
+                  strata::fusion::Compression compression = strata::fusion::Compression::none) {
+  const strata::fusion::BucketOptions options{.compression = compression};
   const auto list = model();
   const std::size_t n = static_cast<std::size_t>(state.range(0));
   const std::size_t total = strata::bench::total_count(list);
@@ -51,7 +53,7 @@ void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(),
       continue;
     }
     if (mode == Mode::fused_in_buckets) {
-      buckets[r] = std::make_unique<GradientBuckets<TcpCommunicator>>(group[r], list);
+      buckets[r] = std::make_unique<GradientBuckets<TcpCommunicator>>(group[r], list, options);
       for (std::size_t g = 0; g < list.size(); ++g) {
         auto buffer = buckets[r]->buffer<float>(g);
         std::fill(buffer.begin(), buffer.end(), 1.0f);
@@ -64,7 +66,8 @@ void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(),
       refs.push_back(strata::fusion::gradient(std::span(gradients[r].back())));
     }
     if (mode == Mode::fused) {
-      buckets[r] = std::make_unique<GradientBuckets<TcpCommunicator>>(group[r], std::move(refs));
+      buckets[r] =
+          std::make_unique<GradientBuckets<TcpCommunicator>>(group[r], std::move(refs), options);
     }
   }
 
@@ -109,6 +112,12 @@ BENCHMARK_CAPTURE(BM_Gradients, resnet50_one_all_reduce, resnet50_gradients, Mod
     ->Apply(ranks);
 BENCHMARK_CAPTURE(BM_Gradients, resnet50_one_per_gradient, resnet50_gradients,
                   Mode::one_per_gradient)
+    ->Apply(ranks);
+BENCHMARK_CAPTURE(BM_Gradients, resnet50_fused_bfloat16, resnet50_gradients, Mode::fused,
+                  strata::fusion::Compression::bfloat16)
+    ->Apply(ranks);
+BENCHMARK_CAPTURE(BM_Gradients, resnet50_fused_in_buckets_bfloat16, resnet50_gradients,
+                  Mode::fused_in_buckets, strata::fusion::Compression::bfloat16)
     ->Apply(ranks);
 BENCHMARK_CAPTURE(BM_Gradients, small10k_fused, small_gradients, Mode::fused)->Apply(ranks);
 BENCHMARK_CAPTURE(BM_Gradients, small10k_fused_in_buckets, small_gradients, Mode::fused_in_buckets)

@@ -12937,6 +12937,7 @@ class SelfCommunicator : public LocalCommunicator<algorithms::AllReduceReduceToO
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <span>
 #include <vector>
@@ -12952,10 +12953,18 @@ struct GradientSpec {
   friend bool operator==(const GradientSpec&, const GradientSpec&) = default;
 };
 
-/// The caps of the buckets, in bytes. The defaults are DDP's: 25 MiB buckets, 1 MiB first.
+/// How float32 gradients travel: as they are, or rounded to a 16-bit float for the all-reduce
+/// (half the bytes; Horovod's Compression.fp16, DDP's fp16/bf16 compression hooks). The
+/// reduction combines the 16-bit values in float; the result, widened back to float32, is the
+/// same on every rank. Other element types travel as they are.
+enum class Compression : std::uint8_t { none, float16, bfloat16 };
+
+/// The caps of the buckets, in bytes of the gradients' own type (DDP's defaults: 25 MiB
+/// buckets, 1 MiB first), and the compression of float32 buckets.
 struct BucketOptions {
   std::size_t bucket_bytes = std::size_t{25} << 20;
   std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  Compression compression = Compression::none;
 };
 
 /// Where gradient `gradient` lies in its bucket: `count` elements from element `offset`.
@@ -13112,9 +13121,10 @@ class GradientBuckets {
                   ReduceOp op = ReduceOp::sum)
       : GradientBuckets(comm, specs_of(gradients), options, op) {
     refs_ = std::move(gradients);
-    // A bucket of one gradient is all-reduced in the trainer's buffer: no copies, no storage.
+    // A bucket of one gradient is all-reduced in the trainer's buffer: no copies, no storage;
+    // a compressed bucket is narrowed from the trainer's buffers straight into its wire bytes.
     for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
-      if (plan_.buckets()[b].slots.size() == 1) {
+      if (in_place(b) || compressed(b)) {
         storage_[b] = {};
         storage_[b].shrink_to_fit();
       }
@@ -13132,8 +13142,10 @@ class GradientBuckets {
         filled_(plan_.buckets().size(), 0),
         works_(plan_.buckets().size()) {
     storage_.reserve(plan_.buckets().size());
-    for (const Bucket& bucket : plan_.buckets()) {
-      storage_.emplace_back(bucket.bytes());
+    wire_.resize(plan_.buckets().size());
+    for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+      storage_.emplace_back(plan_.buckets()[b].bytes());
+      if (compressed(b)) wire_[b].resize(plan_.buckets()[b].count * 2);
     }
   }
 
@@ -13184,13 +13196,14 @@ class GradientBuckets {
     }
     ready_[i] = true;
     const std::size_t b = plan_.bucket_of(i);
-    if (!refs_.empty() && !in_place(b)) {
-      const BucketSlot& slot = plan_.slot_of(i);
+    const BucketSlot& slot = plan_.slot_of(i);
+    if (compressed(b)) {
+      const std::byte* from =
+          refs_.empty() ? storage_[b].data() + slot.offset * sizeof(float) : refs_[i].data;
+      narrow(reinterpret_cast<const float*>(from), wire_[b].data() + slot.offset * 2, slot.count);
+    } else if (!refs_.empty() && !in_place(b) && slot.count > 0) {
       const std::size_t element = size_of(specs_[i].type);
-      if (slot.count > 0) {
-        std::memcpy(storage_[b].data() + slot.offset * element, refs_[i].data,
-                    slot.count * element);
-      }
+      std::memcpy(storage_[b].data() + slot.offset * element, refs_[i].data, slot.count * element);
     }
     ++filled_[b];
     try {
@@ -13233,7 +13246,12 @@ class GradientBuckets {
       } catch (...) {
         if (!first) first = std::current_exception();
       }
-      if (!first && !refs_.empty() && !in_place(b)) copy_out(b);
+      if (first) continue;
+      if (compressed(b)) {
+        widen_out(b);
+      } else if (!refs_.empty() && !in_place(b)) {
+        copy_out(b);
+      }
     }
     works_.assign(works_.size(), communicator::Work{});
     if (first) {
@@ -13257,7 +13275,45 @@ class GradientBuckets {
   static std::string_view name_of(DataType type) { return to_string(type); }
 
   bool in_place(std::size_t b) const noexcept {
-    return !refs_.empty() && plan_.buckets()[b].slots.size() == 1;
+    return !refs_.empty() && plan_.buckets()[b].slots.size() == 1 && !compressed(b);
+  }
+
+  bool compressed(std::size_t b) const noexcept {
+    return plan_.options().compression != Compression::none &&
+           plan_.buckets()[b].type == DataType::float32;
+  }
+
+  /// float32 values to the bucket's 16-bit wire bytes.
+  void narrow(const float* from, std::byte* to, std::size_t count) const {
+    if (plan_.options().compression == Compression::bfloat16) {
+      auto* out = reinterpret_cast<bfloat16*>(to);
+      for (std::size_t k = 0; k < count; ++k)
+        out[k] = bfloat16(from[k]);
+    } else {
+      auto* out = reinterpret_cast<float16*>(to);
+      for (std::size_t k = 0; k < count; ++k)
+        out[k] = float16(from[k]);
+    }
+  }
+
+  /// A compressed bucket's reduced values, widened into the gradients.
+  void widen_out(std::size_t b) {
+    const bool bf16 = plan_.options().compression == Compression::bfloat16;
+    for (const BucketSlot& slot : plan_.buckets()[b].slots) {
+      std::byte* target = refs_.empty() ? storage_[b].data() + slot.offset * sizeof(float)
+                                        : refs_[slot.gradient].data;
+      auto* out = reinterpret_cast<float*>(target);
+      const std::byte* wire = wire_[b].data() + slot.offset * 2;
+      if (bf16) {
+        const auto* in = reinterpret_cast<const bfloat16*>(wire);
+        for (std::size_t k = 0; k < slot.count; ++k)
+          out[k] = static_cast<float>(in[k]);
+      } else {
+        const auto* in = reinterpret_cast<const float16*>(wire);
+        for (std::size_t k = 0; k < slot.count; ++k)
+          out[k] = static_cast<float>(in[k]);
+      }
+    }
   }
 
   void copy_out(std::size_t b) {
@@ -13292,7 +13348,13 @@ class GradientBuckets {
       const Bucket& bucket = buckets[next_];
       std::byte* bytes =
           in_place(next_) ? refs_[bucket.slots.front().gradient].data : storage_[next_].data();
-      works_[next_] = visit_data_type(bucket.type, [&](auto type) {
+      DataType type_on_wire = bucket.type;
+      if (compressed(next_)) {
+        bytes = wire_[next_].data();
+        type_on_wire = plan_.options().compression == Compression::bfloat16 ? DataType::bfloat16
+                                                                            : DataType::float16;
+      }
+      works_[next_] = visit_data_type(type_on_wire, [&](auto type) {
         using T = typename decltype(type)::type;
         return comm_->all_reduce_async(std::span<T>(reinterpret_cast<T*>(bytes), bucket.count),
                                        op_);
@@ -13307,29 +13369,31 @@ class GradientBuckets {
     const int rank = comm_->rank();
     const BucketOptions& options = plan_.options();
     std::vector<std::int64_t> mine;
-    mine.reserve(3 + 2 * specs_.size());
+    mine.reserve(kHeader + 2 * specs_.size());
     mine.push_back(static_cast<std::int64_t>(specs_.size()));
     mine.push_back(static_cast<std::int64_t>(options.bucket_bytes));
     mine.push_back(static_cast<std::int64_t>(options.first_bucket_bytes));
+    mine.push_back(static_cast<std::int64_t>(options.compression));
     for (const GradientSpec& spec : specs_) {
       mine.push_back(static_cast<std::int64_t>(spec.type));
       mine.push_back(static_cast<std::int64_t>(spec.count));
     }
     std::int64_t rank0_size = mine[0];
     comm_->broadcast(std::span(&rank0_size, 1), 0);
-    std::vector<std::int64_t> rank0(3 + 2 * static_cast<std::size_t>(rank0_size));
+    std::vector<std::int64_t> rank0(kHeader + 2 * static_cast<std::size_t>(rank0_size));
     if (rank == 0) rank0 = mine;
     comm_->broadcast(std::span(rank0), 0);
 
     constexpr std::int64_t kSame = std::numeric_limits<std::int64_t>::max();
     constexpr std::int64_t kOptions = -1;
     std::int64_t differs = kSame;
-    if (rank0[1] != mine[1] || rank0[2] != mine[2]) {
+    if (!std::equal(rank0.begin() + 1, rank0.begin() + kHeader, mine.begin() + 1)) {
       differs = kOptions;
     } else {
       const std::size_t common = std::min(specs_.size(), static_cast<std::size_t>(rank0_size));
       for (std::size_t i = 0; i < common && differs == kSame; ++i) {
-        if (rank0[3 + 2 * i] != mine[3 + 2 * i] || rank0[4 + 2 * i] != mine[4 + 2 * i]) {
+        if (rank0[kHeader + 2 * i] != mine[kHeader + 2 * i] ||
+            rank0[kHeader + 1 + 2 * i] != mine[kHeader + 1 + 2 * i]) {
           differs = static_cast<std::int64_t>(i);
         }
       }
@@ -13343,14 +13407,14 @@ class GradientBuckets {
     if (differs == kOptions) {
       throw MismatchError(rank, "fusion::GradientBuckets",
                           "the bucket options differ between ranks (bucket_bytes, "
-                          "first_bucket_bytes)",
+                          "first_bucket_bytes, compression)",
                           "give every rank the same BucketOptions");
     }
     const auto i = static_cast<std::size_t>(differs);
     const auto describe = [](const std::vector<std::int64_t>& list, std::size_t at) {
       if (at >= static_cast<std::size_t>(list[0])) return std::string("no such gradient");
-      return fmt::format("{}[{}]", to_string(static_cast<DataType>(list[3 + 2 * at])),
-                         list[4 + 2 * at]);
+      return fmt::format("{}[{}]", to_string(static_cast<DataType>(list[kHeader + 2 * at])),
+                         list[kHeader + 1 + 2 * at]);
     };
     throw MismatchError(
         rank, "fusion::GradientBuckets",
@@ -13360,12 +13424,16 @@ class GradientBuckets {
         "register the same gradients, in the same order, on every rank");
   }
 
+  // What the first step exchanges before the gradients: the count and the three options.
+  static constexpr std::size_t kHeader = 4;
+
   Comm* comm_;
   std::vector<GradientSpec> specs_;
   BucketPlan plan_;
   ReduceOp op_;
   std::vector<GradientRef> refs_;
   std::vector<std::vector<std::byte>> storage_;
+  std::vector<std::vector<std::byte>> wire_;  // compressed buckets: their 16-bit values
   std::vector<bool> ready_;
   std::vector<std::size_t> filled_;
   std::vector<communicator::Work> works_;

@@ -291,6 +291,8 @@ TEST_CASE("a rank with a different gradient list: every rank gets MismatchError 
        "gradient 3 is float[2] on rank 0 and no such gradient"},
       {"no gradients", {}, same, "gradient 0 is float[4] on rank 0 and no such gradient"},
       {"the caps", list, BucketOptions{.bucket_bytes = 64, .first_bucket_bytes = 8},
+       "the bucket options differ"},
+      {"the compression", list, BucketOptions{.compression = strata::fusion::Compression::bfloat16},
        "the bucket options differ"}};
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -363,6 +365,106 @@ TEST_CASE("a peer that stops making gradients ready: the others' step ends at th
   });
   REQUIRE(holds<strata::TimeoutError>(failures[0]));
   CHECK(holds<strata::TimeoutError>(later[0]));
+}
+
+// float32 gradients travel as 16-bit floats: each rank's value rounded, the ranks' values
+// added in float in rank order (the in-process reduction), the sum rounded once and widened.
+template <class Half>
+void check_compressed(strata::fusion::Compression compression, bool in_buckets) {
+  constexpr int n = 3;
+  strata::testing::RankTeam<Local> team(n);
+  const std::vector<GradientSpec> list{{DataType::float32, 1021}, {DataType::float64, 7},
+                                       {DataType::float32, 0},    {DataType::float32, 4099},
+                                       {DataType::int32, 5},      {DataType::float32, 1}};
+  const BucketOptions options{
+      .bucket_bytes = 8192, .first_bucket_bytes = 1024, .compression = compression};
+  std::vector<Gradients> grads(n, Gradients(list));
+  std::vector<std::unique_ptr<GradientBuckets<Local>>> buckets(n);
+  for (int r = 0; r < n; ++r) {
+    auto& mine = grads[static_cast<std::size_t>(r)];
+    buckets[static_cast<std::size_t>(r)] =
+        in_buckets ? std::make_unique<GradientBuckets<Local>>(team[r], list, options)
+                   : std::make_unique<GradientBuckets<Local>>(team[r], mine.refs(), options);
+  }
+  for (int step = 0; step < 2; ++step) {
+    team.run_or_throw([&](int rank) {
+      auto& mine = grads[static_cast<std::size_t>(rank)];
+      auto& fused = *buckets[static_cast<std::size_t>(rank)];
+      mine.fill(rank, step);
+      for (std::size_t g = list.size(); g-- > 0;) {
+        if (in_buckets) {
+          // The trainer writes its gradient into the bucket, then reads the result there.
+          const auto copy = [&](auto& values, auto target) {
+            std::copy(values.begin(), values.end(), target.begin());
+          };
+          switch (list[g].type) {
+            case DataType::float32:
+              copy(mine.f32[g], fused.buffer<float>(g));
+              break;
+            case DataType::float64:
+              copy(mine.f64[g], fused.buffer<double>(g));
+              break;
+            default:
+              copy(mine.i32[g], fused.buffer<std::int32_t>(g));
+              break;
+          }
+        }
+        fused.ready(g);
+      }
+      fused.wait();
+      if (in_buckets) {
+        for (std::size_t g = 0; g < list.size(); ++g) {
+          const auto back = [&](auto source, auto& values) {
+            std::copy(source.begin(), source.end(), values.begin());
+          };
+          switch (list[g].type) {
+            case DataType::float32:
+              back(fused.buffer<float>(g), mine.f32[g]);
+              break;
+            case DataType::float64:
+              back(fused.buffer<double>(g), mine.f64[g]);
+              break;
+            default:
+              back(fused.buffer<std::int32_t>(g), mine.i32[g]);
+              break;
+          }
+        }
+      }
+    });
+    // The reference, from each rank's inputs.
+    std::vector<Gradients> inputs(n, Gradients(list));
+    for (int r = 0; r < n; ++r)
+      inputs[static_cast<std::size_t>(r)].fill(r, step);
+    for (std::size_t g = 0; g < list.size(); ++g) {
+      for (std::size_t k = 0; k < list[g].count; ++k) {
+        if (list[g].type == DataType::float32) {
+          float sum = 0.0f;
+          for (int r = 0; r < n; ++r) {
+            sum += static_cast<float>(Half(inputs[static_cast<std::size_t>(r)].f32[g][k]));
+          }
+          const float expected = static_cast<float>(Half(sum));
+          for (int r = 0; r < n; ++r) {
+            REQUIRE(std::memcmp(&grads[static_cast<std::size_t>(r)].f32[g][k], &expected,
+                                sizeof(float)) == 0);
+          }
+        } else if (list[g].type == DataType::float64) {
+          double sum = 0.0;
+          for (int r = 0; r < n; ++r)
+            sum += inputs[static_cast<std::size_t>(r)].f64[g][k];
+          for (int r = 0; r < n; ++r)
+            REQUIRE(grads[static_cast<std::size_t>(r)].f64[g][k] == sum);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("float32 gradients as bfloat16 or float16 on the wire") {
+  for (const bool in_buckets : {false, true}) {
+    CAPTURE(in_buckets);
+    check_compressed<bfloat16>(strata::fusion::Compression::bfloat16, in_buckets);
+    check_compressed<strata::float16>(strata::fusion::Compression::float16, in_buckets);
+  }
 }
 
 TEST_CASE("misuse is a UsageError") {

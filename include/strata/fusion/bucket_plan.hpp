@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <span>
 #include <vector>
@@ -27,10 +28,18 @@ struct GradientSpec {
   friend bool operator==(const GradientSpec&, const GradientSpec&) = default;
 };
 
-/// The caps of the buckets, in bytes. The defaults are DDP's: 25 MiB buckets, 1 MiB first.
+/// How float32 gradients travel: as they are, or rounded to a 16-bit float for the all-reduce
+/// (half the bytes; Horovod's Compression.fp16, DDP's fp16/bf16 compression hooks). The
+/// reduction combines the 16-bit values in float; the result, widened back to float32, is the
+/// same on every rank. Other element types travel as they are.
+enum class Compression : std::uint8_t { none, float16, bfloat16 };
+
+/// The caps of the buckets, in bytes of the gradients' own type (DDP's defaults: 25 MiB
+/// buckets, 1 MiB first), and the compression of float32 buckets.
 struct BucketOptions {
   std::size_t bucket_bytes = std::size_t{25} << 20;
   std::size_t first_bucket_bytes = std::size_t{1} << 20;
+  Compression compression = Compression::none;
 };
 
 /// Where gradient `gradient` lies in its bucket: `count` elements from element `offset`.
