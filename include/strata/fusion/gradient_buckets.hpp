@@ -63,37 +63,14 @@ template <communicator::Communicator Comm>
 class GradientBuckets {
  public:
   /// Gradients that live in the trainer's buffers (copied in by `ready`, out by `wait`).
-  GradientBuckets(Comm& comm, std::vector<GradientRef> gradients, BucketOptions options = {},
+  GradientBuckets(Comm& comm, const std::vector<GradientRef>& gradients, BucketOptions options = {},
                   ReduceOp op = ReduceOp::sum)
-      : GradientBuckets(comm, specs_of(gradients), options, op) {
-    refs_ = std::move(gradients);
-    // A bucket of one gradient is all-reduced in the trainer's buffer: no copies, no storage;
-    // a compressed bucket is narrowed from the trainer's buffers straight into its wire bytes.
-    for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
-      if (in_place(b) || compressed(b)) {
-        storage_[b] = {};
-        storage_[b].shrink_to_fit();
-      }
-    }
-  }
+      : GradientBuckets(comm, specs_of(gradients), gradients, options, op) {}
 
   /// Gradients that live in the buckets: write gradient i into `buffer<T>(i)`.
   GradientBuckets(Comm& comm, const std::vector<GradientSpec>& gradients,
                   BucketOptions options = {}, ReduceOp op = ReduceOp::sum)
-      : comm_(&comm),
-        specs_(gradients),
-        plan_(gradients, options),
-        op_(op),
-        ready_(gradients.size(), false),
-        filled_(plan_.buckets().size(), 0),
-        works_(plan_.buckets().size()) {
-    storage_.reserve(plan_.buckets().size());
-    wire_.resize(plan_.buckets().size());
-    for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
-      storage_.emplace_back(plan_.buckets()[b].bytes());
-      if (compressed(b)) wire_[b].resize(plan_.buckets()[b].count * 2);
-    }
-  }
+      : GradientBuckets(comm, gradients, {}, options, op) {}
 
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -210,6 +187,28 @@ class GradientBuckets {
   }
 
  private:
+  GradientBuckets(Comm& comm, const std::vector<GradientSpec>& gradients,
+                  std::vector<GradientRef> refs, BucketOptions options, ReduceOp op)
+      : comm_(&comm),
+        specs_(gradients),
+        plan_(gradients, options),
+        op_(op),
+        refs_(std::move(refs)),
+        ready_(gradients.size(), false),
+        filled_(plan_.buckets().size(), 0),
+        works_(plan_.buckets().size()) {
+    storage_.reserve(plan_.buckets().size());
+    wire_.resize(plan_.buckets().size());
+    for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+      // A bucket of one of the trainer's gradients is all-reduced in the trainer's buffer, and a
+      // compressed bucket is narrowed from the trainer's buffers straight into its wire bytes:
+      // neither needs storage of its own.
+      const bool own_storage = refs_.empty() || !(in_place(b) || compressed(b));
+      storage_.emplace_back(own_storage ? plan_.buckets()[b].bytes() : 0);
+      if (compressed(b)) wire_[b].resize(plan_.buckets()[b].count * 2);
+    }
+  }
+
   static std::vector<GradientSpec> specs_of(const std::vector<GradientRef>& gradients) {
     std::vector<GradientSpec> specs;
     specs.reserve(gradients.size());
