@@ -25,6 +25,9 @@ endif()
 if(NOT EXPECT_GPU)
   set(EXPECT_GPU 0)
 endif()
+# Consumers build unoptimized (the route is under test, not the optimizer: a third of the time),
+# unless CXX_FLAGS names an optimization level.
+set(consumer_config Debug)
 set(prefix "${WORK_DIR}/prefix")
 set(consumer_build "${WORK_DIR}/build")
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -73,7 +76,7 @@ endfunction()
 function(build_consumer mode)
   set(arguments
       -S "${SOURCE_DIR}/tests/packaging/consumer" -B "${consumer_build}" -G "${GENERATOR}"
-      "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_BUILD_TYPE=${CONFIG}"
+      "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_BUILD_TYPE=${consumer_config}"
       "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DSTRATA_CONSUMER_MODE=${mode}"
       "-DSTRATA_SOURCE_DIR=${SOURCE_DIR}" ${ARGN})
   if(MAKE_PROGRAM)
@@ -86,10 +89,10 @@ function(build_consumer mode)
     message(FATAL_ERROR "COMPONENTS nccl did not bring CUDA::cudart and NCCL::nccl:\n${run_output}")
   endif()
   strata_run("build consumer" "${CMAKE_COMMAND}" --build "${consumer_build}" --config
-             "${CONFIG}")
+             "${consumer_config}")
   set(program "${consumer_build}/strata_consumer")
   if(NOT EXISTS "${program}")
-    set(program "${consumer_build}/${CONFIG}/strata_consumer")
+    set(program "${consumer_build}/${consumer_config}/strata_consumer")
   endif()
   set(program "${program}" PARENT_SCOPE)
 endfunction()
