@@ -12997,6 +12997,9 @@ class BucketPlan {
     };
     std::map<DataType, Open> open;
     std::vector<Bucket> closed;
+    const auto cap = [&](const Open& state) {
+      return state.first ? options.first_bucket_bytes : options.bucket_bytes;
+    };
     const auto close = [&](Open& state) {
       closed.push_back(std::move(state.bucket));
       state.bucket = Bucket{};
@@ -13005,19 +13008,12 @@ class BucketPlan {
     for (std::size_t i = 0; i < gradients.size(); ++i) {
       const GradientSpec& gradient = gradients[i];
       Open& state = open[gradient.type];
-      state.bucket.type = gradient.type;
-      const std::size_t cap = state.first ? options.first_bucket_bytes : options.bucket_bytes;
       const std::size_t bytes = gradient.count * size_of(gradient.type);
-      if (!state.bucket.slots.empty() && state.bucket.bytes() + bytes > cap) {
-        close(state);
-        state.bucket.type = gradient.type;
-      }
+      if (!state.bucket.slots.empty() && state.bucket.bytes() + bytes > cap(state)) close(state);
+      state.bucket.type = gradient.type;
       state.bucket.slots.push_back({i, state.bucket.count, gradient.count});
       state.bucket.count += gradient.count;
-      const std::size_t now_cap = state.first ? options.first_bucket_bytes : options.bucket_bytes;
-      if (state.bucket.bytes() >= now_cap && state.bucket.bytes() > 0) {
-        close(state);
-      }
+      if (state.bucket.bytes() > 0 && state.bucket.bytes() >= cap(state)) close(state);
     }
     // The buckets still open, in the order of their first gradient.
     std::vector<Bucket> rest;
@@ -13148,8 +13144,8 @@ class GradientBuckets {
     check_index(i, "buffer");
     if (data_type_of<T> != specs_[i].type) {
       throw UsageError(comm_->rank(), "fusion::GradientBuckets::buffer",
-                       fmt::format("gradient {} holds {}, not {}", i, name_of(specs_[i].type),
-                                   name_of(data_type_of<T>)),
+                       fmt::format("gradient {} holds {}, not {}", i, to_string(specs_[i].type),
+                                   to_string(data_type_of<T>)),
                        "ask for the element type the gradient was registered with");
     }
     const BucketSlot& slot = plan_.slot_of(i);
@@ -13270,8 +13266,6 @@ class GradientBuckets {
       specs.push_back({g.type, g.count});
     return specs;
   }
-
-  static std::string_view name_of(DataType type) { return to_string(type); }
 
   bool in_place(std::size_t b) const noexcept {
     return !refs_.empty() && plan_.buckets()[b].slots.size() == 1 && !compressed(b);

@@ -72,6 +72,9 @@ class BucketPlan {
     };
     std::map<DataType, Open> open;
     std::vector<Bucket> closed;
+    const auto cap = [&](const Open& state) {
+      return state.first ? options.first_bucket_bytes : options.bucket_bytes;
+    };
     const auto close = [&](Open& state) {
       closed.push_back(std::move(state.bucket));
       state.bucket = Bucket{};
@@ -80,19 +83,12 @@ class BucketPlan {
     for (std::size_t i = 0; i < gradients.size(); ++i) {
       const GradientSpec& gradient = gradients[i];
       Open& state = open[gradient.type];
-      state.bucket.type = gradient.type;
-      const std::size_t cap = state.first ? options.first_bucket_bytes : options.bucket_bytes;
       const std::size_t bytes = gradient.count * size_of(gradient.type);
-      if (!state.bucket.slots.empty() && state.bucket.bytes() + bytes > cap) {
-        close(state);
-        state.bucket.type = gradient.type;
-      }
+      if (!state.bucket.slots.empty() && state.bucket.bytes() + bytes > cap(state)) close(state);
+      state.bucket.type = gradient.type;
       state.bucket.slots.push_back({i, state.bucket.count, gradient.count});
       state.bucket.count += gradient.count;
-      const std::size_t now_cap = state.first ? options.first_bucket_bytes : options.bucket_bytes;
-      if (state.bucket.bytes() >= now_cap && state.bucket.bytes() > 0) {
-        close(state);
-      }
+      if (state.bucket.bytes() > 0 && state.bucket.bytes() >= cap(state)) close(state);
     }
     // The buckets still open, in the order of their first gradient.
     std::vector<Bucket> rest;

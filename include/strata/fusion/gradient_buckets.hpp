@@ -94,8 +94,8 @@ class GradientBuckets {
     check_index(i, "buffer");
     if (data_type_of<T> != specs_[i].type) {
       throw UsageError(comm_->rank(), "fusion::GradientBuckets::buffer",
-                       fmt::format("gradient {} holds {}, not {}", i, name_of(specs_[i].type),
-                                   name_of(data_type_of<T>)),
+                       fmt::format("gradient {} holds {}, not {}", i, to_string(specs_[i].type),
+                                   to_string(data_type_of<T>)),
                        "ask for the element type the gradient was registered with");
     }
     const BucketSlot& slot = plan_.slot_of(i);
@@ -216,8 +216,6 @@ class GradientBuckets {
       specs.push_back({g.type, g.count});
     return specs;
   }
-
-  static std::string_view name_of(DataType type) { return to_string(type); }
 
   bool in_place(std::size_t b) const noexcept {
     return !refs_.empty() && plan_.buckets()[b].slots.size() == 1 && !compressed(b);
