@@ -71,6 +71,11 @@
 #include <strata/coordinator/worker_server.hpp>
 #include <strata/serve_if_worker.hpp>
 
+#include <strata/checkpoint/checkpoint.hpp>
+#include <strata/checkpoint/file.hpp>
+#include <strata/checkpoint/manager.hpp>
+#include <strata/checkpoint/safetensors.hpp>
+
 #include <strata/data/batch_split.hpp>
 #include <strata/data/sampler.hpp>
 #include <strata/data/shard.hpp>

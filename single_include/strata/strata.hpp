@@ -743,6 +743,9 @@ inline std::optional<std::string> environment_variable(std::string_view name) {
 //   │                          failure): fix the calling code
 //   ├── FunctionError          a function a ClusterCoordinator scheduled raised on its worker:
 //   │                          fix the function (its text is in the message)
+//   ├── CheckpointError        a checkpoint could not be written or read (disk full, read-only
+//   │                          directory, a damaged file, a variable of another shape): free
+//   │                          space or pick another checkpoint, as the message says
 //   └── CancelledError         a scheduled function never ran: an earlier one failed, or the
 //                              coordinator shut down; handle that first, then schedule again
 //
@@ -887,6 +890,17 @@ class FunctionError : public Error {
       : Error(rank, operation, what_happened, what_to_do) {}
 };
 
+/// A checkpoint could not be written (disk full, a read-only directory: the previous checkpoint
+/// is untouched), is not a valid checkpoint (truncated, damaged, not safetensors), or does not fit
+/// what it restores into (a variable of another shape or element type). The message names the
+/// file and, where one applies, the tensor.
+class CheckpointError : public Error {
+ public:
+  CheckpointError(int rank, std::string_view operation, std::string_view what_happened,
+                  std::string_view what_to_do)
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
 /// A scheduled function was cancelled before it ran: an earlier function failed (the error that
 /// `join` raises), or the coordinator shut down.
 class CancelledError : public Error {
@@ -933,6 +947,7 @@ enum class ExitStatus : int {
   usage_error = 70,    ///< UsageError: a bug in the calling code (EX_SOFTWARE)
   timeout = 75,        ///< TimeoutError (EX_TEMPFAIL)
   mismatch = 76,       ///< MismatchError (EX_PROTOCOL)
+  checkpoint = 74,     ///< CheckpointError (EX_IOERR)
   configuration = 78,  ///< ConfigurationError (EX_CONFIG)
 };
 
@@ -943,6 +958,7 @@ inline ExitStatus exit_status_of(const std::exception& error) noexcept {
   if (dynamic_cast<const MismatchError*>(&error) != nullptr) return ExitStatus::mismatch;
   if (dynamic_cast<const ConfigurationError*>(&error) != nullptr) return ExitStatus::configuration;
   if (dynamic_cast<const UsageError*>(&error) != nullptr) return ExitStatus::usage_error;
+  if (dynamic_cast<const CheckpointError*>(&error) != nullptr) return ExitStatus::checkpoint;
   return ExitStatus::failure;
 }
 
@@ -16910,6 +16926,529 @@ inline bool serve_if_worker(const Functions& functions, WorkerOptions options = 
 }  // namespace strata::coordinator
 // ---- end strata/serve_if_worker.hpp ----
 
+// ---- begin strata/checkpoint/checkpoint.hpp ----
+// strata/checkpoint/checkpoint.hpp — what a training run saves and restores: variables with their
+// optimizer state, counters, the data sampler's position, extra tensors and user metadata, in
+// one safetensors file written atomically.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/checkpoint/file.hpp ----
+// strata/checkpoint/file.hpp — files that are either complete or absent: written under a
+// temporary name in the target's directory, fsynced, renamed over the target, and the directory
+// fsynced, so that a crash at any point leaves the old file or the new one, never a mix.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+
+namespace strata::checkpoint {
+
+/// Who meets a file error, for its message: the rank (-1 when none applies) and the operation
+/// ("Checkpoint::save", "CheckpointManager::latest", ...).
+struct FileContext {
+  int rank = -1;
+  std::string_view operation;
+};
+
+/// The prefix of the temporary files an atomic write leaves behind when its process dies;
+/// CheckpointManager removes them from its directory.
+inline constexpr std::string_view kTemporaryPrefix = ".strata-tmp.";
+
+namespace detail::file {
+
+inline std::string what_to_do_after(int error, const std::filesystem::path& path) {
+  switch (error) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return fmt::format(
+          "free space on the file system of {} (the previous checkpoint is "
+          "untouched)",
+          path.parent_path().string());
+    case EROFS:
+    case EACCES:
+    case EPERM:
+      return fmt::format("make {} writable, or write checkpoints to another directory",
+                         path.parent_path().string());
+    case ENOENT:
+      return "check the path: the file or its directory does not exist";
+    default:
+      return "check the file system the message names";
+  }
+}
+
+}  // namespace detail::file
+
+/// A CheckpointError for the system call `call` failing with `error` on `path`.
+inline CheckpointError file_error(FileContext context, std::string_view call,
+                                  const std::filesystem::path& path, int error) {
+  return CheckpointError(context.rank, context.operation,
+                         fmt::format("{} of {} failed: {}", call, path.string(),
+                                     std::system_category().message(error)),
+                         detail::file::what_to_do_after(error, path));
+}
+
+/// An open file descriptor that closes itself. Reads and writes loop over short transfers and
+/// EINTR; every failure is a CheckpointError naming the file.
+class File {
+ public:
+  /// Adopts `fd` (closed on destruction); `path` names it in messages.
+  File(int fd, std::filesystem::path path, FileContext context) noexcept
+      : fd_(fd), path_(std::move(path)), context_(context) {}
+
+  static File open_for_reading(const std::filesystem::path& path, FileContext context) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw file_error(context, "open", path, errno);
+    return File(fd, path, context);
+  }
+
+  /// Creates `path`, which must not exist, for writing.
+  static File create(const std::filesystem::path& path, FileContext context) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw file_error(context, "create", path, errno);
+    return File(fd, path, context);
+  }
+
+  File(File&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)),
+        path_(std::move(other.path_)),
+        context_(other.context_) {}
+  File& operator=(File&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+      path_ = std::move(other.path_);
+      context_ = other.context_;
+    }
+    return *this;
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File() { reset(); }
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+  const FileContext& context() const noexcept { return context_; }
+
+  std::uint64_t size() const {
+    struct stat status {};
+    if (::fstat(fd_, &status) != 0) throw file_error(context_, "fstat", path_, errno);
+    return static_cast<std::uint64_t>(status.st_size);
+  }
+
+  /// Appends `bytes` at the current position.
+  void write_all(std::span<const std::byte> bytes) {
+    while (!bytes.empty()) {
+      // Linux moves at most about 2 GiB per call.
+      const std::size_t chunk = std::min<std::size_t>(bytes.size(), std::size_t{1} << 30);
+      const ssize_t written = ::write(fd_, bytes.data(), chunk);
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        throw file_error(context_, "write", path_, errno);
+      }
+      bytes = bytes.subspan(static_cast<std::size_t>(written));
+    }
+  }
+
+  /// Fills `out` from byte `offset`. @throws CheckpointError if the file ends first.
+  void read_at(std::span<std::byte> out, std::uint64_t offset) const {
+    while (!out.empty()) {
+      const std::size_t chunk = std::min<std::size_t>(out.size(), std::size_t{1} << 30);
+      const ssize_t got = ::pread(fd_, out.data(), chunk, static_cast<off_t>(offset));
+      if (got < 0) {
+        if (errno == EINTR) continue;
+        throw file_error(context_, "read", path_, errno);
+      }
+      if (got == 0)
+        throw CheckpointError(context_.rank, context_.operation,
+                              fmt::format("{} ends at byte {}, before the {} bytes it should "
+                                          "still hold (the file is truncated)",
+                                          path_.string(), offset, out.size()),
+                              "restore from another checkpoint; this one is damaged");
+      out = out.subspan(static_cast<std::size_t>(got));
+      offset += static_cast<std::uint64_t>(got);
+    }
+  }
+
+  /// Flushes the file's data and size to the device.
+  void sync() {
+    if (::fsync(fd_) != 0) throw file_error(context_, "fsync", path_, errno);
+  }
+
+  /// Closes it, reporting what close reports (NFS may report a failed write only here).
+  void close() {
+    const int fd = std::exchange(fd_, -1);
+    if (fd >= 0 && ::close(fd) != 0) throw file_error(context_, "close", path_, errno);
+  }
+
+ private:
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  }
+
+  int fd_ = -1;
+  std::filesystem::path path_;
+  FileContext context_;
+};
+
+/// Makes the names in `directory` (a rename, a new or removed file) durable.
+inline void sync_directory(const std::filesystem::path& directory, FileContext context) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw file_error(context, "open", directory, errno);
+  const int result = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (result != 0) throw file_error(context, "fsync", directory, error);
+}
+
+/// Writes `path` atomically and durably: `write(file)` fills a new temporary file in the same
+/// directory, which is then fsynced, renamed over `path`, and the directory fsynced. If anything
+/// fails (an exception from `write`, a full disk, a read-only directory), the temporary file is
+/// removed and `path` is as it was.
+inline void write_atomically(const std::filesystem::path& path, FileContext context,
+                             const std::function<void(File&)>& write) {
+  const std::filesystem::path directory =
+      path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const std::filesystem::path temporary =
+      directory / fmt::format("{}{}.{}", kTemporaryPrefix, path.filename().string(), ::getpid());
+  ::unlink(temporary.c_str());  // left by a process with our pid that died
+  File file = File::create(temporary, context);
+  try {
+    write(file);
+    file.sync();
+    file.close();
+    if (::rename(temporary.c_str(), path.c_str()) != 0)
+      throw file_error(context, "rename", path, errno);
+  } catch (...) {
+    ::unlink(temporary.c_str());
+    throw;
+  }
+  sync_directory(directory, context);
+}
+
+}  // namespace strata::checkpoint
+// ---- end strata/checkpoint/file.hpp ----
+// ---- begin strata/checkpoint/safetensors.hpp ----
+// strata/checkpoint/safetensors.hpp — the safetensors layout: an 8-byte little-endian header
+// length, a JSON header, then the tensors' bytes back to back.
+//
+// https://github.com/huggingface/safetensors: the header maps each tensor's name to its dtype,
+// shape and [begin, end) offsets into the data that follows, plus an optional "__metadata__"
+// map of strings. strata writes and reads exactly that, so other tools read its checkpoints and
+// it reads theirs (in the element types strata has).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+
+namespace strata::checkpoint {
+
+/// The safetensors names of strata's element types, in `DataType` order.
+inline constexpr std::array<std::string_view, 8> kSafetensorsDtypes{"I8",  "U8",   "I32", "I64",
+                                                                    "F16", "BF16", "F32", "F64"};
+
+/// The safetensors name of `type` ("F32", "BF16", ...).
+constexpr std::string_view safetensors_dtype(DataType type) noexcept {
+  return kSafetensorsDtypes[static_cast<std::size_t>(type)];
+}
+
+/// The element type a safetensors dtype names; nothing for the dtypes strata has no type for
+/// (BOOL, I16, U16, U32, U64, the 8-bit floats) and for names that are no dtype.
+constexpr std::optional<DataType> data_type_from_safetensors(std::string_view dtype) noexcept {
+  for (std::size_t i = 0; i < kSafetensorsDtypes.size(); ++i)
+    if (kSafetensorsDtypes[i] == dtype) return static_cast<DataType>(i);
+  return std::nullopt;
+}
+
+/// One tensor of a file: its name, element type, shape, and its bytes at [begin, end) of the
+/// data that follows the header.
+struct TensorInfo {
+  std::string name;
+  DataType dtype = DataType::float32;
+  std::vector<std::uint64_t> shape;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+
+  std::uint64_t bytes() const noexcept { return end - begin; }
+  friend bool operator==(const TensorInfo&, const TensorInfo&) = default;
+};
+
+/// A parsed header: the tensors in the order of their offsets, the "__metadata__" strings, and
+/// where the data starts in the file (8 + the header's length).
+struct Header {
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+  std::uint64_t data_start = 0;
+
+  /// The tensor named `name`, or nullptr.
+  const TensorInfo* find(std::string_view name) const noexcept {
+    for (const auto& tensor : tensors)
+      if (tensor.name == name) return &tensor;
+    return nullptr;
+  }
+};
+
+/// The largest header strata reads, as the reference implementation limits it (100 MB): a
+/// length beyond it is damage, and reading it would allocate that much first.
+inline constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+/// The header for `tensors` (in this order; their offsets must be contiguous from 0) and
+/// `metadata`, padded with spaces to a multiple of 8 bytes so that the data starts 8-aligned.
+/// The result starts with its own 8-byte length prefix.
+/// @throws UsageError ("checkpoint::encode_header") if the offsets are not contiguous, a size
+///         does not match the shape and type, or a name is empty, repeated or "__metadata__".
+STRATA_DECL std::string encode_header(std::span<const TensorInfo> tensors,
+                                      const std::map<std::string, std::string>& metadata);
+
+/// Parses the JSON header `json` of a file whose data (after the header) has `data_bytes` bytes
+/// and checks it as the reference implementation does: every entry has a known dtype, a shape of
+/// non-negative integers whose product times the element size is its size, and offsets within
+/// the data; the tensors cover the data exactly, without overlaps or holes; "__metadata__", if
+/// present, maps strings to strings. `source` names the file in messages.
+/// @throws CheckpointError ("checkpoint::read") naming the file and the entry at fault.
+STRATA_DECL Header parse_header(std::string_view json, std::uint64_t data_bytes,
+                                std::string_view source);
+
+}  // namespace strata::checkpoint
+
+#if STRATA_HEADER_ONLY
+// ---- begin strata/checkpoint/impl/safetensors.ipp ----
+// strata/checkpoint/impl/safetensors.ipp — the safetensors header's writer and checking reader,
+// over nlohmann::json. Included at the end of checkpoint/safetensors.hpp (header-only) or by
+// impl/src.hpp after it (compiled), never on its own.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+
+namespace strata::checkpoint {
+
+namespace detail::safetensors {
+
+inline constexpr std::string_view kMetadataKey = "__metadata__";
+
+// The product of `shape` times `element_bytes`, or nothing when it overflows 64 bits.
+inline std::optional<std::uint64_t> bytes_of(std::span<const std::uint64_t> shape,
+                                             std::uint64_t element_bytes) {
+  std::uint64_t bytes = element_bytes;
+  for (const std::uint64_t extent : shape) {
+    if (extent != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / extent)
+      return std::nullopt;
+    bytes *= extent;
+  }
+  return bytes;
+}
+
+// A name as messages quote it: printable ASCII as is, anything else escaped, at most 80 bytes.
+inline std::string quoted(std::string_view name) {
+  std::string out = "'";
+  for (std::size_t i = 0; i < name.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7F && c != '\'')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("\\x{:02x}", c);
+  }
+  return out + (name.size() > 80 ? "...'" : "'");
+}
+
+}  // namespace detail::safetensors
+
+STRATA_DECL std::string encode_header(std::span<const TensorInfo> tensors,
+                                      const std::map<std::string, std::string>& metadata) {
+  namespace st = detail::safetensors;
+  constexpr std::string_view kOperation = "checkpoint::encode_header";
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header[std::string(st::kMetadataKey)] = metadata;
+  std::uint64_t offset = 0;
+  std::set<std::string_view> names;
+  for (const auto& tensor : tensors) {
+    if (tensor.name.empty() || tensor.name == st::kMetadataKey || !names.insert(tensor.name).second)
+      throw UsageError(
+          -1, kOperation,
+          fmt::format("tensor name {} is empty, reserved or repeated", st::quoted(tensor.name)),
+          "give every tensor its own non-empty name");
+    const auto bytes = st::bytes_of(tensor.shape, size_of(tensor.dtype));
+    if (tensor.begin != offset || tensor.end < tensor.begin || !bytes || *bytes != tensor.bytes())
+      throw UsageError(-1, kOperation,
+                       fmt::format("tensor {} has offsets [{}, {}) where [{}, {}) was expected",
+                                   st::quoted(tensor.name), tensor.begin, tensor.end, offset,
+                                   offset + bytes.value_or(0)),
+                       "lay the tensors out back to back, each of shape x element size bytes");
+    header[tensor.name] = {{"dtype", safetensors_dtype(tensor.dtype)},
+                           {"shape", tensor.shape},
+                           {"data_offsets", {tensor.begin, tensor.end}}};
+    offset = tensor.end;
+  }
+  std::string json = header.dump();
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  strata::detail::store_le(reinterpret_cast<std::byte*>(out.data()),
+                           static_cast<std::uint64_t>(json.size()));
+  return out + json;
+}
+
+STRATA_DECL Header parse_header(std::string_view json, std::uint64_t data_bytes,
+                                std::string_view source) {
+  namespace st = detail::safetensors;
+  const auto fail = [&](std::string_view what_happened) -> CheckpointError {
+    return CheckpointError(
+        -1, "checkpoint::read",
+        fmt::format("{} is not a valid safetensors file: {}", source, what_happened),
+        "restore from another checkpoint (CheckpointManager::checkpoints() "
+        "lists them); this one is damaged or was not written by safetensors");
+  };
+  if (json.empty() || json.front() != '{') throw fail("its header does not start with '{'");
+  // No exceptions from the parser: its messages quote the input, which may be anything.
+  const nlohmann::json header = nlohmann::json::parse(json, nullptr, false);
+  if (header.is_discarded()) throw fail("its header is not JSON (or not UTF-8)");
+  if (!header.is_object()) throw fail("its header is not a JSON object");
+
+  Header result;
+  result.data_start = 8 + json.size();
+  for (const auto& item : header.items()) {
+    const std::string& key = item.key();  // not a structured binding: lambdas capture it
+    const auto& value = item.value();
+    if (key == st::kMetadataKey) {
+      if (!value.is_object()) throw fail("__metadata__ is not an object");
+      for (const auto& [name, text] : value.items()) {
+        if (!text.is_string())
+          throw fail(fmt::format("__metadata__ entry {} is not a string", st::quoted(name)));
+        result.metadata.emplace(name, text.get<std::string>());
+      }
+      continue;
+    }
+    const auto entry_fail = [&](std::string_view what) {
+      return fail(fmt::format("tensor {}: {}", st::quoted(key), what));
+    };
+    if (!value.is_object()) throw entry_fail("its entry is not an object");
+    const auto dtype = value.find("dtype");
+    const auto shape = value.find("shape");
+    const auto offsets = value.find("data_offsets");
+    if (dtype == value.end() || !dtype->is_string()) throw entry_fail("no dtype string");
+    if (shape == value.end() || !shape->is_array()) throw entry_fail("no shape array");
+    if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
+        !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned())
+      throw entry_fail("data_offsets is not a pair of non-negative integers");
+    TensorInfo tensor;
+    tensor.name = key;
+    const auto type = data_type_from_safetensors(dtype->get<std::string>());
+    if (!type)
+      throw entry_fail(
+          fmt::format("dtype {} is not one strata reads (I8, U8, I32, I64, F16, "
+                      "BF16, F32, F64)",
+                      st::quoted(dtype->get<std::string>())));
+    tensor.dtype = *type;
+    for (const auto& extent : *shape) {
+      if (!extent.is_number_unsigned())
+        throw entry_fail("a shape entry is not a non-negative integer");
+      tensor.shape.push_back(extent.get<std::uint64_t>());
+    }
+    tensor.begin = (*offsets)[0].get<std::uint64_t>();
+    tensor.end = (*offsets)[1].get<std::uint64_t>();
+    if (tensor.begin > tensor.end || tensor.end > data_bytes)
+      throw entry_fail(fmt::format("data_offsets [{}, {}) are not within the {} bytes of data",
+                                   tensor.begin, tensor.end, data_bytes));
+    const auto bytes = st::bytes_of(tensor.shape, size_of(tensor.dtype));
+    if (!bytes || *bytes != tensor.bytes())
+      throw entry_fail(
+          fmt::format("data_offsets [{}, {}) hold {} bytes, but its shape and dtype "
+                      "need {}",
+                      tensor.begin, tensor.end, tensor.bytes(),
+                      bytes ? fmt::format("{}", *bytes) : std::string("over 2^64")));
+    result.tensors.push_back(std::move(tensor));
+  }
+  // The tensors must tile the data: no byte read twice (overlap) or never (a hole).
+  std::sort(result.tensors.begin(), result.tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t covered = 0;
+  for (const auto& tensor : result.tensors) {
+    if (tensor.begin != covered)
+      throw fail(
+          fmt::format("tensor {} starts at byte {} of the data, where {} were expected "
+                      "(tensors overlap or leave a hole)",
+                      st::quoted(tensor.name), tensor.begin, covered));
+    covered = tensor.end;
+  }
+  if (covered != data_bytes)
+    throw fail(fmt::format("its tensors cover {} bytes of the {} that follow the header", covered,
+                           data_bytes));
+  return result;
+}
+
+}  // namespace strata::checkpoint
+// ---- end strata/checkpoint/impl/safetensors.ipp ----
+#endif
+// ---- end strata/checkpoint/safetensors.hpp ----
+// ---- begin strata/data/sampler.hpp ----
+// strata/data/sampler.hpp — which examples every replica of every worker reads at each step.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
 // ---- begin strata/data/batch_split.hpp ----
 // strata/data/batch_split.hpp — splitting one global batch over the replicas in sync.
 
@@ -16985,22 +17524,6 @@ inline Slice split_batch(std::size_t global_batch, std::size_t replica, std::siz
 
 }  // namespace strata::data
 // ---- end strata/data/batch_split.hpp ----
-// ---- begin strata/data/sampler.hpp ----
-// strata/data/sampler.hpp — which examples every replica of every worker reads at each step.
-
-#include <algorithm>
-#include <cstddef>
-#include <cstdint>
-#include <limits>
-#include <memory>
-#include <mutex>
-#include <numeric>
-#include <optional>
-#include <string_view>
-#include <vector>
-
-#include <fmt/format.h>
-
 // ---- begin strata/data/shuffle.hpp ----
 // strata/data/shuffle.hpp — portable, deterministic shuffling: the same permutation on every
 // worker, every standard library and every platform.
@@ -17232,6 +17755,15 @@ struct EpochSamplerOptions {
   bool drop_remainder = false;   ///< drop the last, partial global batch of each epoch
 };
 
+/// Where a training loop stands in an `EpochSampler`'s schedule: the global batch it trains on
+/// next. Checkpoints save it, so that a resumed run continues with the batches the interrupted
+/// one would have seen.
+struct SamplerPosition {
+  std::uint64_t epoch = 0;
+  std::size_t step = 0;
+  friend bool operator==(const SamplerPosition&, const SamplerPosition&) = default;
+};
+
 /// The input schedule of synchronous data-parallel training, with tf.distribute's semantics:
 /// every step, all replicas together consume exactly one *global batch*, and the sequence of
 /// global batches is the same whatever the number of workers and replicas, so distributed
@@ -17286,9 +17818,16 @@ class EpochSampler {
     return full + (partial && !options_.drop_remainder ? 1 : 0);
   }
 
+  /// The position after `position`: the next step, or step 0 of the next epoch after the last.
+  SamplerPosition next(SamplerPosition position) const noexcept {
+    if (position.step + 1 < steps_per_epoch()) return {position.epoch, position.step + 1};
+    return {position.epoch + 1, 0};
+  }
+
   /// Examples in global batch `step`: `global_batch`, except for a partial last batch.
   /// @throws UsageError ("data::EpochSampler::global_batch_size") if `step >=
   ///         steps_per_epoch()`.
+
   std::size_t global_batch_size(std::size_t step) const {
     return batch_positions("data::EpochSampler::global_batch_size", step).size;
   }
@@ -17412,6 +17951,758 @@ class EpochSampler {
 
 }  // namespace strata::data
 // ---- end strata/data/sampler.hpp ----
+
+namespace strata::checkpoint {
+
+/// V models CheckpointVariable if it is a variable a checkpoint can save and restore: `size()`
+/// elements of a floating-point type that `read()` gives (outside `Strategy::run`: the value
+/// every replica agrees on) and `assign(values)` sets everywhere. Every strategy's variables
+/// model it: `placement::Variable` (mirrored, central storage, one device) and
+/// `placement::ShardedVariable` (parameter servers: read pulls every shard, assign pushes them,
+/// so a checkpoint restores under any number of shards or ps tasks).
+template <class V>
+concept CheckpointVariable = requires(V& v, const V& cv) {
+  { cv.size() } -> std::convertible_to<std::size_t>;
+  typename std::remove_cvref_t<decltype(cv.read())>::element_type;
+  requires std::floating_point<
+      std::remove_const_t<typename std::remove_cvref_t<decltype(cv.read())>::element_type>>;
+  v.assign(cv.read());
+};
+
+namespace detail {
+
+template <class V>
+using variable_element_t = std::remove_const_t<
+    typename std::remove_cvref_t<decltype(std::declval<const V&>().read())>::element_type>;
+
+// A variable whose optimizer state lives with its copies (placement::Variable): the state is
+// saved with it. The parameter servers keep theirs on the servers.
+template <class V, class T = variable_element_t<V>>
+concept WithOptimizerState = requires(V& v, const V& cv, std::size_t i) {
+  { cv.optimizer_state(i) } -> std::same_as<const optim::OptimizerState<T>*>;
+  v.restore_optimizer_state(cv.optimizer_state(i), i);
+};
+
+// A variable whose copies can be written in place (placement::Variable): restoring reads the
+// file straight into copy 0 instead of through a temporary.
+template <class V, class T = variable_element_t<V>>
+concept WithCopies = requires(V& v, std::size_t i) {
+  { v.num_copies() } -> std::convertible_to<std::size_t>;
+  { v.copy(i) } -> std::same_as<std::span<T>>;
+};
+
+}  // namespace detail
+
+/// The suffixes of the tensors that hold a variable's optimizer state: its slots (shape
+/// `[slots, ...the variable's shape]`) and its step (an I64 scalar).
+inline constexpr std::string_view kSlotsSuffix = "/.optimizer/slots";
+inline constexpr std::string_view kStepSuffix = "/.optimizer/step";
+
+/// The state of a training run that a checkpoint holds, by name: like `tf.train.Checkpoint`,
+/// it refers to the caller's objects, which must outlive it, and `save` and `restore` read and
+/// write them in place.
+///
+///     strata::checkpoint::Checkpoint checkpoint;
+///     checkpoint.track("dense/kernel", kernel);         // a variable and its optimizer state
+///     checkpoint.track("global_step", global_step);      // std::int64_t
+///     checkpoint.track("sampler", sampler, position);    // where the input schedule stands
+///     checkpoint.save("run/ckpt-100.safetensors");       // atomic
+///     checkpoint.restore("run/ckpt-100.safetensors");    // everything checked, then read
+///
+/// The file is safetensors: each variable is a tensor of its full shape, its optimizer state
+/// two more (`name` + kSlotsSuffix, kStepSuffix), counters I64 scalars; the sampler's position
+/// and options and the user metadata are strings in `__metadata__`. Tensors are laid out by
+/// element size, largest first, so that each starts aligned to its element.
+///
+/// Restoring checks the whole file against everything tracked before it changes anything: a
+/// tracked name the file lacks, another shape or element type, or another sampler is a
+/// CheckpointError naming it. Tensors in the file that nothing tracks are ignored.
+/// Not thread-safe: save and restore while no replica updates the tracked objects.
+class Checkpoint {
+ public:
+  /// `rank` names this task in error messages (-1: none).
+  explicit Checkpoint(int rank = -1) : rank_(rank) {}
+
+  /// Tracks a variable of any strategy and, for variables that keep it next to their copies,
+  /// its optimizer state. `shape` is its logical shape (default: `{size()}`), saved so that
+  /// another partitioning can restore it; its product must be `size()`.
+  /// @throws UsageError if the name is taken or the shape does not fit.
+  template <CheckpointVariable V>
+  void track(std::string name, V& variable, std::vector<std::uint64_t> shape = {}) {
+    using T = detail::variable_element_t<V>;
+    shape = checked_shape("track", name, std::move(shape), variable.size());
+    claim(name);
+    claim(name + std::string(kSlotsSuffix));
+    claim(name + std::string(kStepSuffix));
+    items_.push_back(Item{
+        [this, name, shape, &variable](Contents& contents) {
+          contents.tensors.push_back(
+              Piece{name, data_type_of<T>, shape, std::as_bytes(variable.read())});
+          if constexpr (detail::WithOptimizerState<V>) {
+            if (const auto* state = variable.optimizer_state(0)) {
+              std::vector<std::uint64_t> slots_shape{state->slots.size() /
+                                                     std::max<std::size_t>(variable.size(), 1)};
+              if (variable.size() == 0) slots_shape.front() = 0;
+              slots_shape.insert(slots_shape.end(), shape.begin(), shape.end());
+              contents.tensors.push_back(Piece{name + std::string(kSlotsSuffix), data_type_of<T>,
+                                               std::move(slots_shape),
+                                               std::as_bytes(std::span(state->slots))});
+              contents.tensors.push_back(Piece{name + std::string(kStepSuffix),
+                                               DataType::int64,
+                                               {},
+                                               std::as_bytes(std::span(&state->step, 1))});
+            }
+          }
+        },
+        [this, name, shape, &variable](const Header& header, Plan& plan) {
+          const TensorInfo& value = find(header, plan, name, "variable");
+          check_tensor(plan, value, "variable", data_type_of<T>, shape);
+          if constexpr (detail::WithCopies<V>) {
+            plan.reads.push_back([&variable, value](const File& file, std::uint64_t start) {
+              std::span<T> primary = variable.copy(0);
+              file.read_at(std::as_writable_bytes(primary), start + value.begin);
+              for (std::size_t i = 1; i < variable.num_copies(); ++i)
+                std::copy(primary.begin(), primary.end(), variable.copy(i).begin());
+            });
+          } else {
+            plan.reads.push_back([&variable, value](const File& file, std::uint64_t start) {
+              std::vector<T> values(variable.size());
+              file.read_at(std::as_writable_bytes(std::span(values)), start + value.begin);
+              variable.assign(std::span<const T>(values));
+            });
+          }
+          if constexpr (detail::WithOptimizerState<V>)
+            plan_optimizer_state<T>(header, plan, name, shape, variable);
+        }});
+  }
+
+  /// Tracks a tensor the caller owns (extra state of any element type), restored in place.
+  /// `shape` as for variables.
+  template <Element T>
+  void track(std::string name, std::span<T> tensor, std::vector<std::uint64_t> shape = {}) {
+    shape = checked_shape("track", name, std::move(shape), tensor.size());
+    claim(name);
+    items_.push_back(Item{
+        [name, shape, tensor](Contents& contents) {
+          contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(tensor)});
+        },
+        [this, name, shape, tensor](const Header& header, Plan& plan) {
+          const TensorInfo& info = find(header, plan, name, "tensor");
+          check_tensor(plan, info, "tensor", data_type_of<T>, shape);
+          plan.reads.push_back([tensor, info](const File& file, std::uint64_t start) {
+            file.read_at(std::as_writable_bytes(tensor), start + info.begin);
+          });
+        }});
+  }
+
+  /// Tracks a counter such as the global step, as an I64 scalar.
+  void track(std::string name, std::int64_t& counter) {
+    track(std::move(name), std::span<std::int64_t>(&counter, 1), std::vector<std::uint64_t>{});
+  }
+
+  /// Tracks where a training loop stands in `sampler`'s schedule. The sampler's options are saved
+  /// with the position, and restoring under other options (another seed, dataset size or global
+  /// batch) is a CheckpointError: the resumed run would not see the batches the interrupted one
+  /// would have. The number of workers and replicas may change.
+  void track(std::string name, const data::EpochSampler& sampler, data::SamplerPosition& position) {
+    const std::string key = std::string(kSamplerKeyPrefix) + name;
+    claim(key);
+    items_.push_back(Item{
+        [key, &sampler, &position](Contents& contents) {
+          contents.metadata[key] = encode_sampler(sampler.options(), position);
+        },
+        [this, key, name, &sampler, &position](const Header& header, Plan& plan) {
+          const auto found = header.metadata.find(key);
+          if (found == header.metadata.end())
+            throw restore_error(plan, fmt::format("it has no sampler '{}'", name),
+                                "track the same objects as the run that saved it");
+          const auto saved = decode_sampler(found->second, plan.source, name, rank_);
+          const std::string difference = describe_difference(saved.first, sampler.options());
+          if (!difference.empty())
+            throw restore_error(plan,
+                                fmt::format("sampler '{}' was saved with {}", name, difference),
+                                "resume with the sampler options of the run that saved it");
+          plan.reads.push_back(
+              [&position, saved](const File&, std::uint64_t) { position = saved.second; });
+        }});
+  }
+
+  /// Metadata of the caller's, a JSON text saved in `__metadata__` under "strata.user".
+  /// @throws UsageError if `json` is not JSON.
+  void set_user_metadata(std::string json) {
+    if (!is_json(json))
+      throw UsageError(rank_, "Checkpoint::set_user_metadata", "the text is not valid JSON",
+                       "pass a JSON text, e.g. {\"learning_rate\": 0.1}");
+    user_metadata_ = std::move(json);
+  }
+  /// The user metadata set, or read by the last restore ("" when none).
+  const std::string& user_metadata() const noexcept { return user_metadata_; }
+
+  /// Writes everything tracked to `file` atomically (file.hpp's write_atomically): a reader sees
+  /// the previous file or this one, never a part.
+  /// @throws CheckpointError on I/O failure (the previous file is untouched).
+  STRATA_DECL void save(const std::filesystem::path& file) const;
+
+  /// Reads `file` back into everything tracked, after checking all of it.
+  /// @throws CheckpointError if the file is damaged, or lacks or mismatches something tracked
+  ///         (then nothing tracked has changed).
+  STRATA_DECL void restore(const std::filesystem::path& file);
+
+  /// The header of `file`: its tensors and metadata, checked as `restore` checks them.
+  STRATA_DECL static Header read_header(const std::filesystem::path& file, int rank = -1);
+
+  /// The metadata keys strata writes: the format, and the sampler entries (+ name).
+  static constexpr std::string_view kFormatKey = "strata.format";
+  static constexpr std::string_view kFormat = "strata-checkpoint-1";
+  static constexpr std::string_view kUserKey = "strata.user";
+  static constexpr std::string_view kSamplerKeyPrefix = "strata.sampler/";
+
+ private:
+  // One tensor to write: its bytes stay valid while `save` runs.
+  struct Piece {
+    std::string name;
+    DataType dtype;
+    std::vector<std::uint64_t> shape;
+    std::span<const std::byte> bytes;
+  };
+  struct Contents {
+    std::vector<Piece> tensors;
+    std::map<std::string, std::string> metadata;
+  };
+  // A restore, checked: the reads that apply it, in order.
+  struct Plan {
+    std::string source;
+    std::set<std::string> used;
+    std::vector<std::function<void(const File&, std::uint64_t data_start)>> reads;
+  };
+  struct Item {
+    std::function<void(Contents&)> collect;
+    std::function<void(const Header&, Plan&)> plan;
+  };
+
+  void claim(const std::string& name) {
+    if (name.empty() || !names_.insert(name).second)
+      throw UsageError(rank_, "Checkpoint::track",
+                       fmt::format("the name '{}' is empty or already tracked", name),
+                       "give every tracked object its own name");
+  }
+
+  std::vector<std::uint64_t> checked_shape(std::string_view operation, const std::string& name,
+                                           std::vector<std::uint64_t> shape,
+                                           std::size_t size) const {
+    if (shape.empty() && size != 1) return {static_cast<std::uint64_t>(size)};
+    std::uint64_t product = 1;
+    bool overflow = false;
+    for (const auto extent : shape) {
+      if (extent != 0 && product > UINT64_MAX / extent) overflow = true;
+      product *= extent;
+    }
+    if (overflow || product != size)
+      throw UsageError(
+          rank_, fmt::format("Checkpoint::{}", operation),
+          fmt::format("'{}' has {} elements, but its shape [{}] holds {}", name, size,
+                      fmt::join(shape, ", "),
+                      overflow ? std::string("more than 2^64") : fmt::format("{}", product)),
+          "pass the shape of the tensor, or none for a flat one");
+    return shape;
+  }
+
+  CheckpointError restore_error(const Plan& plan, std::string_view what,
+                                std::string_view what_to_do) const {
+    return CheckpointError(rank_, "Checkpoint::restore",
+                           fmt::format("{} does not fit this run: {}", plan.source, what),
+                           what_to_do);
+  }
+
+  const TensorInfo& find(const Header& header, Plan& plan, const std::string& name,
+                         std::string_view kind) const {
+    const TensorInfo* info = header.find(name);
+    if (info == nullptr)
+      throw restore_error(plan, fmt::format("it has no {} '{}'", kind, name),
+                          "track the same objects under the same names as the run that saved it");
+    plan.used.insert(name);
+    return *info;
+  }
+
+  void check_tensor(const Plan& plan, const TensorInfo& info, std::string_view kind, DataType dtype,
+                    const std::vector<std::uint64_t>& shape) const {
+    if (info.dtype != dtype || info.shape != shape)
+      throw restore_error(plan,
+                          fmt::format("{} '{}' is {} [{}] here but {} [{}] in the file", kind,
+                                      info.name, safetensors_dtype(dtype), fmt::join(shape, ", "),
+                                      safetensors_dtype(info.dtype), fmt::join(info.shape, ", ")),
+                          "restore into a variable of the saved shape and element type");
+  }
+
+  template <class T, class V>
+  void plan_optimizer_state(const Header& header, Plan& plan, const std::string& name,
+                            const std::vector<std::uint64_t>& shape, V& variable) const {
+    const std::string slots_name = name + std::string(kSlotsSuffix);
+    const std::string step_name = name + std::string(kStepSuffix);
+    const TensorInfo* slots = header.find(slots_name);
+    const TensorInfo* step = header.find(step_name);
+    if (slots == nullptr && step == nullptr) {  // saved before its first update
+      plan.reads.push_back([&variable](const File&, std::uint64_t) {
+        variable.restore_optimizer_state(nullptr, 0);
+      });
+      return;
+    }
+    if (slots == nullptr || step == nullptr)
+      throw restore_error(plan, fmt::format("variable '{}' has half an optimizer state", name),
+                          "restore from another checkpoint; this one is damaged");
+    std::vector<std::uint64_t> slots_shape = shape;
+    const std::uint64_t count = slots->shape.empty() ? 0 : slots->shape.front();
+    slots_shape.insert(slots_shape.begin(), count);
+    check_tensor(plan, *slots, "optimizer slots of", data_type_of<T>, slots_shape);
+    check_tensor(plan, *step, "optimizer step of", DataType::int64, {});
+    plan.used.insert(slots_name);
+    plan.used.insert(step_name);
+    plan.reads.push_back(
+        [&variable, slots = *slots, step = *step, count](const File& file, std::uint64_t start) {
+          optim::OptimizerState<T> state;
+          state.slots.resize(slots.bytes() / sizeof(T));
+          file.read_at(std::as_writable_bytes(std::span(state.slots)), start + slots.begin);
+          file.read_at(std::as_writable_bytes(std::span(&state.step, 1)), start + step.begin);
+          variable.restore_optimizer_state(&state, static_cast<std::size_t>(count));
+        });
+  }
+
+  // The sampler's options and position as the JSON text of its metadata entry, and back.
+  STRATA_DECL static std::string encode_sampler(const data::EpochSamplerOptions& options,
+                                                data::SamplerPosition position);
+  STRATA_DECL static std::pair<data::EpochSamplerOptions, data::SamplerPosition> decode_sampler(
+      std::string_view json, std::string_view source, std::string_view name, int rank);
+  STRATA_DECL static std::string describe_difference(const data::EpochSamplerOptions& saved,
+                                                     const data::EpochSamplerOptions& now);
+  STRATA_DECL static bool is_json(std::string_view text);
+
+  int rank_ = -1;
+  std::set<std::string> names_;
+  std::vector<Item> items_;
+  std::string user_metadata_;
+};
+
+}  // namespace strata::checkpoint
+
+#if STRATA_HEADER_ONLY
+// ---- begin strata/checkpoint/impl/checkpoint.ipp ----
+// strata/checkpoint/impl/checkpoint.ipp — Checkpoint's save and restore, and its JSON metadata
+// over nlohmann::json. Included at the end of checkpoint/checkpoint.hpp (header-only) or by
+// impl/src.hpp after it (compiled), never on its own.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+
+namespace strata::checkpoint {
+
+namespace detail::checkpoint_file {
+
+// Opens `path` and reads its header, checking the length prefix before allocating for it.
+inline std::pair<File, Header> open(const std::filesystem::path& path, FileContext context) {
+  File file = File::open_for_reading(path, context);
+  const std::uint64_t size = file.size();
+  const auto damaged = [&](std::string_view what) {
+    return CheckpointError(
+        context.rank, context.operation,
+        fmt::format("{} is not a valid safetensors file: {}", path.string(), what),
+        "restore from another checkpoint (CheckpointManager::checkpoints() "
+        "lists them); this one is damaged or was not written by safetensors");
+  };
+  if (size < 8)
+    throw damaged(fmt::format("it has {} bytes, fewer than the 8 of its header length", size));
+  std::byte prefix[8];
+  file.read_at(prefix, 0);
+  const auto length = strata::detail::load_le<std::uint64_t>(prefix);
+  if (length > kMaxHeaderBytes || length > size - 8)
+    throw damaged(
+        fmt::format("its header length is {} bytes, but the file has {} after it (and "
+                    "headers are at most {})",
+                    length, size - 8, kMaxHeaderBytes));
+  std::string json(static_cast<std::size_t>(length), '\0');
+  file.read_at(std::as_writable_bytes(std::span(json)), 8);
+  Header header = parse_header(json, size - 8 - length, path.string());
+  return {std::move(file), std::move(header)};
+}
+
+}  // namespace detail::checkpoint_file
+
+STRATA_DECL void Checkpoint::save(const std::filesystem::path& file) const {
+  Contents contents;
+  for (const auto& item : items_)
+    item.collect(contents);
+  contents.metadata[std::string(kFormatKey)] = kFormat;
+  if (!user_metadata_.empty()) contents.metadata[std::string(kUserKey)] = user_metadata_;
+  // Largest elements first: every tensor then starts aligned to its element size.
+  std::stable_sort(
+      contents.tensors.begin(), contents.tensors.end(),
+      [](const Piece& a, const Piece& b) { return size_of(a.dtype) > size_of(b.dtype); });
+  std::vector<TensorInfo> tensors;
+  tensors.reserve(contents.tensors.size());
+  std::uint64_t offset = 0;
+  for (const auto& piece : contents.tensors) {
+    tensors.push_back(
+        TensorInfo{piece.name, piece.dtype, piece.shape, offset, offset + piece.bytes.size()});
+    offset += piece.bytes.size();
+  }
+  const std::string header = encode_header(tensors, contents.metadata);
+  write_atomically(file, FileContext{rank_, "Checkpoint::save"}, [&](File& out) {
+    out.write_all(std::as_bytes(std::span(header)));
+    for (const auto& piece : contents.tensors)
+      out.write_all(piece.bytes);
+  });
+}
+
+STRATA_DECL void Checkpoint::restore(const std::filesystem::path& file) {
+  auto [in, header] =
+      detail::checkpoint_file::open(file, FileContext{rank_, "Checkpoint::restore"});
+  Plan plan;
+  plan.source = file.string();
+  const auto format = header.metadata.find(std::string(kFormatKey));
+  if (format != header.metadata.end() && format->second != kFormat)
+    throw restore_error(plan,
+                        fmt::format("its format is '{}', which this strata ({}) does not read",
+                                    format->second, kFormat),
+                        "restore it with the strata version that wrote it");
+  for (const auto& item : items_)
+    item.plan(header, plan);
+  for (const auto& read : plan.reads)
+    read(in, header.data_start);
+  const auto user = header.metadata.find(std::string(kUserKey));
+  user_metadata_ = user != header.metadata.end() ? user->second : std::string();
+}
+
+STRATA_DECL Header Checkpoint::read_header(const std::filesystem::path& file, int rank) {
+  return detail::checkpoint_file::open(file, FileContext{rank, "Checkpoint::read_header"}).second;
+}
+
+STRATA_DECL std::string Checkpoint::encode_sampler(const data::EpochSamplerOptions& options,
+                                                   data::SamplerPosition position) {
+  return nlohmann::ordered_json{{"epoch", position.epoch},
+                                {"step", position.step},
+                                {"num_examples", options.num_examples},
+                                {"global_batch", options.global_batch},
+                                {"seed", options.seed},
+                                {"shuffle", options.shuffle},
+                                {"drop_remainder", options.drop_remainder}}
+      .dump();
+}
+
+STRATA_DECL std::pair<data::EpochSamplerOptions, data::SamplerPosition> Checkpoint::decode_sampler(
+    std::string_view json, std::string_view source, std::string_view name, int rank) {
+  const nlohmann::json entry = nlohmann::json::parse(json, nullptr, false);
+  const auto number = [&](const char* key) -> std::uint64_t {
+    if (!entry.is_object() || !entry.contains(key) || !entry[key].is_number_unsigned())
+      throw CheckpointError(rank, "Checkpoint::restore",
+                            fmt::format("{}: the entry of sampler '{}' has no non-negative "
+                                        "integer '{}'",
+                                        source, name, key),
+                            "restore from another checkpoint; this one is damaged");
+    return entry[key].get<std::uint64_t>();
+  };
+  const auto flag = [&](const char* key) -> bool {
+    if (!entry.is_object() || !entry.contains(key) || !entry[key].is_boolean())
+      throw CheckpointError(
+          rank, "Checkpoint::restore",
+          fmt::format("{}: the entry of sampler '{}' has no boolean '{}'", source, name, key),
+          "restore from another checkpoint; this one is damaged");
+    return entry[key].get<bool>();
+  };
+  data::EpochSamplerOptions options;
+  options.num_examples = static_cast<std::size_t>(number("num_examples"));
+  options.global_batch = static_cast<std::size_t>(number("global_batch"));
+  options.seed = number("seed");
+  options.shuffle = flag("shuffle");
+  options.drop_remainder = flag("drop_remainder");
+  data::SamplerPosition position;
+  position.epoch = number("epoch");
+  position.step = static_cast<std::size_t>(number("step"));
+  return {options, position};
+}
+
+STRATA_DECL std::string Checkpoint::describe_difference(const data::EpochSamplerOptions& saved,
+                                                        const data::EpochSamplerOptions& now) {
+  std::vector<std::string> differences;
+  const auto compare = [&](std::string_view field, auto a, auto b) {
+    if (a != b) differences.push_back(fmt::format("{} {} (this run: {})", field, a, b));
+  };
+  compare("num_examples", saved.num_examples, now.num_examples);
+  compare("global_batch", saved.global_batch, now.global_batch);
+  compare("seed", saved.seed, now.seed);
+  compare("shuffle", saved.shuffle, now.shuffle);
+  compare("drop_remainder", saved.drop_remainder, now.drop_remainder);
+  return fmt::format("{}", fmt::join(differences, ", "));
+}
+
+STRATA_DECL bool Checkpoint::is_json(std::string_view text) {
+  return nlohmann::json::accept(text);
+}
+
+}  // namespace strata::checkpoint
+// ---- end strata/checkpoint/impl/checkpoint.ipp ----
+#endif
+// ---- end strata/checkpoint/checkpoint.hpp ----
+// ---- begin strata/checkpoint/manager.hpp ----
+// strata/checkpoint/manager.hpp — a directory of numbered checkpoints with an index that names
+// the complete ones, as tf.train.CheckpointManager keeps them.
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+
+namespace strata::checkpoint {
+
+/// One checkpoint a CheckpointManager keeps.
+struct CheckpointEntry {
+  std::int64_t step = 0;
+  std::filesystem::path path;
+  friend bool operator==(const CheckpointEntry&, const CheckpointEntry&) = default;
+};
+
+/// Saves checkpoints as `<directory>/ckpt-<step>.safetensors` and lists the kept ones, oldest
+/// first, in the index file `<directory>/checkpoint`.
+///
+/// Crash safety: `save` writes the checkpoint atomically, then the index atomically, and only
+/// then removes what the index no longer names. Whenever a process dies, the index names
+/// complete checkpoints only, and `latest()` is the newest of them.
+///
+/// Retention: the newest `max_to_keep` checkpoints, plus every checkpoint whose step is a
+/// multiple of `keep_every_n` (0: none), which are never removed.
+///
+/// One process writes (under MultiWorkerMirrored the chief, see docs/checkpoints.md); any
+/// number read: every call reads the index afresh, so a reader sees the writer's saves.
+class CheckpointManager {
+ public:
+  /// `rank` names this task in messages (-1: none). Creates `directory` if missing.
+  /// @throws UsageError if `max_to_keep` is 0 or `keep_every_n` negative; CheckpointError if
+  ///         the directory cannot be created.
+  STRATA_DECL explicit CheckpointManager(std::filesystem::path directory,
+                                         std::size_t max_to_keep = 5, std::int64_t keep_every_n = 0,
+                                         int rank = -1);
+
+  const std::filesystem::path& directory() const noexcept { return directory_; }
+
+  /// Saves `checkpoint` as step `step` (replacing a checkpoint of the same step), updates the
+  /// index and removes the checkpoints it no longer keeps, with any left behind by a writer that
+  /// died. Returns the checkpoint's path.
+  /// @throws CheckpointError on I/O failure: the index and the kept checkpoints are as before.
+  STRATA_DECL std::filesystem::path save(const Checkpoint& checkpoint, std::int64_t step);
+
+  /// The checkpoints kept, oldest first (empty before the first save).
+  /// @throws CheckpointError if the index is damaged.
+  STRATA_DECL std::vector<CheckpointEntry> checkpoints() const;
+
+  /// The newest checkpoint, or nothing before the first save.
+  std::optional<CheckpointEntry> latest() const {
+    auto all = checkpoints();
+    if (all.empty()) return std::nullopt;
+    return all.back();
+  }
+
+  /// Restores the newest checkpoint into `checkpoint` and returns its step; nothing (and no
+  /// change) when there is none yet.
+  std::optional<std::int64_t> restore_latest(Checkpoint& checkpoint) const {
+    auto newest = latest();
+    if (!newest) return std::nullopt;
+    checkpoint.restore(newest->path);
+    return newest->step;
+  }
+
+  /// The index file's name and format tag.
+  static constexpr std::string_view kIndexName = "checkpoint";
+  static constexpr std::string_view kIndexFormat = "strata-checkpoint-index-1";
+
+ private:
+  std::filesystem::path directory_;
+  std::size_t max_to_keep_;
+  std::int64_t keep_every_n_;
+  int rank_;
+};
+
+}  // namespace strata::checkpoint
+
+#if STRATA_HEADER_ONLY
+// ---- begin strata/checkpoint/impl/manager.ipp ----
+// strata/checkpoint/impl/manager.ipp — CheckpointManager's index (JSON, over nlohmann::json) and
+// retention. Included at the end of checkpoint/manager.hpp (header-only) or by impl/src.hpp
+// after it (compiled), never on its own.
+
+#include <cerrno>
+#include <charconv>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+
+namespace strata::checkpoint {
+
+namespace detail::manager {
+
+inline std::string file_name(std::int64_t step) {
+  return fmt::format("ckpt-{}.safetensors", step);
+}
+
+// The step of a checkpoint file's name ("ckpt-12.safetensors" → 12), or nothing.
+inline std::optional<std::int64_t> step_of(std::string_view name) {
+  constexpr std::string_view kPrefix = "ckpt-";
+  constexpr std::string_view kSuffix = ".safetensors";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+      !name.ends_with(kSuffix))
+    return std::nullopt;
+  const std::string_view digits =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  std::int64_t step = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (error != std::errc() || end != digits.data() + digits.size() || file_name(step) != name)
+    return std::nullopt;
+  return step;
+}
+
+// The pid in a temporary file's name (".strata-tmp.<name>.<pid>"), or nothing.
+inline std::optional<pid_t> writer_of(std::string_view name) {
+  if (!name.starts_with(kTemporaryPrefix)) return std::nullopt;
+  const auto dot = name.rfind('.');
+  pid_t pid = 0;
+  const auto [end, error] = std::from_chars(name.data() + dot + 1, name.data() + name.size(), pid);
+  if (error != std::errc() || end != name.data() + name.size() || pid <= 0) return std::nullopt;
+  return pid;
+}
+
+}  // namespace detail::manager
+
+STRATA_DECL CheckpointManager::CheckpointManager(std::filesystem::path directory,
+                                                 std::size_t max_to_keep, std::int64_t keep_every_n,
+                                                 int rank)
+    : directory_(std::move(directory)),
+      max_to_keep_(max_to_keep),
+      keep_every_n_(keep_every_n),
+      rank_(rank) {
+  if (max_to_keep_ == 0 || keep_every_n_ < 0)
+    throw UsageError(
+        rank_, "CheckpointManager",
+        fmt::format("max_to_keep is {} and keep_every_n {}", max_to_keep_, keep_every_n_),
+        "keep at least one checkpoint, and pass keep_every_n >= 0 (0: none)");
+  std::error_code error;
+  std::filesystem::create_directories(directory_, error);
+  if (error)
+    throw file_error(FileContext{rank_, "CheckpointManager"}, "mkdir", directory_, error.value());
+}
+
+STRATA_DECL std::vector<CheckpointEntry> CheckpointManager::checkpoints() const {
+  const FileContext context{rank_, "CheckpointManager::checkpoints"};
+  const std::filesystem::path index_path = directory_ / kIndexName;
+  std::error_code error;
+  if (!std::filesystem::exists(index_path, error)) return {};
+  {
+    File index = File::open_for_reading(index_path, context);
+    const std::uint64_t size = index.size();
+    const auto damaged = [&](std::string_view what) {
+      return CheckpointError(rank_, context.operation,
+                             fmt::format("the index {} is damaged: {}", index_path.string(), what),
+                             "remove it to start over, or restore a checkpoint file by its path");
+    };
+    if (size > (std::uint64_t{16} << 20)) throw damaged(fmt::format("it has {} bytes", size));
+    std::string text(static_cast<std::size_t>(size), '\0');
+    index.read_at(std::as_writable_bytes(std::span(text)), 0);
+    const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+    if (json.is_discarded() || !json.is_object() || json.value("format", "") != kIndexFormat ||
+        !json.contains("checkpoints") || !json["checkpoints"].is_array())
+      throw damaged(fmt::format("it is not a {} JSON object", kIndexFormat));
+    std::vector<CheckpointEntry> entries;
+    for (const auto& entry : json["checkpoints"]) {
+      if (!entry.is_object() || !entry.contains("step") || !entry["step"].is_number_integer() ||
+          !entry.contains("file") || !entry["file"].is_string())
+        throw damaged("an entry lacks its integer step or file name");
+      const std::int64_t step = entry["step"].get<std::int64_t>();
+      const std::string name = entry["file"].get<std::string>();
+      // Only names the manager writes: a damaged index must not point outside the directory.
+      if (detail::manager::step_of(name) != step)
+        throw damaged(
+            fmt::format("entry {} names '{}', not ckpt-{}.safetensors", step, name, step));
+      entries.push_back(CheckpointEntry{step, directory_ / name});
+    }
+    return entries;
+  }
+}
+
+STRATA_DECL std::filesystem::path CheckpointManager::save(const Checkpoint& checkpoint,
+                                                          std::int64_t step) {
+  const FileContext context{rank_, "CheckpointManager::save"};
+  if (step < 0)
+    throw UsageError(rank_, context.operation, fmt::format("step is {}", step),
+                     "number checkpoints by a step >= 0 (the global step)");
+  std::vector<CheckpointEntry> entries = checkpoints();
+  const std::filesystem::path path = directory_ / detail::manager::file_name(step);
+  checkpoint.save(path);
+
+  std::erase_if(entries, [&](const CheckpointEntry& entry) { return entry.step == step; });
+  entries.push_back(CheckpointEntry{step, path});
+  std::vector<CheckpointEntry> kept;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const bool newest = entries.size() - i <= max_to_keep_;
+    const bool milestone = keep_every_n_ > 0 && entries[i].step % keep_every_n_ == 0;
+    if (newest || milestone) kept.push_back(entries[i]);
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& entry : kept)
+    list.push_back({{"step", entry.step}, {"file", entry.path.filename().string()}});
+  const std::string index =
+      nlohmann::json{{"format", kIndexFormat}, {"checkpoints", std::move(list)}}.dump(1) + "\n";
+  write_atomically(directory_ / kIndexName, context,
+                   [&](File& out) { out.write_all(std::as_bytes(std::span(index))); });
+
+  // What the index no longer names: dropped checkpoints, checkpoints a writer that died wrote
+  // but never indexed, and temporary files of writers that died.
+  std::set<std::filesystem::path> named;
+  for (const auto& entry : kept)
+    named.insert(entry.path.filename());
+  std::error_code error;
+  bool removed = false;
+  for (std::filesystem::directory_iterator file(directory_, error), end; !error && file != end;
+       file.increment(error)) {
+    const std::string name = file->path().filename().string();
+    const bool stale_checkpoint = detail::manager::step_of(name) && !named.contains(name);
+    const auto writer = detail::manager::writer_of(name);
+    const bool stale_temporary =
+        writer && *writer != ::getpid() && ::kill(*writer, 0) != 0 && errno == ESRCH;
+    if (stale_checkpoint || stale_temporary) removed |= ::unlink(file->path().c_str()) == 0;
+  }
+  if (removed) sync_directory(directory_, context);
+  return path;
+}
+
+}  // namespace strata::checkpoint
+// ---- end strata/checkpoint/impl/manager.ipp ----
+#endif
+// ---- end strata/checkpoint/manager.hpp ----
+
 // ---- begin strata/data/shard.hpp ----
 // strata/data/shard.hpp — sharding a dataset of N examples over workers (or replicas).
 //
@@ -17717,6 +19008,31 @@ class Variable {
                                    entry.slots_per_element, O::kSlots),
                        "update each variable with one optimizer");
     return entry.state;
+  }
+
+  /// The optimizer state of copy `index`, or nullptr before its first update. Checkpoints save
+  /// it.
+  const optim::OptimizerState<T>* optimizer_state(std::size_t index) const noexcept {
+    const auto& entry = states_[index];
+    return entry.created ? &entry.state : nullptr;
+  }
+
+  /// Gives every copy `state`, which holds `slots_per_element` arrays of `size()` elements, or,
+  /// given nullptr, no state (the next update starts from zeros). Checkpoints restore it; the
+  /// next update checks `slots_per_element` against its optimizer's.
+  /// @throws UsageError if the state's size is not `slots_per_element * size()`.
+  void restore_optimizer_state(const optim::OptimizerState<T>* state,
+                               std::size_t slots_per_element) {
+    if (state != nullptr && state->slots.size() != slots_per_element * size())
+      throw UsageError(-1, "Variable::restore_optimizer_state",
+                       fmt::format("the state has {} slot values, not {} x {}", state->slots.size(),
+                                   slots_per_element, size()),
+                       "pass slots_per_element arrays of the variable's size");
+    for (auto& entry : states_) {
+      entry.created = state != nullptr;
+      entry.state = state != nullptr ? *state : optim::OptimizerState<T>{};
+      entry.slots_per_element = state != nullptr ? slots_per_element : 0;
+    }
   }
 
  private:

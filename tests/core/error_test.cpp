@@ -109,12 +109,15 @@ TEST_CASE("exit_status_of gives each error class its sysexits status") {
   CHECK(exit_status_of(MismatchError(0, "all_reduce", "x")) == ExitStatus::mismatch);
   CHECK(exit_status_of(ConfigurationError(-1, "TF_CONFIG", "x", "y")) == ExitStatus::configuration);
   CHECK(exit_status_of(UsageError(0, "all_reduce", "x", "y")) == ExitStatus::usage_error);
+  CHECK(exit_status_of(strata::CheckpointError(0, "Checkpoint::save", "x", "y")) ==
+        ExitStatus::checkpoint);
   CHECK(exit_status_of(std::runtime_error("x")) == ExitStatus::failure);
   // Distinct, and clear of 0, the command-line 2, a shell's 126/127 and 128+N for signals.
-  const int statuses[] = {1, 69, 70, 75, 76, 78};
-  const ExitStatus all[] = {ExitStatus::failure,     ExitStatus::peer_failure,
-                            ExitStatus::usage_error, ExitStatus::timeout,
-                            ExitStatus::mismatch,    ExitStatus::configuration};
+  const int statuses[] = {1, 69, 70, 74, 75, 76, 78};
+  const ExitStatus all[] = {ExitStatus::failure,      ExitStatus::peer_failure,
+                            ExitStatus::usage_error,  ExitStatus::checkpoint,
+                            ExitStatus::timeout,      ExitStatus::mismatch,
+                            ExitStatus::configuration};
   for (std::size_t i = 0; i < std::size(all); ++i)
     CHECK(static_cast<int>(all[i]) == statuses[i]);
 }

@@ -867,6 +867,9 @@ std::string describe_end(const Worker& worker) {
     case strata::ExitStatus::usage_error:
       meaning = " (UsageError)";
       break;
+    case strata::ExitStatus::checkpoint:
+      meaning = " (CheckpointError)";
+      break;
     default:
       break;
   }

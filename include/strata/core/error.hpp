@@ -14,6 +14,9 @@
 //   │                          failure): fix the calling code
 //   ├── FunctionError          a function a ClusterCoordinator scheduled raised on its worker:
 //   │                          fix the function (its text is in the message)
+//   ├── CheckpointError        a checkpoint could not be written or read (disk full, read-only
+//   │                          directory, a damaged file, a variable of another shape): free
+//   │                          space or pick another checkpoint, as the message says
 //   └── CancelledError         a scheduled function never ran: an earlier one failed, or the
 //                              coordinator shut down; handle that first, then schedule again
 //
@@ -159,6 +162,17 @@ class FunctionError : public Error {
       : Error(rank, operation, what_happened, what_to_do) {}
 };
 
+/// A checkpoint could not be written (disk full, a read-only directory: the previous checkpoint
+/// is untouched), is not a valid checkpoint (truncated, damaged, not safetensors), or does not fit
+/// what it restores into (a variable of another shape or element type). The message names the
+/// file and, where one applies, the tensor.
+class CheckpointError : public Error {
+ public:
+  CheckpointError(int rank, std::string_view operation, std::string_view what_happened,
+                  std::string_view what_to_do)
+      : Error(rank, operation, what_happened, what_to_do) {}
+};
+
 /// A scheduled function was cancelled before it ran: an earlier function failed (the error that
 /// `join` raises), or the coordinator shut down.
 class CancelledError : public Error {
@@ -205,6 +219,7 @@ enum class ExitStatus : int {
   usage_error = 70,    ///< UsageError: a bug in the calling code (EX_SOFTWARE)
   timeout = 75,        ///< TimeoutError (EX_TEMPFAIL)
   mismatch = 76,       ///< MismatchError (EX_PROTOCOL)
+  checkpoint = 74,     ///< CheckpointError (EX_IOERR)
   configuration = 78,  ///< ConfigurationError (EX_CONFIG)
 };
 
@@ -215,6 +230,7 @@ inline ExitStatus exit_status_of(const std::exception& error) noexcept {
   if (dynamic_cast<const MismatchError*>(&error) != nullptr) return ExitStatus::mismatch;
   if (dynamic_cast<const ConfigurationError*>(&error) != nullptr) return ExitStatus::configuration;
   if (dynamic_cast<const UsageError*>(&error) != nullptr) return ExitStatus::usage_error;
+  if (dynamic_cast<const CheckpointError*>(&error) != nullptr) return ExitStatus::checkpoint;
   return ExitStatus::failure;
 }
 

@@ -29,6 +29,15 @@ struct EpochSamplerOptions {
   bool drop_remainder = false;   ///< drop the last, partial global batch of each epoch
 };
 
+/// Where a training loop stands in an `EpochSampler`'s schedule: the global batch it trains on
+/// next. Checkpoints save it, so that a resumed run continues with the batches the interrupted
+/// one would have seen.
+struct SamplerPosition {
+  std::uint64_t epoch = 0;
+  std::size_t step = 0;
+  friend bool operator==(const SamplerPosition&, const SamplerPosition&) = default;
+};
+
 /// The input schedule of synchronous data-parallel training, with tf.distribute's semantics:
 /// every step, all replicas together consume exactly one *global batch*, and the sequence of
 /// global batches is the same whatever the number of workers and replicas, so distributed
@@ -83,9 +92,16 @@ class EpochSampler {
     return full + (partial && !options_.drop_remainder ? 1 : 0);
   }
 
+  /// The position after `position`: the next step, or step 0 of the next epoch after the last.
+  SamplerPosition next(SamplerPosition position) const noexcept {
+    if (position.step + 1 < steps_per_epoch()) return {position.epoch, position.step + 1};
+    return {position.epoch + 1, 0};
+  }
+
   /// Examples in global batch `step`: `global_batch`, except for a partial last batch.
   /// @throws UsageError ("data::EpochSampler::global_batch_size") if `step >=
   ///         steps_per_epoch()`.
+
   std::size_t global_batch_size(std::size_t step) const {
     return batch_positions("data::EpochSampler::global_batch_size", step).size;
   }

@@ -10,6 +10,9 @@
 #error "strata/impl/src.hpp needs STRATA_SEPARATE_COMPILATION defined (header-only needs no src)"
 #endif
 
+#include <strata/checkpoint/checkpoint.hpp>
+#include <strata/checkpoint/manager.hpp>
+#include <strata/checkpoint/safetensors.hpp>
 #include <strata/cluster/resolve.hpp>
 #include <strata/cluster/tf_config.hpp>
 #include <strata/communicator/tcp.hpp>
@@ -20,6 +23,9 @@
 #include <strata/ps/server.hpp>
 #include <strata/resolve.hpp>
 
+#include <strata/checkpoint/impl/checkpoint.ipp>
+#include <strata/checkpoint/impl/manager.ipp>
+#include <strata/checkpoint/impl/safetensors.ipp>
 #include <strata/cluster/impl/resolve.ipp>
 #include <strata/cluster/impl/tf_config.ipp>
 #include <strata/communicator/impl/tcp.ipp>

@@ -111,6 +111,31 @@ class Variable {
     return entry.state;
   }
 
+  /// The optimizer state of copy `index`, or nullptr before its first update. Checkpoints save
+  /// it.
+  const optim::OptimizerState<T>* optimizer_state(std::size_t index) const noexcept {
+    const auto& entry = states_[index];
+    return entry.created ? &entry.state : nullptr;
+  }
+
+  /// Gives every copy `state`, which holds `slots_per_element` arrays of `size()` elements, or,
+  /// given nullptr, no state (the next update starts from zeros). Checkpoints restore it; the
+  /// next update checks `slots_per_element` against its optimizer's.
+  /// @throws UsageError if the state's size is not `slots_per_element * size()`.
+  void restore_optimizer_state(const optim::OptimizerState<T>* state,
+                               std::size_t slots_per_element) {
+    if (state != nullptr && state->slots.size() != slots_per_element * size())
+      throw UsageError(-1, "Variable::restore_optimizer_state",
+                       fmt::format("the state has {} slot values, not {} x {}", state->slots.size(),
+                                   slots_per_element, size()),
+                       "pass slots_per_element arrays of the variable's size");
+    for (auto& entry : states_) {
+      entry.created = state != nullptr;
+      entry.state = state != nullptr ? *state : optim::OptimizerState<T>{};
+      entry.slots_per_element = state != nullptr ? slots_per_element : 0;
+    }
+  }
+
  private:
   std::vector<std::vector<T, Allocator>> copies_;
   VariableAggregation aggregation_;

@@ -1,0 +1,291 @@
+// CheckpointManager: retention, the index, cleanup after a writer that died, SIGKILL at random
+// points of saves (the index always names complete checkpoints), and a full or read-only file
+// system (a tmpfs in a mount namespace the test makes) leaving the previous checkpoint intact.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include <strata/checkpoint/checkpoint.hpp>
+#include <strata/checkpoint/manager.hpp>
+#include <strata/core/error.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using strata::CheckpointError;
+using strata::checkpoint::Checkpoint;
+using strata::checkpoint::CheckpointManager;
+
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("strata_manager_" + std::to_string(::getpid()));
+  Scratch() {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+  }
+  ~Scratch() { fs::remove_all(dir); }
+};
+
+// The model of a step: values that differ in every element from step to step.
+std::vector<float> model_at(std::int64_t step, std::size_t n) {
+  std::vector<float> values(n);
+  for (std::size_t i = 0; i < n; ++i)
+    values[i] = static_cast<float>(step) * 1000.0f + static_cast<float>(i % 997);
+  return values;
+}
+
+std::set<std::string> files_in(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    names.insert(entry.path().filename().string());
+  return names;
+}
+
+// Writes step `step`'s model into `values` in place: checkpoints hold spans of it.
+void fill(std::vector<float>& values, std::int64_t step, std::size_t n) {
+  const auto model = model_at(step, n);
+  std::copy(model.begin(), model.end(), values.begin());
+}
+
+// Restores `path` and checks it is exactly what step `step` saved.
+void check_complete(const fs::path& path, std::int64_t step, std::size_t n) {
+  std::vector<float> values(n, -1.0f);
+  std::int64_t saved_step = -1;
+  Checkpoint checkpoint;
+  checkpoint.track("model", std::span(values));
+  checkpoint.track("step", saved_step);
+  checkpoint.restore(path);
+  CHECK(saved_step == step);
+  CHECK(values == model_at(step, n));
+}
+
+// Saves steps 1, 2, ... until killed.
+[[noreturn]] void save_forever(const fs::path& dir, std::size_t n) {
+  CheckpointManager manager(dir, 3);
+  std::vector<float> values(n);
+  std::int64_t step = 0;
+  Checkpoint checkpoint;
+  checkpoint.track("model", std::span(values));
+  checkpoint.track("step", step);
+  for (step = 1;; ++step) {
+    fill(values, step, n);
+    manager.save(checkpoint, step);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("retention keeps the newest max_to_keep and every keep_every_n-th") {
+  Scratch scratch;
+  CheckpointManager manager(scratch.dir, 2, 5);
+  CHECK_FALSE(manager.latest().has_value());
+  std::vector<float> values(10);
+  std::int64_t step = 0;
+  Checkpoint checkpoint;
+  checkpoint.track("model", std::span(values));
+  checkpoint.track("step", step);
+  CHECK_FALSE(manager.restore_latest(checkpoint).has_value());
+  for (step = 1; step <= 12; ++step) {
+    fill(values, step, 10);
+    CHECK(manager.save(checkpoint, step) == scratch.dir / fmt::format("ckpt-{}.safetensors", step));
+  }
+  std::vector<std::int64_t> kept;
+  for (const auto& entry : manager.checkpoints())
+    kept.push_back(entry.step);
+  CHECK(kept == std::vector<std::int64_t>{5, 10, 11, 12});
+  CHECK(files_in(scratch.dir) == std::set<std::string>{"checkpoint", "ckpt-5.safetensors",
+                                                       "ckpt-10.safetensors", "ckpt-11.safetensors",
+                                                       "ckpt-12.safetensors"});
+  for (const std::int64_t s : kept)
+    check_complete(scratch.dir / fmt::format("ckpt-{}.safetensors", s), s, 10);
+
+  // Another manager (a worker reading the chief's directory) sees the same, and restores.
+  const CheckpointManager reader(scratch.dir);
+  REQUIRE(reader.latest().has_value());
+  CHECK(reader.latest()->step == 12);
+  std::fill(values.begin(), values.end(), 0.0f);
+  step = 0;
+  CHECK(reader.restore_latest(checkpoint) == 12);
+  CHECK(values == model_at(12, 10));
+
+  // Saving a step again replaces it and makes it the latest.
+  fill(values, 100, 10);
+  step = 100;
+  manager.save(checkpoint, 11);
+  CHECK(manager.latest()->step == 11);
+  check_complete(scratch.dir / "ckpt-11.safetensors", 100, 10);
+
+  CHECK_THROWS_AS(CheckpointManager(scratch.dir, 0), strata::UsageError);
+  CHECK_THROWS_AS(manager.save(checkpoint, -1), strata::UsageError);
+}
+
+TEST_CASE("a damaged index is a CheckpointError, and cannot point outside the directory") {
+  Scratch scratch;
+  const CheckpointManager manager(scratch.dir);
+  std::ofstream(scratch.dir / "checkpoint") << "{not json";
+  CHECK_THROWS_WITH_AS(manager.latest(), doctest::Contains("the index"), CheckpointError);
+  std::ofstream(scratch.dir / "checkpoint", std::ios::trunc)
+      << R"({"format": "strata-checkpoint-index-1", "checkpoints": [{"step": 1, "file": "../../etc/passwd"}]})";
+  CHECK_THROWS_WITH_AS(manager.latest(), doctest::Contains("not ckpt-1.safetensors"),
+                       CheckpointError);
+}
+
+TEST_CASE("a save removes what a writer that died left behind, and nothing else") {
+  Scratch scratch;
+  std::ofstream(scratch.dir / "ckpt-99.safetensors") << "orphan: written, never indexed";
+  // A temporary file of a process that no longer exists, and one of a live process (pid 1).
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const std::string stale = fmt::format(".strata-tmp.ckpt-3.safetensors.{}", dead);
+  std::ofstream(scratch.dir / stale) << "partial";
+  std::ofstream(scratch.dir / ".strata-tmp.ckpt-4.safetensors.1") << "another writer's";
+  std::ofstream(scratch.dir / "notes.txt") << "the user's";
+
+  CheckpointManager manager(scratch.dir, 1);
+  std::vector<float> values = model_at(1, 8);
+  std::int64_t step = 1;
+  Checkpoint checkpoint;
+  checkpoint.track("model", std::span(values));
+  checkpoint.track("step", step);
+  manager.save(checkpoint, 1);
+  CHECK(files_in(scratch.dir) == std::set<std::string>{"checkpoint", "ckpt-1.safetensors",
+                                                       ".strata-tmp.ckpt-4.safetensors.1",
+                                                       "notes.txt"});
+}
+
+TEST_CASE("SIGKILL at random points of saves: latest() is always a complete saved checkpoint") {
+  Scratch scratch;
+  constexpr int kTrials = 100;
+  constexpr std::size_t kElements = 16 * 1024;  // 64 KiB per checkpoint
+  std::mt19937 random(20261127);
+  int with_checkpoint = 0;
+  int with_partial_file = 0;
+  std::int64_t steps = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
+    const fs::path dir = scratch.dir / std::to_string(trial);
+    fs::create_directories(dir);
+    const pid_t writer = ::fork();
+    REQUIRE(writer >= 0);
+    if (writer == 0) {
+      try {
+        save_forever(dir, kElements);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "writer: %s\n", e.what());
+      }
+      ::_exit(3);
+    }
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::uniform_int_distribution<int>(0, 40000)(random)));
+    ::kill(writer, SIGKILL);
+    int status = 0;
+    ::waitpid(writer, &status, 0);
+    REQUIRE_MESSAGE(WIFSIGNALED(status), "the writer ended by itself: status ", status);
+
+    for (const auto& name : files_in(dir))
+      if (name.starts_with(".strata-tmp.")) ++with_partial_file;
+    const CheckpointManager manager(dir, 3);
+    const auto latest = manager.latest();
+    if (!latest) continue;  // killed before its first save completed
+    ++with_checkpoint;
+    steps += latest->step;
+    check_complete(latest->path, latest->step, kElements);
+    for (const auto& entry : manager.checkpoints())
+      check_complete(entry.path, entry.step, kElements);
+  }
+  MESSAGE(with_checkpoint, " of ", kTrials, " trials had a checkpoint (latest step ",
+          with_checkpoint ? steps / with_checkpoint : 0, " on average); ", with_partial_file,
+          " were killed with a temporary file in progress");
+  CHECK(with_checkpoint > kTrials / 2);
+}
+
+TEST_CASE("a full or read-only file system is a CheckpointError; the last checkpoint survives") {
+  Scratch scratch;
+  // The tmpfs exists only in the child's mount namespace; the child reports by its exit status.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    if (::unshare(CLONE_NEWNS) != 0) ::_exit(77);
+    const bool mounted = ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+                         ::mount("tmpfs", scratch.dir.c_str(), "tmpfs", 0, "size=512k") == 0;
+    if (!mounted) ::_exit(77);
+    int failures = 0;
+    const auto expect = [&](bool condition, const char* what) {
+      if (!condition) {
+        std::fprintf(stderr, "disk full test: %s\n", what);
+        ++failures;
+      }
+    };
+    try {
+      CheckpointManager manager(scratch.dir, 3);
+      std::vector<float> values = model_at(1, 1000);
+      std::int64_t step = 1;
+      Checkpoint checkpoint;
+      checkpoint.track("model", std::span(values));
+      checkpoint.track("step", step);
+      manager.save(checkpoint, 1);
+
+      std::vector<float> big = model_at(2, 256 * 1024);  // 1 MiB: more than the tmpfs holds
+      Checkpoint too_big;
+      std::int64_t big_step = 2;
+      too_big.track("model", std::span(big));
+      too_big.track("step", big_step);
+      try {
+        manager.save(too_big, 2);
+        expect(false, "a save larger than the file system succeeded");
+      } catch (const CheckpointError& e) {
+        expect(std::string(e.what()).find("No space left on device") != std::string::npos,
+               e.what());
+        expect(std::string(e.what()).find("free space") != std::string::npos, e.what());
+      }
+      expect(manager.latest().has_value() && manager.latest()->step == 1, "latest is not 1");
+      expect(files_in(scratch.dir) == std::set<std::string>{"checkpoint", "ckpt-1.safetensors"},
+             "the failed save left files behind");
+
+      if (::mount(nullptr, scratch.dir.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr) != 0)
+        ::_exit(77);
+      step = 3;
+      try {
+        manager.save(checkpoint, 3);
+        expect(false, "a save to a read-only file system succeeded");
+      } catch (const CheckpointError& e) {
+        expect(std::string(e.what()).find("Read-only file system") != std::string::npos, e.what());
+      }
+      std::vector<float> restored(1000, 0.0f);
+      std::int64_t restored_step = 0;
+      Checkpoint reading;
+      reading.track("model", std::span(restored));
+      reading.track("step", restored_step);
+      expect(manager.restore_latest(reading) == 1, "restore_latest is not 1");
+      expect(restored == model_at(1, 1000) && restored_step == 1, "step 1 is not intact");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "disk full test: %s\n", e.what());
+      ++failures;
+    }
+    ::_exit(failures == 0 ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) {
+    MESSAGE("not run: no mount namespace (needs root or CAP_SYS_ADMIN)");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);
+}
