@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -66,12 +68,15 @@ struct TrainConfig {
   std::size_t epochs = 30;
   double learning_rate = 4.0;
   std::uint64_t shuffle_seed = 42;
+  std::filesystem::path checkpoint_dir = {};  // empty: no checkpoints
+  std::size_t checkpoint_every = 0;           // steps between checkpoints (0: at the end only)
 };
 
 struct TrainResult {
   std::vector<float> weights;
   float bias = 0;
-  std::vector<double> epoch_losses;  // mean cross-entropy over each epoch's steps
+  std::vector<double> epoch_losses;          // mean cross-entropy over each epoch's steps
+  std::optional<std::int64_t> resumed_from;  // the checkpoint's step, when one was restored
 };
 
 /// One replica's gradient and loss on the host: the examples `rows` of its slice of the batch,
@@ -150,26 +155,49 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
   for (int r = 0; r < strategy.num_local_replicas(); ++r)
     workspaces.emplace_back(problem, r);
 
+  // Everything a resumed run needs to continue exactly where this one stopped. The chief
+  // writes checkpoints; every worker restores the latest when it starts.
   TrainResult result;
-  for (std::size_t epoch = 0; epoch < config.epochs; ++epoch) {
-    double loss_sum = 0;
-    for (std::size_t step = 0; step < sampler.steps_per_epoch(); ++step) {
-      const auto batch = sampler.global_batch_indices(epoch, step);
-      auto losses = strategy.run([&](auto& replica) {
-        const auto mine = strata::data::split_batch(
-            batch.size(), replica.replica_id_in_sync_group(), replica.num_replicas_in_sync());
-        auto& workspace = workspaces[static_cast<std::size_t>(replica.local_replica_id())];
-        const float loss =
-            workspace.gradients(std::span(batch).subspan(mine.offset, mine.size), replica.read(w),
-                                replica.read(b), 1.0f / float(batch.size()));
-        replica.apply_gradients(sgd, workspace.grad_w(), w);
-        replica.apply_gradients(sgd, workspace.grad_b(), b);
-        return loss;  // this replica's share of the batch's mean loss
-      });
-      loss_sum += strategy.reduce(strata::ReduceOp::sum, losses);
+  std::int64_t global_step = 0;
+  strata::data::SamplerPosition position;
+  double loss_sum = 0;  // of the current epoch's steps so far
+  strata::checkpoint::Checkpoint checkpoint;
+  checkpoint.track("w", w);
+  checkpoint.track("b", b);
+  checkpoint.track("global_step", global_step);
+  checkpoint.track("input", sampler, position);
+  checkpoint.track("epoch_loss_sum", std::span(&loss_sum, 1));
+  std::optional<strata::checkpoint::CheckpointManager> checkpoints;
+  if (!config.checkpoint_dir.empty()) {
+    checkpoints.emplace(config.checkpoint_dir, 3);
+    result.resumed_from = checkpoints->restore_latest(checkpoint);
+  }
+
+  while (position.epoch < config.epochs && sampler.steps_per_epoch() > 0) {
+    const auto batch = sampler.global_batch_indices(position.epoch, position.step);
+    auto losses = strategy.run([&](auto& replica) {
+      const auto mine = strata::data::split_batch(batch.size(), replica.replica_id_in_sync_group(),
+                                                  replica.num_replicas_in_sync());
+      auto& workspace = workspaces[static_cast<std::size_t>(replica.local_replica_id())];
+      const float loss =
+          workspace.gradients(std::span(batch).subspan(mine.offset, mine.size), replica.read(w),
+                              replica.read(b), 1.0f / float(batch.size()));
+      replica.apply_gradients(sgd, workspace.grad_w(), w);
+      replica.apply_gradients(sgd, workspace.grad_b(), b);
+      return loss;  // this replica's share of the batch's mean loss
+    });
+    loss_sum += strategy.reduce(strata::ReduceOp::sum, losses);
+    ++global_step;
+    if (position.step + 1 == sampler.steps_per_epoch()) {
+      result.epoch_losses.push_back(loss_sum / double(sampler.steps_per_epoch()));
+      on_epoch(position.epoch, result.epoch_losses.back());
+      loss_sum = 0;
     }
-    result.epoch_losses.push_back(loss_sum / double(sampler.steps_per_epoch()));
-    on_epoch(epoch, result.epoch_losses.back());
+    position = sampler.next(position);
+    const bool due = config.checkpoint_every > 0 &&
+                     global_step % static_cast<std::int64_t>(config.checkpoint_every) == 0;
+    if (checkpoints && strategy.is_chief() && (due || position.epoch == config.epochs))
+      checkpoints->save(checkpoint, global_step);
   }
   const auto weights = w.read();  // a host copy for GPU strategies
   result.weights.assign(weights.begin(), weights.end());

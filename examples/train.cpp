@@ -3,7 +3,7 @@
 //   strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|
 //                                    parameter-server-sync|coordinator|one|default|gpu-mirrored|
 //                                    gpu-multi-worker|gpu-central] [--replicas N]
-//                        [--epochs E] [--batch B]
+//                        [--epochs E] [--batch B] [--checkpoint-dir DIR [--checkpoint-every N]]
 //
 // Prints the loss per epoch, then the learned parameters next to the known solution, and
 // compares them with single-process training (OneDeviceStrategy) on the same global batches.
@@ -22,6 +22,9 @@
 // parameter-server-sync trains synchronously over the same servers (TF1's SyncReplicasOptimizer):
 // the servers add up every replica's gradient of a step before they apply it, so it is checked
 // against single-process training as the synchronous strategies are.
+// With --checkpoint-dir the chief saves a checkpoint every N steps (and at the end) and every
+// task resumes from the latest one when it starts: kill a run, start it again, and it ends
+// with the parameters an uninterrupted run reaches, bit for bit (synchronous strategies).
 // coordinator runs TF2's model on a cluster with a chief: the chief's ClusterCoordinator
 // schedules one step per global batch on whichever worker is free (coordinated_training.hpp);
 // asynchronous, so checked against the solution only:
@@ -53,6 +56,7 @@ constexpr std::string_view kUsage =
     "                                        parameter-server-sync|coordinator|one|default|\n"
     "                                        gpu-mirrored|gpu-multi-worker|gpu-central]\n"
     "                            [--replicas N] [--epochs E] [--batch B]\n"
+    "                            [--checkpoint-dir DIR [--checkpoint-every N]]\n"
     "\n"
     "Trains a logistic regression under the strategy and checks it against training on one\n"
     "replica. multi-worker reads its cluster from TF_CONFIG (strata-launch sets it), torchrun,\n"
@@ -63,10 +67,12 @@ constexpr std::string_view kUsage =
     "train against the ps tasks asynchronously (checked against the solution only).\n"
     "gpu-mirrored (NCCL) and gpu-central run one replica per GPU unless\n"
     "--replicas says otherwise, gpu-multi-worker (NCCL) one GPU per process, in builds with\n"
-    "CUDA. Exit status: 0 when the result matches,\n"
+    "CUDA. --checkpoint-dir: the chief saves a checkpoint every N steps (default: at the end)\n"
+    "and every task resumes from the latest one in DIR (not with coordinator).\n"
+    "Exit status: 0 when the result matches,\n"
     "1 when it does not or on any other error, 2 for a bad command line, and\n"
     "strata::ExitStatus for strata's errors:\n"
-    "69 peer failure, 70 usage error, 75 timeout, 76 mismatch, 78 configuration.\n";
+    "69 peer failure, 70 usage error, 74 checkpoint, 75 timeout, 76 mismatch, 78 configuration.\n";
 
 [[noreturn]] void usage(const char* why) {
   fmt::print(stderr, "strata_example_train: {}\n{}", why, kUsage);
@@ -92,6 +98,10 @@ Arguments parse(int argc, char** argv) {
         args.config.epochs = std::stoul(value);
       else if (flag == "--batch")
         args.config.global_batch = std::stoul(value);
+      else if (flag == "--checkpoint-dir")
+        args.config.checkpoint_dir = value;
+      else if (flag == "--checkpoint-every")
+        args.config.checkpoint_every = std::stoul(value);
       else
         usage("unknown flag");
     } catch (const std::logic_error&) {
@@ -119,6 +129,8 @@ int run(const Arguments& args, int replicas) {
       example::train(strategy, problem, args.config, [&](std::size_t epoch, double loss) {
         if (chief) fmt::print("epoch {:3}  loss {:.6f}{}\n", epoch, loss, share);
       });
+  if (chief && result.resumed_from)
+    fmt::print("resumed from the checkpoint of step {}\n", *result.resumed_from);
   return check(result, problem, args.config, Strategy::sync_type::kWaitsForAllReplicas, chief);
 }
 
@@ -128,7 +140,9 @@ int run(const Arguments& args, int replicas) {
 int check(const example::TrainResult& result, const example::Problem& problem,
           const example::TrainConfig& config, bool synchronous, bool chief) {
   strata::OneDeviceStrategy single;
-  const auto reference = example::train(single, problem, config, [](std::size_t, double) {});
+  example::TrainConfig uninterrupted = config;
+  uninterrupted.checkpoint_dir.clear();  // the reference trains from the start, saving nothing
+  const auto reference = example::train(single, problem, uninterrupted, [](std::size_t, double) {});
   float worst = std::abs(result.bias - problem.true_bias);
   float drift = std::abs(result.bias - reference.bias);
   for (std::size_t j = 0; j < problem.features; ++j) {
@@ -149,6 +163,8 @@ int check(const example::TrainResult& result, const example::Problem& problem,
 
 // TF2's model: ps tasks serve, workers serve the coordinator, the chief coordinates.
 int run_coordinated(const Arguments& args) {
+  if (!args.config.checkpoint_dir.empty())
+    usage("--checkpoint-dir is not supported by coordinator");
   const auto functions = example::register_training();  // the same on every task
   if (strata::ps::serve_if_ps()) return 0;
   if (strata::coordinator::serve_if_worker(functions.registry)) return 0;
