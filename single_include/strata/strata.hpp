@@ -16940,6 +16940,7 @@ inline bool serve_if_worker(const Functions& functions, WorkerOptions options = 
 #include <map>
 #include <memory>
 #include <numeric>
+#include <ranges>
 #include <set>
 #include <span>
 #include <string>
@@ -17956,24 +17957,23 @@ namespace strata::checkpoint {
 
 /// V models CheckpointVariable if it is a variable a checkpoint can save and restore: `size()`
 /// elements of a floating-point type that `read()` gives (outside `Strategy::run`: the value
-/// every replica agrees on) and `assign(values)` sets everywhere. Every strategy's variables
-/// model it: `placement::Variable` (mirrored, central storage, one device) and
+/// every replica agrees on, as a span or, for device memory, a host copy) and `assign(values)`
+/// sets everywhere. Every strategy's variables model it: `placement::Variable` (mirrored,
+/// central storage, one device), `placement::DeviceVariable` (GPUs) and
 /// `placement::ShardedVariable` (parameter servers: read pulls every shard, assign pushes them,
 /// so a checkpoint restores under any number of shards or ps tasks).
 template <class V>
 concept CheckpointVariable = requires(V& v, const V& cv) {
   { cv.size() } -> std::convertible_to<std::size_t>;
-  typename std::remove_cvref_t<decltype(cv.read())>::element_type;
-  requires std::floating_point<
-      std::remove_const_t<typename std::remove_cvref_t<decltype(cv.read())>::element_type>>;
-  v.assign(cv.read());
+  requires std::ranges::contiguous_range<decltype(cv.read())>;
+  requires std::floating_point<std::ranges::range_value_t<decltype(cv.read())>>;
+  v.assign(std::span<const std::ranges::range_value_t<decltype(cv.read())>>());
 };
 
 namespace detail {
 
 template <class V>
-using variable_element_t = std::remove_const_t<
-    typename std::remove_cvref_t<decltype(std::declval<const V&>().read())>::element_type>;
+using variable_element_t = std::ranges::range_value_t<decltype(std::declval<const V&>().read())>;
 
 // A variable whose optimizer state lives with its copies (placement::Variable): the state is
 // saved with it. The parameter servers keep theirs on the servers.
@@ -18036,8 +18036,15 @@ class Checkpoint {
     claim(name + std::string(kStepSuffix));
     items_.push_back(Item{
         [this, name, shape, &variable](Contents& contents) {
-          contents.tensors.push_back(
-              Piece{name, data_type_of<T>, shape, std::as_bytes(variable.read())});
+          auto value = variable.read();
+          std::span<const T> bytes(value);
+          if constexpr (!std::is_same_v<decltype(value), std::span<const T>>) {
+            // A host copy (device memory): kept alive until the file is written.
+            auto owned = std::make_shared<std::vector<T>>(value.begin(), value.end());
+            bytes = *owned;
+            contents.owned.push_back(std::move(owned));
+          }
+          contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(bytes)});
           if constexpr (detail::WithOptimizerState<V>) {
             if (const auto* state = variable.optimizer_state(0)) {
               std::vector<std::uint64_t> slots_shape{state->slots.size() /
@@ -18168,6 +18175,7 @@ class Checkpoint {
   struct Contents {
     std::vector<Piece> tensors;
     std::map<std::string, std::string> metadata;
+    std::vector<std::shared_ptr<const void>> owned;  // host copies the pieces point into
   };
   // A restore, checked: the reads that apply it, in order.
   struct Plan {

@@ -6,6 +6,7 @@
 // every worker within k steps of the slowest (instrumented in the workers' own logs).
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <string>
@@ -15,7 +16,9 @@
 #include <fmt/format.h>
 
 #include <strata/cluster/tf_config.hpp>
+#include <strata/strategies.hpp>
 
+#include "logistic_regression.hpp"
 #include "process.hpp"
 #include "worker_cluster.hpp"
 
@@ -91,6 +94,41 @@ TEST_CASE("one worker with one replica trains as OneDeviceStrategy, sharded or n
     for (auto& process : run.ps)
       REQUIRE(process.wait_for(30s));
   }
+}
+
+TEST_CASE("a checkpoint moves from Mirrored to sharded parameter servers and back, bit for bit") {
+  // Mirrored trains epochs 0-1 and saves; one worker over 2 ps tasks, its variables in 3
+  // shards, restores (pushing every shard), trains epochs 2-3 and saves (pulling them);
+  // Mirrored restores that and trains epochs 4-5. One replica each, so every stage sums its
+  // gradients as OneDeviceStrategy does: the result must be its 6 epochs, bit for bit.
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("strata_ps_checkpoint_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const auto problem = example::make_problem(1024, 8);
+  example::TrainConfig config;
+  config.checkpoint_dir = dir;
+  config.epochs = 2;
+  strata::MirroredStrategy first({.num_replicas = 1});
+  example::train(first, problem, config, [](std::size_t, double) {});
+
+  PsCluster run(1, 2, {"ps-train", "1", "4", "3", dir.string()});
+  REQUIRE(run.worker[0].wait_for(120s));
+  const std::string output = run.worker[0].output();
+  REQUIRE_MESSAGE(run.worker[0].exit_code() == 0, output);
+  CHECK(strata::testing::line_after(output, "resumed") == "32");
+  for (auto& process : run.ps)
+    REQUIRE(process.wait_for(30s));
+
+  config.epochs = 6;
+  strata::MirroredStrategy last({.num_replicas = 1});
+  const auto resumed = example::train(last, problem, config, [](std::size_t, double) {});
+  CHECK(resumed.resumed_from == 64);
+  config.checkpoint_dir.clear();
+  strata::OneDeviceStrategy single;
+  const auto reference = example::train(single, problem, config, [](std::size_t, double) {});
+  CHECK(resumed.weights == reference.weights);
+  CHECK(resumed.bias == reference.bias);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("strata-ps serves the workers of a cluster whose ps tasks run no trainer") {

@@ -92,9 +92,10 @@ int train(std::span<const std::string_view> args) {
   return 0;
 }
 
-// ps-train K EPOCHS [3]: the same program on every task of a parameter-server cluster;
+// ps-train K EPOCHS [3 [DIR]]: the same program on every task of a parameter-server cluster;
 // ps tasks serve, workers train asynchronously with K replicas each, variables unsplit or
-// split in three, and print how far they landed from the known solution.
+// split in three, and print how far they landed from the known solution. With DIR, training
+// resumes from the latest checkpoint there (printing "resumed STEP") and saves one at the end.
 template <class Strategy>
 int ps_train(std::span<const std::string_view> args) {
   if (strata::ps::serve_if_ps()) {
@@ -105,7 +106,10 @@ int ps_train(std::span<const std::string_view> args) {
   example::TrainConfig config;
   config.epochs = std::stoul(std::string(args[2]));
   const auto problem = example::make_problem(1024, 8);
-  const auto result = example::train(strategy, problem, config, [](std::size_t, double) {});
+  example::TrainConfig resumable = config;
+  if (args.size() > 4) resumable.checkpoint_dir = std::string(args[4]);
+  const auto result = example::train(strategy, problem, resumable, [](std::size_t, double) {});
+  if (result.resumed_from) fmt::print("resumed {}\n", *result.resumed_from);
   float error = std::abs(result.bias - problem.true_bias);
   std::string bits = fmt::format("{:a}", result.bias);
   for (std::size_t j = 0; j < result.weights.size(); ++j) {
@@ -300,7 +304,7 @@ int main(int argc, char** argv) {
     fmt::print(
         stderr,
         "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | train K EPOCHS | "
-        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3|sync] | "
+        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3 [DIR]|sync] | "
         "ps-ssp 0|2|async STEPS SLOW_WORKER SLOW_MS\n");
     return 2;
   }
@@ -310,7 +314,7 @@ int main(int argc, char** argv) {
     if (args[0] == "raise" && args.size() == 3) return raise_in_replica(args);
     if (args[0] == "ps-train" && args.size() == 3)
       return ps_train<strata::ParameterServerStrategy>(args);
-    if (args[0] == "ps-train" && args.size() == 4 && args[3] == "3")
+    if (args[0] == "ps-train" && (args.size() == 4 || args.size() == 5) && args[3] == "3")
       return ps_train<ShardedParameterServerStrategy>(args);
     if (args[0] == "ps-train" && args.size() == 4 && args[3] == "sync")
       return ps_train<SynchronousParameterServerStrategy>(args);
