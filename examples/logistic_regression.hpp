@@ -162,8 +162,12 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
   strata::data::SamplerPosition position;
   double loss_sum = 0;  // of the current epoch's steps so far
   strata::checkpoint::Checkpoint checkpoint;
-  checkpoint.track("w", w);
-  checkpoint.track("b", b);
+  // Asynchronous workers do not wait for each other: one that restored late would set the
+  // servers' variables back under the others' updates, so only the chief restores them there.
+  if (Strategy::sync_type::kWaitsForAllReplicas || strategy.is_chief()) {
+    checkpoint.track("w", w);
+    checkpoint.track("b", b);
+  }
   checkpoint.track("global_step", global_step);
   checkpoint.track("input", sampler, position);
   checkpoint.track("epoch_loss_sum", std::span(&loss_sum, 1));

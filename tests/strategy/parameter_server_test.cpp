@@ -131,6 +131,36 @@ TEST_CASE("a checkpoint moves from Mirrored to sharded parameter servers and bac
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("synchronous training over parameter servers, stopped and resumed, ends bit for bit") {
+  // Two workers of two replicas over 2 ps tasks: 6 epochs at once, against 3 epochs, a new
+  // cluster (fresh servers) that restores the chief's checkpoint, and 3 more.
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("strata_ps_resume_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const auto params_of = [](PsCluster& run) {
+    std::vector<std::string> params;
+    for (auto& process : run.worker) {
+      REQUIRE(process.wait_for(120s));
+      const std::string output = process.output();
+      REQUIRE_MESSAGE(process.exit_code() == 0, output);
+      params.push_back(strata::testing::line_after(output, "params"));
+    }
+    for (auto& process : run.ps)
+      REQUIRE(process.wait_for(30s));
+    return params;
+  };
+  PsCluster whole(2, 2, {"ps-train", "2", "6", "sync"});
+  const auto reference = params_of(whole);
+  PsCluster first(2, 2, {"ps-train", "2", "3", "sync", (dir / "run").string()});
+  params_of(first);
+  PsCluster second(2, 2, {"ps-train", "2", "6", "sync", (dir / "run").string()});
+  const auto resumed = params_of(second);
+  CHECK(strata::testing::line_after(second.worker[0].output(), "resumed") == "48");
+  CHECK(strata::testing::line_after(second.worker[1].output(), "resumed") == "48");
+  CHECK(resumed == reference);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("strata-ps serves the workers of a cluster whose ps tasks run no trainer") {
   PsCluster run(2, 2, {"ps-train", "1", "10"}, STRATA_PS_PROGRAM);
   for (auto& process : run.worker) {

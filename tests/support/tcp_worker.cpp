@@ -92,7 +92,7 @@ int train(std::span<const std::string_view> args) {
   return 0;
 }
 
-// ps-train K EPOCHS [3 [DIR]]: the same program on every task of a parameter-server cluster;
+// ps-train K EPOCHS [3|sync [DIR]]: the same program on every task of a parameter-server cluster;
 // ps tasks serve, workers train asynchronously with K replicas each, variables unsplit or
 // split in three, and print how far they landed from the known solution. With DIR, training
 // resumes from the latest checkpoint there (printing "resumed STEP") and saves one at the end.
@@ -304,7 +304,7 @@ int main(int argc, char** argv) {
     fmt::print(
         stderr,
         "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | train K EPOCHS | "
-        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3 [DIR]|sync] | "
+        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3|sync [DIR]] | "
         "ps-ssp 0|2|async STEPS SLOW_WORKER SLOW_MS\n");
     return 2;
   }
@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
       return ps_train<strata::ParameterServerStrategy>(args);
     if (args[0] == "ps-train" && (args.size() == 4 || args.size() == 5) && args[3] == "3")
       return ps_train<ShardedParameterServerStrategy>(args);
-    if (args[0] == "ps-train" && args.size() == 4 && args[3] == "sync")
+    if (args[0] == "ps-train" && (args.size() == 4 || args.size() == 5) && args[3] == "sync")
       return ps_train<SynchronousParameterServerStrategy>(args);
     if (args[0] == "ps-ssp" && args.size() == 5 && args[1] == "0")
       return ps_steps<strata::sync::BoundedStaleness<0>>(args);
