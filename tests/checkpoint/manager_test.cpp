@@ -57,35 +57,42 @@ std::set<std::string> files_in(const fs::path& dir) {
   return names;
 }
 
-// Writes step `step`'s model into `values` in place: checkpoints hold spans of it.
-void fill(std::vector<float>& values, std::int64_t step, std::size_t n) {
-  const auto model = model_at(step, n);
-  std::copy(model.begin(), model.end(), values.begin());
-}
+// Step `step`'s model and the step itself, tracked as "model" and "step". Set in place: the
+// checkpoint holds spans of them.
+struct Model {
+  std::vector<float> values;
+  std::int64_t step = 0;
+  Checkpoint checkpoint;
+
+  Model(std::int64_t at, std::size_t n) : values(model_at(at, n)), step(at) {
+    checkpoint.track("model", std::span(values));
+    checkpoint.track("step", step);
+  }
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  void set(std::int64_t at) {
+    const auto model = model_at(at, values.size());
+    std::copy(model.begin(), model.end(), values.begin());
+    step = at;
+  }
+  bool holds(std::int64_t at) const { return step == at && values == model_at(at, values.size()); }
+};
 
 // Restores `path` and checks it is exactly what step `step` saved.
 void check_complete(const fs::path& path, std::int64_t step, std::size_t n) {
-  std::vector<float> values(n, -1.0f);
-  std::int64_t saved_step = -1;
-  Checkpoint checkpoint;
-  checkpoint.track("model", std::span(values));
-  checkpoint.track("step", saved_step);
-  checkpoint.restore(path);
-  CHECK(saved_step == step);
-  CHECK(values == model_at(step, n));
+  Model model(-1, n);
+  model.checkpoint.restore(path);
+  CHECK(model.holds(step));
 }
 
 // Saves steps 1, 2, ... until killed.
 [[noreturn]] void save_forever(const fs::path& dir, std::size_t n) {
   CheckpointManager manager(dir, 3);
-  std::vector<float> values(n);
-  std::int64_t step = 0;
-  Checkpoint checkpoint;
-  checkpoint.track("model", std::span(values));
-  checkpoint.track("step", step);
-  for (step = 1;; ++step) {
-    fill(values, step, n);
-    manager.save(checkpoint, step);
+  Model model(0, n);
+  for (std::int64_t step = 1;; ++step) {
+    model.set(step);
+    manager.save(model.checkpoint, step);
   }
 }
 
@@ -95,15 +102,12 @@ TEST_CASE("retention keeps the newest max_to_keep and every keep_every_n-th") {
   Scratch scratch;
   CheckpointManager manager(scratch.dir, 2, 5);
   CHECK_FALSE(manager.latest().has_value());
-  std::vector<float> values(10);
-  std::int64_t step = 0;
-  Checkpoint checkpoint;
-  checkpoint.track("model", std::span(values));
-  checkpoint.track("step", step);
-  CHECK_FALSE(manager.restore_latest(checkpoint).has_value());
-  for (step = 1; step <= 12; ++step) {
-    fill(values, step, 10);
-    CHECK(manager.save(checkpoint, step) == scratch.dir / fmt::format("ckpt-{}.safetensors", step));
+  Model model(0, 10);
+  CHECK_FALSE(manager.restore_latest(model.checkpoint).has_value());
+  for (std::int64_t step = 1; step <= 12; ++step) {
+    model.set(step);
+    CHECK(manager.save(model.checkpoint, step) ==
+          scratch.dir / fmt::format("ckpt-{}.safetensors", step));
   }
   std::vector<std::int64_t> kept;
   for (const auto& entry : manager.checkpoints())
@@ -119,20 +123,18 @@ TEST_CASE("retention keeps the newest max_to_keep and every keep_every_n-th") {
   const CheckpointManager reader(scratch.dir);
   REQUIRE(reader.latest().has_value());
   CHECK(reader.latest()->step == 12);
-  std::fill(values.begin(), values.end(), 0.0f);
-  step = 0;
-  CHECK(reader.restore_latest(checkpoint) == 12);
-  CHECK(values == model_at(12, 10));
+  model.set(0);
+  CHECK(reader.restore_latest(model.checkpoint) == 12);
+  CHECK(model.holds(12));
 
   // Saving a step again replaces it and makes it the latest.
-  fill(values, 100, 10);
-  step = 100;
-  manager.save(checkpoint, 11);
+  model.set(100);
+  manager.save(model.checkpoint, 11);
   CHECK(manager.latest()->step == 11);
   check_complete(scratch.dir / "ckpt-11.safetensors", 100, 10);
 
   CHECK_THROWS_AS(CheckpointManager(scratch.dir, 0), strata::UsageError);
-  CHECK_THROWS_AS(manager.save(checkpoint, -1), strata::UsageError);
+  CHECK_THROWS_AS(manager.save(model.checkpoint, -1), strata::UsageError);
 }
 
 TEST_CASE("a damaged index is a CheckpointError, and cannot point outside the directory") {
@@ -159,12 +161,8 @@ TEST_CASE("a save removes what a writer that died left behind, and nothing else"
   std::ofstream(scratch.dir / "notes.txt") << "the user's";
 
   CheckpointManager manager(scratch.dir, 1);
-  std::vector<float> values = model_at(1, 8);
-  std::int64_t step = 1;
-  Checkpoint checkpoint;
-  checkpoint.track("model", std::span(values));
-  checkpoint.track("step", step);
-  manager.save(checkpoint, 1);
+  const Model model(1, 8);
+  manager.save(model.checkpoint, 1);
   CHECK(files_in(scratch.dir) == std::set<std::string>{"checkpoint", "ckpt-1.safetensors",
                                                        ".strata-tmp.ckpt-4.safetensors.1",
                                                        "notes.txt"});
@@ -234,20 +232,11 @@ TEST_CASE("a full or read-only file system is a CheckpointError; the last checkp
     };
     try {
       CheckpointManager manager(scratch.dir, 3);
-      std::vector<float> values = model_at(1, 1000);
-      std::int64_t step = 1;
-      Checkpoint checkpoint;
-      checkpoint.track("model", std::span(values));
-      checkpoint.track("step", step);
-      manager.save(checkpoint, 1);
-
-      std::vector<float> big = model_at(2, 256 * 1024);  // 1 MiB: more than the tmpfs holds
-      Checkpoint too_big;
-      std::int64_t big_step = 2;
-      too_big.track("model", std::span(big));
-      too_big.track("step", big_step);
+      Model model(1, 1000);
+      manager.save(model.checkpoint, 1);
+      const Model too_big(2, 256 * 1024);  // 1 MiB: more than the tmpfs holds
       try {
-        manager.save(too_big, 2);
+        manager.save(too_big.checkpoint, 2);
         expect(false, "a save larger than the file system succeeded");
       } catch (const CheckpointError& e) {
         expect(std::string(e.what()).find("No space left on device") != std::string::npos,
@@ -260,20 +249,16 @@ TEST_CASE("a full or read-only file system is a CheckpointError; the last checkp
 
       if (::mount(nullptr, scratch.dir.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr) != 0)
         ::_exit(77);
-      step = 3;
+      model.set(3);
       try {
-        manager.save(checkpoint, 3);
+        manager.save(model.checkpoint, 3);
         expect(false, "a save to a read-only file system succeeded");
       } catch (const CheckpointError& e) {
         expect(std::string(e.what()).find("Read-only file system") != std::string::npos, e.what());
       }
-      std::vector<float> restored(1000, 0.0f);
-      std::int64_t restored_step = 0;
-      Checkpoint reading;
-      reading.track("model", std::span(restored));
-      reading.track("step", restored_step);
-      expect(manager.restore_latest(reading) == 1, "restore_latest is not 1");
-      expect(restored == model_at(1, 1000) && restored_step == 1, "step 1 is not intact");
+      Model restored(0, 1000);
+      expect(manager.restore_latest(restored.checkpoint) == 1, "restore_latest is not 1");
+      expect(restored.holds(1), "step 1 is not intact");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "disk full test: %s\n", e.what());
       ++failures;
