@@ -114,7 +114,7 @@ class Checkpoint {
     claim(name + std::string(kSlotsSuffix));
     claim(name + std::string(kStepSuffix));
     items_.push_back(Item{
-        [this, name, shape, &variable](Contents& contents) {
+        [name, shape, &variable](Contents& contents) {
           auto value = variable.read();
           std::span<const T> bytes(value);
           if constexpr (!std::is_same_v<decltype(value), std::span<const T>>) {
@@ -288,10 +288,19 @@ class Checkpoint {
       throw UsageError(
           rank_, fmt::format("Checkpoint::{}", operation),
           fmt::format("'{}' has {} elements, but its shape [{}] holds {}", name, size,
-                      fmt::join(shape, ", "),
+                      describe_shape(shape),
                       overflow ? std::string("more than 2^64") : fmt::format("{}", product)),
           "pass the shape of the tensor, or none for a flat one");
     return shape;
+  }
+
+  // "2, 3" for messages. By hand: fmt::join's formatter trips a false g++ 12 -O3 warning
+  // (-Wstringop-overflow in fmt 9's fill_t), which users' -Werror builds would meet.
+  static std::string describe_shape(const std::vector<std::uint64_t>& shape) {
+    std::string out;
+    for (std::size_t i = 0; i < shape.size(); ++i)
+      out += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+    return out;
   }
 
   CheckpointError restore_error(const Plan& plan, std::string_view what,
@@ -316,8 +325,8 @@ class Checkpoint {
     if (info.dtype != dtype || info.shape != shape)
       throw restore_error(plan,
                           fmt::format("{} '{}' is {} [{}] here but {} [{}] in the file", kind,
-                                      info.name, safetensors_dtype(dtype), fmt::join(shape, ", "),
-                                      safetensors_dtype(info.dtype), fmt::join(info.shape, ", ")),
+                                      info.name, safetensors_dtype(dtype), describe_shape(shape),
+                                      safetensors_dtype(info.dtype), describe_shape(info.shape)),
                           "restore into a variable of the saved shape and element type");
   }
 

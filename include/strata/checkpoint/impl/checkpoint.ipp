@@ -149,16 +149,18 @@ STRATA_DECL std::pair<data::EpochSamplerOptions, data::SamplerPosition> Checkpoi
 
 STRATA_DECL std::string Checkpoint::describe_difference(const data::EpochSamplerOptions& saved,
                                                         const data::EpochSamplerOptions& now) {
-  std::vector<std::string> differences;
+  std::string differences;  // joined by hand, as describe_shape says why
   const auto compare = [&](std::string_view field, auto a, auto b) {
-    if (a != b) differences.push_back(fmt::format("{} {} (this run: {})", field, a, b));
+    if (a == b) return;
+    if (!differences.empty()) differences += ", ";
+    differences += fmt::format("{} {} (this run: {})", field, a, b);
   };
   compare("num_examples", saved.num_examples, now.num_examples);
   compare("global_batch", saved.global_batch, now.global_batch);
   compare("seed", saved.seed, now.seed);
   compare("shuffle", saved.shuffle, now.shuffle);
   compare("drop_remainder", saved.drop_remainder, now.drop_remainder);
-  return fmt::format("{}", fmt::join(differences, ", "));
+  return differences;
 }
 
 STRATA_DECL bool Checkpoint::is_json(std::string_view text) {
