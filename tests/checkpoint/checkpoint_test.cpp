@@ -219,6 +219,25 @@ TEST_CASE("a restore that does not fit names what differs and changes nothing") 
   expect_unchanged();
 }
 
+TEST_CASE("a moved checkpoint saves, restores and reports errors as the original would") {
+  Scratch scratch;
+  std::vector<double> values{1.0, 2.0};
+  Checkpoint original(3);
+  original.track("values", std::span(values));
+  Checkpoint moved(std::move(original));
+  moved.save(scratch.dir / "moved.safetensors");
+  values[0] = values[1] = 0.0;
+  moved.restore(scratch.dir / "moved.safetensors");
+  CHECK(values == std::vector<double>{1.0, 2.0});
+
+  std::vector<double> other(2);
+  Checkpoint second(3);
+  second.track("other", std::span(other));
+  Checkpoint target = std::move(second);
+  expect_error([&] { target.restore(scratch.dir / "moved.safetensors"); },
+               {"rank 3", "it has no tensor 'other'"});
+}
+
 TEST_CASE("damaged files are CheckpointErrors that name the file") {
   Scratch scratch;
   std::vector<float> values = iota(64, 0.0f);

@@ -140,9 +140,9 @@ class Checkpoint {
             }
           }
         },
-        [this, name, shape, &variable](const Header& header, Plan& plan) {
-          const TensorInfo& value = find(header, plan, name, "variable");
-          check_tensor(plan, value, "variable", data_type_of<T>, shape);
+        [name, shape, &variable](const Checkpoint& self, const Header& header, Plan& plan) {
+          const TensorInfo& value = self.find(header, plan, name, "variable");
+          self.check_tensor(plan, value, "variable", data_type_of<T>, shape);
           if constexpr (detail::WithCopies<V>) {
             plan.reads.push_back([&variable, value](const File& file, std::uint64_t start) {
               std::span<T> primary = variable.copy(0);
@@ -158,7 +158,7 @@ class Checkpoint {
             });
           }
           if constexpr (detail::WithOptimizerState<V>)
-            plan_optimizer_state<T>(header, plan, name, shape, variable);
+            self.plan_optimizer_state<T>(header, plan, name, shape, variable);
         }});
   }
 
@@ -172,9 +172,9 @@ class Checkpoint {
         [name, shape, tensor](Contents& contents) {
           contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(tensor)});
         },
-        [this, name, shape, tensor](const Header& header, Plan& plan) {
-          const TensorInfo& info = find(header, plan, name, "tensor");
-          check_tensor(plan, info, "tensor", data_type_of<T>, shape);
+        [name, shape, tensor](const Checkpoint& self, const Header& header, Plan& plan) {
+          const TensorInfo& info = self.find(header, plan, name, "tensor");
+          self.check_tensor(plan, info, "tensor", data_type_of<T>, shape);
           plan.reads.push_back([tensor, info](const File& file, std::uint64_t start) {
             file.read_at(std::as_writable_bytes(tensor), start + info.begin);
           });
@@ -197,17 +197,17 @@ class Checkpoint {
         [key, &sampler, &position](Contents& contents) {
           contents.metadata[key] = encode_sampler(sampler.options(), position);
         },
-        [this, key, name, &sampler, &position](const Header& header, Plan& plan) {
+        [key, name, &sampler, &position](const Checkpoint& self, const Header& header, Plan& plan) {
           const auto found = header.metadata.find(key);
           if (found == header.metadata.end())
-            throw restore_error(plan, fmt::format("it has no sampler '{}'", name),
-                                "track the same objects as the run that saved it");
-          const auto saved = decode_sampler(found->second, plan.source, name, rank_);
+            throw self.restore_error(plan, fmt::format("it has no sampler '{}'", name),
+                                     "track the same objects as the run that saved it");
+          const auto saved = decode_sampler(found->second, plan.source, name, self.rank_);
           const std::string difference = describe_difference(saved.first, sampler.options());
           if (!difference.empty())
-            throw restore_error(plan,
-                                fmt::format("sampler '{}' was saved with {}", name, difference),
-                                "resume with the sampler options of the run that saved it");
+            throw self.restore_error(
+                plan, fmt::format("sampler '{}' was saved with {}", name, difference),
+                "resume with the sampler options of the run that saved it");
           plan.reads.push_back(
               [&position, saved](const File&, std::uint64_t) { position = saved.second; });
         }});
@@ -259,12 +259,12 @@ class Checkpoint {
   // A restore, checked: the reads that apply it, in order.
   struct Plan {
     std::string source;
-    std::set<std::string> used;
     std::vector<std::function<void(const File&, std::uint64_t data_start)>> reads;
   };
   struct Item {
     std::function<void(Contents&)> collect;
-    std::function<void(const Header&, Plan&)> plan;
+    // Gets the checkpoint as an argument, not as a captured `this`: a Checkpoint may be moved.
+    std::function<void(const Checkpoint&, const Header&, Plan&)> plan;
   };
 
   void claim(const std::string& name) {
@@ -316,7 +316,6 @@ class Checkpoint {
     if (info == nullptr)
       throw restore_error(plan, fmt::format("it has no {} '{}'", kind, name),
                           "track the same objects under the same names as the run that saved it");
-    plan.used.insert(name);
     return *info;
   }
 
@@ -351,8 +350,6 @@ class Checkpoint {
     slots_shape.insert(slots_shape.begin(), count);
     check_tensor(plan, *slots, "optimizer slots of", data_type_of<T>, slots_shape);
     check_tensor(plan, *step, "optimizer step of", DataType::int64, {});
-    plan.used.insert(slots_name);
-    plan.used.insert(step_name);
     plan.reads.push_back(
         [&variable, slots = *slots, step = *step, count](const File& file, std::uint64_t start) {
           optim::OptimizerState<T> state;

@@ -92,7 +92,7 @@ STRATA_DECL void Checkpoint::restore(const std::filesystem::path& file) {
                                     format->second, kFormat),
                         "restore it with the strata version that wrote it");
   for (const auto& item : items_)
-    item.plan(header, plan);
+    item.plan(*this, header, plan);
   for (const auto& read : plan.reads)
     read(in, header.data_start);
   const auto user = header.metadata.find(std::string(kUserKey));
