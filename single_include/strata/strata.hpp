@@ -17980,6 +17980,7 @@ using variable_element_t = std::ranges::range_value_t<decltype(std::declval<cons
 template <class V, class T = variable_element_t<V>>
 concept WithOptimizerState = requires(V& v, const V& cv, std::size_t i) {
   { cv.optimizer_state(i) } -> std::same_as<const optim::OptimizerState<T>*>;
+  { cv.optimizer_slots_per_element(i) } -> std::convertible_to<std::size_t>;
   v.restore_optimizer_state(cv.optimizer_state(i), i);
 };
 
@@ -18047,9 +18048,7 @@ class Checkpoint {
           contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(bytes)});
           if constexpr (detail::WithOptimizerState<V>) {
             if (const auto* state = variable.optimizer_state(0)) {
-              std::vector<std::uint64_t> slots_shape{state->slots.size() /
-                                                     std::max<std::size_t>(variable.size(), 1)};
-              if (variable.size() == 0) slots_shape.front() = 0;
+              std::vector<std::uint64_t> slots_shape{variable.optimizer_slots_per_element(0)};
               slots_shape.insert(slots_shape.end(), shape.begin(), shape.end());
               contents.tensors.push_back(Piece{name + std::string(kSlotsSuffix), data_type_of<T>,
                                                std::move(slots_shape),
@@ -19031,6 +19030,12 @@ class Variable {
   const optim::OptimizerState<T>* optimizer_state(std::size_t index) const noexcept {
     const auto& entry = states_[index];
     return entry.created ? &entry.state : nullptr;
+  }
+
+  /// The arrays of `size()` elements the state of copy `index` holds (its optimizer's kSlots; 0
+  /// before its first update): what a 0-element variable's state cannot tell by its size.
+  std::size_t optimizer_slots_per_element(std::size_t index) const noexcept {
+    return states_[index].slots_per_element;
   }
 
   /// Gives every copy `state`, which holds `slots_per_element` arrays of `size()` elements, or,

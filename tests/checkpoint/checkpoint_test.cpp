@@ -121,6 +121,26 @@ TEST_CASE("a variable saved before its first update restores without optimizer s
   CHECK(updated.optimizer_state(0) == nullptr);
 }
 
+TEST_CASE("a 0-element variable keeps its optimizer's slot count through a checkpoint") {
+  Scratch scratch;
+  const strata::optim::Adam adam{};
+  Variable<float> empty(1, std::vector<float>{}, VariableAggregation::none);
+  update<float>(empty, adam, std::vector<float>{});
+  Checkpoint saving;
+  saving.track("empty", empty);
+  saving.save(scratch.dir / "empty.safetensors");
+  CHECK(Checkpoint::read_header(scratch.dir / "empty.safetensors")
+            .find("empty/.optimizer/slots")
+            ->shape == std::vector<std::uint64_t>{2, 0});
+  Variable<float> restored(1, std::vector<float>{}, VariableAggregation::none);
+  Checkpoint restoring;
+  restoring.track("empty", restored);
+  restoring.restore(scratch.dir / "empty.safetensors");
+  CHECK(restored.optimizer_slots_per_element(0) == 2);
+  CHECK(restored.optimizer_state(0)->step == 1);
+  CHECK_NOTHROW(update<float>(restored, adam, std::vector<float>{}));
+}
+
 TEST_CASE("another optimizer after a restore is the update's usage error") {
   Scratch scratch;
   Variable<float> trained(1, iota(4, 0.0f), VariableAggregation::none);

@@ -59,6 +59,7 @@ using variable_element_t = std::ranges::range_value_t<decltype(std::declval<cons
 template <class V, class T = variable_element_t<V>>
 concept WithOptimizerState = requires(V& v, const V& cv, std::size_t i) {
   { cv.optimizer_state(i) } -> std::same_as<const optim::OptimizerState<T>*>;
+  { cv.optimizer_slots_per_element(i) } -> std::convertible_to<std::size_t>;
   v.restore_optimizer_state(cv.optimizer_state(i), i);
 };
 
@@ -126,9 +127,7 @@ class Checkpoint {
           contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(bytes)});
           if constexpr (detail::WithOptimizerState<V>) {
             if (const auto* state = variable.optimizer_state(0)) {
-              std::vector<std::uint64_t> slots_shape{state->slots.size() /
-                                                     std::max<std::size_t>(variable.size(), 1)};
-              if (variable.size() == 0) slots_shape.front() = 0;
+              std::vector<std::uint64_t> slots_shape{variable.optimizer_slots_per_element(0)};
               slots_shape.insert(slots_shape.end(), shape.begin(), shape.end());
               contents.tensors.push_back(Piece{name + std::string(kSlotsSuffix), data_type_of<T>,
                                                std::move(slots_shape),

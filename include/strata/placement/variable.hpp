@@ -118,6 +118,12 @@ class Variable {
     return entry.created ? &entry.state : nullptr;
   }
 
+  /// The arrays of `size()` elements the state of copy `index` holds (its optimizer's kSlots; 0
+  /// before its first update): what a 0-element variable's state cannot tell by its size.
+  std::size_t optimizer_slots_per_element(std::size_t index) const noexcept {
+    return states_[index].slots_per_element;
+  }
+
   /// Gives every copy `state`, which holds `slots_per_element` arrays of `size()` elements, or,
   /// given nullptr, no state (the next update starts from zeros). Checkpoints restore it; the
   /// next update checks `slots_per_element` against its optimizer's.
