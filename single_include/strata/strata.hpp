@@ -17305,6 +17305,15 @@ inline std::string quoted(std::string_view name) {
   return out + (name.size() > 80 ? "...'" : "'");
 }
 
+// The error for a file that breaks the format: truncated, damaged, or not safetensors at all.
+inline CheckpointError not_safetensors(int rank, std::string_view operation,
+                                       std::string_view source, std::string_view what_happened) {
+  return CheckpointError(
+      rank, operation, fmt::format("{} is not a valid safetensors file: {}", source, what_happened),
+      "restore from another checkpoint (CheckpointManager::checkpoints() lists "
+      "them); this one is damaged or was not written by safetensors");
+}
+
 }  // namespace detail::safetensors
 
 STRATA_DECL std::string encode_header(std::span<const TensorInfo> tensors,
@@ -17344,12 +17353,8 @@ STRATA_DECL std::string encode_header(std::span<const TensorInfo> tensors,
 STRATA_DECL Header parse_header(std::string_view json, std::uint64_t data_bytes,
                                 std::string_view source) {
   namespace st = detail::safetensors;
-  const auto fail = [&](std::string_view what_happened) -> CheckpointError {
-    return CheckpointError(
-        -1, "checkpoint::read",
-        fmt::format("{} is not a valid safetensors file: {}", source, what_happened),
-        "restore from another checkpoint (CheckpointManager::checkpoints() "
-        "lists them); this one is damaged or was not written by safetensors");
+  const auto fail = [&](std::string_view what_happened) {
+    return detail::safetensors::not_safetensors(-1, "checkpoint::read", source, what_happened);
   };
   if (json.empty() || json.front() != '{') throw fail("its header does not start with '{'");
   // No exceptions from the parser: its messages quote the input, which may be anything.
@@ -18040,9 +18045,9 @@ class Checkpoint {
           auto value = variable.read();
           std::span<const T> bytes(value);
           if constexpr (!std::is_same_v<decltype(value), std::span<const T>>) {
-            // A host copy (device memory): kept alive until the file is written.
-            auto owned = std::make_shared<std::vector<T>>(value.begin(), value.end());
-            bytes = *owned;
+            // A host copy (device memory): moved, and kept alive until the file is written.
+            auto owned = std::make_shared<decltype(value)>(std::move(value));
+            bytes = std::span<const T>(*owned);
             contents.owned.push_back(std::move(owned));
           }
           contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(bytes)});
@@ -18325,11 +18330,8 @@ inline std::pair<File, Header> open(const std::filesystem::path& path, FileConte
   File file = File::open_for_reading(path, context);
   const std::uint64_t size = file.size();
   const auto damaged = [&](std::string_view what) {
-    return CheckpointError(
-        context.rank, context.operation,
-        fmt::format("{} is not a valid safetensors file: {}", path.string(), what),
-        "restore from another checkpoint (CheckpointManager::checkpoints() "
-        "lists them); this one is damaged or was not written by safetensors");
+    return detail::safetensors::not_safetensors(context.rank, context.operation, path.string(),
+                                                what);
   };
   if (size < 8)
     throw damaged(fmt::format("it has {} bytes, fewer than the 8 of its header length", size));
@@ -18635,36 +18637,33 @@ STRATA_DECL std::vector<CheckpointEntry> CheckpointManager::checkpoints() const 
   const std::filesystem::path index_path = directory_ / kIndexName;
   std::error_code error;
   if (!std::filesystem::exists(index_path, error)) return {};
-  {
-    File index = File::open_for_reading(index_path, context);
-    const std::uint64_t size = index.size();
-    const auto damaged = [&](std::string_view what) {
-      return CheckpointError(rank_, context.operation,
-                             fmt::format("the index {} is damaged: {}", index_path.string(), what),
-                             "remove it to start over, or restore a checkpoint file by its path");
-    };
-    if (size > (std::uint64_t{16} << 20)) throw damaged(fmt::format("it has {} bytes", size));
-    std::string text(static_cast<std::size_t>(size), '\0');
-    index.read_at(std::as_writable_bytes(std::span(text)), 0);
-    const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
-    if (json.is_discarded() || !json.is_object() || json.value("format", "") != kIndexFormat ||
-        !json.contains("checkpoints") || !json["checkpoints"].is_array())
-      throw damaged(fmt::format("it is not a {} JSON object", kIndexFormat));
-    std::vector<CheckpointEntry> entries;
-    for (const auto& entry : json["checkpoints"]) {
-      if (!entry.is_object() || !entry.contains("step") || !entry["step"].is_number_integer() ||
-          !entry.contains("file") || !entry["file"].is_string())
-        throw damaged("an entry lacks its integer step or file name");
-      const std::int64_t step = entry["step"].get<std::int64_t>();
-      const std::string name = entry["file"].get<std::string>();
-      // Only names the manager writes: a damaged index must not point outside the directory.
-      if (detail::manager::step_of(name) != step)
-        throw damaged(
-            fmt::format("entry {} names '{}', not ckpt-{}.safetensors", step, name, step));
-      entries.push_back(CheckpointEntry{step, directory_ / name});
-    }
-    return entries;
+  File index = File::open_for_reading(index_path, context);
+  const std::uint64_t size = index.size();
+  const auto damaged = [&](std::string_view what) {
+    return CheckpointError(rank_, context.operation,
+                           fmt::format("the index {} is damaged: {}", index_path.string(), what),
+                           "remove it to start over, or restore a checkpoint file by its path");
+  };
+  if (size > (std::uint64_t{16} << 20)) throw damaged(fmt::format("it has {} bytes", size));
+  std::string text(static_cast<std::size_t>(size), '\0');
+  index.read_at(std::as_writable_bytes(std::span(text)), 0);
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  if (json.is_discarded() || !json.is_object() || json.value("format", "") != kIndexFormat ||
+      !json.contains("checkpoints") || !json["checkpoints"].is_array())
+    throw damaged(fmt::format("it is not a {} JSON object", kIndexFormat));
+  std::vector<CheckpointEntry> entries;
+  for (const auto& entry : json["checkpoints"]) {
+    if (!entry.is_object() || !entry.contains("step") || !entry["step"].is_number_integer() ||
+        !entry.contains("file") || !entry["file"].is_string())
+      throw damaged("an entry lacks its integer step or file name");
+    const std::int64_t step = entry["step"].get<std::int64_t>();
+    const std::string name = entry["file"].get<std::string>();
+    // Only names the manager writes: a damaged index must not point outside the directory.
+    if (detail::manager::step_of(name) != step)
+      throw damaged(fmt::format("entry {} names '{}', not ckpt-{}.safetensors", step, name, step));
+    entries.push_back(CheckpointEntry{step, directory_ / name});
   }
+  return entries;
 }
 
 STRATA_DECL std::filesystem::path CheckpointManager::save(const Checkpoint& checkpoint,

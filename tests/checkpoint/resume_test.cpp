@@ -85,6 +85,20 @@ std::int64_t kill_after_saved(int workers, const fs::path& checkpoints, const fs
   return latest_step(checkpoints);
 }
 
+// Starts the run of `checkpoints` again on `workers` workers, which must resume from step
+// `step` and finish; returns its output.
+std::string resume(int workers, const fs::path& checkpoints, const fs::path& dir,
+                   std::int64_t step) {
+  Process again = start(workers, checkpoints, dir / "again.log");
+  REQUIRE_MESSAGE(again.wait_for(120s).has_value(), "the resumed run hangs");
+  const std::string output = again.output();
+  REQUIRE_MESSAGE(again.exit_code() == 0, output);
+  CHECK_MESSAGE(
+      output.find(fmt::format("resumed from the checkpoint of step {}", step)) != std::string::npos,
+      output);
+  return output;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -113,13 +127,7 @@ TEST_CASE(
             killed_at, " of ", kSteps);
     REQUIRE_MESSAGE(killed_at < kSteps, "the run ended before the kill");
 
-    Process again = start(workers, resumed, dir / "again.log");
-    REQUIRE_MESSAGE(again.wait_for(120s).has_value(), "the resumed run hangs");
-    const std::string output = again.output();
-    REQUIRE_MESSAGE(again.exit_code() == 0, output);
-    CHECK_MESSAGE(output.find(fmt::format("resumed from the checkpoint of step {}", killed_at)) !=
-                      std::string::npos,
-                  output);
+    resume(workers, resumed, dir, killed_at);
     CHECK(read_file(resumed / fmt::format("ckpt-{}.safetensors", kSteps)) == reference);
   }
   fs::remove_all(dir);
@@ -134,13 +142,7 @@ TEST_CASE("a killed 3-worker run resumes on 2 workers and still reaches single-p
   fs::create_directories(dir);
   const std::int64_t killed_at = kill_after_saved(3, dir / "run", dir, kSteps / 3);
   REQUIRE_MESSAGE(killed_at < kSteps, "the run ended before the kill");
-  Process again = start(2, dir / "run", dir / "again.log");
-  REQUIRE_MESSAGE(again.wait_for(120s).has_value(), "the resumed run hangs");
-  const std::string output = again.output();
-  CHECK_MESSAGE(again.exit_code() == 0, output);
-  CHECK_MESSAGE(output.find(fmt::format("resumed from the checkpoint of step {}", killed_at)) !=
-                    std::string::npos,
-                output);
+  resume(2, dir / "run", dir, killed_at);
   fs::remove_all(dir);
 }
 

@@ -119,9 +119,9 @@ class Checkpoint {
           auto value = variable.read();
           std::span<const T> bytes(value);
           if constexpr (!std::is_same_v<decltype(value), std::span<const T>>) {
-            // A host copy (device memory): kept alive until the file is written.
-            auto owned = std::make_shared<std::vector<T>>(value.begin(), value.end());
-            bytes = *owned;
+            // A host copy (device memory): moved, and kept alive until the file is written.
+            auto owned = std::make_shared<decltype(value)>(std::move(value));
+            bytes = std::span<const T>(*owned);
             contents.owned.push_back(std::move(owned));
           }
           contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(bytes)});

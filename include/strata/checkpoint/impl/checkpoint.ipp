@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <strata/checkpoint/file.hpp>
+#include <strata/checkpoint/impl/safetensors.ipp>  // not_safetensors, whichever .ipp comes first
 #include <strata/checkpoint/safetensors.hpp>
 #include <strata/config.hpp>
 #include <strata/core/detail/little_endian.hpp>
@@ -30,11 +31,8 @@ inline std::pair<File, Header> open(const std::filesystem::path& path, FileConte
   File file = File::open_for_reading(path, context);
   const std::uint64_t size = file.size();
   const auto damaged = [&](std::string_view what) {
-    return CheckpointError(
-        context.rank, context.operation,
-        fmt::format("{} is not a valid safetensors file: {}", path.string(), what),
-        "restore from another checkpoint (CheckpointManager::checkpoints() "
-        "lists them); this one is damaged or was not written by safetensors");
+    return detail::safetensors::not_safetensors(context.rank, context.operation, path.string(),
+                                                what);
   };
   if (size < 8)
     throw damaged(fmt::format("it has {} bytes, fewer than the 8 of its header length", size));

@@ -85,36 +85,33 @@ STRATA_DECL std::vector<CheckpointEntry> CheckpointManager::checkpoints() const 
   const std::filesystem::path index_path = directory_ / kIndexName;
   std::error_code error;
   if (!std::filesystem::exists(index_path, error)) return {};
-  {
-    File index = File::open_for_reading(index_path, context);
-    const std::uint64_t size = index.size();
-    const auto damaged = [&](std::string_view what) {
-      return CheckpointError(rank_, context.operation,
-                             fmt::format("the index {} is damaged: {}", index_path.string(), what),
-                             "remove it to start over, or restore a checkpoint file by its path");
-    };
-    if (size > (std::uint64_t{16} << 20)) throw damaged(fmt::format("it has {} bytes", size));
-    std::string text(static_cast<std::size_t>(size), '\0');
-    index.read_at(std::as_writable_bytes(std::span(text)), 0);
-    const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
-    if (json.is_discarded() || !json.is_object() || json.value("format", "") != kIndexFormat ||
-        !json.contains("checkpoints") || !json["checkpoints"].is_array())
-      throw damaged(fmt::format("it is not a {} JSON object", kIndexFormat));
-    std::vector<CheckpointEntry> entries;
-    for (const auto& entry : json["checkpoints"]) {
-      if (!entry.is_object() || !entry.contains("step") || !entry["step"].is_number_integer() ||
-          !entry.contains("file") || !entry["file"].is_string())
-        throw damaged("an entry lacks its integer step or file name");
-      const std::int64_t step = entry["step"].get<std::int64_t>();
-      const std::string name = entry["file"].get<std::string>();
-      // Only names the manager writes: a damaged index must not point outside the directory.
-      if (detail::manager::step_of(name) != step)
-        throw damaged(
-            fmt::format("entry {} names '{}', not ckpt-{}.safetensors", step, name, step));
-      entries.push_back(CheckpointEntry{step, directory_ / name});
-    }
-    return entries;
+  File index = File::open_for_reading(index_path, context);
+  const std::uint64_t size = index.size();
+  const auto damaged = [&](std::string_view what) {
+    return CheckpointError(rank_, context.operation,
+                           fmt::format("the index {} is damaged: {}", index_path.string(), what),
+                           "remove it to start over, or restore a checkpoint file by its path");
+  };
+  if (size > (std::uint64_t{16} << 20)) throw damaged(fmt::format("it has {} bytes", size));
+  std::string text(static_cast<std::size_t>(size), '\0');
+  index.read_at(std::as_writable_bytes(std::span(text)), 0);
+  const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  if (json.is_discarded() || !json.is_object() || json.value("format", "") != kIndexFormat ||
+      !json.contains("checkpoints") || !json["checkpoints"].is_array())
+    throw damaged(fmt::format("it is not a {} JSON object", kIndexFormat));
+  std::vector<CheckpointEntry> entries;
+  for (const auto& entry : json["checkpoints"]) {
+    if (!entry.is_object() || !entry.contains("step") || !entry["step"].is_number_integer() ||
+        !entry.contains("file") || !entry["file"].is_string())
+      throw damaged("an entry lacks its integer step or file name");
+    const std::int64_t step = entry["step"].get<std::int64_t>();
+    const std::string name = entry["file"].get<std::string>();
+    // Only names the manager writes: a damaged index must not point outside the directory.
+    if (detail::manager::step_of(name) != step)
+      throw damaged(fmt::format("entry {} names '{}', not ckpt-{}.safetensors", step, name, step));
+    entries.push_back(CheckpointEntry{step, directory_ / name});
   }
+  return entries;
 }
 
 STRATA_DECL std::filesystem::path CheckpointManager::save(const Checkpoint& checkpoint,

@@ -53,6 +53,15 @@ inline std::string quoted(std::string_view name) {
   return out + (name.size() > 80 ? "...'" : "'");
 }
 
+// The error for a file that breaks the format: truncated, damaged, or not safetensors at all.
+inline CheckpointError not_safetensors(int rank, std::string_view operation,
+                                       std::string_view source, std::string_view what_happened) {
+  return CheckpointError(
+      rank, operation, fmt::format("{} is not a valid safetensors file: {}", source, what_happened),
+      "restore from another checkpoint (CheckpointManager::checkpoints() lists "
+      "them); this one is damaged or was not written by safetensors");
+}
+
 }  // namespace detail::safetensors
 
 STRATA_DECL std::string encode_header(std::span<const TensorInfo> tensors,
@@ -92,12 +101,8 @@ STRATA_DECL std::string encode_header(std::span<const TensorInfo> tensors,
 STRATA_DECL Header parse_header(std::string_view json, std::uint64_t data_bytes,
                                 std::string_view source) {
   namespace st = detail::safetensors;
-  const auto fail = [&](std::string_view what_happened) -> CheckpointError {
-    return CheckpointError(
-        -1, "checkpoint::read",
-        fmt::format("{} is not a valid safetensors file: {}", source, what_happened),
-        "restore from another checkpoint (CheckpointManager::checkpoints() "
-        "lists them); this one is damaged or was not written by safetensors");
+  const auto fail = [&](std::string_view what_happened) {
+    return detail::safetensors::not_safetensors(-1, "checkpoint::read", source, what_happened);
   };
   if (json.empty() || json.front() != '{') throw fail("its header does not start with '{'");
   // No exceptions from the parser: its messages quote the input, which may be anything.
