@@ -14228,6 +14228,9 @@ class ClusterCoordinator {
 //   push_pull   as push; the reply carries the values after this push
 //   assign      values; the reply carries nothing
 //   done        nothing: the worker has finished (a ps task serves until every worker has)
+//   pull_state  nothing; the reply carries StateSpec (kStateSpecBytes) | the optimizer's slots
+//               (slots_per_element arrays of the shard's size, slot by slot), for checkpoints
+//   assign_state StateSpec | slots, as pull_state's reply: replaces the shard's optimizer state
 // Every length and value is checked by the receiver before it allocates or applies anything.
 
 #include <algorithm>
@@ -14734,14 +14737,16 @@ namespace strata::ps {
 
 /// What a request asks of a parameter server.
 enum class Operation : std::uint8_t {
-  create = 1,     ///< create a shard, or find the one of that name
-  pull = 2,       ///< read a shard's values
-  push = 3,       ///< apply a gradient (or add a delta) to a shard
-  push_pull = 4,  ///< push, then read the values after it, in one round trip
-  assign = 5,     ///< set a shard's values (its optimizer slots stay)
-  done = 6,       ///< the calling worker has finished
+  create = 1,        ///< create a shard, or find the one of that name
+  pull = 2,          ///< read a shard's values
+  push = 3,          ///< apply a gradient (or add a delta) to a shard
+  push_pull = 4,     ///< push, then read the values after it, in one round trip
+  assign = 5,        ///< set a shard's values (its optimizer slots stay)
+  done = 6,          ///< the calling worker has finished
+  pull_state = 7,    ///< read a shard's optimizer state (slots and step)
+  assign_state = 8,  ///< set a shard's optimizer state
 };
-inline constexpr std::uint8_t kLastOperation = 6;
+inline constexpr std::uint8_t kLastOperation = 8;
 
 /// A reply's verdict.
 enum class Status : std::uint8_t {
@@ -14794,6 +14799,19 @@ struct SyncSpec {
 inline constexpr std::size_t kSyncSpecBytes = 32;
 /// What comes before a push's gradient.
 inline constexpr std::size_t kPushPrefixBytes = kOptimizerSpecBytes + kSyncSpecBytes;
+
+/// A shard's optimizer state as pull_state and assign_state carry it before the slots: none yet
+/// (no update applied, or a sum shard), or `slots_per_element` arrays of the shard's size and
+/// the number of updates the optimizer has made.
+struct StateSpec {
+  bool present = false;
+  std::uint32_t slots_per_element = 0;
+  std::int64_t step = 0;  ///< never negative
+  friend bool operator==(const StateSpec&, const StateSpec&) = default;
+};
+inline constexpr std::size_t kStateSpecBytes = 16;
+/// The most slots per element a server's optimizer keeps (Adam's m and v).
+inline constexpr std::uint32_t kMaxSlotsPerElement = 2;
 
 /// A create request's fixed part.
 struct CreateSpec {
@@ -14927,6 +14945,31 @@ inline std::optional<CreateSpec> decode_create(std::span<const std::byte> in) no
   return spec;
 }
 
+inline std::array<std::byte, kStateSpecBytes> encode(const StateSpec& spec) noexcept {
+  std::array<std::byte, kStateSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.present ? 1 : 0);
+  detail::store_le<std::uint32_t>(&out[4], spec.slots_per_element);
+  detail::store_le<std::uint64_t>(&out[8], static_cast<std::uint64_t>(spec.step));
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (padding set, slots beyond
+/// kMaxSlotsPerElement, a negative step, or slots and a step without a state).
+inline std::optional<StateSpec> decode_state(std::span<const std::byte> in) noexcept {
+  if (in.size() < kStateSpecBytes) return std::nullopt;
+  const auto present = static_cast<std::uint8_t>(in[0]);
+  if (present > 1) return std::nullopt;
+  for (const std::size_t i : {1, 2, 3})
+    if (in[i] != std::byte{0}) return std::nullopt;
+  StateSpec spec;
+  spec.present = present == 1;
+  spec.slots_per_element = detail::load_le<std::uint32_t>(&in[4]);
+  spec.step = static_cast<std::int64_t>(detail::load_le<std::uint64_t>(&in[8]));
+  if (spec.slots_per_element > kMaxSlotsPerElement || spec.step < 0) return std::nullopt;
+  if (!spec.present && (spec.slots_per_element != 0 || spec.step != 0)) return std::nullopt;
+  return spec;
+}
+
 /// Bytes of a name in a create payload: padded so that the values after it stay aligned.
 constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
   return (name_bytes + 7) / 8 * 8;
@@ -14966,6 +15009,10 @@ inline std::string_view to_string(Operation operation) noexcept {
       return "assign";
     case Operation::done:
       return "done";
+    case Operation::pull_state:
+      return "pull_state";
+    case Operation::assign_state:
+      return "assign_state";
   }
   return "unknown operation";
 }
@@ -17980,14 +18027,28 @@ namespace detail {
 template <class V>
 using variable_element_t = std::ranges::range_value_t<decltype(std::declval<const V&>().read())>;
 
-// A variable whose optimizer state lives with its copies (placement::Variable): the state is
-// saved with it. The parameter servers keep theirs on the servers.
+// A variable whose optimizer state lives with its copies in host memory (placement::Variable):
+// saved from where it is, without a copy.
 template <class V, class T = variable_element_t<V>>
 concept WithOptimizerState = requires(V& v, const V& cv, std::size_t i) {
   { cv.optimizer_state(i) } -> std::same_as<const optim::OptimizerState<T>*>;
   { cv.optimizer_slots_per_element(i) } -> std::convertible_to<std::size_t>;
   v.restore_optimizer_state(cv.optimizer_state(i), i);
 };
+
+// A variable whose optimizer state lives elsewhere (placement::ShardedVariable: on the parameter
+// servers; placement::DeviceVariable: in GPU memory): gathered into host memory for a save,
+// given back on restore.
+template <class V, class T = variable_element_t<V>>
+concept WithGatheredOptimizerState = requires(V& v, const V& cv, optim::OptimizerState<T>& state,
+                                              std::size_t k, std::int64_t step) {
+  { cv.read_optimizer_state(state) } -> std::same_as<std::optional<std::size_t>>;
+  { cv.accepts_optimizer_state(k, step) } -> std::convertible_to<bool>;
+  v.restore_optimizer_state(&state, k);
+};
+
+template <class V>
+concept WithAnyOptimizerState = WithOptimizerState<V> || WithGatheredOptimizerState<V>;
 
 // A variable whose copies can be written in place (placement::Variable): restoring reads the
 // file straight into copy 0 instead of through a temporary.
@@ -18029,9 +18090,9 @@ class Checkpoint {
   /// `rank` names this task in error messages (-1: none).
   explicit Checkpoint(int rank = -1) : rank_(rank) {}
 
-  /// Tracks a variable of any strategy and, for variables that keep it next to their copies,
-  /// its optimizer state. `shape` is its logical shape (default: `{size()}`), saved so that
-  /// another partitioning can restore it; its product must be `size()`.
+  /// Tracks a variable of any strategy and its optimizer state (next to its copies, on the GPUs,
+  /// or on the parameter servers). `shape` is its logical shape (default: `{size()}`), saved so
+  /// that another partitioning can restore it; its product must be `size()`.
   /// @throws UsageError if the name is taken or the shape does not fit.
   template <CheckpointVariable V>
   void track(std::string name, V& variable, std::vector<std::uint64_t> shape = {}) {
@@ -18051,18 +18112,29 @@ class Checkpoint {
             contents.owned.push_back(std::move(owned));
           }
           contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(bytes)});
+          const optim::OptimizerState<T>* state = nullptr;
+          std::size_t slots_per_element = 0;
           if constexpr (detail::WithOptimizerState<V>) {
-            if (const auto* state = variable.optimizer_state(0)) {
-              std::vector<std::uint64_t> slots_shape{variable.optimizer_slots_per_element(0)};
-              slots_shape.insert(slots_shape.end(), shape.begin(), shape.end());
-              contents.tensors.push_back(Piece{name + std::string(kSlotsSuffix), data_type_of<T>,
-                                               std::move(slots_shape),
-                                               std::as_bytes(std::span(state->slots))});
-              contents.tensors.push_back(Piece{name + std::string(kStepSuffix),
-                                               DataType::int64,
-                                               {},
-                                               std::as_bytes(std::span(&state->step, 1))});
+            state = variable.optimizer_state(0);
+            if (state != nullptr) slots_per_element = variable.optimizer_slots_per_element(0);
+          } else if constexpr (detail::WithGatheredOptimizerState<V>) {
+            auto gathered = std::make_shared<optim::OptimizerState<T>>();
+            if (const auto k = variable.read_optimizer_state(*gathered)) {
+              state = gathered.get();
+              slots_per_element = *k;
+              contents.owned.push_back(std::move(gathered));
             }
+          }
+          if (state != nullptr) {
+            std::vector<std::uint64_t> slots_shape{slots_per_element};
+            slots_shape.insert(slots_shape.end(), shape.begin(), shape.end());
+            contents.tensors.push_back(Piece{name + std::string(kSlotsSuffix), data_type_of<T>,
+                                             std::move(slots_shape),
+                                             std::as_bytes(std::span(state->slots))});
+            contents.tensors.push_back(Piece{name + std::string(kStepSuffix),
+                                             DataType::int64,
+                                             {},
+                                             std::as_bytes(std::span(&state->step, 1))});
           }
         },
         [name, shape, &variable](const Checkpoint& self, const Header& header, Plan& plan) {
@@ -18082,7 +18154,7 @@ class Checkpoint {
               variable.assign(std::span<const T>(values));
             });
           }
-          if constexpr (detail::WithOptimizerState<V>)
+          if constexpr (detail::WithAnyOptimizerState<V>)
             self.plan_optimizer_state<T>(header, plan, name, shape, variable);
         }});
   }
@@ -18184,6 +18256,8 @@ class Checkpoint {
   // A restore, checked: the reads that apply it, in order.
   struct Plan {
     std::string source;
+    const File* file = nullptr;  // for the few values a check needs
+    std::uint64_t data_start = 0;
     std::vector<std::function<void(const File&, std::uint64_t data_start)>> reads;
   };
   struct Item {
@@ -18275,6 +18349,23 @@ class Checkpoint {
     slots_shape.insert(slots_shape.begin(), count);
     check_tensor(plan, *slots, "optimizer slots of", data_type_of<T>, slots_shape);
     check_tensor(plan, *step, "optimizer step of", DataType::int64, {});
+    if constexpr (detail::WithGatheredOptimizerState<V>) {
+      // The step is read now, not with the rest, so that a state the servers cannot keep is
+      // refused before anything changes.
+      std::int64_t saved_step = 0;
+      plan.file->read_at(std::as_writable_bytes(std::span(&saved_step, 1)),
+                         plan.data_start + step->begin);
+      if (!variable.accepts_optimizer_state(static_cast<std::size_t>(count), saved_step))
+        throw restore_error(plan,
+                            fmt::format("variable '{}' cannot take its saved optimizer state "
+                                        "({} slots per element, step {}): parameter servers "
+                                        "keep at most 2 (Sgd, Momentum, Adam), and no step is "
+                                        "negative",
+                                        name, count, saved_step),
+                            "restore it into a variable whose optimizer state lives with its "
+                            "copies (MirroredStrategy), or from a checkpoint of Sgd, Momentum or "
+                            "Adam");
+    }
     plan.reads.push_back(
         [&variable, slots = *slots, step = *step, count](const File& file, std::uint64_t start) {
           optim::OptimizerState<T> state;
@@ -18382,6 +18473,8 @@ STRATA_DECL void Checkpoint::restore(const std::filesystem::path& file) {
       detail::checkpoint_file::open(file, FileContext{rank_, "Checkpoint::restore"});
   Plan plan;
   plan.source = file.string();
+  plan.file = &in;
+  plan.data_start = header.data_start;
   const auto format = header.metadata.find(std::string(kFormatKey));
   if (format != header.metadata.end() && format->second != kFormat)
     throw restore_error(plan,
@@ -19321,6 +19414,7 @@ struct Default : SharedCopy {
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -19806,6 +19900,51 @@ class DeviceVariable {
           -1, "apply_gradients", "the optimizer's kernel");
     });
     ++copy.step;
+  }
+
+  /// The primary copy's optimizer state, copied to the host for a checkpoint: its slots per
+  /// element, or nothing before the first update. Every copy has the same state (the replicas
+  /// apply the same reduced gradients).
+  std::optional<std::size_t> read_optimizer_state(optim::OptimizerState<T>& into) const {
+    const Copy& primary = copies_.front();
+    if (!primary.state_created) return std::nullopt;
+    into.slots.resize(primary.slots.size());
+    into.step = primary.step;
+    if (!into.slots.empty()) {
+      transport::cuda::DeviceScope scope(primary.device, -1, "Variable::read_optimizer_state");
+      primary.slots.copy_to(std::span(into.slots));
+    }
+    return primary.slots_per_element;
+  }
+
+  /// Whether `restore_optimizer_state` takes a state with `step` (any slot count: the next
+  /// update checks it against its optimizer's).
+  bool accepts_optimizer_state(std::size_t /*slots_per_element*/,
+                               std::int64_t step) const noexcept {
+    return step >= 0;
+  }
+
+  /// Gives every copy `state` (`slots_per_element` arrays of `size()` elements, host memory) or,
+  /// for nullptr, no state, as Variable::restore_optimizer_state does.
+  /// @throws UsageError if the state's size is not `slots_per_element * size()`.
+  void restore_optimizer_state(const optim::OptimizerState<T>* state,
+                               std::size_t slots_per_element) {
+    if (state != nullptr && state->slots.size() != slots_per_element * size_)
+      throw UsageError(-1, "Variable::restore_optimizer_state",
+                       fmt::format("the state has {} values, not {} slots of {} elements",
+                                   state->slots.size(), slots_per_element, size_),
+                       "pass slots_per_element arrays of the variable's size");
+    for (auto& copy : copies_) {
+      transport::cuda::DeviceScope scope(copy.device, -1, "Variable::restore_optimizer_state");
+      copy.slots = {};
+      copy.state_created = state != nullptr;
+      copy.slots_per_element = state != nullptr ? slots_per_element : 0;
+      copy.step = state != nullptr ? state->step : 0;
+      if (state == nullptr || state->slots.empty()) continue;
+      copy.slots =
+          transport::cuda::DeviceBuffer<T>(state->slots.size(), -1, "restore_optimizer_state");
+      copy.slots.copy_from(std::span<const T>(state->slots));
+    }
   }
 
  private:
@@ -21414,6 +21553,7 @@ struct OneDevice : SharedCopy {
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
@@ -21460,8 +21600,9 @@ struct ShardCall {
   std::uint64_t count = 0;              ///< elements of the shard
   std::span<const std::byte> prefix{};  ///< the optimizer spec of a push
   std::span<const std::byte> values{};  ///< what a push or an assign sends
-  std::span<std::byte> result{};        ///< where a pull or push_pull's values go
+  std::span<std::byte> result{};        ///< where a pull, push_pull or pull_state's reply goes
   std::uint64_t version = 0;            ///< out: the shard's updates so far
+  std::size_t received = 0;             ///< out: bytes written to `result`
 };
 
 /// The connections of one worker process to every ps task: `lanes` per task, so that replicas
@@ -21696,15 +21837,21 @@ struct Client::State {
     }
     const bool values_back = call.operation == Operation::pull ||
                              call.operation == Operation::push_pull ||
+                             call.operation == Operation::pull_state ||
                              (call.operation == Operation::create && header.payload_bytes != 0);
-    if (values_back &&
-        (header.payload_bytes != call.result.size() || header.element_type != call.type))
+    // An optimizer state's size depends on its slot count: `result` holds the largest.
+    const bool sized =
+        call.operation == Operation::pull_state
+            ? header.payload_bytes >= kStateSpecBytes && header.payload_bytes <= call.result.size()
+            : header.payload_bytes == call.result.size();
+    if (values_back && (!sized || header.element_type != call.type))
       protocol_error(fmt::format("{} bytes of {} instead of {} bytes of {}", header.payload_bytes,
                                  to_string(header.element_type), call.result.size(),
                                  to_string(call.type)));
     if (!values_back && header.payload_bytes != 0) protocol_error("values nobody asked for");
+    call.received = values_back ? header.payload_bytes : 0;
     if (values_back) {
-      io = connection.link->receive(call.result, deadline.time_point());
+      io = connection.link->receive(call.result.first(header.payload_bytes), deadline.time_point());
       if (io != Io::done) fail(connection, call, io, deadline);
     }
     call.version = header.count;
@@ -21856,11 +22003,13 @@ STRATA_DECL void Client::done() {
 // strata/ps/session.hpp — one worker's view of its parameter servers: the connections, and
 // the rules that name, split and place the variables it creates.
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -22258,6 +22407,11 @@ inline std::string describe_load(std::span<const std::uint64_t> bytes_per_task) 
 
 namespace strata::ps {
 
+/// The largest shard a parameter server holds: its optimizer state (kMaxSlotsPerElement arrays
+/// of its size, after a StateSpec) must fit one frame, whose length is 32 bits.
+inline constexpr std::size_t kMaxShardBytes =
+    (std::size_t{0xFFFF'FFFFu} - std::max(kPushPrefixBytes, kStateSpecBytes)) / kMaxSlotsPerElement;
+
 /// Where one shard of a variable lives: the elements [offset, offset + size) of the variable,
 /// on ps task `server` under `handle`.
 struct ShardLocation {
@@ -22315,9 +22469,11 @@ class Session {
   /// The next variable's name: its index in creation order, as TF names unnamed variables.
   std::string next_name() { return fmt::format("variable_{}", created_++); }
 
-  /// Splits a variable of `shape` (`element_bytes` each) by the partitioner and places each
-  /// shard with the policy. Handles are filled in when the shards are created.
-  std::vector<ShardLocation> place(std::span<const std::size_t> shape, std::size_t element_bytes) {
+  /// Splits variable `name` of `shape` (`element_bytes` each) by the partitioner and places
+  /// each shard with the policy. Handles are filled in when the shards are created.
+  /// @throws UsageError when a shard is larger than kMaxShardBytes.
+  std::vector<ShardLocation> place(std::string_view name, std::span<const std::size_t> shape,
+                                   std::size_t element_bytes) {
     std::size_t row_elements = 1;
     for (std::size_t d = 1; d < shape.size(); ++d)
       row_elements *= shape[d];
@@ -22326,6 +22482,14 @@ class Session {
       ShardLocation shard;
       shard.offset = rows.offset * row_elements;
       shard.size = rows.rows * row_elements;
+      if (shard.size > kMaxShardBytes / element_bytes)
+        throw UsageError(client_->rank(), "ParameterServer::create_variable",
+                         fmt::format("variable '{}' would have a shard of {} bytes, more than the "
+                                     "{} a parameter server takes (a frame carries at most 4 GiB, "
+                                     "and a shard's optimizer state up to twice its values)",
+                                     name, shard.size * element_bytes, kMaxShardBytes),
+                         "split it into more shards: FixedShardsPartitioner or "
+                         "MaxSizePartitioner");
       shard.server = placement_.place(shard.size * element_bytes);
       shards.push_back(shard);
     }
@@ -22479,7 +22643,125 @@ class ShardedVariable {
     remember_versions(l, calls);
   }
 
+  /// The variable's optimizer state, for a checkpoint: under UpdateRule::optimizer the servers',
+  /// gathered from every shard into `slots_per_element` arrays of `size()` elements (slot by
+  /// slot, as optim/ lays them out); under UpdateRule::sum the workers', whose replicas share
+  /// only a step count (a stateless optimizer such as Sgd). Returns the slots per element, or
+  /// nothing before the first update. Shards updated asynchronously may be an update apart: the
+  /// step is the smallest of theirs.
+  /// @throws UsageError under UpdateRule::sum with an optimizer that keeps slots: each replica
+  ///   has its own, which no one task's checkpoint holds; the client's errors.
+  std::optional<std::size_t> read_optimizer_state(optim::OptimizerState<T>& into) const {
+    if (rule_ == UpdateRule::sum) return local_optimizer_state(into);
+    std::vector<std::vector<std::byte>> replies(shards_.size());
+    std::vector<ShardCall> calls = make_calls(Operation::pull_state);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      replies[s].resize(ps::kStateSpecBytes +
+                        ps::kMaxSlotsPerElement * shards_[s].size * sizeof(T));
+      calls[s].result = replies[s];
+    }
+    client_->call(0, calls);
+    std::optional<ps::StateSpec> merged;
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      const auto spec = ps::decode_state(replies[s]);
+      if (!spec || calls[s].received != ps::kStateSpecBytes + std::size_t{spec->slots_per_element} *
+                                                                  shards_[s].size * sizeof(T))
+        throw PeerFailureError(client_->rank(), "read_optimizer_state",
+                               fmt::format("{} sent a malformed optimizer state of variable '{}'",
+                                           client_->describe_server(shards_[s].server), name_),
+                               "check that every task runs the same strata version");
+      if (!spec->present) continue;
+      if (merged && merged->slots_per_element != spec->slots_per_element)
+        throw UsageError(client_->rank(), "read_optimizer_state",
+                         fmt::format("the shards of variable '{}' keep {} and {} optimizer slots "
+                                     "per element",
+                                     name_, merged->slots_per_element, spec->slots_per_element),
+                         "update each variable with one optimizer");
+      if (!merged || spec->step < merged->step) merged = *spec;
+    }
+    if (!merged) return std::nullopt;
+    // A shard that no update reached yet (its slots are zeros, as a fresh state's are).
+    const std::size_t k = merged->slots_per_element;
+    into.slots.assign(k * size(), T(0));
+    into.step = merged->step;
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      if (calls[s].received == ps::kStateSpecBytes) continue;
+      const std::size_t slot_bytes = shards_[s].size * sizeof(T);
+      if (slot_bytes == 0) continue;
+      for (std::size_t j = 0; j < k; ++j)
+        std::memcpy(into.slots.data() + j * size() + shards_[s].offset,
+                    replies[s].data() + ps::kStateSpecBytes + j * slot_bytes, slot_bytes);
+    }
+    return k;
+  }
+
+  /// Whether `restore_optimizer_state` takes a state of `slots_per_element` and `step` (checked
+  /// before a checkpoint changes anything).
+  bool accepts_optimizer_state(std::size_t slots_per_element, std::int64_t step) const noexcept {
+    return step >= 0 && slots_per_element <= ps::kMaxSlotsPerElement;
+  }
+
+  /// Gives the variable `state` (`slots_per_element` arrays of `size()` elements) or, for
+  /// nullptr, no state: under UpdateRule::optimizer on the servers, each shard its slice; under
+  /// UpdateRule::sum to every local replica, which then continue from it.
+  /// @throws UsageError if the state's size is not `slots_per_element * size()` or the servers
+  ///   cannot keep it; the client's errors.
+  void restore_optimizer_state(const optim::OptimizerState<T>* state,
+                               std::size_t slots_per_element) {
+    const std::size_t k = state != nullptr ? slots_per_element : 0;
+    if ((state != nullptr && state->slots.size() != k * size()) ||
+        !accepts_optimizer_state(k, state != nullptr ? state->step : 0))
+      throw UsageError(
+          client_->rank(), "restore_optimizer_state",
+          fmt::format("variable '{}' of {} elements cannot take an optimizer state "
+                      "of {} slots per element in {} values",
+                      name_, size(), slots_per_element, state != nullptr ? state->slots.size() : 0),
+          "pass slots_per_element arrays of the variable's size (at most 2: the "
+          "servers' optimizers are Sgd, Momentum and Adam)");
+    if (rule_ == UpdateRule::sum) {
+      for (auto& lane : states_)
+        lane = state != nullptr ? std::optional(*state) : std::nullopt;
+      return;
+    }
+    std::vector<std::vector<std::byte>> requests(shards_.size());
+    std::vector<ShardCall> calls = make_calls(Operation::assign_state);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      ps::StateSpec spec;
+      if (state != nullptr) spec = {true, static_cast<std::uint32_t>(k), state->step};
+      const auto prefix = ps::encode(spec);
+      auto& bytes = requests[s];
+      bytes.assign(prefix.begin(), prefix.end());
+      for (std::size_t j = 0; j < k; ++j) {
+        const auto slice = std::as_bytes(
+            std::span(state->slots).subspan(j * size() + shards_[s].offset, shards_[s].size));
+        bytes.insert(bytes.end(), slice.begin(), slice.end());
+      }
+      calls[s].values = bytes;
+    }
+    client_->call(0, calls);
+  }
+
  private:
+  // UpdateRule::sum: the replicas' states, which a checkpoint holds only while they are slotless.
+  std::optional<std::size_t> local_optimizer_state(optim::OptimizerState<T>& into) const {
+    const optim::OptimizerState<T>* first = nullptr;
+    for (const auto& lane : states_) {
+      if (!lane) continue;
+      if (!lane->slots.empty())
+        throw UsageError(client_->rank(), "read_optimizer_state",
+                         fmt::format("variable '{}' is updated by each replica's own optimizer "
+                                     "(UpdateRule::sum), whose slots differ from replica to "
+                                     "replica: no one task's checkpoint holds them",
+                                     name_),
+                         "let the servers apply Momentum or Adam (UpdateRule::optimizer) to "
+                         "checkpoint it; under UpdateRule::sum use a slotless optimizer (Sgd)");
+      if (first == nullptr) first = &*lane;
+    }
+    if (first == nullptr) return std::nullopt;
+    into = {{}, first->step};
+    return 0;
+  }
+
   void remember_versions(std::size_t lane, std::span<const ShardCall> calls) const {
     versions_[lane].resize(calls.size());
     for (std::size_t s = 0; s < calls.size(); ++s)
@@ -22526,7 +22808,7 @@ ShardedVariable<T> create_sharded(SessionType& session, std::span<const T> initi
                                   VariableAggregation aggregation, UpdateRule rule) {
   const std::string name = session.next_name();
   const std::size_t shape[] = {initial.size()};
-  std::vector<ShardLocation> shards = session.place(shape, sizeof(T));
+  std::vector<ShardLocation> shards = session.place(name, shape, sizeof(T));
   std::vector<T> values(initial.begin(), initial.end());
   Client& client = *session.client();
   for (std::size_t s = 0; s < shards.size(); ++s) {
@@ -22742,6 +23024,7 @@ class Server {
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -22757,8 +23040,9 @@ template <std::floating_point T>
 struct Values {
   std::vector<T> values;
   optim::OptimizerState<T> state;
-  OptimizerSpec::Kind kind = OptimizerSpec::Kind::none;  // whose slots `state` holds
-  std::vector<std::vector<T>> step_gradients;            // synchronous: by replica
+  // Slots per element of `state`: unset until the first update (or assign_state) gives it one.
+  std::optional<std::uint32_t> slots_per_element;
+  std::vector<std::vector<T>> step_gradients;  // synchronous: by replica
 };
 
 /// A caller whose push is applied (or held) and whose reply waits.
@@ -22796,15 +23080,19 @@ inline bool is_value_type(DataType type) noexcept {
   return type == DataType::float32 || type == DataType::float64;
 }
 
-inline std::size_t slots_of(OptimizerSpec::Kind kind) noexcept {
+static_assert(kMaxSlotsPerElement >=
+                  std::max({optim::Sgd::kSlots, optim::Momentum::kSlots, optim::Adam::kSlots}),
+              "a server's optimizer keeps more slots than the protocol carries");
+
+inline std::uint32_t slots_of(OptimizerSpec::Kind kind) noexcept {
   switch (kind) {
     case OptimizerSpec::Kind::momentum:
     case OptimizerSpec::Kind::nesterov:
-      return optim::Momentum::kSlots;
+      return static_cast<std::uint32_t>(optim::Momentum::kSlots);
     case OptimizerSpec::Kind::adam:
-      return optim::Adam::kSlots;
+      return static_cast<std::uint32_t>(optim::Adam::kSlots);
     default:
-      return optim::Sgd::kSlots;
+      return static_cast<std::uint32_t>(optim::Sgd::kSlots);
   }
 }
 
@@ -22823,17 +23111,17 @@ std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spe
   if (spec.kind == OptimizerSpec::Kind::none)
     return fmt::format("variable '{}' is updated by an optimizer, and the push names none",
                        shard.name);
-  if (values.kind != OptimizerSpec::Kind::none && slots_of(values.kind) != slots_of(spec.kind))
+  if (values.slots_per_element && *values.slots_per_element != slots_of(spec.kind))
     return fmt::format(
-        "variable '{}' was updated by an optimizer with {} slots per element, now "
-        "by one with {}: update each variable with one optimizer",
-        shard.name, slots_of(values.kind), slots_of(spec.kind));
+        "variable '{}' has an optimizer state of {} slots per element, and the push's optimizer "
+        "keeps {}: update each variable with one optimizer (the one its checkpoint was saved with)",
+        shard.name, *values.slots_per_element, slots_of(spec.kind));
   auto run = [&](const auto& optimizer) -> std::string {
     try {
-      if (values.kind == OptimizerSpec::Kind::none)
+      if (!values.slots_per_element)
         values.state = optim::make_state<T>(optimizer, values.values.size());
       optimizer.apply(std::span<T>(values.values), gradient, values.state);
-      values.kind = spec.kind;
+      values.slots_per_element = slots_of(spec.kind);
       return {};
     } catch (const Error& error) {
       return error.what();
@@ -22852,6 +23140,37 @@ std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spe
       break;
   }
   return "unknown optimizer";
+}
+
+/// The shard's optimizer state as pull_state's reply describes it (its slots follow).
+template <std::floating_point T>
+StateSpec state_of(const Values<T>& values) noexcept {
+  if (!values.slots_per_element) return {};
+  return {true, *values.slots_per_element, values.state.step};
+}
+
+/// Replaces the shard's optimizer state by `spec` and `slots` (taken), as a checkpoint restores
+/// it; the reason when the shard cannot take it. A state of another slot count than the shard's
+/// pushes later name is refused by those pushes, as a change of optimizer is.
+template <std::floating_point T>
+std::string assign_state(Shard& shard, Values<T>& values, const StateSpec& spec,
+                         std::vector<T>& slots) {
+  if (spec.present && shard.update == UpdateRule::sum)
+    return fmt::format(
+        "variable '{}' sums pushes (UpdateRule::sum): its workers keep the optimizer state",
+        shard.name);
+  if (slots.size() != (spec.present ? spec.slots_per_element : 0) * values.values.size())
+    return fmt::format("an optimizer state of {} values for variable '{}' of {} elements",
+                       slots.size(), shard.name, values.values.size());
+  if (!spec.present) {
+    values.state = {};
+    values.slots_per_element.reset();
+    return {};
+  }
+  values.state.slots.swap(slots);
+  values.state.step = spec.step;
+  values.slots_per_element = spec.slots_per_element;
+  return {};
 }
 
 /// What became of a push.
@@ -23100,12 +23419,23 @@ struct Server::State : transport::tcp::ServiceHandler {
           return ok(handle_);
         case Stage::push_values:
           return on_values();
+        case Stage::state_spec:
+          return on_state_spec();
+        case Stage::state_slots:
+          return on_state_slots();
       }
       return error(Status::bad_request, "a request out of order");
     }
 
    private:
-    enum class Stage : std::uint8_t { create_spec, create_name, create_values, push_values };
+    enum class Stage : std::uint8_t {
+      create_spec,
+      create_name,
+      create_values,
+      push_values,
+      state_spec,
+      state_slots
+    };
 
     static SessionStep read(std::span<std::byte> into) { return ReadPayload{{into}}; }
     static SessionStep read(std::span<std::byte> first, std::span<std::byte> second) {
@@ -23175,10 +23505,22 @@ struct Server::State : transport::tcp::ServiceHandler {
       const Shard& shard = state_.shards[handle];
       const bool push = operation == Operation::push || operation == Operation::push_pull;
       const std::uint64_t value_bytes = shard.elements * size_of(shard.type);
-      const std::uint64_t expected =
-          operation == Operation::pull ? 0 : (push ? kPushPrefixBytes : 0) + value_bytes;
-      if (request_.element_type != shard.type || request_.count != shard.elements ||
-          request_.payload_bytes != expected)
+      const std::uint64_t payload = request_.payload_bytes;
+      bool sized = false;
+      switch (operation) {
+        case Operation::pull:
+        case Operation::pull_state:
+          sized = payload == 0;
+          break;
+        case Operation::assign_state:  // its slot count comes with it: checked once read
+          sized = payload >= kStateSpecBytes &&
+                  payload <= kStateSpecBytes + kMaxSlotsPerElement * value_bytes;
+          break;
+        default:
+          sized = payload == (push ? kPushPrefixBytes : 0) + value_bytes;
+          break;
+      }
+      if (request_.element_type != shard.type || request_.count != shard.elements || !sized)
         return error(Status::mismatch,
                      fmt::format("{} of variable '{}' on {}: the shard holds {} {} elements, the "
                                  "request {} {} elements in {} bytes",
@@ -23187,6 +23529,11 @@ struct Server::State : transport::tcp::ServiceHandler {
                                  to_string(request_.element_type), request_.payload_bytes));
       handle_ = handle;
       if (operation == Operation::pull) return values_reply(handle, shard.version);
+      if (operation == Operation::pull_state) return state_reply(handle);
+      if (operation == Operation::assign_state) {
+        stage_ = Stage::state_spec;
+        return read(std::span(prefix_.data(), kStateSpecBytes));
+      }
       stage_ = Stage::push_values;
       const auto values = std::visit(
           [&](const auto& stored) {
@@ -23238,6 +23585,58 @@ struct Server::State : transport::tcp::ServiceHandler {
       return ok(shard.version);
     }
 
+    SessionStep on_state_spec() {
+      const Shard& shard = state_.shards[handle_];
+      const auto spec = decode_state(std::span<const std::byte>(prefix_.data(), kStateSpecBytes));
+      const std::uint64_t slot_bytes =
+          spec ? std::uint64_t{spec->slots_per_element} * shard.elements * size_of(shard.type) : 0;
+      if (!spec || request_.payload_bytes != kStateSpecBytes + slot_bytes)
+        return error(Status::bad_request,
+                     fmt::format("a malformed assign_state of variable '{}' (its state spec and "
+                                 "slots do not add up)",
+                                 shard.name));
+      state_spec_ = *spec;
+      stage_ = Stage::state_slots;
+      return read(std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            auto& stage = staging<T>();
+            stage.resize(static_cast<std::size_t>(slot_bytes / sizeof(T)));
+            return std::as_writable_bytes(std::span(stage));
+          },
+          shard.data));
+    }
+
+    SessionStep on_state_slots() {
+      Shard& shard = state_.shards[handle_];
+      std::string why = std::visit(
+          [&](auto& values) {
+            using T = typename std::decay_t<decltype(values.values)>::value_type;
+            return detail::assign_state(shard, values, state_spec_, staging<T>());
+          },
+          shard.data);
+      if (!why.empty()) return error(Status::bad_request, std::move(why));
+      return ok(shard.version);
+    }
+
+    // The shard's optimizer state: its spec, then its slots, copied as values_reply copies.
+    SessionStep state_reply(std::uint32_t handle) {
+      const Shard& shard = state_.shards[handle];
+      SendReply reply = ok(shard.version);
+      reply.type = shard.type;
+      std::visit(
+          [&](const auto& stored) {
+            const auto spec = encode(detail::state_of(stored));
+            const auto slots = std::as_bytes(std::span(stored.state.slots));
+            state_bytes_.assign(spec.begin(), spec.end());
+            if (stored.slots_per_element)
+              state_bytes_.insert(state_bytes_.end(), slots.begin(), slots.end());
+          },
+          shard.data);
+      reply.payload = state_bytes_;
+      return reply;
+    }
+
     // Where a request's values are read to before they are checked and applied.
     template <class T>
     std::vector<T>& staging() {
@@ -23273,6 +23672,8 @@ struct Server::State : transport::tcp::ServiceHandler {
     std::uint32_t handle_ = 0;
     std::vector<float> staging_f32_;
     std::vector<double> staging_f64_;
+    StateSpec state_spec_;
+    std::vector<std::byte> state_bytes_;
     std::string text_;
   };
 

@@ -240,6 +240,11 @@ TEST_CASE("per-worker resources are built once on every worker and read by the f
     total += static_cast<std::int64_t>(counts.size());
   }
   CHECK(total == 100);
+  // Every worker builds it, one that ran none of the functions too; but a worker that connected
+  // late may build it after join returned, so the check waits (within a deadline) for it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (built.load() < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   CHECK(built.load() == 2);
   // A resource read as another type is the function's usage error.
   coordinator.schedule(wrong, PerWorker<int>{handle.id});

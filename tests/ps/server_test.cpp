@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <future>
 #include <optional>
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <asio/connect.hpp>
@@ -382,4 +384,119 @@ TEST_CASE("a worker that goes away while its push waits ends its session with it
   Client(spec, 1, 1).done();
   REQUIRE(served.wait_for(10s) == std::future_status::ready);
   CHECK_THROWS_WITH(served.get(), doctest::Contains("rank(s) 0 of the collective group"));
+}
+
+namespace {
+
+// A state call (pull_state or assign_state) to shard `handle` of `count` floats on server 0.
+ShardCall state_call(Operation operation, std::uint32_t handle, std::size_t count) {
+  ShardCall call;
+  call.handle = handle;
+  call.operation = operation;
+  call.type = strata::DataType::float32;
+  call.count = count;
+  return call;
+}
+
+// The shard's optimizer state: its spec and slots.
+std::pair<strata::ps::StateSpec, std::vector<float>> pull_state(Client& client,
+                                                                std::uint32_t handle,
+                                                                std::size_t count) {
+  std::vector<std::byte> reply(strata::ps::kStateSpecBytes +
+                               strata::ps::kMaxSlotsPerElement * count * sizeof(float));
+  ShardCall call = state_call(Operation::pull_state, handle, count);
+  call.result = reply;
+  client.call(0, std::span(&call, 1));
+  const auto spec = strata::ps::decode_state(reply);
+  REQUIRE(spec.has_value());
+  REQUIRE(call.received == strata::ps::kStateSpecBytes + spec->slots_per_element * count * 4);
+  std::vector<float> slots(spec->slots_per_element * count);
+  std::memcpy(slots.data(), reply.data() + strata::ps::kStateSpecBytes, slots.size() * 4);
+  return {*spec, slots};
+}
+
+void assign_state(Client& client, std::uint32_t handle, std::size_t count,
+                  const strata::ps::StateSpec& spec, const std::vector<float>& slots) {
+  const auto prefix = strata::ps::encode(spec);
+  ShardCall call = state_call(Operation::assign_state, handle, count);
+  call.prefix = prefix;
+  call.values = bytes_of(slots);
+  client.call(0, std::span(&call, 1));
+}
+
+}  // namespace
+
+TEST_CASE("a shard's optimizer state is read and set whole, and updates continue from it") {
+  const auto spec = strata::testing::loopback_ps_cluster(1, 1);
+  Servers servers(spec);
+  Client client(spec, 0, 1);
+  constexpr std::size_t kCount = 13;
+  const std::vector<float> initial(kCount, 0.5f);
+  const strata::optim::Adam adam{0.01f};
+  const auto adam_spec = strata::ps::spec_of(adam);
+  std::vector<float> gradient(kCount);
+  for (std::size_t i = 0; i < kCount; ++i)
+    gradient[i] = static_cast<float>(i) - 6.0f;
+
+  const auto a = create(client, 0, "a", initial);
+  // Before any update there is no state.
+  CHECK(pull_state(client, a, kCount).first == strata::ps::StateSpec{});
+  for (int step = 0; step < 3; ++step)
+    push_pull(client, 0, a, adam_spec, gradient);
+  const auto [saved, slots] = pull_state(client, a, kCount);
+  CHECK(saved == strata::ps::StateSpec{true, 2, 3});
+
+  // The state taken to another shard with the same values: both continue identically, and as
+  // Adam on the host does from the same state.
+  const auto values = pull<float>(client, 0, a, kCount);
+  const auto b = create(client, 0, "b", values);
+  assign_state(client, b, kCount, saved, slots);
+  CHECK(pull_state(client, b, kCount) == std::pair(saved, slots));
+  std::vector<float> host = values;
+  strata::optim::OptimizerState<float> host_state{slots, 3};
+  adam.apply(std::span(host), std::span<const float>(gradient), host_state);
+  CHECK(push_pull(client, 0, a, adam_spec, gradient) == host);
+  CHECK(push_pull(client, 0, b, adam_spec, gradient) == host);
+
+  // Clearing it makes the next update start from a fresh state.
+  assign_state(client, b, kCount, {}, {});
+  CHECK(pull_state(client, b, kCount).first == strata::ps::StateSpec{});
+
+  SUBCASE("a state of another slot count is refused by the next push of the optimizer") {
+    assign_state(client, b, kCount, {true, 1, 4}, std::vector<float>(kCount, 0.0f));
+    CHECK_THROWS_WITH_AS(push_pull(client, 0, b, adam_spec, gradient),
+                         doctest::Contains("1 slots per element"), strata::UsageError);
+  }
+  SUBCASE("bad states are refused, and the shard keeps its own") {
+    const auto before = pull_state(client, a, kCount);
+    // Slots that do not match the spec's count.
+    CHECK_THROWS_AS(assign_state(client, a, kCount, {true, 2, 4}, std::vector<float>(kCount)),
+                    strata::UsageError);
+    CHECK_THROWS_AS(assign_state(client, a, kCount, {true, 1, 4}, std::vector<float>(2 * kCount)),
+                    strata::UsageError);
+    // A malformed spec: more slots than any optimizer keeps, padding set.
+    auto too_many = strata::ps::encode(strata::ps::StateSpec{true, 2, 4});
+    too_many[4] = std::byte{3};
+    ShardCall call = state_call(Operation::assign_state, a, kCount);
+    call.prefix = too_many;
+    const std::vector<float> two(2 * kCount);
+    call.values = bytes_of(two);
+    CHECK_THROWS_WITH(client.call(0, std::span(&call, 1)), doctest::Contains("malformed"));
+    // More bytes than any state of the shard's holds.
+    const std::vector<float> three(3 * kCount);
+    call.values = bytes_of(three);
+    CHECK_THROWS_AS(client.call(0, std::span(&call, 1)), strata::MismatchError);
+    // A sum shard keeps no optimizer state.
+    const auto summed = create(client, 0, "summed", initial, UpdateRule::sum);
+    CHECK_THROWS_WITH(assign_state(client, summed, kCount, {true, 1, 1}, initial),
+                      doctest::Contains("UpdateRule::sum"));
+    CHECK(pull_state(client, a, kCount) == before);
+  }
+  CHECK(strata::ps::decode_state(strata::ps::encode(strata::ps::StateSpec{true, 2, 7})) ==
+        strata::ps::StateSpec{true, 2, 7});
+  auto negative = strata::ps::encode(strata::ps::StateSpec{true, 2, 7});
+  negative[15] = std::byte{0x80};
+  CHECK_FALSE(strata::ps::decode_state(negative).has_value());
+  CHECK_FALSE(
+      strata::ps::decode_state(strata::ps::encode(strata::ps::StateSpec{false, 0, 3})).has_value());
 }

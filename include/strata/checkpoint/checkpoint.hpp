@@ -54,14 +54,28 @@ namespace detail {
 template <class V>
 using variable_element_t = std::ranges::range_value_t<decltype(std::declval<const V&>().read())>;
 
-// A variable whose optimizer state lives with its copies (placement::Variable): the state is
-// saved with it. The parameter servers keep theirs on the servers.
+// A variable whose optimizer state lives with its copies in host memory (placement::Variable):
+// saved from where it is, without a copy.
 template <class V, class T = variable_element_t<V>>
 concept WithOptimizerState = requires(V& v, const V& cv, std::size_t i) {
   { cv.optimizer_state(i) } -> std::same_as<const optim::OptimizerState<T>*>;
   { cv.optimizer_slots_per_element(i) } -> std::convertible_to<std::size_t>;
   v.restore_optimizer_state(cv.optimizer_state(i), i);
 };
+
+// A variable whose optimizer state lives elsewhere (placement::ShardedVariable: on the parameter
+// servers; placement::DeviceVariable: in GPU memory): gathered into host memory for a save,
+// given back on restore.
+template <class V, class T = variable_element_t<V>>
+concept WithGatheredOptimizerState = requires(V& v, const V& cv, optim::OptimizerState<T>& state,
+                                              std::size_t k, std::int64_t step) {
+  { cv.read_optimizer_state(state) } -> std::same_as<std::optional<std::size_t>>;
+  { cv.accepts_optimizer_state(k, step) } -> std::convertible_to<bool>;
+  v.restore_optimizer_state(&state, k);
+};
+
+template <class V>
+concept WithAnyOptimizerState = WithOptimizerState<V> || WithGatheredOptimizerState<V>;
 
 // A variable whose copies can be written in place (placement::Variable): restoring reads the
 // file straight into copy 0 instead of through a temporary.
@@ -103,9 +117,9 @@ class Checkpoint {
   /// `rank` names this task in error messages (-1: none).
   explicit Checkpoint(int rank = -1) : rank_(rank) {}
 
-  /// Tracks a variable of any strategy and, for variables that keep it next to their copies,
-  /// its optimizer state. `shape` is its logical shape (default: `{size()}`), saved so that
-  /// another partitioning can restore it; its product must be `size()`.
+  /// Tracks a variable of any strategy and its optimizer state (next to its copies, on the GPUs,
+  /// or on the parameter servers). `shape` is its logical shape (default: `{size()}`), saved so
+  /// that another partitioning can restore it; its product must be `size()`.
   /// @throws UsageError if the name is taken or the shape does not fit.
   template <CheckpointVariable V>
   void track(std::string name, V& variable, std::vector<std::uint64_t> shape = {}) {
@@ -125,18 +139,29 @@ class Checkpoint {
             contents.owned.push_back(std::move(owned));
           }
           contents.tensors.push_back(Piece{name, data_type_of<T>, shape, std::as_bytes(bytes)});
+          const optim::OptimizerState<T>* state = nullptr;
+          std::size_t slots_per_element = 0;
           if constexpr (detail::WithOptimizerState<V>) {
-            if (const auto* state = variable.optimizer_state(0)) {
-              std::vector<std::uint64_t> slots_shape{variable.optimizer_slots_per_element(0)};
-              slots_shape.insert(slots_shape.end(), shape.begin(), shape.end());
-              contents.tensors.push_back(Piece{name + std::string(kSlotsSuffix), data_type_of<T>,
-                                               std::move(slots_shape),
-                                               std::as_bytes(std::span(state->slots))});
-              contents.tensors.push_back(Piece{name + std::string(kStepSuffix),
-                                               DataType::int64,
-                                               {},
-                                               std::as_bytes(std::span(&state->step, 1))});
+            state = variable.optimizer_state(0);
+            if (state != nullptr) slots_per_element = variable.optimizer_slots_per_element(0);
+          } else if constexpr (detail::WithGatheredOptimizerState<V>) {
+            auto gathered = std::make_shared<optim::OptimizerState<T>>();
+            if (const auto k = variable.read_optimizer_state(*gathered)) {
+              state = gathered.get();
+              slots_per_element = *k;
+              contents.owned.push_back(std::move(gathered));
             }
+          }
+          if (state != nullptr) {
+            std::vector<std::uint64_t> slots_shape{slots_per_element};
+            slots_shape.insert(slots_shape.end(), shape.begin(), shape.end());
+            contents.tensors.push_back(Piece{name + std::string(kSlotsSuffix), data_type_of<T>,
+                                             std::move(slots_shape),
+                                             std::as_bytes(std::span(state->slots))});
+            contents.tensors.push_back(Piece{name + std::string(kStepSuffix),
+                                             DataType::int64,
+                                             {},
+                                             std::as_bytes(std::span(&state->step, 1))});
           }
         },
         [name, shape, &variable](const Checkpoint& self, const Header& header, Plan& plan) {
@@ -156,7 +181,7 @@ class Checkpoint {
               variable.assign(std::span<const T>(values));
             });
           }
-          if constexpr (detail::WithOptimizerState<V>)
+          if constexpr (detail::WithAnyOptimizerState<V>)
             self.plan_optimizer_state<T>(header, plan, name, shape, variable);
         }});
   }
@@ -258,6 +283,8 @@ class Checkpoint {
   // A restore, checked: the reads that apply it, in order.
   struct Plan {
     std::string source;
+    const File* file = nullptr;  // for the few values a check needs
+    std::uint64_t data_start = 0;
     std::vector<std::function<void(const File&, std::uint64_t data_start)>> reads;
   };
   struct Item {
@@ -349,6 +376,23 @@ class Checkpoint {
     slots_shape.insert(slots_shape.begin(), count);
     check_tensor(plan, *slots, "optimizer slots of", data_type_of<T>, slots_shape);
     check_tensor(plan, *step, "optimizer step of", DataType::int64, {});
+    if constexpr (detail::WithGatheredOptimizerState<V>) {
+      // The step is read now, not with the rest, so that a state the servers cannot keep is
+      // refused before anything changes.
+      std::int64_t saved_step = 0;
+      plan.file->read_at(std::as_writable_bytes(std::span(&saved_step, 1)),
+                         plan.data_start + step->begin);
+      if (!variable.accepts_optimizer_state(static_cast<std::size_t>(count), saved_step))
+        throw restore_error(plan,
+                            fmt::format("variable '{}' cannot take its saved optimizer state "
+                                        "({} slots per element, step {}): parameter servers "
+                                        "keep at most 2 (Sgd, Momentum, Adam), and no step is "
+                                        "negative",
+                                        name, count, saved_step),
+                            "restore it into a variable whose optimizer state lives with its "
+                            "copies (MirroredStrategy), or from a checkpoint of Sgd, Momentum or "
+                            "Adam");
+    }
     plan.reads.push_back(
         [&variable, slots = *slots, step = *step, count](const File& file, std::uint64_t start) {
           optim::OptimizerState<T> state;

@@ -9,6 +9,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -127,6 +128,51 @@ class DeviceVariable {
           -1, "apply_gradients", "the optimizer's kernel");
     });
     ++copy.step;
+  }
+
+  /// The primary copy's optimizer state, copied to the host for a checkpoint: its slots per
+  /// element, or nothing before the first update. Every copy has the same state (the replicas
+  /// apply the same reduced gradients).
+  std::optional<std::size_t> read_optimizer_state(optim::OptimizerState<T>& into) const {
+    const Copy& primary = copies_.front();
+    if (!primary.state_created) return std::nullopt;
+    into.slots.resize(primary.slots.size());
+    into.step = primary.step;
+    if (!into.slots.empty()) {
+      transport::cuda::DeviceScope scope(primary.device, -1, "Variable::read_optimizer_state");
+      primary.slots.copy_to(std::span(into.slots));
+    }
+    return primary.slots_per_element;
+  }
+
+  /// Whether `restore_optimizer_state` takes a state with `step` (any slot count: the next
+  /// update checks it against its optimizer's).
+  bool accepts_optimizer_state(std::size_t /*slots_per_element*/,
+                               std::int64_t step) const noexcept {
+    return step >= 0;
+  }
+
+  /// Gives every copy `state` (`slots_per_element` arrays of `size()` elements, host memory) or,
+  /// for nullptr, no state, as Variable::restore_optimizer_state does.
+  /// @throws UsageError if the state's size is not `slots_per_element * size()`.
+  void restore_optimizer_state(const optim::OptimizerState<T>* state,
+                               std::size_t slots_per_element) {
+    if (state != nullptr && state->slots.size() != slots_per_element * size_)
+      throw UsageError(-1, "Variable::restore_optimizer_state",
+                       fmt::format("the state has {} values, not {} slots of {} elements",
+                                   state->slots.size(), slots_per_element, size_),
+                       "pass slots_per_element arrays of the variable's size");
+    for (auto& copy : copies_) {
+      transport::cuda::DeviceScope scope(copy.device, -1, "Variable::restore_optimizer_state");
+      copy.slots = {};
+      copy.state_created = state != nullptr;
+      copy.slots_per_element = state != nullptr ? slots_per_element : 0;
+      copy.step = state != nullptr ? state->step : 0;
+      if (state == nullptr || state->slots.empty()) continue;
+      copy.slots =
+          transport::cuda::DeviceBuffer<T>(state->slots.size(), -1, "restore_optimizer_state");
+      copy.slots.copy_from(std::span<const T>(state->slots));
+    }
   }
 
  private:

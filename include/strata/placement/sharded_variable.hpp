@@ -7,6 +7,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
@@ -161,7 +162,125 @@ class ShardedVariable {
     remember_versions(l, calls);
   }
 
+  /// The variable's optimizer state, for a checkpoint: under UpdateRule::optimizer the servers',
+  /// gathered from every shard into `slots_per_element` arrays of `size()` elements (slot by
+  /// slot, as optim/ lays them out); under UpdateRule::sum the workers', whose replicas share
+  /// only a step count (a stateless optimizer such as Sgd). Returns the slots per element, or
+  /// nothing before the first update. Shards updated asynchronously may be an update apart: the
+  /// step is the smallest of theirs.
+  /// @throws UsageError under UpdateRule::sum with an optimizer that keeps slots: each replica
+  ///   has its own, which no one task's checkpoint holds; the client's errors.
+  std::optional<std::size_t> read_optimizer_state(optim::OptimizerState<T>& into) const {
+    if (rule_ == UpdateRule::sum) return local_optimizer_state(into);
+    std::vector<std::vector<std::byte>> replies(shards_.size());
+    std::vector<ShardCall> calls = make_calls(Operation::pull_state);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      replies[s].resize(ps::kStateSpecBytes +
+                        ps::kMaxSlotsPerElement * shards_[s].size * sizeof(T));
+      calls[s].result = replies[s];
+    }
+    client_->call(0, calls);
+    std::optional<ps::StateSpec> merged;
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      const auto spec = ps::decode_state(replies[s]);
+      if (!spec || calls[s].received != ps::kStateSpecBytes + std::size_t{spec->slots_per_element} *
+                                                                  shards_[s].size * sizeof(T))
+        throw PeerFailureError(client_->rank(), "read_optimizer_state",
+                               fmt::format("{} sent a malformed optimizer state of variable '{}'",
+                                           client_->describe_server(shards_[s].server), name_),
+                               "check that every task runs the same strata version");
+      if (!spec->present) continue;
+      if (merged && merged->slots_per_element != spec->slots_per_element)
+        throw UsageError(client_->rank(), "read_optimizer_state",
+                         fmt::format("the shards of variable '{}' keep {} and {} optimizer slots "
+                                     "per element",
+                                     name_, merged->slots_per_element, spec->slots_per_element),
+                         "update each variable with one optimizer");
+      if (!merged || spec->step < merged->step) merged = *spec;
+    }
+    if (!merged) return std::nullopt;
+    // A shard that no update reached yet (its slots are zeros, as a fresh state's are).
+    const std::size_t k = merged->slots_per_element;
+    into.slots.assign(k * size(), T(0));
+    into.step = merged->step;
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      if (calls[s].received == ps::kStateSpecBytes) continue;
+      const std::size_t slot_bytes = shards_[s].size * sizeof(T);
+      if (slot_bytes == 0) continue;
+      for (std::size_t j = 0; j < k; ++j)
+        std::memcpy(into.slots.data() + j * size() + shards_[s].offset,
+                    replies[s].data() + ps::kStateSpecBytes + j * slot_bytes, slot_bytes);
+    }
+    return k;
+  }
+
+  /// Whether `restore_optimizer_state` takes a state of `slots_per_element` and `step` (checked
+  /// before a checkpoint changes anything).
+  bool accepts_optimizer_state(std::size_t slots_per_element, std::int64_t step) const noexcept {
+    return step >= 0 && slots_per_element <= ps::kMaxSlotsPerElement;
+  }
+
+  /// Gives the variable `state` (`slots_per_element` arrays of `size()` elements) or, for
+  /// nullptr, no state: under UpdateRule::optimizer on the servers, each shard its slice; under
+  /// UpdateRule::sum to every local replica, which then continue from it.
+  /// @throws UsageError if the state's size is not `slots_per_element * size()` or the servers
+  ///   cannot keep it; the client's errors.
+  void restore_optimizer_state(const optim::OptimizerState<T>* state,
+                               std::size_t slots_per_element) {
+    const std::size_t k = state != nullptr ? slots_per_element : 0;
+    if ((state != nullptr && state->slots.size() != k * size()) ||
+        !accepts_optimizer_state(k, state != nullptr ? state->step : 0))
+      throw UsageError(
+          client_->rank(), "restore_optimizer_state",
+          fmt::format("variable '{}' of {} elements cannot take an optimizer state "
+                      "of {} slots per element in {} values",
+                      name_, size(), slots_per_element, state != nullptr ? state->slots.size() : 0),
+          "pass slots_per_element arrays of the variable's size (at most 2: the "
+          "servers' optimizers are Sgd, Momentum and Adam)");
+    if (rule_ == UpdateRule::sum) {
+      for (auto& lane : states_)
+        lane = state != nullptr ? std::optional(*state) : std::nullopt;
+      return;
+    }
+    std::vector<std::vector<std::byte>> requests(shards_.size());
+    std::vector<ShardCall> calls = make_calls(Operation::assign_state);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      ps::StateSpec spec;
+      if (state != nullptr) spec = {true, static_cast<std::uint32_t>(k), state->step};
+      const auto prefix = ps::encode(spec);
+      auto& bytes = requests[s];
+      bytes.assign(prefix.begin(), prefix.end());
+      for (std::size_t j = 0; j < k; ++j) {
+        const auto slice = std::as_bytes(
+            std::span(state->slots).subspan(j * size() + shards_[s].offset, shards_[s].size));
+        bytes.insert(bytes.end(), slice.begin(), slice.end());
+      }
+      calls[s].values = bytes;
+    }
+    client_->call(0, calls);
+  }
+
  private:
+  // UpdateRule::sum: the replicas' states, which a checkpoint holds only while they are slotless.
+  std::optional<std::size_t> local_optimizer_state(optim::OptimizerState<T>& into) const {
+    const optim::OptimizerState<T>* first = nullptr;
+    for (const auto& lane : states_) {
+      if (!lane) continue;
+      if (!lane->slots.empty())
+        throw UsageError(client_->rank(), "read_optimizer_state",
+                         fmt::format("variable '{}' is updated by each replica's own optimizer "
+                                     "(UpdateRule::sum), whose slots differ from replica to "
+                                     "replica: no one task's checkpoint holds them",
+                                     name_),
+                         "let the servers apply Momentum or Adam (UpdateRule::optimizer) to "
+                         "checkpoint it; under UpdateRule::sum use a slotless optimizer (Sgd)");
+      if (first == nullptr) first = &*lane;
+    }
+    if (first == nullptr) return std::nullopt;
+    into = {{}, first->step};
+    return 0;
+  }
+
   void remember_versions(std::size_t lane, std::span<const ShardCall> calls) const {
     versions_[lane].resize(calls.size());
     for (std::size_t s = 0; s < calls.size(); ++s)
@@ -208,7 +327,7 @@ ShardedVariable<T> create_sharded(SessionType& session, std::span<const T> initi
                                   VariableAggregation aggregation, UpdateRule rule) {
   const std::string name = session.next_name();
   const std::size_t shape[] = {initial.size()};
-  std::vector<ShardLocation> shards = session.place(shape, sizeof(T));
+  std::vector<ShardLocation> shards = session.place(name, shape, sizeof(T));
   std::vector<T> values(initial.begin(), initial.end());
   Client& client = *session.client();
   for (std::size_t s = 0; s < shards.size(); ++s) {

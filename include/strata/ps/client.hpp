@@ -38,8 +38,9 @@ struct ShardCall {
   std::uint64_t count = 0;              ///< elements of the shard
   std::span<const std::byte> prefix{};  ///< the optimizer spec of a push
   std::span<const std::byte> values{};  ///< what a push or an assign sends
-  std::span<std::byte> result{};        ///< where a pull or push_pull's values go
+  std::span<std::byte> result{};        ///< where a pull, push_pull or pull_state's reply goes
   std::uint64_t version = 0;            ///< out: the shard's updates so far
+  std::size_t received = 0;             ///< out: bytes written to `result`
 };
 
 /// The connections of one worker process to every ps task: `lanes` per task, so that replicas

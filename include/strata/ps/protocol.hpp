@@ -21,6 +21,9 @@
 //   push_pull   as push; the reply carries the values after this push
 //   assign      values; the reply carries nothing
 //   done        nothing: the worker has finished (a ps task serves until every worker has)
+//   pull_state  nothing; the reply carries StateSpec (kStateSpecBytes) | the optimizer's slots
+//               (slots_per_element arrays of the shard's size, slot by slot), for checkpoints
+//   assign_state StateSpec | slots, as pull_state's reply: replaces the shard's optimizer state
 // Every length and value is checked by the receiver before it allocates or applies anything.
 #pragma once
 
@@ -48,14 +51,16 @@ namespace strata::ps {
 
 /// What a request asks of a parameter server.
 enum class Operation : std::uint8_t {
-  create = 1,     ///< create a shard, or find the one of that name
-  pull = 2,       ///< read a shard's values
-  push = 3,       ///< apply a gradient (or add a delta) to a shard
-  push_pull = 4,  ///< push, then read the values after it, in one round trip
-  assign = 5,     ///< set a shard's values (its optimizer slots stay)
-  done = 6,       ///< the calling worker has finished
+  create = 1,        ///< create a shard, or find the one of that name
+  pull = 2,          ///< read a shard's values
+  push = 3,          ///< apply a gradient (or add a delta) to a shard
+  push_pull = 4,     ///< push, then read the values after it, in one round trip
+  assign = 5,        ///< set a shard's values (its optimizer slots stay)
+  done = 6,          ///< the calling worker has finished
+  pull_state = 7,    ///< read a shard's optimizer state (slots and step)
+  assign_state = 8,  ///< set a shard's optimizer state
 };
-inline constexpr std::uint8_t kLastOperation = 6;
+inline constexpr std::uint8_t kLastOperation = 8;
 
 /// A reply's verdict.
 enum class Status : std::uint8_t {
@@ -108,6 +113,19 @@ struct SyncSpec {
 inline constexpr std::size_t kSyncSpecBytes = 32;
 /// What comes before a push's gradient.
 inline constexpr std::size_t kPushPrefixBytes = kOptimizerSpecBytes + kSyncSpecBytes;
+
+/// A shard's optimizer state as pull_state and assign_state carry it before the slots: none yet
+/// (no update applied, or a sum shard), or `slots_per_element` arrays of the shard's size and
+/// the number of updates the optimizer has made.
+struct StateSpec {
+  bool present = false;
+  std::uint32_t slots_per_element = 0;
+  std::int64_t step = 0;  ///< never negative
+  friend bool operator==(const StateSpec&, const StateSpec&) = default;
+};
+inline constexpr std::size_t kStateSpecBytes = 16;
+/// The most slots per element a server's optimizer keeps (Adam's m and v).
+inline constexpr std::uint32_t kMaxSlotsPerElement = 2;
 
 /// A create request's fixed part.
 struct CreateSpec {
@@ -241,6 +259,31 @@ inline std::optional<CreateSpec> decode_create(std::span<const std::byte> in) no
   return spec;
 }
 
+inline std::array<std::byte, kStateSpecBytes> encode(const StateSpec& spec) noexcept {
+  std::array<std::byte, kStateSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.present ? 1 : 0);
+  detail::store_le<std::uint32_t>(&out[4], spec.slots_per_element);
+  detail::store_le<std::uint64_t>(&out[8], static_cast<std::uint64_t>(spec.step));
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (padding set, slots beyond
+/// kMaxSlotsPerElement, a negative step, or slots and a step without a state).
+inline std::optional<StateSpec> decode_state(std::span<const std::byte> in) noexcept {
+  if (in.size() < kStateSpecBytes) return std::nullopt;
+  const auto present = static_cast<std::uint8_t>(in[0]);
+  if (present > 1) return std::nullopt;
+  for (const std::size_t i : {1, 2, 3})
+    if (in[i] != std::byte{0}) return std::nullopt;
+  StateSpec spec;
+  spec.present = present == 1;
+  spec.slots_per_element = detail::load_le<std::uint32_t>(&in[4]);
+  spec.step = static_cast<std::int64_t>(detail::load_le<std::uint64_t>(&in[8]));
+  if (spec.slots_per_element > kMaxSlotsPerElement || spec.step < 0) return std::nullopt;
+  if (!spec.present && (spec.slots_per_element != 0 || spec.step != 0)) return std::nullopt;
+  return spec;
+}
+
 /// Bytes of a name in a create payload: padded so that the values after it stay aligned.
 constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
   return (name_bytes + 7) / 8 * 8;
@@ -280,6 +323,10 @@ inline std::string_view to_string(Operation operation) noexcept {
       return "assign";
     case Operation::done:
       return "done";
+    case Operation::pull_state:
+      return "pull_state";
+    case Operation::assign_state:
+      return "assign_state";
   }
   return "unknown operation";
 }

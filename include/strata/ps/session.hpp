@@ -2,11 +2,13 @@
 // the rules that name, split and place the variables it creates.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,9 +18,15 @@
 #include <strata/core/error.hpp>
 #include <strata/ps/client.hpp>
 #include <strata/ps/partitioner.hpp>
+#include <strata/ps/protocol.hpp>
 #include <strata/ps/shard_placement.hpp>
 
 namespace strata::ps {
+
+/// The largest shard a parameter server holds: its optimizer state (kMaxSlotsPerElement arrays
+/// of its size, after a StateSpec) must fit one frame, whose length is 32 bits.
+inline constexpr std::size_t kMaxShardBytes =
+    (std::size_t{0xFFFF'FFFFu} - std::max(kPushPrefixBytes, kStateSpecBytes)) / kMaxSlotsPerElement;
 
 /// Where one shard of a variable lives: the elements [offset, offset + size) of the variable,
 /// on ps task `server` under `handle`.
@@ -77,9 +85,11 @@ class Session {
   /// The next variable's name: its index in creation order, as TF names unnamed variables.
   std::string next_name() { return fmt::format("variable_{}", created_++); }
 
-  /// Splits a variable of `shape` (`element_bytes` each) by the partitioner and places each
-  /// shard with the policy. Handles are filled in when the shards are created.
-  std::vector<ShardLocation> place(std::span<const std::size_t> shape, std::size_t element_bytes) {
+  /// Splits variable `name` of `shape` (`element_bytes` each) by the partitioner and places
+  /// each shard with the policy. Handles are filled in when the shards are created.
+  /// @throws UsageError when a shard is larger than kMaxShardBytes.
+  std::vector<ShardLocation> place(std::string_view name, std::span<const std::size_t> shape,
+                                   std::size_t element_bytes) {
     std::size_t row_elements = 1;
     for (std::size_t d = 1; d < shape.size(); ++d)
       row_elements *= shape[d];
@@ -88,6 +98,14 @@ class Session {
       ShardLocation shard;
       shard.offset = rows.offset * row_elements;
       shard.size = rows.rows * row_elements;
+      if (shard.size > kMaxShardBytes / element_bytes)
+        throw UsageError(client_->rank(), "ParameterServer::create_variable",
+                         fmt::format("variable '{}' would have a shard of {} bytes, more than the "
+                                     "{} a parameter server takes (a frame carries at most 4 GiB, "
+                                     "and a shard's optimizer state up to twice its values)",
+                                     name, shard.size * element_bytes, kMaxShardBytes),
+                         "split it into more shards: FixedShardsPartitioner or "
+                         "MaxSizePartitioner");
       shard.server = placement_.place(shard.size * element_bytes);
       shards.push_back(shard);
     }

@@ -13,7 +13,9 @@
 //     nothing or more gradients than there are replicas);
 //   - a push lets the shard's version go down, leaves a caller waiting twice, releases a caller
 //     that was not waiting, or leaves a synchronous step with more arrivals than its bound;
-//   - a push outcome is an error without a reason.
+//   - a push outcome is an error without a reason;
+//   - assign_state (a step whose byte has bit 0x40 set, its state spec in the optimizer bytes)
+//     keeps a state other than the one sent, or slots that do not fit the shard.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include <cstdlib>
 #include <set>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -66,6 +69,14 @@ inline void fuzz_ps_shard(std::span<const std::uint8_t> data) {
             "a create spec with a name length out of range was accepted");
   }
 
+  // So does the state spec decoder (assign_state's, pull_state's reply).
+  if (const auto state = ps::decode_state(bytes)) {
+    fuzz_detail::check_round_trip<ps::kStateSpecBytes>(bytes, *state);
+    require(state->slots_per_element <= ps::kMaxSlotsPerElement && state->step >= 0 &&
+                (state->present || (state->slots_per_element == 0 && state->step == 0)),
+            "a state spec out of range was accepted");
+  }
+
   const std::size_t elements = 1 + static_cast<std::size_t>(data[0] % 8);
   detail::Shard shard;
   shard.name = "fuzzed";
@@ -104,6 +115,18 @@ inline void fuzz_ps_shard(std::span<const std::uint8_t> data) {
     }
     if (optimizer)
       fuzz_detail::check_round_trip<ps::kOptimizerSpecBytes>(optimizer_bytes, *optimizer);
+    if ((who & 0x40) != 0) {  // an assign_state: the optimizer bytes as a state spec
+      const auto state = ps::decode_state(optimizer_bytes);
+      if (!state) continue;
+      // Slots of the spec's size, or (low bit set) one value too many.
+      std::vector<float> slots(state->slots_per_element * elements + (who & 0x01), 0.25f);
+      const std::string why = detail::assign_state(shard, values, *state, slots);
+      if (!why.empty()) continue;
+      require(detail::state_of(values) == *state, "assign_state kept another state than sent");
+      require(values.state.slots.size() == state->slots_per_element * elements,
+              "assign_state left slots that do not fit the shard");
+      continue;
+    }
     // Keep the shard small: a fuzzed spec may name a million replicas.
     if (!sync || !optimizer || sync->replicas > 64) continue;
     if (waiting.count(caller) != 0) continue;  // a connection waits for its reply before it pushes

@@ -83,6 +83,8 @@ STRATA_DECL void Checkpoint::restore(const std::filesystem::path& file) {
       detail::checkpoint_file::open(file, FileContext{rank_, "Checkpoint::restore"});
   Plan plan;
   plan.source = file.string();
+  plan.file = &in;
+  plan.data_start = header.data_start;
   const auto format = header.metadata.find(std::string(kFormatKey));
   if (format != header.metadata.end() && format->second != kFormat)
     throw restore_error(plan,

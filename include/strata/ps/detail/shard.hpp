@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -32,8 +33,9 @@ template <std::floating_point T>
 struct Values {
   std::vector<T> values;
   optim::OptimizerState<T> state;
-  OptimizerSpec::Kind kind = OptimizerSpec::Kind::none;  // whose slots `state` holds
-  std::vector<std::vector<T>> step_gradients;            // synchronous: by replica
+  // Slots per element of `state`: unset until the first update (or assign_state) gives it one.
+  std::optional<std::uint32_t> slots_per_element;
+  std::vector<std::vector<T>> step_gradients;  // synchronous: by replica
 };
 
 /// A caller whose push is applied (or held) and whose reply waits.
@@ -71,15 +73,19 @@ inline bool is_value_type(DataType type) noexcept {
   return type == DataType::float32 || type == DataType::float64;
 }
 
-inline std::size_t slots_of(OptimizerSpec::Kind kind) noexcept {
+static_assert(kMaxSlotsPerElement >=
+                  std::max({optim::Sgd::kSlots, optim::Momentum::kSlots, optim::Adam::kSlots}),
+              "a server's optimizer keeps more slots than the protocol carries");
+
+inline std::uint32_t slots_of(OptimizerSpec::Kind kind) noexcept {
   switch (kind) {
     case OptimizerSpec::Kind::momentum:
     case OptimizerSpec::Kind::nesterov:
-      return optim::Momentum::kSlots;
+      return static_cast<std::uint32_t>(optim::Momentum::kSlots);
     case OptimizerSpec::Kind::adam:
-      return optim::Adam::kSlots;
+      return static_cast<std::uint32_t>(optim::Adam::kSlots);
     default:
-      return optim::Sgd::kSlots;
+      return static_cast<std::uint32_t>(optim::Sgd::kSlots);
   }
 }
 
@@ -98,17 +104,17 @@ std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spe
   if (spec.kind == OptimizerSpec::Kind::none)
     return fmt::format("variable '{}' is updated by an optimizer, and the push names none",
                        shard.name);
-  if (values.kind != OptimizerSpec::Kind::none && slots_of(values.kind) != slots_of(spec.kind))
+  if (values.slots_per_element && *values.slots_per_element != slots_of(spec.kind))
     return fmt::format(
-        "variable '{}' was updated by an optimizer with {} slots per element, now "
-        "by one with {}: update each variable with one optimizer",
-        shard.name, slots_of(values.kind), slots_of(spec.kind));
+        "variable '{}' has an optimizer state of {} slots per element, and the push's optimizer "
+        "keeps {}: update each variable with one optimizer (the one its checkpoint was saved with)",
+        shard.name, *values.slots_per_element, slots_of(spec.kind));
   auto run = [&](const auto& optimizer) -> std::string {
     try {
-      if (values.kind == OptimizerSpec::Kind::none)
+      if (!values.slots_per_element)
         values.state = optim::make_state<T>(optimizer, values.values.size());
       optimizer.apply(std::span<T>(values.values), gradient, values.state);
-      values.kind = spec.kind;
+      values.slots_per_element = slots_of(spec.kind);
       return {};
     } catch (const Error& error) {
       return error.what();
@@ -127,6 +133,37 @@ std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spe
       break;
   }
   return "unknown optimizer";
+}
+
+/// The shard's optimizer state as pull_state's reply describes it (its slots follow).
+template <std::floating_point T>
+StateSpec state_of(const Values<T>& values) noexcept {
+  if (!values.slots_per_element) return {};
+  return {true, *values.slots_per_element, values.state.step};
+}
+
+/// Replaces the shard's optimizer state by `spec` and `slots` (taken), as a checkpoint restores
+/// it; the reason when the shard cannot take it. A state of another slot count than the shard's
+/// pushes later name is refused by those pushes, as a change of optimizer is.
+template <std::floating_point T>
+std::string assign_state(Shard& shard, Values<T>& values, const StateSpec& spec,
+                         std::vector<T>& slots) {
+  if (spec.present && shard.update == UpdateRule::sum)
+    return fmt::format(
+        "variable '{}' sums pushes (UpdateRule::sum): its workers keep the optimizer state",
+        shard.name);
+  if (slots.size() != (spec.present ? spec.slots_per_element : 0) * values.values.size())
+    return fmt::format("an optimizer state of {} values for variable '{}' of {} elements",
+                       slots.size(), shard.name, values.values.size());
+  if (!spec.present) {
+    values.state = {};
+    values.slots_per_element.reset();
+    return {};
+  }
+  values.state.slots.swap(slots);
+  values.state.step = spec.step;
+  values.slots_per_element = spec.slots_per_element;
+  return {};
 }
 
 /// What became of a push.

@@ -187,15 +187,21 @@ struct Client::State {
     }
     const bool values_back = call.operation == Operation::pull ||
                              call.operation == Operation::push_pull ||
+                             call.operation == Operation::pull_state ||
                              (call.operation == Operation::create && header.payload_bytes != 0);
-    if (values_back &&
-        (header.payload_bytes != call.result.size() || header.element_type != call.type))
+    // An optimizer state's size depends on its slot count: `result` holds the largest.
+    const bool sized =
+        call.operation == Operation::pull_state
+            ? header.payload_bytes >= kStateSpecBytes && header.payload_bytes <= call.result.size()
+            : header.payload_bytes == call.result.size();
+    if (values_back && (!sized || header.element_type != call.type))
       protocol_error(fmt::format("{} bytes of {} instead of {} bytes of {}", header.payload_bytes,
                                  to_string(header.element_type), call.result.size(),
                                  to_string(call.type)));
     if (!values_back && header.payload_bytes != 0) protocol_error("values nobody asked for");
+    call.received = values_back ? header.payload_bytes : 0;
     if (values_back) {
-      io = connection.link->receive(call.result, deadline.time_point());
+      io = connection.link->receive(call.result.first(header.payload_bytes), deadline.time_point());
       if (io != Io::done) fail(connection, call, io, deadline);
     }
     call.version = header.count;

@@ -100,12 +100,23 @@ struct Server::State : transport::tcp::ServiceHandler {
           return ok(handle_);
         case Stage::push_values:
           return on_values();
+        case Stage::state_spec:
+          return on_state_spec();
+        case Stage::state_slots:
+          return on_state_slots();
       }
       return error(Status::bad_request, "a request out of order");
     }
 
    private:
-    enum class Stage : std::uint8_t { create_spec, create_name, create_values, push_values };
+    enum class Stage : std::uint8_t {
+      create_spec,
+      create_name,
+      create_values,
+      push_values,
+      state_spec,
+      state_slots
+    };
 
     static SessionStep read(std::span<std::byte> into) { return ReadPayload{{into}}; }
     static SessionStep read(std::span<std::byte> first, std::span<std::byte> second) {
@@ -175,10 +186,22 @@ struct Server::State : transport::tcp::ServiceHandler {
       const Shard& shard = state_.shards[handle];
       const bool push = operation == Operation::push || operation == Operation::push_pull;
       const std::uint64_t value_bytes = shard.elements * size_of(shard.type);
-      const std::uint64_t expected =
-          operation == Operation::pull ? 0 : (push ? kPushPrefixBytes : 0) + value_bytes;
-      if (request_.element_type != shard.type || request_.count != shard.elements ||
-          request_.payload_bytes != expected)
+      const std::uint64_t payload = request_.payload_bytes;
+      bool sized = false;
+      switch (operation) {
+        case Operation::pull:
+        case Operation::pull_state:
+          sized = payload == 0;
+          break;
+        case Operation::assign_state:  // its slot count comes with it: checked once read
+          sized = payload >= kStateSpecBytes &&
+                  payload <= kStateSpecBytes + kMaxSlotsPerElement * value_bytes;
+          break;
+        default:
+          sized = payload == (push ? kPushPrefixBytes : 0) + value_bytes;
+          break;
+      }
+      if (request_.element_type != shard.type || request_.count != shard.elements || !sized)
         return error(Status::mismatch,
                      fmt::format("{} of variable '{}' on {}: the shard holds {} {} elements, the "
                                  "request {} {} elements in {} bytes",
@@ -187,6 +210,11 @@ struct Server::State : transport::tcp::ServiceHandler {
                                  to_string(request_.element_type), request_.payload_bytes));
       handle_ = handle;
       if (operation == Operation::pull) return values_reply(handle, shard.version);
+      if (operation == Operation::pull_state) return state_reply(handle);
+      if (operation == Operation::assign_state) {
+        stage_ = Stage::state_spec;
+        return read(std::span(prefix_.data(), kStateSpecBytes));
+      }
       stage_ = Stage::push_values;
       const auto values = std::visit(
           [&](const auto& stored) {
@@ -238,6 +266,58 @@ struct Server::State : transport::tcp::ServiceHandler {
       return ok(shard.version);
     }
 
+    SessionStep on_state_spec() {
+      const Shard& shard = state_.shards[handle_];
+      const auto spec = decode_state(std::span<const std::byte>(prefix_.data(), kStateSpecBytes));
+      const std::uint64_t slot_bytes =
+          spec ? std::uint64_t{spec->slots_per_element} * shard.elements * size_of(shard.type) : 0;
+      if (!spec || request_.payload_bytes != kStateSpecBytes + slot_bytes)
+        return error(Status::bad_request,
+                     fmt::format("a malformed assign_state of variable '{}' (its state spec and "
+                                 "slots do not add up)",
+                                 shard.name));
+      state_spec_ = *spec;
+      stage_ = Stage::state_slots;
+      return read(std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            auto& stage = staging<T>();
+            stage.resize(static_cast<std::size_t>(slot_bytes / sizeof(T)));
+            return std::as_writable_bytes(std::span(stage));
+          },
+          shard.data));
+    }
+
+    SessionStep on_state_slots() {
+      Shard& shard = state_.shards[handle_];
+      std::string why = std::visit(
+          [&](auto& values) {
+            using T = typename std::decay_t<decltype(values.values)>::value_type;
+            return detail::assign_state(shard, values, state_spec_, staging<T>());
+          },
+          shard.data);
+      if (!why.empty()) return error(Status::bad_request, std::move(why));
+      return ok(shard.version);
+    }
+
+    // The shard's optimizer state: its spec, then its slots, copied as values_reply copies.
+    SessionStep state_reply(std::uint32_t handle) {
+      const Shard& shard = state_.shards[handle];
+      SendReply reply = ok(shard.version);
+      reply.type = shard.type;
+      std::visit(
+          [&](const auto& stored) {
+            const auto spec = encode(detail::state_of(stored));
+            const auto slots = std::as_bytes(std::span(stored.state.slots));
+            state_bytes_.assign(spec.begin(), spec.end());
+            if (stored.slots_per_element)
+              state_bytes_.insert(state_bytes_.end(), slots.begin(), slots.end());
+          },
+          shard.data);
+      reply.payload = state_bytes_;
+      return reply;
+    }
+
     // Where a request's values are read to before they are checked and applied.
     template <class T>
     std::vector<T>& staging() {
@@ -273,6 +353,8 @@ struct Server::State : transport::tcp::ServiceHandler {
     std::uint32_t handle_ = 0;
     std::vector<float> staging_f32_;
     std::vector<double> staging_f64_;
+    StateSpec state_spec_;
+    std::vector<std::byte> state_bytes_;
     std::string text_;
   };
 
