@@ -144,7 +144,7 @@ std::filesystem::path checkpoint_path(const char* what) {
 }  // namespace
 
 TEST_CASE("the servers' optimizer state goes into a checkpoint and back, under other shards") {
-  // Adam and Momentum on the servers: 6 updates over 2 ps tasks in 3 shards, a checkpoint, then
+  // Adam, Momentum and SGD on the servers: 6 updates over 2 ps tasks in 3 shards, a checkpoint, then
   // 6 more on fresh servers in 2 shards (or one), or in a Mirrored-style variable on the host,
   // restored from it. Each must end where 12 updates on the host end, bit for bit, slots and step
   // included.
@@ -217,6 +217,7 @@ TEST_CASE("the servers' optimizer state goes into a checkpoint and back, under o
   };
   run(strata::optim::Adam{.learning_rate = 0.01});
   run(strata::optim::Momentum{0.05f, 0.9f});
+  run(strata::optim::Sgd{0.1f});  // no slots, a step
 }
 
 TEST_CASE("a Mirrored checkpoint's optimizer state restores onto the servers") {

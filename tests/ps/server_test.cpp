@@ -411,7 +411,8 @@ std::pair<strata::ps::StateSpec, std::vector<float>> pull_state(Client& client,
   REQUIRE(spec.has_value());
   REQUIRE(call.received == strata::ps::kStateSpecBytes + spec->slots_per_element * count * 4);
   std::vector<float> slots(spec->slots_per_element * count);
-  std::memcpy(slots.data(), reply.data() + strata::ps::kStateSpecBytes, slots.size() * 4);
+  if (!slots.empty())
+    std::memcpy(slots.data(), reply.data() + strata::ps::kStateSpecBytes, slots.size() * 4);
   return {*spec, slots};
 }
 
