@@ -186,8 +186,9 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
       const float loss =
           workspace.gradients(std::span(batch).subspan(mine.offset, mine.size), replica.read(w),
                               replica.read(b), 1.0f / float(batch.size()));
-      replica.apply_gradients(sgd, workspace.grad_w(), w);
-      replica.apply_gradients(sgd, workspace.grad_b(), b);
+      // Both gradients in one call: all-reduced together, in fused buckets.
+      replica.apply_gradients(sgd, {strata::gradient_for(w, workspace.grad_w()),
+                                    strata::gradient_for(b, workspace.grad_b())});
       return loss;  // this replica's share of the batch's mean loss
     });
     loss_sum += strategy.reduce(strata::ReduceOp::sum, losses);

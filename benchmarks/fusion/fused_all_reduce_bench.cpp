@@ -4,16 +4,21 @@
 // floor fusion can reach. Lists: ResNet-50 (161 tensors, 102 MB), BERT-base (199 tensors,
 // 438 MB), and 10,000 gradients of 1 KiB. Every rank is a thread of this process with its own
 // sockets on 127.0.0.1; a step makes every gradient ready in backward order, then waits.
+// BM_Overlap adds a simulated backward pass, against which the all-reduce overlaps or not.
 //
 // Run (see benchmarks/RESULTS.md): strata_bench_fusion_fused_all_reduce_bench
 //   --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <strata/communicator/tcp.hpp>
 #include <strata/fusion/gradient_buckets.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -97,6 +102,83 @@ void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(),
   state.counters["tensors"] = static_cast<double>(list.size());
 }
 
+// Backward simulated as device time: before gradient i is ready the rank's thread waits (as a
+// CPU waits for a GPU) for ResNet-50's layer i's share of a budget, by its backward cost
+// (resnet50_backward_costs), the shares adding up to the budget. The budget is the fused
+// all-reduce's own time, measured once per number of ranks before the timed steps (the median
+// of 5 steps), so that computing first and all-reducing after takes about twice it. With
+// `overlap`, each gradient is made ready as soon as its layer is done; without, all of them
+// once the whole backward is.
+void BM_Overlap(benchmark::State& state, bool overlap) {
+  using Clock = std::chrono::steady_clock;
+  const auto list = resnet50_gradients();
+  const auto costs = strata::bench::resnet50_backward_costs();
+  const std::size_t n = static_cast<std::size_t>(state.range(0));
+  auto group = TcpCommunicator::create(static_cast<int>(n));
+  std::vector<std::vector<std::vector<float>>> gradients(n);
+  std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>> buckets(n);
+  for (std::size_t r = 0; r < n; ++r) {
+    std::vector<GradientRef> refs;
+    for (const GradientSpec& spec : list) {
+      gradients[r].emplace_back(spec.count, 1.0f);
+      refs.push_back(strata::fusion::gradient(std::span(gradients[r].back())));
+    }
+    buckets[r] = std::make_unique<GradientBuckets<TcpCommunicator>>(group[r], std::move(refs));
+  }
+  const auto all_reduce = [&](std::size_t r) {
+    for (std::size_t g = 0; g < list.size(); ++g)
+      buckets[r]->ready(g);
+    buckets[r]->wait();
+  };
+
+  // The budget, once per number of ranks, shared by both variants.
+  static std::map<std::size_t, Clock::duration> budgets;
+  if (!budgets.contains(n)) {
+    std::vector<Clock::duration> times;
+    std::vector<std::thread> helpers;
+    for (std::size_t r = 1; r < n; ++r)
+      helpers.emplace_back([&, r] {
+        for (int i = 0; i < 6; ++i)
+          all_reduce(r);
+      });
+    for (int i = 0; i < 6; ++i) {
+      const auto start = Clock::now();
+      all_reduce(0);
+      if (i > 0) times.push_back(Clock::now() - start);  // the first warms up
+    }
+    for (auto& helper : helpers)
+      helper.join();
+    std::nth_element(times.begin(), times.begin() + 2, times.end());
+    budgets[n] = times[2];
+  }
+  const Clock::duration budget = budgets[n];
+  double total_cost = 0;
+  for (const double cost : costs)
+    total_cost += cost;
+  std::vector<Clock::duration> offsets(costs.size());  // when gradient i is done, from the start
+  double done = 0;
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    done += costs[i];
+    offsets[i] = std::chrono::duration_cast<Clock::duration>(budget * (done / total_cost));
+  }
+
+  auto step = [&](std::size_t r) {
+    const auto start = Clock::now();
+    for (std::size_t g = 0; g < list.size(); ++g) {
+      std::this_thread::sleep_until(start + offsets[g]);  // deadlines: no drift from oversleeping
+      if (overlap) buckets[r]->ready(g);
+    }
+    if (!overlap)
+      for (std::size_t g = 0; g < list.size(); ++g)
+        buckets[r]->ready(g);
+    buckets[r]->wait();
+  };
+  if (!strata::bench::time_calls_on_every_rank(state, n, step,
+                                               [&](const char* what) { group[0].abort(what); }))
+    return;
+  state.counters["backward_ms"] = std::chrono::duration<double, std::milli>(budget).count();
+}
+
 void ranks(benchmark::internal::Benchmark* benchmark) {
   benchmark->ArgName("ranks")->Arg(2)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
 }
@@ -138,3 +220,6 @@ BENCHMARK_CAPTURE(BM_Gradients, bert_base_one_all_reduce, bert_base_gradients, M
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
+
+BENCHMARK_CAPTURE(BM_Overlap, resnet50_backward_then_all_reduce, false)->Apply(ranks);
+BENCHMARK_CAPTURE(BM_Overlap, resnet50_overlapped, true)->Apply(ranks);

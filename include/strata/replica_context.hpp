@@ -1,18 +1,92 @@
 // strata/replica_context.hpp — what `Strategy::run` hands each replica, and what it returns.
 #pragma once
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <ranges>
 #include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include <strata/communicator/replica_group.hpp>
 #include <strata/core/data_type.hpp>
+#include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
+#include <strata/fusion/fused_all_reduce.hpp>
+#include <strata/fusion/gradient_buckets.hpp>
 #include <strata/optim/optimizer.hpp>
 
 namespace strata {
+
+/// A gradient and the variable it updates: one entry of the list form of
+/// ReplicaContext::apply_gradients (TF's `optimizer.apply_gradients(zip(grads, vars))`).
+template <std::floating_point T, class Variable>
+struct GradientAndVariable {
+  std::span<T> gradient;
+  Variable* variable = nullptr;
+};
+
+/// The entry of `variable` and its `gradient` (a span, or a contiguous buffer the caller keeps).
+template <class Variable, class Gradient>
+requires std::ranges::contiguous_range<Gradient> && std::ranges::borrowed_range<Gradient> &&
+    std::floating_point<std::ranges::range_value_t<Gradient>>
+auto gradient_for(Variable& variable, Gradient&& gradient) {
+  using T = std::remove_reference_t<std::ranges::range_reference_t<Gradient>>;
+  return GradientAndVariable<T, Variable>{std::span<T>(gradient), &variable};
+}
+
+namespace detail {
+
+// The list form's step for sync policies without one of their own: `apply()` runs the
+// one-variable form for each entry once every gradient is ready.
+template <class Context, class O, class Entry>
+class PerVariableStep {
+ public:
+  PerVariableStep(Context& context, const O& optimizer, std::span<const Entry> list)
+      : context_(&context), optimizer_(optimizer), list_(list.begin(), list.end()) {
+    ready_.assign(list_.size(), false);
+  }
+  PerVariableStep(const PerVariableStep&) = delete;
+  PerVariableStep& operator=(const PerVariableStep&) = delete;
+
+  void ready(std::size_t i) {
+    std::lock_guard lock(mutex_);
+    if (i >= list_.size() || ready_[i])
+      throw UsageError(context_->replica_id_in_sync_group(), "apply_gradients",
+                       i >= list_.size()
+                           ? fmt::format("gradient {} of a list of {}", i, list_.size())
+                           : fmt::format("gradient {} is ready twice in one step", i),
+                       "make each gradient of the list ready once, then apply()");
+    ready_[i] = true;
+  }
+
+  void apply() {
+    const auto missing = std::find(ready_.begin(), ready_.end(), false);
+    if (missing != ready_.end())
+      throw UsageError(
+          context_->replica_id_in_sync_group(), "apply_gradients",
+          fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
+          "make every gradient of the list ready before apply()");
+    for (const Entry& entry : list_)
+      context_->apply_gradients(optimizer_, entry.gradient, *entry.variable);
+  }
+
+ private:
+  Context* context_;
+  O optimizer_;
+  std::vector<Entry> list_;
+  std::vector<bool> ready_;
+  std::mutex mutex_;
+};
+
+}  // namespace detail
 
 /// One value per replica, as returned by `Strategy::run` (tf.distribute's `PerReplica`).
 template <class T>
@@ -43,9 +117,12 @@ class ReplicaContext {
 
   /// `local_replica`: this replica's index among the replicas of this process (which copy of
   /// a mirrored variable it owns); `replica` and `num_replicas` place it in the whole cluster.
-  ReplicaContext(communicator_type& communicator, int local_replica, int replica,
-                 int num_replicas) noexcept
+  /// `fusion`: the buckets this replica keeps from step to step for the list form of
+  /// apply_gradients and all_reduce_fused (none: made for each call).
+  ReplicaContext(communicator_type& communicator, int local_replica, int replica, int num_replicas,
+                 fusion::FusedAllReduce<communicator_type>* fusion = nullptr) noexcept
       : communicator_(&communicator),
+        fusion_(fusion),
         replica_(replica),
         num_replicas_(num_replicas),
         local_replica_(local_replica) {}
@@ -73,6 +150,27 @@ class ReplicaContext {
     communicator_->all_reduce(std::span<T>(&value, 1), op);
     return value;
   }
+  /// Reduces every one of `gradients` in place over all replicas, fused into buckets (the
+  /// strategy's StrategyOptions::fusion): a few collectives instead of one per gradient. The
+  /// buckets of a list are planned and checked across replicas at its first call and kept for
+  /// the next calls with the same list (types and counts, in order). Host memory only.
+  /// @throws MismatchError when replicas pass different lists; the communicator's errors.
+  void all_reduce_fused(ReduceOp op, std::span<const fusion::GradientRef> gradients) {
+    static_assert(!communicator::kDeviceMemory<communicator_type>,
+                  "strata: fused buckets live in host memory; a GPU communicator all-reduces "
+                  "each gradient on its own");
+    fused_all_reduce()(*communicator_, gradients, op);
+  }
+
+  /// The buckets this replica keeps for `gradients` reduced with `op`, bound to their buffers:
+  /// `ready(i)` as gradient i is computed, then `wait()` (fusion::GradientBuckets).
+  fusion::GradientBuckets<communicator_type>& fused_buckets(
+      ReduceOp op, std::span<const fusion::GradientRef> gradients) {
+    static_assert(!communicator::kDeviceMemory<communicator_type>,
+                  "strata: fused buckets live in host memory");
+    return fused_all_reduce().buckets(*communicator_, gradients, op);
+  }
+
   /// Concatenates every replica's `local` into `gathered` (replica order);
   /// gathered.size() == num_replicas_in_sync() · local.size().
   template <Element T>
@@ -104,8 +202,89 @@ class ReplicaContext {
     sync_type::apply_gradients(*this, optimizer, gradient, variable);
   }
 
+  /// The list form: aggregates every gradient of `list` and applies `optimizer` to its variable,
+  /// as the one-variable form does for each, with the collectives fused into buckets where the
+  /// sync policy and placement allow (synchronous training on host memory: one or a few
+  /// all-reduces per step instead of one per variable).
+  ///
+  ///     ctx.apply_gradients(optimizer, {strata::gradient_for(w, grad_w),
+  ///                                     strata::gradient_for(b, grad_b)});
+  ///
+  /// Every replica must pass the same list (variables, in order) at every step. A list holds
+  /// one element type: call once per type.
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  void apply_gradients(const O& optimizer,
+                       std::span<const GradientAndVariable<T, variable_type<T>>> list) {
+    if constexpr (requires { sync_type::apply_gradients_list(*this, optimizer, list); }) {
+      sync_type::apply_gradients_list(*this, optimizer, list);
+    } else {
+      for (const auto& entry : list)
+        sync_type::apply_gradients(*this, optimizer, entry.gradient, *entry.variable);
+    }
+  }
+
+  /// The list form, overlapped with the trainer's own backward pass: the returned step takes
+  /// `ready(i)` as gradient i of `list` is computed (from any thread), starting its bucket's
+  /// all-reduce as soon as the bucket is full, and `apply()` once all are ready, which waits
+  /// for the collectives and updates the variables. Results equal the list form's.
+  ///
+  ///     auto step = ctx.begin_apply_gradients(optimizer, {strata::gradient_for(w2, g2),
+  ///                                                       strata::gradient_for(w1, g1)});
+  ///     backward_layer_2(g2);  step.ready(0);   // all-reduces while layer 1's runs
+  ///     backward_layer_1(g1);  step.ready(1);
+  ///     step.apply();
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  auto begin_apply_gradients(const O& optimizer,
+                             std::span<const GradientAndVariable<T, variable_type<T>>> list) {
+    using Entry = GradientAndVariable<T, variable_type<T>>;
+    if constexpr (requires { typename sync_type::template ListStep<ReplicaContext, O, Entry>; })
+      return
+          typename sync_type::template ListStep<ReplicaContext, O, Entry>(*this, optimizer, list);
+    else
+      return detail::PerVariableStep<ReplicaContext, O, Entry>(*this, optimizer, list);
+  }
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  auto begin_apply_gradients(const O& optimizer,
+                             std::initializer_list<GradientAndVariable<T, variable_type<T>>> list) {
+    return begin_apply_gradients(
+        optimizer,
+        std::span<const GradientAndVariable<T, variable_type<T>>>(list.begin(), list.size()));
+  }
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  auto begin_apply_gradients(const O& optimizer,
+                             const std::vector<GradientAndVariable<T, variable_type<T>>>& list) {
+    return begin_apply_gradients(optimizer,
+                                 std::span<const GradientAndVariable<T, variable_type<T>>>(list));
+  }
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  void apply_gradients(const O& optimizer,
+                       std::initializer_list<GradientAndVariable<T, variable_type<T>>> list) {
+    apply_gradients(optimizer, std::span<const GradientAndVariable<T, variable_type<T>>>(
+                                   list.begin(), list.size()));
+  }
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  void apply_gradients(const O& optimizer,
+                       const std::vector<GradientAndVariable<T, variable_type<T>>>& list) {
+    apply_gradients(optimizer, std::span<const GradientAndVariable<T, variable_type<T>>>(list));
+  }
+
  private:
+  fusion::FusedAllReduce<communicator_type>& fused_all_reduce() {
+    if (fusion_ != nullptr) return *fusion_;
+    if (!own_fusion_) own_fusion_ = std::make_unique<fusion::FusedAllReduce<communicator_type>>();
+    return *own_fusion_;
+  }
+
   communicator_type* communicator_;
+  fusion::FusedAllReduce<communicator_type>* fusion_;
+  // Buckets for a context made without the strategy's (kept for this context's lifetime).
+  std::unique_ptr<fusion::FusedAllReduce<communicator_type>> own_fusion_;
   int replica_;
   int num_replicas_;
   int local_replica_;

@@ -41,6 +41,8 @@
 #include <strata/core/reduce_op.hpp>
 #include <strata/detail/replica_pool.hpp>
 #include <strata/detail/usable_cpus.hpp>
+#include <strata/fusion/bucket_plan.hpp>
+#include <strata/fusion/fused_all_reduce.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
 #include <strata/ps/protocol.hpp>
@@ -59,6 +61,9 @@ struct StrategyOptions {
   int num_replicas = 0;
   /// Options of the communicators between the replicas (deadline of every collective).
   communicator::CommunicatorOptions communicator{};
+  /// How the list form of `ReplicaContext::apply_gradients` fuses gradients into buckets:
+  /// bucket sizes and compression (docs/fusion.md).
+  fusion::BucketOptions fusion{};
 };
 
 /// A distribution strategy composed of a Placement (where variables live and how replicas
@@ -157,6 +162,7 @@ class Strategy {
   /// cluster; the communicator's errors when its group cannot form.
   explicit Strategy(StrategyOptions options = {})
       : communicators_(create_communicators(options)),
+        fusion_(make_fusion(communicators_.size(), options.fusion)),
         session_(open_session(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
@@ -172,6 +178,7 @@ class Strategy {
            0) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
       : communicators_(
             create_communicators(options, std::forward<CommunicatorSettings>(settings)...)),
+        fusion_(make_fusion(communicators_.size(), options.fusion)),
         session_(open_session(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
@@ -224,7 +231,8 @@ class Strategy {
     std::exception_ptr first_failure;
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
-      context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync());
+      context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync(),
+                           &fusion_[r]);
       try {
         [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)
@@ -435,7 +443,18 @@ class Strategy {
                                             : "ask for a positive number of replicas");
   }
 
+  static std::vector<fusion::FusedAllReduce<C>> make_fusion(std::size_t replicas,
+                                                            const fusion::BucketOptions& options) {
+    std::vector<fusion::FusedAllReduce<C>> out;
+    out.reserve(replicas);
+    for (std::size_t r = 0; r < replicas; ++r)
+      out.emplace_back(options);
+    return out;
+  }
+
   std::vector<C> communicators_;
+  // Each replica's fused buckets, kept from step to step (one thread each).
+  std::vector<fusion::FusedAllReduce<C>> fusion_;
   std::vector<int> devices_ = devices_of(communicators_);
   placement::SessionHolder<P> session_;
   detail::ReplicaPool pool_;

@@ -13101,6 +13101,7 @@ class BucketPlan {
 #include <limits>
 #include <mutex>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13167,6 +13168,29 @@ class GradientBuckets {
     const BucketSlot& slot = plan_.slot_of(i);
     auto* base = reinterpret_cast<T*>(storage_[plan_.bucket_of(i)].data());
     return {base + slot.offset, slot.count};
+  }
+
+  /// Points the gradients at new buffers of the same types and counts (gradients that live in
+  /// the trainer's buffers), between steps: a trainer whose buffers move keeps its buckets and
+  /// their one-time check. A bucket of one gradient is then all-reduced in its new buffer.
+  /// @throws UsageError in the middle of a step, or for another list or gradients that live in
+  ///         the buckets.
+  void rebind(std::span<const GradientRef> gradients) {
+    std::lock_guard lock(mutex_);
+    check_usable();
+    const bool same = gradients.size() == specs_.size() &&
+                      std::equal(specs_.begin(), specs_.end(), gradients.begin(),
+                                 [](const GradientSpec& spec, const GradientRef& ref) {
+                                   return spec.type == ref.type && spec.count == ref.count;
+                                 });
+    const bool mid_step = std::find(ready_.begin(), ready_.end(), true) != ready_.end();
+    if (!same || mid_step || (refs_.empty() && !specs_.empty()))
+      throw UsageError(comm_->rank(), "fusion::GradientBuckets::rebind",
+                       mid_step ? std::string("a step is in progress")
+                       : !same  ? std::string("the gradients differ from the registered ones")
+                                : std::string("the gradients live in the buckets"),
+                       "rebind between steps, to buffers of the registered types and counts");
+    refs_.assign(gradients.begin(), gradients.end());
   }
 
   /// Gradient i of this step is computed: its bucket starts as soon as it is full and every
@@ -24802,15 +24826,159 @@ inline bool serve_if_ps(ServerOptions options = {}) {
 // ---- begin strata/replica_context.hpp ----
 // strata/replica_context.hpp — what `Strategy::run` hands each replica, and what it returns.
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <ranges>
 #include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
+// ---- begin strata/fusion/fused_all_reduce.hpp ----
+// strata/fusion/fused_all_reduce.hpp — all-reduce a list of gradients in buckets, step after
+// step, keeping the buckets (and their one-time cross-rank check) from call to call.
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <vector>
+
+
+namespace strata::fusion {
+
+/// All-reduces lists of gradients through GradientBuckets kept per list: the first call with a
+/// list (its element types and counts, in order, and the op) plans its buckets and checks it
+/// against the other ranks; later calls with the same list reuse them, wherever its buffers now
+/// are. What strategies use for `apply_gradients` over a list of (gradient, variable) pairs.
+///
+/// Every rank must call with the same lists in the same order (as it must call any collective).
+/// Thread safety: one thread (one replica) per object.
+template <communicator::Communicator Comm>
+class FusedAllReduce {
+ public:
+  explicit FusedAllReduce(BucketOptions options = {}) : options_(options) {}
+
+  const BucketOptions& options() const noexcept { return options_; }
+
+  /// Buckets for `gradients` reduced with `op`, bound to their buffers and ready for a step:
+  /// `ready(i)` as gradient i is computed, then `wait()`.
+  /// @throws what GradientBuckets throws (a failed object stays failed: so does this list).
+  GradientBuckets<Comm>& buckets(Comm& comm, std::span<const GradientRef> gradients, ReduceOp op) {
+    for (Entry& entry : entries_) {
+      if (entry.comm != &comm || entry.op != op || entry.specs.size() != gradients.size()) continue;
+      if (!std::equal(entry.specs.begin(), entry.specs.end(), gradients.begin(),
+                      [](const GradientSpec& spec, const GradientRef& ref) {
+                        return spec.type == ref.type && spec.count == ref.count;
+                      }))
+        continue;
+      entry.buckets->rebind(gradients);
+      return *entry.buckets;
+    }
+    Entry entry;
+    entry.comm = &comm;
+    entry.op = op;
+    for (const GradientRef& ref : gradients)
+      entry.specs.push_back({ref.type, ref.count});
+    entry.buckets = std::make_unique<GradientBuckets<Comm>>(
+        comm, std::vector<GradientRef>(gradients.begin(), gradients.end()), options_, op);
+    entries_.push_back(std::move(entry));
+    return *entries_.back().buckets;
+  }
+
+  /// All-reduces `gradients` in place with `op`: every gradient made ready in list order, then
+  /// waited for.
+  void operator()(Comm& comm, std::span<const GradientRef> gradients, ReduceOp op) {
+    GradientBuckets<Comm>& step = buckets(comm, gradients, op);
+    for (std::size_t i = 0; i < gradients.size(); ++i)
+      step.ready(i);
+    step.wait();
+  }
+
+ private:
+  struct Entry {
+    const Comm* comm = nullptr;
+    ReduceOp op = ReduceOp::sum;
+    std::vector<GradientSpec> specs;
+    std::unique_ptr<GradientBuckets<Comm>> buckets;
+  };
+  BucketOptions options_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace strata::fusion
+// ---- end strata/fusion/fused_all_reduce.hpp ----
 
 namespace strata {
+
+/// A gradient and the variable it updates: one entry of the list form of
+/// ReplicaContext::apply_gradients (TF's `optimizer.apply_gradients(zip(grads, vars))`).
+template <std::floating_point T, class Variable>
+struct GradientAndVariable {
+  std::span<T> gradient;
+  Variable* variable = nullptr;
+};
+
+/// The entry of `variable` and its `gradient` (a span, or a contiguous buffer the caller keeps).
+template <class Variable, class Gradient>
+requires std::ranges::contiguous_range<Gradient> && std::ranges::borrowed_range<Gradient> &&
+    std::floating_point<std::ranges::range_value_t<Gradient>>
+auto gradient_for(Variable& variable, Gradient&& gradient) {
+  using T = std::remove_reference_t<std::ranges::range_reference_t<Gradient>>;
+  return GradientAndVariable<T, Variable>{std::span<T>(gradient), &variable};
+}
+
+namespace detail {
+
+// The list form's step for sync policies without one of their own: `apply()` runs the
+// one-variable form for each entry once every gradient is ready.
+template <class Context, class O, class Entry>
+class PerVariableStep {
+ public:
+  PerVariableStep(Context& context, const O& optimizer, std::span<const Entry> list)
+      : context_(&context), optimizer_(optimizer), list_(list.begin(), list.end()) {
+    ready_.assign(list_.size(), false);
+  }
+  PerVariableStep(const PerVariableStep&) = delete;
+  PerVariableStep& operator=(const PerVariableStep&) = delete;
+
+  void ready(std::size_t i) {
+    std::lock_guard lock(mutex_);
+    if (i >= list_.size() || ready_[i])
+      throw UsageError(context_->replica_id_in_sync_group(), "apply_gradients",
+                       i >= list_.size()
+                           ? fmt::format("gradient {} of a list of {}", i, list_.size())
+                           : fmt::format("gradient {} is ready twice in one step", i),
+                       "make each gradient of the list ready once, then apply()");
+    ready_[i] = true;
+  }
+
+  void apply() {
+    const auto missing = std::find(ready_.begin(), ready_.end(), false);
+    if (missing != ready_.end())
+      throw UsageError(
+          context_->replica_id_in_sync_group(), "apply_gradients",
+          fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
+          "make every gradient of the list ready before apply()");
+    for (const Entry& entry : list_)
+      context_->apply_gradients(optimizer_, entry.gradient, *entry.variable);
+  }
+
+ private:
+  Context* context_;
+  O optimizer_;
+  std::vector<Entry> list_;
+  std::vector<bool> ready_;
+  std::mutex mutex_;
+};
+
+}  // namespace detail
 
 /// One value per replica, as returned by `Strategy::run` (tf.distribute's `PerReplica`).
 template <class T>
@@ -24841,9 +25009,12 @@ class ReplicaContext {
 
   /// `local_replica`: this replica's index among the replicas of this process (which copy of
   /// a mirrored variable it owns); `replica` and `num_replicas` place it in the whole cluster.
-  ReplicaContext(communicator_type& communicator, int local_replica, int replica,
-                 int num_replicas) noexcept
+  /// `fusion`: the buckets this replica keeps from step to step for the list form of
+  /// apply_gradients and all_reduce_fused (none: made for each call).
+  ReplicaContext(communicator_type& communicator, int local_replica, int replica, int num_replicas,
+                 fusion::FusedAllReduce<communicator_type>* fusion = nullptr) noexcept
       : communicator_(&communicator),
+        fusion_(fusion),
         replica_(replica),
         num_replicas_(num_replicas),
         local_replica_(local_replica) {}
@@ -24871,6 +25042,27 @@ class ReplicaContext {
     communicator_->all_reduce(std::span<T>(&value, 1), op);
     return value;
   }
+  /// Reduces every one of `gradients` in place over all replicas, fused into buckets (the
+  /// strategy's StrategyOptions::fusion): a few collectives instead of one per gradient. The
+  /// buckets of a list are planned and checked across replicas at its first call and kept for
+  /// the next calls with the same list (types and counts, in order). Host memory only.
+  /// @throws MismatchError when replicas pass different lists; the communicator's errors.
+  void all_reduce_fused(ReduceOp op, std::span<const fusion::GradientRef> gradients) {
+    static_assert(!communicator::kDeviceMemory<communicator_type>,
+                  "strata: fused buckets live in host memory; a GPU communicator all-reduces "
+                  "each gradient on its own");
+    fused_all_reduce()(*communicator_, gradients, op);
+  }
+
+  /// The buckets this replica keeps for `gradients` reduced with `op`, bound to their buffers:
+  /// `ready(i)` as gradient i is computed, then `wait()` (fusion::GradientBuckets).
+  fusion::GradientBuckets<communicator_type>& fused_buckets(
+      ReduceOp op, std::span<const fusion::GradientRef> gradients) {
+    static_assert(!communicator::kDeviceMemory<communicator_type>,
+                  "strata: fused buckets live in host memory");
+    return fused_all_reduce().buckets(*communicator_, gradients, op);
+  }
+
   /// Concatenates every replica's `local` into `gathered` (replica order);
   /// gathered.size() == num_replicas_in_sync() · local.size().
   template <Element T>
@@ -24902,8 +25094,89 @@ class ReplicaContext {
     sync_type::apply_gradients(*this, optimizer, gradient, variable);
   }
 
+  /// The list form: aggregates every gradient of `list` and applies `optimizer` to its variable,
+  /// as the one-variable form does for each, with the collectives fused into buckets where the
+  /// sync policy and placement allow (synchronous training on host memory: one or a few
+  /// all-reduces per step instead of one per variable).
+  ///
+  ///     ctx.apply_gradients(optimizer, {strata::gradient_for(w, grad_w),
+  ///                                     strata::gradient_for(b, grad_b)});
+  ///
+  /// Every replica must pass the same list (variables, in order) at every step. A list holds
+  /// one element type: call once per type.
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  void apply_gradients(const O& optimizer,
+                       std::span<const GradientAndVariable<T, variable_type<T>>> list) {
+    if constexpr (requires { sync_type::apply_gradients_list(*this, optimizer, list); }) {
+      sync_type::apply_gradients_list(*this, optimizer, list);
+    } else {
+      for (const auto& entry : list)
+        sync_type::apply_gradients(*this, optimizer, entry.gradient, *entry.variable);
+    }
+  }
+
+  /// The list form, overlapped with the trainer's own backward pass: the returned step takes
+  /// `ready(i)` as gradient i of `list` is computed (from any thread), starting its bucket's
+  /// all-reduce as soon as the bucket is full, and `apply()` once all are ready, which waits
+  /// for the collectives and updates the variables. Results equal the list form's.
+  ///
+  ///     auto step = ctx.begin_apply_gradients(optimizer, {strata::gradient_for(w2, g2),
+  ///                                                       strata::gradient_for(w1, g1)});
+  ///     backward_layer_2(g2);  step.ready(0);   // all-reduces while layer 1's runs
+  ///     backward_layer_1(g1);  step.ready(1);
+  ///     step.apply();
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  auto begin_apply_gradients(const O& optimizer,
+                             std::span<const GradientAndVariable<T, variable_type<T>>> list) {
+    using Entry = GradientAndVariable<T, variable_type<T>>;
+    if constexpr (requires { typename sync_type::template ListStep<ReplicaContext, O, Entry>; })
+      return
+          typename sync_type::template ListStep<ReplicaContext, O, Entry>(*this, optimizer, list);
+    else
+      return detail::PerVariableStep<ReplicaContext, O, Entry>(*this, optimizer, list);
+  }
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  auto begin_apply_gradients(const O& optimizer,
+                             std::initializer_list<GradientAndVariable<T, variable_type<T>>> list) {
+    return begin_apply_gradients(
+        optimizer,
+        std::span<const GradientAndVariable<T, variable_type<T>>>(list.begin(), list.size()));
+  }
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  auto begin_apply_gradients(const O& optimizer,
+                             const std::vector<GradientAndVariable<T, variable_type<T>>>& list) {
+    return begin_apply_gradients(optimizer,
+                                 std::span<const GradientAndVariable<T, variable_type<T>>>(list));
+  }
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  void apply_gradients(const O& optimizer,
+                       std::initializer_list<GradientAndVariable<T, variable_type<T>>> list) {
+    apply_gradients(optimizer, std::span<const GradientAndVariable<T, variable_type<T>>>(
+                                   list.begin(), list.size()));
+  }
+  template <class O, std::floating_point T>
+  requires optim::Optimizer<O, T>
+  void apply_gradients(const O& optimizer,
+                       const std::vector<GradientAndVariable<T, variable_type<T>>>& list) {
+    apply_gradients(optimizer, std::span<const GradientAndVariable<T, variable_type<T>>>(list));
+  }
+
  private:
+  fusion::FusedAllReduce<communicator_type>& fused_all_reduce() {
+    if (fusion_ != nullptr) return *fusion_;
+    if (!own_fusion_) own_fusion_ = std::make_unique<fusion::FusedAllReduce<communicator_type>>();
+    return *own_fusion_;
+  }
+
   communicator_type* communicator_;
+  fusion::FusedAllReduce<communicator_type>* fusion_;
+  // Buckets for a context made without the strategy's (kept for this context's lifetime).
+  std::unique_ptr<fusion::FusedAllReduce<communicator_type>> own_fusion_;
   int replica_;
   int num_replicas_;
   int local_replica_;
@@ -25091,6 +25364,9 @@ namespace strata::sync {
 ///      Placement concept states (`kUpdateSite`, `apply`, `write_target`) and the context's
 ///      communicator, never which placement they got, so a new placement needs no new sync
 ///      policy and a new sync policy works with every placement.
+/// Optionally, `S::apply_gradients_list(context, optimizer, entries)` and a class template
+/// `S::ListStep<Context, O, Entry>` take the list form of apply_gradients (Synchronous fuses its
+/// collectives); without them a context runs the one-variable form for each entry.
 /// It leaves out the transport (the communicator's job) and the storage (the placement's).
 template <class S>
 concept Sync = requires {
@@ -25112,6 +25388,9 @@ struct StrategyOptions {
   int num_replicas = 0;
   /// Options of the communicators between the replicas (deadline of every collective).
   communicator::CommunicatorOptions communicator{};
+  /// How the list form of `ReplicaContext::apply_gradients` fuses gradients into buckets:
+  /// bucket sizes and compression (docs/fusion.md).
+  fusion::BucketOptions fusion{};
 };
 
 /// A distribution strategy composed of a Placement (where variables live and how replicas
@@ -25210,6 +25489,7 @@ class Strategy {
   /// cluster; the communicator's errors when its group cannot form.
   explicit Strategy(StrategyOptions options = {})
       : communicators_(create_communicators(options)),
+        fusion_(make_fusion(communicators_.size(), options.fusion)),
         session_(open_session(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
@@ -25225,6 +25505,7 @@ class Strategy {
            0) explicit Strategy(StrategyOptions options, CommunicatorSettings&&... settings)
       : communicators_(
             create_communicators(options, std::forward<CommunicatorSettings>(settings)...)),
+        fusion_(make_fusion(communicators_.size(), options.fusion)),
         session_(open_session(options)),
         pool_(static_cast<int>(communicators_.size())) {}
 
@@ -25277,7 +25558,8 @@ class Strategy {
     std::exception_ptr first_failure;
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
-      context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync());
+      context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync(),
+                           &fusion_[r]);
       try {
         [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)
@@ -25488,7 +25770,18 @@ class Strategy {
                                             : "ask for a positive number of replicas");
   }
 
+  static std::vector<fusion::FusedAllReduce<C>> make_fusion(std::size_t replicas,
+                                                            const fusion::BucketOptions& options) {
+    std::vector<fusion::FusedAllReduce<C>> out;
+    out.reserve(replicas);
+    for (std::size_t r = 0; r < replicas; ++r)
+      out.emplace_back(options);
+    return out;
+  }
+
   std::vector<C> communicators_;
+  // Each replica's fused buckets, kept from step to step (one thread each).
+  std::vector<fusion::FusedAllReduce<C>> fusion_;
   std::vector<int> devices_ = devices_of(communicators_);
   placement::SessionHolder<P> session_;
   detail::ReplicaPool pool_;
@@ -25633,9 +25926,14 @@ struct BoundedStaleness {
 // ---- begin strata/sync/synchronous.hpp ----
 // strata/sync/synchronous.hpp — every step, every replica's gradient reaches the variables.
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -25707,6 +26005,154 @@ struct Synchronous {
       P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
       if (many) communicator.barrier();  // nobody reads the shared copy before it is updated
     }
+  }
+
+  /// One step of the list form of apply_gradients, its gradients made ready one by one as the
+  /// trainer's backward pass produces them (ReplicaContext::begin_apply_gradients). On host
+  /// memory and outside the servers, the gradients of variables that sum or average them are
+  /// all-reduced in fused buckets (ReplicaContext::fused_buckets), each bucket launched as soon
+  /// as it is full, so communication overlaps the rest of backward; `apply()` waits and
+  /// updates every variable as the one-variable form does. Elsewhere `apply()` runs the
+  /// one-variable form for each entry.
+  ///
+  /// Collectives start in the same order on every replica whatever order gradients become
+  /// ready in: summed gradients' buckets first, then averaged ones' (a ready averaged gradient
+  /// waits until every summed one is ready), each in its bucket plan's order.
+  /// Thread safety: `ready` from any threads, `apply` from the replica's.
+  template <class Context, class O, class Entry>
+  class ListStep {
+    using P = typename Context::placement_type;
+    using C = typename Context::communicator_type;
+    using T = typename decltype(Entry::gradient)::element_type;
+    static constexpr bool kFusible =
+        P::kUpdateSite != placement::UpdateSite::servers && !communicator::kDeviceMemory<C>;
+
+   public:
+    ListStep(Context& context, const O& optimizer, std::span<const Entry> list)
+        : context_(&context),
+          optimizer_(optimizer),
+          list_(list.begin(), list.end()),
+          ready_(list.size(), false),
+          group_(list.size(), -1),
+          slot_(list.size(), 0) {
+      const bool many = context.num_replicas_in_sync() > 1;
+      std::array<std::vector<fusion::GradientRef>, 2> refs;
+      for (std::size_t i = 0; i < list_.size(); ++i) {
+        const Entry& entry = list_[i];
+        detail::check_size(context, "apply_gradients", entry.gradient.size(),
+                           entry.variable->size());
+        if (!many) continue;
+        const auto aggregation = entry.variable->aggregation();
+        require_aggregation(context, "apply_gradients", aggregation);
+        if (!kFusible || aggregation == placement::VariableAggregation::only_first_replica)
+          continue;
+        const int group = aggregation == placement::VariableAggregation::sum ? 0 : 1;
+        group_[i] = group;
+        slot_[i] = refs[static_cast<std::size_t>(group)].size();
+        refs[static_cast<std::size_t>(group)].push_back(fusion::gradient(entry.gradient));
+      }
+      fused_ = kFusible && many;
+      if constexpr (kFusible) {
+        for (std::size_t g = 0; g < 2; ++g) {
+          left_[g] = refs[g].size();
+          if (!refs[g].empty())
+            buckets_[g] = &context.fused_buckets(g == 0 ? ReduceOp::sum : ReduceOp::mean, refs[g]);
+        }
+      }
+    }
+
+    ListStep(const ListStep&) = delete;
+    ListStep& operator=(const ListStep&) = delete;
+
+    /// Gradient `i` of the list holds this step's values: its bucket may start.
+    /// @throws UsageError for an index out of range or a gradient ready twice; the collectives'
+    ///   errors.
+    void ready(std::size_t i) {
+      std::lock_guard lock(mutex_);
+      if (i >= list_.size() || ready_[i])
+        throw UsageError(context_->replica_id_in_sync_group(), "apply_gradients",
+                         i >= list_.size()
+                             ? fmt::format("gradient {} of a list of {}", i, list_.size())
+                             : fmt::format("gradient {} is ready twice in one step", i),
+                         "make each gradient of the list ready once, then apply()");
+      ready_[i] = true;
+      if constexpr (kFusible) {
+        if (!fused_ || group_[i] < 0) return;
+        const auto group = static_cast<std::size_t>(group_[i]);
+        if (group == 1 && left_[0] > 0) {
+          held_.push_back(i);  // averaged buckets start after every summed one
+          return;
+        }
+        forward(i);
+        if (group == 0 && left_[0] == 0) {
+          for (const std::size_t held : held_)
+            forward(held);
+          held_.clear();
+        }
+      }
+    }
+
+    /// Waits for the step's collectives and updates every variable of the list.
+    /// @throws UsageError naming a gradient that was never made ready; the collectives' errors.
+    void apply() {
+      const auto missing = std::find(ready_.begin(), ready_.end(), false);
+      if (missing != ready_.end())
+        throw UsageError(
+            context_->replica_id_in_sync_group(), "apply_gradients",
+            fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
+            "make every gradient of the list ready before apply()");
+      if (!fused_) {
+        for (const Entry& entry : list_)
+          Synchronous::apply_gradients(*context_, optimizer_, entry.gradient, *entry.variable);
+        return;
+      }
+      if constexpr (kFusible) {
+        for (auto* buckets : buckets_)
+          if (buckets != nullptr) buckets->wait();
+        auto& communicator = context_->communicator();
+        if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
+          for (const Entry& entry : list_)
+            if (entry.variable->aggregation() == placement::VariableAggregation::only_first_replica)
+              communicator.broadcast(entry.gradient, 0);
+        } else if (buckets_[0] == nullptr && buckets_[1] == nullptr) {
+          communicator.barrier();  // every replica has finished reading the old values
+        }
+        for (const Entry& entry : list_)
+          P::apply(*entry.variable, context_->local_replica_id(), optimizer_,
+                   std::span<const T>(entry.gradient));
+        // One copy that every replica reads: nobody reads it before every update is in.
+        if (P::kUpdateSite == placement::UpdateSite::one_replica) communicator.barrier();
+      }
+    }
+
+   private:
+    void forward(std::size_t i) {
+      const auto group = static_cast<std::size_t>(group_[i]);
+      --left_[group];
+      buckets_[group]->ready(slot_[i]);
+    }
+
+    Context* context_;
+    O optimizer_;
+    std::vector<Entry> list_;
+    std::vector<bool> ready_;
+    std::vector<int> group_;         // 0: summed, 1: averaged, -1: not fused
+    std::vector<std::size_t> slot_;  // index in its group's buckets
+    std::array<fusion::GradientBuckets<C>*, 2> buckets_{};
+    std::array<std::size_t, 2> left_{};  // gradients of each group not yet forwarded
+    std::vector<std::size_t> held_;      // averaged gradients ready before the summed ones
+    bool fused_ = false;
+    std::mutex mutex_;
+  };
+
+  /// The list form of apply_gradients: a ListStep whose gradients are all ready at once.
+  template <class Context, class O, class Entry>
+  static void apply_gradients_list(Context& context, const O& optimizer,
+                                   std::span<const Entry> list) {
+    ListStep<Context, O, Entry> step(context, optimizer, list);
+    for (std::size_t i = 0; i < list.size(); ++i)
+      step.ready(i);
+    step.apply();
   }
 
   /// Replica-context assignment: sets the variable to the aggregation of every replica's

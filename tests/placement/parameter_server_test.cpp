@@ -144,8 +144,8 @@ std::filesystem::path checkpoint_path(const char* what) {
 }  // namespace
 
 TEST_CASE("the servers' optimizer state goes into a checkpoint and back, under other shards") {
-  // Adam, Momentum and SGD on the servers: 6 updates over 2 ps tasks in 3 shards, a checkpoint, then
-  // 6 more on fresh servers in 2 shards (or one), or in a Mirrored-style variable on the host,
+  // Adam, Momentum and SGD on the servers: 6 updates over 2 ps tasks in 3 shards, a checkpoint,
+  // then 6 more on fresh servers in 2 shards (or one), or in a Mirrored-style variable on the host,
   // restored from it. Each must end where 12 updates on the host end, bit for bit, slots and step
   // included.
   using Partitioner = strata::ps::FixedShardsPartitioner;

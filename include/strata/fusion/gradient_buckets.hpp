@@ -27,6 +27,7 @@
 #include <limits>
 #include <mutex>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -101,6 +102,29 @@ class GradientBuckets {
     const BucketSlot& slot = plan_.slot_of(i);
     auto* base = reinterpret_cast<T*>(storage_[plan_.bucket_of(i)].data());
     return {base + slot.offset, slot.count};
+  }
+
+  /// Points the gradients at new buffers of the same types and counts (gradients that live in
+  /// the trainer's buffers), between steps: a trainer whose buffers move keeps its buckets and
+  /// their one-time check. A bucket of one gradient is then all-reduced in its new buffer.
+  /// @throws UsageError in the middle of a step, or for another list or gradients that live in
+  ///         the buckets.
+  void rebind(std::span<const GradientRef> gradients) {
+    std::lock_guard lock(mutex_);
+    check_usable();
+    const bool same = gradients.size() == specs_.size() &&
+                      std::equal(specs_.begin(), specs_.end(), gradients.begin(),
+                                 [](const GradientSpec& spec, const GradientRef& ref) {
+                                   return spec.type == ref.type && spec.count == ref.count;
+                                 });
+    const bool mid_step = std::find(ready_.begin(), ready_.end(), true) != ready_.end();
+    if (!same || mid_step || (refs_.empty() && !specs_.empty()))
+      throw UsageError(comm_->rank(), "fusion::GradientBuckets::rebind",
+                       mid_step ? std::string("a step is in progress")
+                       : !same  ? std::string("the gradients differ from the registered ones")
+                                : std::string("the gradients live in the buckets"),
+                       "rebind between steps, to buffers of the registered types and counts");
+    refs_.assign(gradients.begin(), gradients.end());
   }
 
   /// Gradient i of this step is computed: its bucket starts as soon as it is full and every

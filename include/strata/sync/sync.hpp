@@ -18,6 +18,9 @@ namespace strata::sync {
 ///      Placement concept states (`kUpdateSite`, `apply`, `write_target`) and the context's
 ///      communicator, never which placement they got, so a new placement needs no new sync
 ///      policy and a new sync policy works with every placement.
+/// Optionally, `S::apply_gradients_list(context, optimizer, entries)` and a class template
+/// `S::ListStep<Context, O, Entry>` take the list form of apply_gradients (Synchronous fuses its
+/// collectives); without them a context runs the one-variable form for each entry.
 /// It leaves out the transport (the communicator's job) and the storage (the placement's).
 template <class S>
 concept Sync = requires {

@@ -1,14 +1,21 @@
 // strata/sync/synchronous.hpp — every step, every replica's gradient reaches the variables.
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include <strata/communicator/replica_group.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
+#include <strata/fusion/gradient_buckets.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
 #include <strata/ps/protocol.hpp>
@@ -81,6 +88,154 @@ struct Synchronous {
       P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
       if (many) communicator.barrier();  // nobody reads the shared copy before it is updated
     }
+  }
+
+  /// One step of the list form of apply_gradients, its gradients made ready one by one as the
+  /// trainer's backward pass produces them (ReplicaContext::begin_apply_gradients). On host
+  /// memory and outside the servers, the gradients of variables that sum or average them are
+  /// all-reduced in fused buckets (ReplicaContext::fused_buckets), each bucket launched as soon
+  /// as it is full, so communication overlaps the rest of backward; `apply()` waits and
+  /// updates every variable as the one-variable form does. Elsewhere `apply()` runs the
+  /// one-variable form for each entry.
+  ///
+  /// Collectives start in the same order on every replica whatever order gradients become
+  /// ready in: summed gradients' buckets first, then averaged ones' (a ready averaged gradient
+  /// waits until every summed one is ready), each in its bucket plan's order.
+  /// Thread safety: `ready` from any threads, `apply` from the replica's.
+  template <class Context, class O, class Entry>
+  class ListStep {
+    using P = typename Context::placement_type;
+    using C = typename Context::communicator_type;
+    using T = typename decltype(Entry::gradient)::element_type;
+    static constexpr bool kFusible =
+        P::kUpdateSite != placement::UpdateSite::servers && !communicator::kDeviceMemory<C>;
+
+   public:
+    ListStep(Context& context, const O& optimizer, std::span<const Entry> list)
+        : context_(&context),
+          optimizer_(optimizer),
+          list_(list.begin(), list.end()),
+          ready_(list.size(), false),
+          group_(list.size(), -1),
+          slot_(list.size(), 0) {
+      const bool many = context.num_replicas_in_sync() > 1;
+      std::array<std::vector<fusion::GradientRef>, 2> refs;
+      for (std::size_t i = 0; i < list_.size(); ++i) {
+        const Entry& entry = list_[i];
+        detail::check_size(context, "apply_gradients", entry.gradient.size(),
+                           entry.variable->size());
+        if (!many) continue;
+        const auto aggregation = entry.variable->aggregation();
+        require_aggregation(context, "apply_gradients", aggregation);
+        if (!kFusible || aggregation == placement::VariableAggregation::only_first_replica)
+          continue;
+        const int group = aggregation == placement::VariableAggregation::sum ? 0 : 1;
+        group_[i] = group;
+        slot_[i] = refs[static_cast<std::size_t>(group)].size();
+        refs[static_cast<std::size_t>(group)].push_back(fusion::gradient(entry.gradient));
+      }
+      fused_ = kFusible && many;
+      if constexpr (kFusible) {
+        for (std::size_t g = 0; g < 2; ++g) {
+          left_[g] = refs[g].size();
+          if (!refs[g].empty())
+            buckets_[g] = &context.fused_buckets(g == 0 ? ReduceOp::sum : ReduceOp::mean, refs[g]);
+        }
+      }
+    }
+
+    ListStep(const ListStep&) = delete;
+    ListStep& operator=(const ListStep&) = delete;
+
+    /// Gradient `i` of the list holds this step's values: its bucket may start.
+    /// @throws UsageError for an index out of range or a gradient ready twice; the collectives'
+    ///   errors.
+    void ready(std::size_t i) {
+      std::lock_guard lock(mutex_);
+      if (i >= list_.size() || ready_[i])
+        throw UsageError(context_->replica_id_in_sync_group(), "apply_gradients",
+                         i >= list_.size()
+                             ? fmt::format("gradient {} of a list of {}", i, list_.size())
+                             : fmt::format("gradient {} is ready twice in one step", i),
+                         "make each gradient of the list ready once, then apply()");
+      ready_[i] = true;
+      if constexpr (kFusible) {
+        if (!fused_ || group_[i] < 0) return;
+        const auto group = static_cast<std::size_t>(group_[i]);
+        if (group == 1 && left_[0] > 0) {
+          held_.push_back(i);  // averaged buckets start after every summed one
+          return;
+        }
+        forward(i);
+        if (group == 0 && left_[0] == 0) {
+          for (const std::size_t held : held_)
+            forward(held);
+          held_.clear();
+        }
+      }
+    }
+
+    /// Waits for the step's collectives and updates every variable of the list.
+    /// @throws UsageError naming a gradient that was never made ready; the collectives' errors.
+    void apply() {
+      const auto missing = std::find(ready_.begin(), ready_.end(), false);
+      if (missing != ready_.end())
+        throw UsageError(
+            context_->replica_id_in_sync_group(), "apply_gradients",
+            fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
+            "make every gradient of the list ready before apply()");
+      if (!fused_) {
+        for (const Entry& entry : list_)
+          Synchronous::apply_gradients(*context_, optimizer_, entry.gradient, *entry.variable);
+        return;
+      }
+      if constexpr (kFusible) {
+        for (auto* buckets : buckets_)
+          if (buckets != nullptr) buckets->wait();
+        auto& communicator = context_->communicator();
+        if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
+          for (const Entry& entry : list_)
+            if (entry.variable->aggregation() == placement::VariableAggregation::only_first_replica)
+              communicator.broadcast(entry.gradient, 0);
+        } else if (buckets_[0] == nullptr && buckets_[1] == nullptr) {
+          communicator.barrier();  // every replica has finished reading the old values
+        }
+        for (const Entry& entry : list_)
+          P::apply(*entry.variable, context_->local_replica_id(), optimizer_,
+                   std::span<const T>(entry.gradient));
+        // One copy that every replica reads: nobody reads it before every update is in.
+        if (P::kUpdateSite == placement::UpdateSite::one_replica) communicator.barrier();
+      }
+    }
+
+   private:
+    void forward(std::size_t i) {
+      const auto group = static_cast<std::size_t>(group_[i]);
+      --left_[group];
+      buckets_[group]->ready(slot_[i]);
+    }
+
+    Context* context_;
+    O optimizer_;
+    std::vector<Entry> list_;
+    std::vector<bool> ready_;
+    std::vector<int> group_;         // 0: summed, 1: averaged, -1: not fused
+    std::vector<std::size_t> slot_;  // index in its group's buckets
+    std::array<fusion::GradientBuckets<C>*, 2> buckets_{};
+    std::array<std::size_t, 2> left_{};  // gradients of each group not yet forwarded
+    std::vector<std::size_t> held_;      // averaged gradients ready before the summed ones
+    bool fused_ = false;
+    std::mutex mutex_;
+  };
+
+  /// The list form of apply_gradients: a ListStep whose gradients are all ready at once.
+  template <class Context, class O, class Entry>
+  static void apply_gradients_list(Context& context, const O& optimizer,
+                                   std::span<const Entry> list) {
+    ListStep<Context, O, Entry> step(context, optimizer, list);
+    for (std::size_t i = 0; i < list.size(); ++i)
+      step.ready(i);
+    step.apply();
   }
 
   /// Replica-context assignment: sets the variable to the aggregation of every replica's
