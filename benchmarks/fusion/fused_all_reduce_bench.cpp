@@ -111,7 +111,7 @@ void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(),
 // once the whole backward is.
 void BM_Overlap(benchmark::State& state, bool overlap) {
   using Clock = std::chrono::steady_clock;
-  const auto list = resnet50_gradients();
+  const auto list = strata::bench::resnet50_gradients();
   const auto costs = strata::bench::resnet50_backward_costs();
   const std::size_t n = static_cast<std::size_t>(state.range(0));
   auto group = TcpCommunicator::create(static_cast<int>(n));
