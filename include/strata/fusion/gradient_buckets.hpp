@@ -37,6 +37,7 @@
 #include <strata/communicator/work.hpp>
 #include <strata/core/bfloat16.hpp>
 #include <strata/core/data_type.hpp>
+#include <strata/core/detail/convert_blocks.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/float16.hpp>
 #include <strata/core/reduce_op.hpp>
@@ -252,15 +253,10 @@ class GradientBuckets {
 
   /// float32 values to the bucket's 16-bit wire bytes.
   void narrow(const float* from, std::byte* to, std::size_t count) const {
-    if (plan_.options().compression == Compression::bfloat16) {
-      auto* out = reinterpret_cast<bfloat16*>(to);
-      for (std::size_t k = 0; k < count; ++k)
-        out[k] = bfloat16(from[k]);
-    } else {
-      auto* out = reinterpret_cast<float16*>(to);
-      for (std::size_t k = 0; k < count; ++k)
-        out[k] = float16(from[k]);
-    }
+    if (plan_.options().compression == Compression::bfloat16)
+      strata::detail::narrow(reinterpret_cast<bfloat16*>(to), from, count);
+    else
+      strata::detail::narrow(reinterpret_cast<float16*>(to), from, count);
   }
 
   /// A compressed bucket's reduced values, widened into the gradients.
@@ -271,15 +267,10 @@ class GradientBuckets {
                                         : refs_[slot.gradient].data;
       auto* out = reinterpret_cast<float*>(target);
       const std::byte* wire = wire_[b].data() + slot.offset * 2;
-      if (bf16) {
-        const auto* in = reinterpret_cast<const bfloat16*>(wire);
-        for (std::size_t k = 0; k < slot.count; ++k)
-          out[k] = static_cast<float>(in[k]);
-      } else {
-        const auto* in = reinterpret_cast<const float16*>(wire);
-        for (std::size_t k = 0; k < slot.count; ++k)
-          out[k] = static_cast<float>(in[k]);
-      }
+      if (bf16)
+        strata::detail::widen(out, reinterpret_cast<const bfloat16*>(wire), slot.count);
+      else
+        strata::detail::widen(out, reinterpret_cast<const float16*>(wire), slot.count);
     }
   }
 
