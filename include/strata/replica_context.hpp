@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <strata/communicator/options.hpp>
 #include <strata/communicator/replica_group.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/error.hpp>
@@ -118,14 +119,18 @@ class ReplicaContext {
   /// `local_replica`: this replica's index among the replicas of this process (which copy of
   /// a mirrored variable it owns); `replica` and `num_replicas` place it in the whole cluster.
   /// `fusion`: the buckets this replica keeps from step to step for the list form of
-  /// apply_gradients and all_reduce_fused (none: made for each call).
+  /// apply_gradients and all_reduce_fused (none: made for each call). `worker` and
+  /// `num_workers`: this process among the cluster's training processes.
   ReplicaContext(communicator_type& communicator, int local_replica, int replica, int num_replicas,
-                 fusion::FusedAllReduce<communicator_type>* fusion = nullptr) noexcept
+                 fusion::FusedAllReduce<communicator_type>* fusion = nullptr, int worker = 0,
+                 int num_workers = 1) noexcept
       : communicator_(&communicator),
         fusion_(fusion),
         replica_(replica),
         num_replicas_(num_replicas),
-        local_replica_(local_replica) {}
+        local_replica_(local_replica),
+        worker_(worker),
+        num_workers_(num_workers) {}
 
   /// This replica's index, 0 ≤ id < num_replicas_in_sync(), over every process of the
   /// cluster (worker · local replicas + local replica under MultiWorkerMirroredStrategy and
@@ -134,6 +139,10 @@ class ReplicaContext {
   int num_replicas_in_sync() const noexcept { return num_replicas_; }
   /// This replica's index among the replicas of this process.
   int local_replica_id() const noexcept { return local_replica_; }
+  /// This process's index among the cluster's training processes (TF's task index among the
+  /// chief and workers), and their number: 0 and 1 for single-process strategies.
+  int worker_id() const noexcept { return worker_; }
+  int num_workers() const noexcept { return num_workers_; }
   /// The communicator connecting this replica to the others, for collectives the context
   /// does not wrap (it models `communicator::Communicator`). Under ParameterServerStrategy it
   /// connects the replicas of this worker only: workers never wait for each other there.
@@ -170,6 +179,27 @@ class ReplicaContext {
                   "strata: fused buckets live in host memory");
     return fused_all_reduce().buckets(*communicator_, gradients, op);
   }
+
+  /// Sets `data` on every replica to replica `root`'s (e.g. the initial parameters of a model
+  /// the trainer owns).
+  template <Element T>
+  void broadcast(std::span<T> data, int root = 0) {
+    communicator_->broadcast(data, root);
+  }
+  /// Reduces `data` in place onto replica `root` (the others' buffers are left unspecified).
+  template <Element T>
+  void reduce(ReduceOp op, std::span<T> data, int root = 0) {
+    communicator_->reduce(data, op, root);
+  }
+  /// Reduces every replica's `send` and leaves replica r the r-th of num_replicas_in_sync()
+  /// equal slices in `received` (send.size() == num_replicas_in_sync() · received.size()).
+  template <Element T>
+  void reduce_scatter(ReduceOp op, std::span<const std::type_identity_t<T>> send,
+                      std::span<T> received) {
+    communicator_->reduce_scatter(send, received, op, communicator::CallOptions{});
+  }
+  /// Returns once every replica has called it.
+  void barrier() { communicator_->barrier(); }
 
   /// Concatenates every replica's `local` into `gathered` (replica order);
   /// gathered.size() == num_replicas_in_sync() · local.size().
@@ -288,6 +318,8 @@ class ReplicaContext {
   int replica_;
   int num_replicas_;
   int local_replica_;
+  int worker_;
+  int num_workers_;
 };
 
 }  // namespace strata

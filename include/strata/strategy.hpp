@@ -196,6 +196,29 @@ class Strategy {
   }
   /// Replicas run by this process.
   int num_local_replicas() const noexcept { return static_cast<int>(communicators_.size()); }
+  /// This process's index among the cluster's training processes (the chief and the workers,
+  /// as TF numbers them for collectives: the chief first), and their number; 0 and 1 for
+  /// single-process strategies.
+  int worker_id() const noexcept {
+    if constexpr (placement::HasSession<P>)
+      return session_->worker();
+    else if constexpr (requires(const C& c) { c.worker_rank(); })
+      return communicators_.front().worker_rank();
+    else if constexpr (C::kSpansProcesses)
+      return communicators_.front().rank();
+    else
+      return 0;
+  }
+  int num_workers() const noexcept {
+    if constexpr (placement::HasSession<P>)
+      return session_->num_workers();
+    else if constexpr (requires(const C& c) { c.num_workers(); })
+      return communicators_.front().num_workers();
+    else if constexpr (C::kSpansProcesses)
+      return communicators_.front().size();
+    else
+      return 1;
+  }
   /// True on the task that writes checkpoints and logs: TF's chief (the chief task, or worker
   /// 0 of a cluster without one); always true for single-process strategies.
   bool is_chief() const noexcept {
@@ -232,7 +255,7 @@ class Strategy {
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
       context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync(),
-                           &fusion_[r]);
+                           &fusion_[r], worker_id(), num_workers());
       try {
         [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)

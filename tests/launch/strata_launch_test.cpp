@@ -35,6 +35,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <strata/detail/usable_cpus.hpp>
+
 extern char** environ;
 
 namespace {
@@ -380,6 +382,32 @@ TEST_CASE("--local-replicas and the rank variables; other launchers' variables a
     CHECK(
         by_rank(result.out).at(0) ==
         std::vector<std::string>{"L=unset R=unset W=unset LR=unset O=unset S=unset K=kept N=0/1"});
+  }
+}
+
+TEST_CASE("OMP_NUM_THREADS shares the CPUs among the tasks' threads, unless the user set it") {
+  const std::string script = "echo \"T=${OMP_NUM_THREADS-unset}\"";
+  SUBCASE("unset: the usable CPUs over the replicas of every task, at least 1") {
+    for (const auto& [n, k] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{2, 3}}) {
+      CAPTURE(n);
+      CAPTURE(k);
+      const auto result = run({"-n", std::to_string(n), "--local-replicas", std::to_string(k), "--",
+                               "sh", "-c", script},
+                              {{"OMP_NUM_THREADS", std::nullopt}});
+      REQUIRE(result.status == 0);
+      const int expected = std::max(1, strata::detail::usable_cpus() / (n * k));
+      const auto out = by_rank(result.out);
+      for (int rank = 0; rank < n; ++rank)
+        CHECK(out.at(rank) == std::vector<std::string>{"T=" + std::to_string(expected)});
+    }
+  }
+  SUBCASE("set: kept") {
+    const auto result =
+        run({"-n", "2", "--", "sh", "-c", script}, {{"OMP_NUM_THREADS", std::string("5")}});
+    REQUIRE(result.status == 0);
+    const auto out = by_rank(result.out);
+    for (int rank = 0; rank < 2; ++rank)
+      CHECK(out.at(rank) == std::vector<std::string>{"T=5"});
   }
 }
 

@@ -4,6 +4,7 @@
 // the chief. Also: a one-worker cluster behaves as MirroredStrategy.
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ TEST_CASE("multi-worker training equals single-process training on the same glob
                                  {{"STRATA_TIMEOUT", "30s"}});
     std::string params;
     int chiefs = 0;
+    std::set<std::string> workers_seen;
     for (auto& process : run.processes) {
       REQUIRE(process.wait_for(120s));
       const std::string output = process.output();
@@ -38,11 +40,17 @@ TEST_CASE("multi-worker training equals single-process training on the same glob
       CHECK(strata::testing::line_after(output, "replicas") == std::to_string(workers * local));
       CHECK_MESSAGE(std::stod(strata::testing::line_after(output, "drift")) < 1e-4, output);
       chiefs += strata::testing::line_after(output, "chief") == "1" ? 1 : 0;
+      // The chief is worker 0; every worker knows its index and the count.
+      const std::string worker = strata::testing::line_after(output, "worker");
+      workers_seen.insert(worker);
+      CHECK((strata::testing::line_after(output, "chief") == "1") == worker.starts_with("0 of"));
+      CHECK(worker.ends_with(fmt::format(" of {}", workers)));
       // Every worker applied the same aggregated gradients: the same bits everywhere.
       if (params.empty()) params = strata::testing::line_after(output, "params");
       CHECK(strata::testing::line_after(output, "params") == params);
     }
     CHECK(chiefs == 1);
+    CHECK(workers_seen.size() == static_cast<std::size_t>(workers));
   }
 }
 

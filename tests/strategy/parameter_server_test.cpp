@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -61,6 +62,7 @@ TEST_CASE("asynchronous training over parameter servers reaches the solution") {
     CAPTURE(servers);
     PsCluster run(workers, servers, {"ps-train", std::to_string(local), "30"});
     int chiefs = 0;
+    std::set<std::string> workers_seen;
     for (auto& process : run.worker) {
       REQUIRE(process.wait_for(120s));
       const std::string output = process.output();
@@ -68,8 +70,14 @@ TEST_CASE("asynchronous training over parameter servers reaches the solution") {
       CHECK(strata::testing::line_after(output, "replicas") == std::to_string(workers * local));
       CHECK_MESSAGE(std::stod(strata::testing::line_after(output, "error")) < 1e-3, output);
       chiefs += strata::testing::line_after(output, "chief") == "1" ? 1 : 0;
+      // The chief is worker 0; every worker knows its index and the count.
+      const std::string worker = strata::testing::line_after(output, "worker");
+      workers_seen.insert(worker);
+      CHECK((strata::testing::line_after(output, "chief") == "1") == worker.starts_with("0 of"));
+      CHECK(worker.ends_with(fmt::format(" of {}", workers)));
     }
     CHECK(chiefs == 1);
+    CHECK(workers_seen.size() == static_cast<std::size_t>(workers));
     // The servers return once every worker has finished.
     for (auto& process : run.ps) {
       REQUIRE(process.wait_for(30s));

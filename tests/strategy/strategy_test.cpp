@@ -1,5 +1,6 @@
 // Strategy, ReplicaContext, PerReplica and distributed variables: the tf.distribute API.
 #include <atomic>
+#include <cstdint>
 #include <numeric>
 #include <stdexcept>
 #include <thread>
@@ -82,6 +83,30 @@ TEST_CASE("the replica context reduces and gathers across replicas") {
   });
   for (auto s : sums)
     CHECK(s == 6);
+}
+
+TEST_CASE("the replica context broadcasts, reduces to one, scatters and meets") {
+  MirroredStrategy strategy({.num_replicas = 3});
+  CHECK(strategy.worker_id() == 0);
+  CHECK(strategy.num_workers() == 1);
+  strategy.run([](auto& ctx) {
+    const int r = ctx.replica_id_in_sync_group();
+    CHECK(ctx.worker_id() == 0);
+    CHECK(ctx.num_workers() == 1);
+    // Replica 1's parameters everywhere, as a trainer that owns its model starts.
+    std::vector<float> params(5, float(r));
+    ctx.broadcast(std::span(params), 1);
+    CHECK(params == std::vector<float>(5, 1.0f));
+    std::vector<std::int64_t> counts{r, 10 * r};
+    ctx.reduce(ReduceOp::sum, std::span(counts), 2);
+    if (r == 2) CHECK(counts == std::vector<std::int64_t>{3, 30});
+    // Each replica gets its slice of the sum: replica r's slice is {r, r + 0.5} summed thrice.
+    std::vector<double> send{0, 0.5, 1, 1.5, 2, 2.5};
+    std::vector<double> slice(2);
+    ctx.reduce_scatter(ReduceOp::sum, std::span<const double>(send), std::span(slice));
+    CHECK(slice == std::vector<double>{3.0 * r, 3.0 * r + 1.5});
+    ctx.barrier();
+  });
 }
 
 TEST_CASE("a replica that throws releases the others and run rethrows its exception") {

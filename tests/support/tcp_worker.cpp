@@ -87,8 +87,9 @@ int train(std::span<const std::string_view> args) {
     drift = std::max(drift, std::abs(result.weights[j] - reference.weights[j]));
     bits += fmt::format(" {:a}", result.weights[j]);
   }
-  fmt::print("replicas {}\nchief {}\ndrift {:.3e}\nparams {}\nok\n",
-             strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, drift, bits);
+  fmt::print("replicas {}\nchief {}\nworker {} of {}\ndrift {:.3e}\nparams {}\nok\n",
+             strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, strategy.worker_id(),
+             strategy.num_workers(), drift, bits);
   return 0;
 }
 
@@ -124,9 +125,11 @@ int ps_train(std::span<const std::string_view> args) {
   float drift = std::abs(result.bias - reference.bias);
   for (std::size_t j = 0; j < result.weights.size(); ++j)
     drift = std::max(drift, std::abs(result.weights[j] - reference.weights[j]));
-  fmt::print("replicas {}\nchief {}\nerror {:.3e}\ndrift {:.3e}\nparams {}\nsingle {}\nok\n",
-             strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, error, drift, bits,
-             reference_bits);
+  fmt::print(
+      "replicas {}\nchief {}\nworker {} of {}\nerror {:.3e}\ndrift {:.3e}\nparams {}\nsingle "
+      "{}\nok\n",
+      strategy.num_replicas_in_sync(), strategy.is_chief() ? 1 : 0, strategy.worker_id(),
+      strategy.num_workers(), error, drift, bits, reference_bits);
   return 0;
 }
 

@@ -20,6 +20,10 @@
 // task of the group also gets STRATA_LAUNCH_RANK=r; every task, ps included,
 // STRATA_LAUNCH_WORLD_SIZE=N (the size of the group) and, with --local-replicas,
 // STRATA_LOCAL_REPLICAS=K; ps tasks get no STRATA_LAUNCH_RANK (they are not in the group).
+// Unless OMP_NUM_THREADS is set, every task gets OMP_NUM_THREADS = max(1, usable CPUs / (N × K))
+// (K = 1 without --local-replicas), as torchrun sets it for processes that share a host: each
+// process's OpenMP pool (libtorch's intra-op threads) would otherwise take every CPU, and N of
+// them oversubscribe the machine.
 // Rank variables of other launchers (torchrun, OpenMPI, SLURM, PMI) are removed so that they
 // cannot override TF_CONFIG; the rest of the environment is inherited. Stdin is /dev/null.
 //
@@ -61,6 +65,7 @@
 // POSIX only: fork/execvp, pipes, poll, waitpid, kill; one thread.
 #include <strata/config.hpp>
 #include <strata/core/error.hpp>
+#include <strata/detail/usable_cpus.hpp>
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -83,6 +88,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -143,7 +149,9 @@ options:
 Every task's TF_CONFIG lists the whole cluster (chief, worker and ps jobs). Every task of the
 collective group gets STRATA_LAUNCH_RANK (the chief 0, then the workers) and every task
 STRATA_LAUNCH_WORLD_SIZE (N); ps tasks get no STRATA_LAUNCH_RANK. Rank variables of torchrun,
-OpenMPI, SLURM and PMI are removed from every task's environment.
+OpenMPI, SLURM and PMI are removed from every task's environment. Unless OMP_NUM_THREADS is set,
+every task gets OMP_NUM_THREADS = max(1, usable CPUs / (N x K)), K the local replicas (1 without
+--local-replicas), so that the tasks' OpenMP pools do not oversubscribe the machine.
 )";
 
 struct Options {
@@ -1037,6 +1045,11 @@ int main(int argc, char** argv) {
   }
   const nlohmann::json cluster = cluster_json(tasks, addresses);
   const std::vector<std::string> base = base_environment(options.local_replicas.has_value());
+  // The CPUs the training threads share, when no one said how many OpenMP may take.
+  std::optional<int> omp_threads;
+  if (std::getenv("OMP_NUM_THREADS") == nullptr)
+    omp_threads = std::max(
+        1, strata::detail::usable_cpus() / (options.workers * options.local_replicas.value_or(1)));
   std::vector<std::vector<std::string>> environments;
   for (const TaskId& task : tasks) {
     auto env = base;
@@ -1046,6 +1059,7 @@ int main(int argc, char** argv) {
     if (options.local_replicas) {
       env.push_back(fmt::format("STRATA_LOCAL_REPLICAS={}", *options.local_replicas));
     }
+    if (omp_threads) env.push_back(fmt::format("OMP_NUM_THREADS={}", *omp_threads));
     environments.push_back(std::move(env));
   }
 

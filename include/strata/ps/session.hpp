@@ -73,6 +73,9 @@ class Session {
   int local_replicas() const noexcept { return local_replicas_; }
   /// The replicas of every worker: each pushes its own gradients.
   int num_replicas() const noexcept { return group_size_ * local_replicas_; }
+  /// The workers (chief included) of the cluster, and this one's index among them.
+  int num_workers() const noexcept { return group_size_; }
+  int worker() const noexcept { return client_->rank(); }
   /// This worker's first replica among them.
   int first_replica() const noexcept { return client_->rank() * local_replicas_; }
   /// TF's chief: the chief task, or worker 0 without one (collective rank 0 either way).
