@@ -45,8 +45,8 @@ auto gradient_for(Variable& variable, Gradient&& gradient) {
 
 namespace detail {
 
-// The list form's step for sync policies without one of their own: `apply()` runs the
-// one-variable form for each entry once every gradient is ready.
+// The list form's step for sync policies without one of their own: `apply()` runs the list
+// form once every gradient is ready.
 template <class Context, class O, class Entry>
 class PerVariableStep {
  public:
@@ -75,8 +75,7 @@ class PerVariableStep {
           context_->replica_id_in_sync_group(), "apply_gradients",
           fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
           "make every gradient of the list ready before apply()");
-    for (const Entry& entry : list_)
-      context_->apply_gradients(optimizer_, entry.gradient, *entry.variable);
+    context_->apply_gradients(optimizer_, std::span<const Entry>(list_));
   }
 
  private:

@@ -22706,47 +22706,50 @@ class ShardedVariable {
   requires optim::Optimizer<O, T>
   void push_pull(int lane, const O& optimizer, std::span<const T> gradient,
                  ps::SyncSpec sync = {}) {
-    check_size("apply_gradients", gradient.size());
-    const auto l = static_cast<std::size_t>(lane);
-    // A synchronous push names the step its gradient was computed on: the version of the
-    // values this replica last received (a replica that has none yet asks first).
-    if (sync.mode == ps::SyncSpec::Mode::synchronous && versions_[l].empty()) pull(lane);
-    auto& copy = copies_[l];
-    std::span<const T> pushed = gradient;
-    OptimizerSpec spec;
-    std::vector<T> delta;
-    if (rule_ == UpdateRule::sum) {
-      // The worker is the optimizer: the servers add up what every worker's optimizer did.
-      auto& state = states_[static_cast<std::size_t>(lane)];
-      if (!state) state = optim::make_state<T>(optimizer, size());
-      delta.assign(copy.begin(), copy.end());
-      optimizer.apply(std::span<T>(copy), gradient, *state);
-      for (std::size_t i = 0; i < delta.size(); ++i)
-        delta[i] = copy[i] - delta[i];
-      pushed = delta;
-    } else if constexpr (ps::ServerOptimizer<O>) {
-      spec = ps::spec_of(optimizer);
-    } else {
-      throw UsageError(client_->rank(), "apply_gradients",
-                       fmt::format("variable '{}' is updated by the parameter servers, which "
-                                   "apply Sgd, Momentum and Adam, not this optimizer",
-                                   name_),
-                       "create it with UpdateRule::sum (per variable: create_variable(initial, "
-                       "aggregation, UpdateRule::sum)), where each worker applies its optimizer "
-                       "and the servers add up the changes");
+    check_push(optimizer, gradient);
+    PreparedPush prepared = prepare_push_pull(lane, optimizer, gradient, sync);
+    client_->call(lane, prepared.calls);
+    remember_versions(static_cast<std::size_t>(lane), prepared.calls);
+  }
+
+  /// Replica `lane`'s updates of `variables[i]` by `gradients[i]` under `syncs[i]`, as push_pull
+  /// does each, in one batch of requests: requests to different servers go out together, so a
+  /// step costs a round trip per server and variable on it rather than one per variable.
+  /// Every variable must come from the same session (one client); otherwise each is pushed on its
+  /// own.
+  /// @throws as push_pull, before anything is sent when a size or the optimizer does not fit.
+  template <class O>
+  requires optim::Optimizer<O, T>
+  static void push_pull_all(int lane, const O& optimizer,
+                            std::span<ShardedVariable* const> variables,
+                            std::span<const std::span<const T>> gradients,
+                            std::span<const ps::SyncSpec> syncs) {
+    for (std::size_t i = 0; i < variables.size(); ++i)
+      variables[i]->check_push(optimizer, gradients[i]);
+    const bool one_client = std::all_of(
+        variables.begin(), variables.end(),
+        [&](const ShardedVariable* v) { return v->client_ == variables.front()->client_; });
+    if (!one_client) {
+      for (std::size_t i = 0; i < variables.size(); ++i)
+        variables[i]->push_pull(lane, optimizer, gradients[i], syncs[i]);
+      return;
     }
-    std::vector<std::array<std::byte, ps::kPushPrefixBytes>> prefixes(shards_.size());
-    std::vector<ShardCall> calls = make_calls(Operation::push_pull);
-    for (std::size_t s = 0; s < shards_.size(); ++s) {
-      if (sync.mode == ps::SyncSpec::Mode::synchronous) sync.step = versions_[l][s];
-      prefixes[s] = ps::push_prefix(spec, sync);
-      calls[s].prefix = prefixes[s];
-      calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
-      calls[s].result =
-          std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
+    std::vector<PreparedPush> prepared;
+    prepared.reserve(variables.size());
+    std::vector<ShardCall> calls;
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      prepared.push_back(variables[i]->prepare_push_pull(lane, optimizer, gradients[i], syncs[i]));
+      calls.insert(calls.end(), prepared.back().calls.begin(), prepared.back().calls.end());
     }
-    client_->call(lane, calls);
-    remember_versions(l, calls);
+    if (calls.empty()) return;
+    variables.front()->client_->call(lane, calls);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      const std::size_t count = prepared[i].calls.size();
+      variables[i]->remember_versions(static_cast<std::size_t>(lane),
+                                      std::span<const ShardCall>(calls).subspan(at, count));
+      at += count;
+    }
   }
 
   /// The variable's optimizer state, for a checkpoint: under UpdateRule::optimizer the servers',
@@ -22848,6 +22851,68 @@ class ShardedVariable {
   }
 
  private:
+  // A push_pull ready to send: its requests, and the prefixes and change they point into.
+  struct PreparedPush {
+    std::vector<std::array<std::byte, ps::kPushPrefixBytes>> prefixes;
+    std::vector<T> delta;
+    std::vector<ShardCall> calls;
+  };
+
+  // What push_pull refuses before it changes anything: a gradient of another size, or an
+  // optimizer the servers lack for a variable they update.
+  template <class O>
+  void check_push(const O& /*optimizer*/, std::span<const T> gradient) const {
+    check_size("apply_gradients", gradient.size());
+    if constexpr (!ps::ServerOptimizer<O>) {
+      if (rule_ != UpdateRule::sum)
+        throw UsageError(client_->rank(), "apply_gradients",
+                         fmt::format("variable '{}' is updated by the parameter servers, which "
+                                     "apply Sgd, Momentum and Adam, not this optimizer",
+                                     name_),
+                         "create it with UpdateRule::sum (per variable: create_variable(initial, "
+                         "aggregation, UpdateRule::sum)), where each worker applies its "
+                         "optimizer and the servers add up the changes");
+    }
+  }
+
+  // Replica `lane`'s push of `gradient` (or, under UpdateRule::sum, of the change its optimizer
+  // makes to its copy), with the pull of the values after it into its copy.
+  template <class O>
+  PreparedPush prepare_push_pull(int lane, const O& optimizer, std::span<const T> gradient,
+                                 ps::SyncSpec sync) {
+    const auto l = static_cast<std::size_t>(lane);
+    // A synchronous push names the step its gradient was computed on: the version of the
+    // values this replica last received (a replica that has none yet asks first).
+    if (sync.mode == ps::SyncSpec::Mode::synchronous && versions_[l].empty()) pull(lane);
+    auto& copy = copies_[l];
+    PreparedPush prepared;
+    std::span<const T> pushed = gradient;
+    OptimizerSpec spec;
+    if (rule_ == UpdateRule::sum) {
+      // The worker is the optimizer: the servers add up what every worker's optimizer did.
+      auto& state = states_[l];
+      if (!state) state = optim::make_state<T>(optimizer, size());
+      prepared.delta.assign(copy.begin(), copy.end());
+      optimizer.apply(std::span<T>(copy), gradient, *state);
+      for (std::size_t i = 0; i < prepared.delta.size(); ++i)
+        prepared.delta[i] = copy[i] - prepared.delta[i];
+      pushed = prepared.delta;
+    } else if constexpr (ps::ServerOptimizer<O>) {
+      spec = ps::spec_of(optimizer);
+    }
+    prepared.prefixes.resize(shards_.size());
+    prepared.calls = make_calls(Operation::push_pull);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      if (sync.mode == ps::SyncSpec::Mode::synchronous) sync.step = versions_[l][s];
+      prepared.prefixes[s] = ps::push_prefix(spec, sync);
+      prepared.calls[s].prefix = prepared.prefixes[s];
+      prepared.calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
+      prepared.calls[s].result =
+          std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
+    }
+    return prepared;
+  }
+
   // UpdateRule::sum: the replicas' states, which a checkpoint holds only while they are slotless.
   std::optional<std::size_t> local_optimizer_state(optim::OptimizerState<T>& into) const {
     const optim::OptimizerState<T>* first = nullptr;
@@ -23000,6 +23065,15 @@ struct ParameterServer {
   static void apply(ShardedVariable<T>& variable, int local_replica, const O& optimizer,
                     std::span<const T> gradient, const ps::SyncSpec& sync = {}) {
     variable.push_pull(local_replica, optimizer, gradient, sync);
+  }
+  /// Replica `local_replica`'s updates of several variables, each as `apply` does it, in one
+  /// batch of requests to the servers (ShardedVariable::push_pull_all).
+  template <class O, std::floating_point T>
+  static void apply_all(int local_replica, const O& optimizer,
+                        std::span<ShardedVariable<T>* const> variables,
+                        std::span<const std::span<const T>> gradients,
+                        std::span<const ps::SyncSpec> syncs) {
+    ShardedVariable<T>::push_pull_all(local_replica, optimizer, variables, gradients, syncs);
   }
   /// Replica `local_replica`'s assignment: written to the servers.
   template <std::floating_point T>
@@ -25018,8 +25092,8 @@ auto gradient_for(Variable& variable, Gradient&& gradient) {
 
 namespace detail {
 
-// The list form's step for sync policies without one of their own: `apply()` runs the
-// one-variable form for each entry once every gradient is ready.
+// The list form's step for sync policies without one of their own: `apply()` runs the list
+// form once every gradient is ready.
 template <class Context, class O, class Entry>
 class PerVariableStep {
  public:
@@ -25048,8 +25122,7 @@ class PerVariableStep {
           context_->replica_id_in_sync_group(), "apply_gradients",
           fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
           "make every gradient of the list ready before apply()");
-    for (const Entry& entry : list_)
-      context_->apply_gradients(optimizer_, entry.gradient, *entry.variable);
+    context_->apply_gradients(optimizer_, std::span<const Entry>(list_));
   }
 
  private:
@@ -25932,6 +26005,15 @@ class Strategy {
 #include <span>
 #include <string_view>
 
+// ---- begin strata/sync/detail/apply_on_servers.hpp ----
+// strata/sync/detail/apply_on_servers.hpp — the list form of apply_gradients where the servers
+// update the variables: every variable's push in one batch of requests, where the placement
+// batches them.
+
+#include <span>
+#include <type_traits>
+#include <vector>
+
 // ---- begin strata/sync/detail/check_size.hpp ----
 // strata/sync/detail/check_size.hpp — the check every sync policy makes before an update.
 
@@ -25955,6 +26037,43 @@ void check_size(Context& context, std::string_view operation, std::size_t size,
 
 }  // namespace strata::sync::detail
 // ---- end strata/sync/detail/check_size.hpp ----
+
+namespace strata::sync::detail {
+
+/// Pushes every entry's gradient (`entry.gradient`, `*entry.variable`) as the policy's
+/// `sync_of(variable)` says, all sizes checked first.
+template <class Context, class O, class Entry, class SyncOf>
+void apply_on_servers(Context& context, const O& optimizer, std::span<const Entry> list,
+                      SyncOf sync_of) {
+  using P = typename Context::placement_type;
+  using T = typename decltype(Entry::gradient)::element_type;
+  using Variable = std::remove_pointer_t<decltype(Entry::variable)>;
+  std::vector<Variable*> variables;
+  std::vector<std::span<const T>> gradients;
+  std::vector<ps::SyncSpec> syncs;
+  for (const Entry& entry : list) {
+    check_size(context, "apply_gradients", entry.gradient.size(), entry.variable->size());
+    variables.push_back(entry.variable);
+    gradients.push_back(std::span<const T>(entry.gradient));
+    syncs.push_back(sync_of(*entry.variable));
+  }
+  const int lane = context.local_replica_id();
+  if constexpr (requires {
+                  P::apply_all(lane, optimizer, std::span<Variable* const>(variables),
+                               std::span<const std::span<const T>>(gradients),
+                               std::span<const ps::SyncSpec>(syncs));
+                }) {
+    P::apply_all(lane, optimizer, std::span<Variable* const>(variables),
+                 std::span<const std::span<const T>>(gradients),
+                 std::span<const ps::SyncSpec>(syncs));
+  } else {
+    for (std::size_t i = 0; i < variables.size(); ++i)
+      P::apply(*variables[i], lane, optimizer, gradients[i], syncs[i]);
+  }
+}
+
+}  // namespace strata::sync::detail
+// ---- end strata/sync/detail/apply_on_servers.hpp ----
 
 namespace strata::sync {
 
@@ -25981,6 +26100,16 @@ struct Asynchronous {
     require_servers<P>();
     detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
     P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+  }
+
+  /// The list form: every variable's gradient pushed in one batch of requests to the servers.
+  template <class Context, class O, class Entry>
+  static void apply_gradients_list(Context& context, const O& optimizer,
+                                   std::span<const Entry> list) {
+    using P = typename Context::placement_type;
+    require_servers<P>();
+    detail::apply_on_servers(context, optimizer, list,
+                             [](const auto& /*variable*/) { return ps::SyncSpec{}; });
   }
 
   /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
@@ -26040,12 +26169,21 @@ struct BoundedStaleness {
                   "strata::sync::BoundedStaleness: the parameter servers enforce the bound; use a "
                   "ParameterServer placement.");
     detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
-    ps::SyncSpec sync;
-    sync.mode = ps::SyncSpec::Mode::bounded_staleness;
-    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
-    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
-    sync.bound = static_cast<std::uint32_t>(kStaleness);
-    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
+             sync_of(context));
+  }
+
+  /// The list form: every variable's gradient pushed in one batch of requests to the servers.
+  template <class Context, class O, class Entry>
+  static void apply_gradients_list(Context& context, const O& optimizer,
+                                   std::span<const Entry> list) {
+    using P = typename Context::placement_type;
+    static_assert(P::kUpdateSite == placement::UpdateSite::servers,
+                  "strata::sync::BoundedStaleness: the parameter servers enforce the bound; use a "
+                  "ParameterServer placement.");
+    const ps::SyncSpec sync = sync_of(context);
+    detail::apply_on_servers(context, optimizer, list,
+                             [&](const auto& /*variable*/) { return sync; });
   }
 
   /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
@@ -26054,6 +26192,17 @@ struct BoundedStaleness {
     using P = typename Context::placement_type;
     detail::check_size(context, "assign", value.size(), variable.size());
     P::store(variable, context.local_replica_id(), value);
+  }
+
+ private:
+  template <class Context>
+  static ps::SyncSpec sync_of(const Context& context) {
+    ps::SyncSpec sync;
+    sync.mode = ps::SyncSpec::Mode::bounded_staleness;
+    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
+    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
+    sync.bound = static_cast<std::uint32_t>(kStaleness);
+    return sync;
   }
 };
 
@@ -26108,20 +26257,8 @@ struct Synchronous {
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (many) require_aggregation(context, "apply_gradients", aggregation);
     if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
-      if (many && first_only)
-        throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
-                         "synchronous training over parameter servers aggregates every "
-                         "replica's gradient, and the variable takes only the first replica's",
-                         "create the variable with VariableAggregation::sum or mean");
-      ps::SyncSpec sync;
-      sync.mode = ps::SyncSpec::Mode::synchronous;
-      sync.aggregation = aggregation == placement::VariableAggregation::mean
-                             ? ps::SyncSpec::Aggregation::mean
-                             : ps::SyncSpec::Aggregation::sum;
-      sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
-      sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
-      sync.bound = sync.replicas;
-      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
+               server_sync(context, variable));
     } else if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
       if (many) {
         if (first_only)
@@ -26237,6 +26374,13 @@ struct Synchronous {
             context_->replica_id_in_sync_group(), "apply_gradients",
             fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
             "make every gradient of the list ready before apply()");
+      if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
+        // Every variable's push in one batch of requests to the servers.
+        detail::apply_on_servers(
+            *context_, optimizer_, std::span<const Entry>(list_),
+            [&](const auto& variable) { return server_sync(*context_, variable); });
+        return;
+      }
       if (!fused_) {
         for (const Entry& entry : list_)
           Synchronous::apply_gradients(*context_, optimizer_, entry.gradient, *entry.variable);
@@ -26331,6 +26475,27 @@ struct Synchronous {
   }
 
  private:
+  // How a synchronous push meets the servers: aggregated with every replica's of the step.
+  template <class Context, class Variable>
+  static ps::SyncSpec server_sync(Context& context, const Variable& variable) {
+    const auto aggregation = variable.aggregation();
+    if (context.num_replicas_in_sync() > 1 &&
+        aggregation == placement::VariableAggregation::only_first_replica)
+      throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
+                       "synchronous training over parameter servers aggregates every "
+                       "replica's gradient, and the variable takes only the first replica's",
+                       "create the variable with VariableAggregation::sum or mean");
+    ps::SyncSpec sync;
+    sync.mode = ps::SyncSpec::Mode::synchronous;
+    sync.aggregation = aggregation == placement::VariableAggregation::mean
+                           ? ps::SyncSpec::Aggregation::mean
+                           : ps::SyncSpec::Aggregation::sum;
+    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
+    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
+    sync.bound = sync.replicas;
+    return sync;
+  }
+
   static ReduceOp reduce_op(placement::VariableAggregation aggregation) noexcept {
     return aggregation == placement::VariableAggregation::sum ? ReduceOp::sum : ReduceOp::mean;
   }

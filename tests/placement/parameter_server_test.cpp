@@ -298,3 +298,44 @@ TEST_CASE("under UpdateRule::sum only a slotless optimizer's state is checkpoint
                        strata::UsageError);
   std::filesystem::remove(file);
 }
+
+TEST_CASE("a batch of updates equals the updates one by one") {
+  // Three variables over 2 servers, one sharded and one summed by the servers, updated 5 times
+  // in one batch per step on one session and one by one on another: the same values.
+  using Placement = strata::placement::ParameterServer<strata::ps::FixedShardsPartitioner>;
+  const strata::optim::Momentum momentum{0.05f, 0.9f};
+  const auto run = [&](bool batched) {
+    Servers servers(2);
+    Placement::session_type session(servers.spec, 0, 1, {}, strata::ps::FixedShardsPartitioner{3});
+    auto w =
+        Placement::create<float>(session, std::vector<float>(50, 1.0f), VariableAggregation::sum);
+    auto b = Placement::create<float>(session, std::vector<float>(1, 0.5f),
+                                      VariableAggregation::sum, UpdateRule::sum);
+    auto c =
+        Placement::create<float>(session, std::vector<float>(7, -1.0f), VariableAggregation::sum);
+    std::vector<strata::placement::ShardedVariable<float>*> variables{&w, &b, &c};
+    for (int step = 0; step < 5; ++step) {
+      std::vector<std::vector<float>> gradients;
+      for (auto* variable : variables)
+        gradients.push_back(gradient_of(variable->size(), step));
+      std::vector<std::span<const float>> spans(gradients.begin(), gradients.end());
+      const std::vector<strata::ps::SyncSpec> syncs(3);
+      if (batched) {
+        Placement::apply_all(0, momentum,
+                             std::span<strata::placement::ShardedVariable<float>* const>(variables),
+                             std::span<const std::span<const float>>(spans),
+                             std::span<const strata::ps::SyncSpec>(syncs));
+      } else {
+        for (std::size_t i = 0; i < variables.size(); ++i)
+          Placement::apply(*variables[i], 0, momentum, spans[i]);
+      }
+    }
+    std::vector<float> out;
+    for (auto* variable : variables) {
+      const auto values = variable->read();
+      out.insert(out.end(), values.begin(), values.end());
+    }
+    return out;
+  };
+  CHECK(run(true) == run(false));
+}

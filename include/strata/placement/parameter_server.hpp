@@ -87,6 +87,15 @@ struct ParameterServer {
                     std::span<const T> gradient, const ps::SyncSpec& sync = {}) {
     variable.push_pull(local_replica, optimizer, gradient, sync);
   }
+  /// Replica `local_replica`'s updates of several variables, each as `apply` does it, in one
+  /// batch of requests to the servers (ShardedVariable::push_pull_all).
+  template <class O, std::floating_point T>
+  static void apply_all(int local_replica, const O& optimizer,
+                        std::span<ShardedVariable<T>* const> variables,
+                        std::span<const std::span<const T>> gradients,
+                        std::span<const ps::SyncSpec> syncs) {
+    ShardedVariable<T>::push_pull_all(local_replica, optimizer, variables, gradients, syncs);
+  }
   /// Replica `local_replica`'s assignment: written to the servers.
   template <std::floating_point T>
   static void store(ShardedVariable<T>& variable, int local_replica, std::span<const T> values) {

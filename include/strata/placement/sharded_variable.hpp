@@ -119,47 +119,50 @@ class ShardedVariable {
   requires optim::Optimizer<O, T>
   void push_pull(int lane, const O& optimizer, std::span<const T> gradient,
                  ps::SyncSpec sync = {}) {
-    check_size("apply_gradients", gradient.size());
-    const auto l = static_cast<std::size_t>(lane);
-    // A synchronous push names the step its gradient was computed on: the version of the
-    // values this replica last received (a replica that has none yet asks first).
-    if (sync.mode == ps::SyncSpec::Mode::synchronous && versions_[l].empty()) pull(lane);
-    auto& copy = copies_[l];
-    std::span<const T> pushed = gradient;
-    OptimizerSpec spec;
-    std::vector<T> delta;
-    if (rule_ == UpdateRule::sum) {
-      // The worker is the optimizer: the servers add up what every worker's optimizer did.
-      auto& state = states_[static_cast<std::size_t>(lane)];
-      if (!state) state = optim::make_state<T>(optimizer, size());
-      delta.assign(copy.begin(), copy.end());
-      optimizer.apply(std::span<T>(copy), gradient, *state);
-      for (std::size_t i = 0; i < delta.size(); ++i)
-        delta[i] = copy[i] - delta[i];
-      pushed = delta;
-    } else if constexpr (ps::ServerOptimizer<O>) {
-      spec = ps::spec_of(optimizer);
-    } else {
-      throw UsageError(client_->rank(), "apply_gradients",
-                       fmt::format("variable '{}' is updated by the parameter servers, which "
-                                   "apply Sgd, Momentum and Adam, not this optimizer",
-                                   name_),
-                       "create it with UpdateRule::sum (per variable: create_variable(initial, "
-                       "aggregation, UpdateRule::sum)), where each worker applies its optimizer "
-                       "and the servers add up the changes");
+    check_push(optimizer, gradient);
+    PreparedPush prepared = prepare_push_pull(lane, optimizer, gradient, sync);
+    client_->call(lane, prepared.calls);
+    remember_versions(static_cast<std::size_t>(lane), prepared.calls);
+  }
+
+  /// Replica `lane`'s updates of `variables[i]` by `gradients[i]` under `syncs[i]`, as push_pull
+  /// does each, in one batch of requests: requests to different servers go out together, so a
+  /// step costs a round trip per server and variable on it rather than one per variable.
+  /// Every variable must come from the same session (one client); otherwise each is pushed on its
+  /// own.
+  /// @throws as push_pull, before anything is sent when a size or the optimizer does not fit.
+  template <class O>
+  requires optim::Optimizer<O, T>
+  static void push_pull_all(int lane, const O& optimizer,
+                            std::span<ShardedVariable* const> variables,
+                            std::span<const std::span<const T>> gradients,
+                            std::span<const ps::SyncSpec> syncs) {
+    for (std::size_t i = 0; i < variables.size(); ++i)
+      variables[i]->check_push(optimizer, gradients[i]);
+    const bool one_client = std::all_of(
+        variables.begin(), variables.end(),
+        [&](const ShardedVariable* v) { return v->client_ == variables.front()->client_; });
+    if (!one_client) {
+      for (std::size_t i = 0; i < variables.size(); ++i)
+        variables[i]->push_pull(lane, optimizer, gradients[i], syncs[i]);
+      return;
     }
-    std::vector<std::array<std::byte, ps::kPushPrefixBytes>> prefixes(shards_.size());
-    std::vector<ShardCall> calls = make_calls(Operation::push_pull);
-    for (std::size_t s = 0; s < shards_.size(); ++s) {
-      if (sync.mode == ps::SyncSpec::Mode::synchronous) sync.step = versions_[l][s];
-      prefixes[s] = ps::push_prefix(spec, sync);
-      calls[s].prefix = prefixes[s];
-      calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
-      calls[s].result =
-          std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
+    std::vector<PreparedPush> prepared;
+    prepared.reserve(variables.size());
+    std::vector<ShardCall> calls;
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      prepared.push_back(variables[i]->prepare_push_pull(lane, optimizer, gradients[i], syncs[i]));
+      calls.insert(calls.end(), prepared.back().calls.begin(), prepared.back().calls.end());
     }
-    client_->call(lane, calls);
-    remember_versions(l, calls);
+    if (calls.empty()) return;
+    variables.front()->client_->call(lane, calls);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      const std::size_t count = prepared[i].calls.size();
+      variables[i]->remember_versions(static_cast<std::size_t>(lane),
+                                      std::span<const ShardCall>(calls).subspan(at, count));
+      at += count;
+    }
   }
 
   /// The variable's optimizer state, for a checkpoint: under UpdateRule::optimizer the servers',
@@ -261,6 +264,68 @@ class ShardedVariable {
   }
 
  private:
+  // A push_pull ready to send: its requests, and the prefixes and change they point into.
+  struct PreparedPush {
+    std::vector<std::array<std::byte, ps::kPushPrefixBytes>> prefixes;
+    std::vector<T> delta;
+    std::vector<ShardCall> calls;
+  };
+
+  // What push_pull refuses before it changes anything: a gradient of another size, or an
+  // optimizer the servers lack for a variable they update.
+  template <class O>
+  void check_push(const O& /*optimizer*/, std::span<const T> gradient) const {
+    check_size("apply_gradients", gradient.size());
+    if constexpr (!ps::ServerOptimizer<O>) {
+      if (rule_ != UpdateRule::sum)
+        throw UsageError(client_->rank(), "apply_gradients",
+                         fmt::format("variable '{}' is updated by the parameter servers, which "
+                                     "apply Sgd, Momentum and Adam, not this optimizer",
+                                     name_),
+                         "create it with UpdateRule::sum (per variable: create_variable(initial, "
+                         "aggregation, UpdateRule::sum)), where each worker applies its "
+                         "optimizer and the servers add up the changes");
+    }
+  }
+
+  // Replica `lane`'s push of `gradient` (or, under UpdateRule::sum, of the change its optimizer
+  // makes to its copy), with the pull of the values after it into its copy.
+  template <class O>
+  PreparedPush prepare_push_pull(int lane, const O& optimizer, std::span<const T> gradient,
+                                 ps::SyncSpec sync) {
+    const auto l = static_cast<std::size_t>(lane);
+    // A synchronous push names the step its gradient was computed on: the version of the
+    // values this replica last received (a replica that has none yet asks first).
+    if (sync.mode == ps::SyncSpec::Mode::synchronous && versions_[l].empty()) pull(lane);
+    auto& copy = copies_[l];
+    PreparedPush prepared;
+    std::span<const T> pushed = gradient;
+    OptimizerSpec spec;
+    if (rule_ == UpdateRule::sum) {
+      // The worker is the optimizer: the servers add up what every worker's optimizer did.
+      auto& state = states_[l];
+      if (!state) state = optim::make_state<T>(optimizer, size());
+      prepared.delta.assign(copy.begin(), copy.end());
+      optimizer.apply(std::span<T>(copy), gradient, *state);
+      for (std::size_t i = 0; i < prepared.delta.size(); ++i)
+        prepared.delta[i] = copy[i] - prepared.delta[i];
+      pushed = prepared.delta;
+    } else if constexpr (ps::ServerOptimizer<O>) {
+      spec = ps::spec_of(optimizer);
+    }
+    prepared.prefixes.resize(shards_.size());
+    prepared.calls = make_calls(Operation::push_pull);
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      if (sync.mode == ps::SyncSpec::Mode::synchronous) sync.step = versions_[l][s];
+      prepared.prefixes[s] = ps::push_prefix(spec, sync);
+      prepared.calls[s].prefix = prepared.prefixes[s];
+      prepared.calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
+      prepared.calls[s].result =
+          std::as_writable_bytes(std::span(copy).subspan(shards_[s].offset, shards_[s].size));
+    }
+    return prepared;
+  }
+
   // UpdateRule::sum: the replicas' states, which a checkpoint holds only while they are slotless.
   std::optional<std::size_t> local_optimizer_state(optim::OptimizerState<T>& into) const {
     const optim::OptimizerState<T>* first = nullptr;

@@ -5,6 +5,8 @@
 #include <string_view>
 
 #include <strata/placement/placement.hpp>
+#include <strata/ps/protocol.hpp>
+#include <strata/sync/detail/apply_on_servers.hpp>
 #include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync {
@@ -32,6 +34,16 @@ struct Asynchronous {
     require_servers<P>();
     detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
     P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+  }
+
+  /// The list form: every variable's gradient pushed in one batch of requests to the servers.
+  template <class Context, class O, class Entry>
+  static void apply_gradients_list(Context& context, const O& optimizer,
+                                   std::span<const Entry> list) {
+    using P = typename Context::placement_type;
+    require_servers<P>();
+    detail::apply_on_servers(context, optimizer, list,
+                             [](const auto& /*variable*/) { return ps::SyncSpec{}; });
   }
 
   /// Sets `variable` to this replica's `value` on the servers (the last writer wins).

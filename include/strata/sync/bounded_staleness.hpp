@@ -8,6 +8,7 @@
 
 #include <strata/placement/placement.hpp>
 #include <strata/ps/protocol.hpp>
+#include <strata/sync/detail/apply_on_servers.hpp>
 #include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync {
@@ -37,12 +38,21 @@ struct BoundedStaleness {
                   "strata::sync::BoundedStaleness: the parameter servers enforce the bound; use a "
                   "ParameterServer placement.");
     detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
-    ps::SyncSpec sync;
-    sync.mode = ps::SyncSpec::Mode::bounded_staleness;
-    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
-    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
-    sync.bound = static_cast<std::uint32_t>(kStaleness);
-    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
+             sync_of(context));
+  }
+
+  /// The list form: every variable's gradient pushed in one batch of requests to the servers.
+  template <class Context, class O, class Entry>
+  static void apply_gradients_list(Context& context, const O& optimizer,
+                                   std::span<const Entry> list) {
+    using P = typename Context::placement_type;
+    static_assert(P::kUpdateSite == placement::UpdateSite::servers,
+                  "strata::sync::BoundedStaleness: the parameter servers enforce the bound; use a "
+                  "ParameterServer placement.");
+    const ps::SyncSpec sync = sync_of(context);
+    detail::apply_on_servers(context, optimizer, list,
+                             [&](const auto& /*variable*/) { return sync; });
   }
 
   /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
@@ -51,6 +61,17 @@ struct BoundedStaleness {
     using P = typename Context::placement_type;
     detail::check_size(context, "assign", value.size(), variable.size());
     P::store(variable, context.local_replica_id(), value);
+  }
+
+ private:
+  template <class Context>
+  static ps::SyncSpec sync_of(const Context& context) {
+    ps::SyncSpec sync;
+    sync.mode = ps::SyncSpec::Mode::bounded_staleness;
+    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
+    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
+    sync.bound = static_cast<std::uint32_t>(kStaleness);
+    return sync;
   }
 };
 

@@ -19,6 +19,7 @@
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
 #include <strata/ps/protocol.hpp>
+#include <strata/sync/detail/apply_on_servers.hpp>
 #include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync {
@@ -55,20 +56,8 @@ struct Synchronous {
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if (many) require_aggregation(context, "apply_gradients", aggregation);
     if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
-      if (many && first_only)
-        throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
-                         "synchronous training over parameter servers aggregates every "
-                         "replica's gradient, and the variable takes only the first replica's",
-                         "create the variable with VariableAggregation::sum or mean");
-      ps::SyncSpec sync;
-      sync.mode = ps::SyncSpec::Mode::synchronous;
-      sync.aggregation = aggregation == placement::VariableAggregation::mean
-                             ? ps::SyncSpec::Aggregation::mean
-                             : ps::SyncSpec::Aggregation::sum;
-      sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
-      sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
-      sync.bound = sync.replicas;
-      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+      P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
+               server_sync(context, variable));
     } else if constexpr (P::kUpdateSite == placement::UpdateSite::every_replica) {
       if (many) {
         if (first_only)
@@ -184,6 +173,13 @@ struct Synchronous {
             context_->replica_id_in_sync_group(), "apply_gradients",
             fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
             "make every gradient of the list ready before apply()");
+      if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
+        // Every variable's push in one batch of requests to the servers.
+        detail::apply_on_servers(
+            *context_, optimizer_, std::span<const Entry>(list_),
+            [&](const auto& variable) { return server_sync(*context_, variable); });
+        return;
+      }
       if (!fused_) {
         for (const Entry& entry : list_)
           Synchronous::apply_gradients(*context_, optimizer_, entry.gradient, *entry.variable);
@@ -278,6 +274,27 @@ struct Synchronous {
   }
 
  private:
+  // How a synchronous push meets the servers: aggregated with every replica's of the step.
+  template <class Context, class Variable>
+  static ps::SyncSpec server_sync(Context& context, const Variable& variable) {
+    const auto aggregation = variable.aggregation();
+    if (context.num_replicas_in_sync() > 1 &&
+        aggregation == placement::VariableAggregation::only_first_replica)
+      throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
+                       "synchronous training over parameter servers aggregates every "
+                       "replica's gradient, and the variable takes only the first replica's",
+                       "create the variable with VariableAggregation::sum or mean");
+    ps::SyncSpec sync;
+    sync.mode = ps::SyncSpec::Mode::synchronous;
+    sync.aggregation = aggregation == placement::VariableAggregation::mean
+                           ? ps::SyncSpec::Aggregation::mean
+                           : ps::SyncSpec::Aggregation::sum;
+    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
+    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
+    sync.bound = sync.replicas;
+    return sync;
+  }
+
   static ReduceOp reduce_op(placement::VariableAggregation aggregation) noexcept {
     return aggregation == placement::VariableAggregation::sum ? ReduceOp::sum : ReduceOp::mean;
   }
