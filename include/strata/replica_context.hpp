@@ -1,7 +1,6 @@
 // strata/replica_context.hpp — what `Strategy::run` hands each replica, and what it returns.
 #pragma once
 
-#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <initializer_list>
@@ -13,16 +12,14 @@
 #include <utility>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/replica_group.hpp>
 #include <strata/core/data_type.hpp>
-#include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/fusion/fused_all_reduce.hpp>
 #include <strata/fusion/gradient_buckets.hpp>
 #include <strata/optim/optimizer.hpp>
+#include <strata/sync/detail/step_readiness.hpp>
 
 namespace strata {
 
@@ -51,30 +48,20 @@ template <class Context, class O, class Entry>
 class PerVariableStep {
  public:
   PerVariableStep(Context& context, const O& optimizer, std::span<const Entry> list)
-      : context_(&context), optimizer_(optimizer), list_(list.begin(), list.end()) {
-    ready_.assign(list_.size(), false);
-  }
+      : context_(&context),
+        optimizer_(optimizer),
+        list_(list.begin(), list.end()),
+        ready_(list.size()) {}
   PerVariableStep(const PerVariableStep&) = delete;
   PerVariableStep& operator=(const PerVariableStep&) = delete;
 
   void ready(std::size_t i) {
     std::lock_guard lock(mutex_);
-    if (i >= list_.size() || ready_[i])
-      throw UsageError(context_->replica_id_in_sync_group(), "apply_gradients",
-                       i >= list_.size()
-                           ? fmt::format("gradient {} of a list of {}", i, list_.size())
-                           : fmt::format("gradient {} is ready twice in one step", i),
-                       "make each gradient of the list ready once, then apply()");
-    ready_[i] = true;
+    ready_.mark(i, context_->replica_id_in_sync_group());
   }
 
   void apply() {
-    const auto missing = std::find(ready_.begin(), ready_.end(), false);
-    if (missing != ready_.end())
-      throw UsageError(
-          context_->replica_id_in_sync_group(), "apply_gradients",
-          fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
-          "make every gradient of the list ready before apply()");
+    ready_.require_all(context_->replica_id_in_sync_group());
     context_->apply_gradients(optimizer_, std::span<const Entry>(list_));
   }
 
@@ -82,7 +69,7 @@ class PerVariableStep {
   Context* context_;
   O optimizer_;
   std::vector<Entry> list_;
-  std::vector<bool> ready_;
+  sync::detail::StepReadiness ready_;
   std::mutex mutex_;
 };
 

@@ -24982,7 +24982,6 @@ inline bool serve_if_ps(ServerOptions options = {}) {
 // ---- begin strata/replica_context.hpp ----
 // strata/replica_context.hpp — what `Strategy::run` hands each replica, and what it returns.
 
-#include <algorithm>
 #include <concepts>
 #include <cstddef>
 #include <initializer_list>
@@ -24993,8 +24992,6 @@ inline bool serve_if_ps(ServerOptions options = {}) {
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 // ---- begin strata/fusion/fused_all_reduce.hpp ----
 // strata/fusion/fused_all_reduce.hpp — all-reduce a list of gradients in buckets, step after
@@ -25070,6 +25067,52 @@ class FusedAllReduce {
 
 }  // namespace strata::fusion
 // ---- end strata/fusion/fused_all_reduce.hpp ----
+// ---- begin strata/sync/detail/step_readiness.hpp ----
+// strata/sync/detail/step_readiness.hpp — which gradients of a list-form step
+// (ReplicaContext::begin_apply_gradients) the trainer has made ready.
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::sync::detail {
+
+/// One flag per gradient of the step. Not thread-safe: the step holds its lock around `mark`.
+class StepReadiness {
+ public:
+  explicit StepReadiness(std::size_t gradients) : ready_(gradients, false) {}
+
+  /// Gradient `i` is ready. @throws UsageError (naming `rank`) for an index out of range or a
+  /// gradient ready twice.
+  void mark(std::size_t i, int rank) {
+    if (i >= ready_.size() || ready_[i])
+      throw UsageError(rank, "apply_gradients",
+                       i >= ready_.size()
+                           ? fmt::format("gradient {} of a list of {}", i, ready_.size())
+                           : fmt::format("gradient {} is ready twice in one step", i),
+                       "make each gradient of the list ready once, then apply()");
+    ready_[i] = true;
+  }
+
+  /// @throws UsageError naming the first gradient not made ready.
+  void require_all(int rank) const {
+    const auto missing = std::find(ready_.begin(), ready_.end(), false);
+    if (missing != ready_.end())
+      throw UsageError(
+          rank, "apply_gradients",
+          fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
+          "make every gradient of the list ready before apply()");
+  }
+
+ private:
+  std::vector<bool> ready_;
+};
+
+}  // namespace strata::sync::detail
+// ---- end strata/sync/detail/step_readiness.hpp ----
 
 namespace strata {
 
@@ -25098,30 +25141,20 @@ template <class Context, class O, class Entry>
 class PerVariableStep {
  public:
   PerVariableStep(Context& context, const O& optimizer, std::span<const Entry> list)
-      : context_(&context), optimizer_(optimizer), list_(list.begin(), list.end()) {
-    ready_.assign(list_.size(), false);
-  }
+      : context_(&context),
+        optimizer_(optimizer),
+        list_(list.begin(), list.end()),
+        ready_(list.size()) {}
   PerVariableStep(const PerVariableStep&) = delete;
   PerVariableStep& operator=(const PerVariableStep&) = delete;
 
   void ready(std::size_t i) {
     std::lock_guard lock(mutex_);
-    if (i >= list_.size() || ready_[i])
-      throw UsageError(context_->replica_id_in_sync_group(), "apply_gradients",
-                       i >= list_.size()
-                           ? fmt::format("gradient {} of a list of {}", i, list_.size())
-                           : fmt::format("gradient {} is ready twice in one step", i),
-                       "make each gradient of the list ready once, then apply()");
-    ready_[i] = true;
+    ready_.mark(i, context_->replica_id_in_sync_group());
   }
 
   void apply() {
-    const auto missing = std::find(ready_.begin(), ready_.end(), false);
-    if (missing != ready_.end())
-      throw UsageError(
-          context_->replica_id_in_sync_group(), "apply_gradients",
-          fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
-          "make every gradient of the list ready before apply()");
+    ready_.require_all(context_->replica_id_in_sync_group());
     context_->apply_gradients(optimizer_, std::span<const Entry>(list_));
   }
 
@@ -25129,7 +25162,7 @@ class PerVariableStep {
   Context* context_;
   O optimizer_;
   std::vector<Entry> list_;
-  std::vector<bool> ready_;
+  sync::detail::StepReadiness ready_;
   std::mutex mutex_;
 };
 
@@ -26305,7 +26338,7 @@ struct Synchronous {
         : context_(&context),
           optimizer_(optimizer),
           list_(list.begin(), list.end()),
-          ready_(list.size(), false),
+          ready_(list.size()),
           group_(list.size(), -1),
           slot_(list.size(), 0) {
       const bool many = context.num_replicas_in_sync() > 1;
@@ -26342,13 +26375,7 @@ struct Synchronous {
     ///   errors.
     void ready(std::size_t i) {
       std::lock_guard lock(mutex_);
-      if (i >= list_.size() || ready_[i])
-        throw UsageError(context_->replica_id_in_sync_group(), "apply_gradients",
-                         i >= list_.size()
-                             ? fmt::format("gradient {} of a list of {}", i, list_.size())
-                             : fmt::format("gradient {} is ready twice in one step", i),
-                         "make each gradient of the list ready once, then apply()");
-      ready_[i] = true;
+      ready_.mark(i, context_->replica_id_in_sync_group());
       if constexpr (kFusible) {
         if (!fused_ || group_[i] < 0) return;
         const auto group = static_cast<std::size_t>(group_[i]);
@@ -26368,12 +26395,7 @@ struct Synchronous {
     /// Waits for the step's collectives and updates every variable of the list.
     /// @throws UsageError naming a gradient that was never made ready; the collectives' errors.
     void apply() {
-      const auto missing = std::find(ready_.begin(), ready_.end(), false);
-      if (missing != ready_.end())
-        throw UsageError(
-            context_->replica_id_in_sync_group(), "apply_gradients",
-            fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
-            "make every gradient of the list ready before apply()");
+      ready_.require_all(context_->replica_id_in_sync_group());
       if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
         // Every variable's push in one batch of requests to the servers.
         detail::apply_on_servers(
@@ -26415,7 +26437,7 @@ struct Synchronous {
     Context* context_;
     O optimizer_;
     std::vector<Entry> list_;
-    std::vector<bool> ready_;
+    detail::StepReadiness ready_;
     std::vector<int> group_;         // 0: summed, 1: averaged, -1: not fused
     std::vector<std::size_t> slot_;  // index in its group's buckets
     std::array<fusion::GradientBuckets<C>*, 2> buckets_{};

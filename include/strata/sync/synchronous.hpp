@@ -21,6 +21,7 @@
 #include <strata/ps/protocol.hpp>
 #include <strata/sync/detail/apply_on_servers.hpp>
 #include <strata/sync/detail/check_size.hpp>
+#include <strata/sync/detail/step_readiness.hpp>
 
 namespace strata::sync {
 
@@ -104,7 +105,7 @@ struct Synchronous {
         : context_(&context),
           optimizer_(optimizer),
           list_(list.begin(), list.end()),
-          ready_(list.size(), false),
+          ready_(list.size()),
           group_(list.size(), -1),
           slot_(list.size(), 0) {
       const bool many = context.num_replicas_in_sync() > 1;
@@ -141,13 +142,7 @@ struct Synchronous {
     ///   errors.
     void ready(std::size_t i) {
       std::lock_guard lock(mutex_);
-      if (i >= list_.size() || ready_[i])
-        throw UsageError(context_->replica_id_in_sync_group(), "apply_gradients",
-                         i >= list_.size()
-                             ? fmt::format("gradient {} of a list of {}", i, list_.size())
-                             : fmt::format("gradient {} is ready twice in one step", i),
-                         "make each gradient of the list ready once, then apply()");
-      ready_[i] = true;
+      ready_.mark(i, context_->replica_id_in_sync_group());
       if constexpr (kFusible) {
         if (!fused_ || group_[i] < 0) return;
         const auto group = static_cast<std::size_t>(group_[i]);
@@ -167,12 +162,7 @@ struct Synchronous {
     /// Waits for the step's collectives and updates every variable of the list.
     /// @throws UsageError naming a gradient that was never made ready; the collectives' errors.
     void apply() {
-      const auto missing = std::find(ready_.begin(), ready_.end(), false);
-      if (missing != ready_.end())
-        throw UsageError(
-            context_->replica_id_in_sync_group(), "apply_gradients",
-            fmt::format("gradient {} of the list was not made ready", missing - ready_.begin()),
-            "make every gradient of the list ready before apply()");
+      ready_.require_all(context_->replica_id_in_sync_group());
       if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
         // Every variable's push in one batch of requests to the servers.
         detail::apply_on_servers(
@@ -214,7 +204,7 @@ struct Synchronous {
     Context* context_;
     O optimizer_;
     std::vector<Entry> list_;
-    std::vector<bool> ready_;
+    detail::StepReadiness ready_;
     std::vector<int> group_;         // 0: summed, 1: averaged, -1: not fused
     std::vector<std::size_t> slot_;  // index in its group's buckets
     std::array<fusion::GradientBuckets<C>*, 2> buckets_{};
