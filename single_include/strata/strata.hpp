@@ -13212,6 +13212,15 @@ GradientRef gradient(std::span<T> values) noexcept {
   return {data_type_of<T>, reinterpret_cast<std::byte*>(values.data()), values.size()};
 }
 
+/// Whether `gradients` have the types and counts of `specs`, in order.
+inline bool same_gradients(std::span<const GradientSpec> specs,
+                           std::span<const GradientRef> gradients) noexcept {
+  return std::equal(specs.begin(), specs.end(), gradients.begin(), gradients.end(),
+                    [](const GradientSpec& spec, const GradientRef& ref) {
+                      return spec.type == ref.type && spec.count == ref.count;
+                    });
+}
+
 /// Buckets of gradients all-reduced through `Comm` (any strata Communicator), one step at a
 /// time: `ready(i)` for every gradient, in any order, then `wait()`. Not copyable; `ready` may be
 /// called from several threads (backward hooks), `wait` from one.
@@ -13242,6 +13251,11 @@ class GradientBuckets {
   }
 
   const BucketPlan& plan() const noexcept { return plan_; }
+  /// The registered gradients' types and counts, in order.
+  const std::vector<GradientSpec>& gradients() const noexcept { return specs_; }
+  /// What the buckets reduce with, and through which communicator.
+  ReduceOp op() const noexcept { return op_; }
+  const Comm& communicator() const noexcept { return *comm_; }
 
   /// Gradient i's place in its bucket (gradients that live in the buckets). Valid for the
   /// object's lifetime; between `ready(i)` and the end of `wait()` it belongs to the collective.
@@ -13267,11 +13281,7 @@ class GradientBuckets {
   void rebind(std::span<const GradientRef> gradients) {
     std::lock_guard lock(mutex_);
     check_usable();
-    const bool same = gradients.size() == specs_.size() &&
-                      std::equal(specs_.begin(), specs_.end(), gradients.begin(),
-                                 [](const GradientSpec& spec, const GradientRef& ref) {
-                                   return spec.type == ref.type && spec.count == ref.count;
-                                 });
+    const bool same = same_gradients(specs_, gradients);
     const bool mid_step = std::find(ready_.begin(), ready_.end(), true) != ready_.end();
     if (!same || mid_step || (refs_.empty() && !specs_.empty()))
       throw UsageError(comm_->rank(), "fusion::GradientBuckets::rebind",
@@ -24997,7 +25007,6 @@ inline bool serve_if_ps(ServerOptions options = {}) {
 // strata/fusion/fused_all_reduce.hpp — all-reduce a list of gradients in buckets, step after
 // step, keeping the buckets (and their one-time cross-rank check) from call to call.
 
-#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -25024,25 +25033,16 @@ class FusedAllReduce {
   /// `ready(i)` as gradient i is computed, then `wait()`.
   /// @throws what GradientBuckets throws (a failed object stays failed: so does this list).
   GradientBuckets<Comm>& buckets(Comm& comm, std::span<const GradientRef> gradients, ReduceOp op) {
-    for (Entry& entry : entries_) {
-      if (entry.comm != &comm || entry.op != op || entry.specs.size() != gradients.size()) continue;
-      if (!std::equal(entry.specs.begin(), entry.specs.end(), gradients.begin(),
-                      [](const GradientSpec& spec, const GradientRef& ref) {
-                        return spec.type == ref.type && spec.count == ref.count;
-                      }))
+    for (auto& kept : kept_) {
+      if (&kept->communicator() != &comm || kept->op() != op ||
+          !same_gradients(kept->gradients(), gradients))
         continue;
-      entry.buckets->rebind(gradients);
-      return *entry.buckets;
+      kept->rebind(gradients);
+      return *kept;
     }
-    Entry entry;
-    entry.comm = &comm;
-    entry.op = op;
-    for (const GradientRef& ref : gradients)
-      entry.specs.push_back({ref.type, ref.count});
-    entry.buckets = std::make_unique<GradientBuckets<Comm>>(
-        comm, std::vector<GradientRef>(gradients.begin(), gradients.end()), options_, op);
-    entries_.push_back(std::move(entry));
-    return *entries_.back().buckets;
+    kept_.push_back(std::make_unique<GradientBuckets<Comm>>(
+        comm, std::vector<GradientRef>(gradients.begin(), gradients.end()), options_, op));
+    return *kept_.back();
   }
 
   /// All-reduces `gradients` in place with `op`: every gradient made ready in list order, then
@@ -25055,14 +25055,8 @@ class FusedAllReduce {
   }
 
  private:
-  struct Entry {
-    const Comm* comm = nullptr;
-    ReduceOp op = ReduceOp::sum;
-    std::vector<GradientSpec> specs;
-    std::unique_ptr<GradientBuckets<Comm>> buckets;
-  };
   BucketOptions options_;
-  std::vector<Entry> entries_;
+  std::vector<std::unique_ptr<GradientBuckets<Comm>>> kept_;  // one per list
 };
 
 }  // namespace strata::fusion

@@ -483,4 +483,36 @@ TEST_CASE("misuse is a UsageError") {
   CHECK(a == std::vector<float>(3, 1.0f));  // a group of one: the sum is the value
 }
 
+TEST_CASE("rebind points the buckets at new buffers of the same list, between steps") {
+  strata::testing::RankTeam<Local> team(2);
+  team.run_or_throw([&](int r) {
+    Local& comm = team[r];
+    const float rank = static_cast<float>(r);
+    std::vector<float> a(3, rank), b(1000, rank);
+    GradientBuckets<Local> buckets(comm,
+                                   std::vector<GradientRef>{strata::fusion::gradient(std::span(a)),
+                                                            strata::fusion::gradient(std::span(b))},
+                                   {.bucket_bytes = 64, .first_bucket_bytes = 16});
+    // New buffers: the sums land there, and the old ones are left alone.
+    std::vector<float> c(3, rank + 1), d(1000, rank + 1);
+    const std::vector<GradientRef> moved{strata::fusion::gradient(std::span(c)),
+                                         strata::fusion::gradient(std::span(d))};
+    buckets.rebind(moved);
+    buckets.ready(1);
+    CHECK_THROWS_AS(buckets.rebind(moved), strata::UsageError);  // in the middle of a step
+    buckets.ready(0);
+    buckets.wait();
+    CHECK(c == std::vector<float>(3, 3.0f));
+    CHECK(d == std::vector<float>(1000, 3.0f));
+    CHECK(a == std::vector<float>(3, rank));
+    CHECK(b == std::vector<float>(1000, rank));
+    // Another list is refused.
+    std::vector<float> e(4);
+    CHECK_THROWS_AS(
+        buckets.rebind(std::vector<GradientRef>{strata::fusion::gradient(std::span(e)),
+                                                strata::fusion::gradient(std::span(d))}),
+        strata::UsageError);
+  });
+}
+
 }  // namespace

@@ -2,7 +2,6 @@
 // step, keeping the buckets (and their one-time cross-rank check) from call to call.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -33,25 +32,16 @@ class FusedAllReduce {
   /// `ready(i)` as gradient i is computed, then `wait()`.
   /// @throws what GradientBuckets throws (a failed object stays failed: so does this list).
   GradientBuckets<Comm>& buckets(Comm& comm, std::span<const GradientRef> gradients, ReduceOp op) {
-    for (Entry& entry : entries_) {
-      if (entry.comm != &comm || entry.op != op || entry.specs.size() != gradients.size()) continue;
-      if (!std::equal(entry.specs.begin(), entry.specs.end(), gradients.begin(),
-                      [](const GradientSpec& spec, const GradientRef& ref) {
-                        return spec.type == ref.type && spec.count == ref.count;
-                      }))
+    for (auto& kept : kept_) {
+      if (&kept->communicator() != &comm || kept->op() != op ||
+          !same_gradients(kept->gradients(), gradients))
         continue;
-      entry.buckets->rebind(gradients);
-      return *entry.buckets;
+      kept->rebind(gradients);
+      return *kept;
     }
-    Entry entry;
-    entry.comm = &comm;
-    entry.op = op;
-    for (const GradientRef& ref : gradients)
-      entry.specs.push_back({ref.type, ref.count});
-    entry.buckets = std::make_unique<GradientBuckets<Comm>>(
-        comm, std::vector<GradientRef>(gradients.begin(), gradients.end()), options_, op);
-    entries_.push_back(std::move(entry));
-    return *entries_.back().buckets;
+    kept_.push_back(std::make_unique<GradientBuckets<Comm>>(
+        comm, std::vector<GradientRef>(gradients.begin(), gradients.end()), options_, op));
+    return *kept_.back();
   }
 
   /// All-reduces `gradients` in place with `op`: every gradient made ready in list order, then
@@ -64,14 +54,8 @@ class FusedAllReduce {
   }
 
  private:
-  struct Entry {
-    const Comm* comm = nullptr;
-    ReduceOp op = ReduceOp::sum;
-    std::vector<GradientSpec> specs;
-    std::unique_ptr<GradientBuckets<Comm>> buckets;
-  };
   BucketOptions options_;
-  std::vector<Entry> entries_;
+  std::vector<std::unique_ptr<GradientBuckets<Comm>>> kept_;  // one per list
 };
 
 }  // namespace strata::fusion

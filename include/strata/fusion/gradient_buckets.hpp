@@ -58,6 +58,15 @@ GradientRef gradient(std::span<T> values) noexcept {
   return {data_type_of<T>, reinterpret_cast<std::byte*>(values.data()), values.size()};
 }
 
+/// Whether `gradients` have the types and counts of `specs`, in order.
+inline bool same_gradients(std::span<const GradientSpec> specs,
+                           std::span<const GradientRef> gradients) noexcept {
+  return std::equal(specs.begin(), specs.end(), gradients.begin(), gradients.end(),
+                    [](const GradientSpec& spec, const GradientRef& ref) {
+                      return spec.type == ref.type && spec.count == ref.count;
+                    });
+}
+
 /// Buckets of gradients all-reduced through `Comm` (any strata Communicator), one step at a
 /// time: `ready(i)` for every gradient, in any order, then `wait()`. Not copyable; `ready` may be
 /// called from several threads (backward hooks), `wait` from one.
@@ -88,6 +97,11 @@ class GradientBuckets {
   }
 
   const BucketPlan& plan() const noexcept { return plan_; }
+  /// The registered gradients' types and counts, in order.
+  const std::vector<GradientSpec>& gradients() const noexcept { return specs_; }
+  /// What the buckets reduce with, and through which communicator.
+  ReduceOp op() const noexcept { return op_; }
+  const Comm& communicator() const noexcept { return *comm_; }
 
   /// Gradient i's place in its bucket (gradients that live in the buckets). Valid for the
   /// object's lifetime; between `ready(i)` and the end of `wait()` it belongs to the collective.
@@ -113,11 +127,7 @@ class GradientBuckets {
   void rebind(std::span<const GradientRef> gradients) {
     std::lock_guard lock(mutex_);
     check_usable();
-    const bool same = gradients.size() == specs_.size() &&
-                      std::equal(specs_.begin(), specs_.end(), gradients.begin(),
-                                 [](const GradientSpec& spec, const GradientRef& ref) {
-                                   return spec.type == ref.type && spec.count == ref.count;
-                                 });
+    const bool same = same_gradients(specs_, gradients);
     const bool mid_step = std::find(ready_.begin(), ready_.end(), true) != ready_.end();
     if (!same || mid_step || (refs_.empty() && !specs_.empty()))
       throw UsageError(comm_->rank(), "fusion::GradientBuckets::rebind",
