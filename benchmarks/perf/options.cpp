@@ -161,8 +161,10 @@ void set_transport(Options& options, std::string_view text) {
     options.transport = Transport::nccl;
   else if (text == "ps")
     options.transport = Transport::ps;
+  else if (text == "shm")
+    options.transport = Transport::shm;
   else
-    fail(fmt::format("unknown transport '{}': use local, tcp, nccl or ps", text));
+    fail(fmt::format("unknown transport '{}': use local, tcp, shm, nccl or ps", text));
 }
 
 void set_algorithm(Options& options, std::string_view text) {
@@ -325,6 +327,9 @@ void check_transport_settings(const Options& options) {
     fail(
         fmt::format("--algo {} is a local algorithm: with --transport tcp use auto, ring, rd or hd",
                     to_string(algorithm)));
+  if (options.transport == Transport::shm && algorithm != Algorithm::automatic)
+    fail(fmt::format("--algo {}: shared memory has one algorithm per collective; leave --algo out",
+                     to_string(algorithm)));
   const bool nccl = options.transport == Transport::nccl;
   if (nccl && algorithm != Algorithm::automatic)
     fail(fmt::format("--algo {}: NCCL chooses its own algorithms; leave --algo out",

@@ -34,7 +34,7 @@ class CommandLineError : public std::runtime_error {
 /// Where the ranks run: threads of this process, processes that talk over TCP, threads of this
 /// process on its GPUs, one each, through NCCL, or worker processes that push and pull through
 /// parameter-server processes (ps/, over TCP).
-enum class Transport : std::uint8_t { local, tcp, nccl, ps };
+enum class Transport : std::uint8_t { local, tcp, nccl, ps, shm };
 
 /// The all-reduce algorithm, per transport: `automatic` is each transport's default
 /// (local: scatter-gather; tcp: recursive doubling while small, ring above).
@@ -57,6 +57,8 @@ constexpr std::string_view to_string(Transport transport) noexcept {
       return "nccl";
     case Transport::ps:
       return "ps";
+    case Transport::shm:
+      return "shm";
   }
   return "?";
 }

@@ -40,6 +40,8 @@ communicator::TcpOptions tcp_options(const Options& options) {
       tcp.all_reduce = communicator::TcpAllReduce::automatic;
       break;
   }
+  // --transport tcp measures TCP even between the processes of one host.
+  tcp.shared_memory = options.transport == Transport::shm;
   tcp.congestion_control = options.congestion;
   if (options.lend_from) tcp.lend_from_bytes = *options.lend_from;
   return tcp;
@@ -57,7 +59,8 @@ int run_tcp_rank(communicator::TcpCommunicator& comm, const Options& options,
   try {
     std::optional<Reporter> reporter;
     if (comm.rank() == 0) reporter.emplace(options);
-    const auto algorithm = to_string(comm.tcp_options().all_reduce);
+    const auto algorithm =
+        comm.uses_shared_memory() ? "shared_memory" : to_string(comm.tcp_options().all_reduce);
     return run_rank(comm, options, algorithm, where, reporter ? &*reporter : nullptr, group_cpus);
   } catch (const std::exception& error) {
     comm.abort(error.what());

@@ -27,7 +27,10 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce | push
       --transport T        local: ranks are threads of this process (default)
                            tcp: ranks are processes on 127.0.0.1, started by strata-perf, or
                            this process is one rank of the cluster that TF_CONFIG, torchrun,
-                           OpenMPI or SLURM describe (e.g. under strata-launch)
+                           OpenMPI or SLURM describe (e.g. under strata-launch); every
+                           byte over TCP, also between processes of one host
+                           shm: as tcp, with TcpCommunicator's default: ranks that share a
+                           host move data through shared memory (TcpOptions::shared_memory)
                            nccl: ranks are threads of this process, one per GPU (--ranks
                            defaults to the GPUs it sees), with NcclCommunicator; raw NCCL
                            calls and strata with its call check off are measured in the
@@ -63,7 +66,7 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce | push
                            TCP round trip sleeping and polling, one core's memcpy and add),
                            on the CPUs the run was given, and print them in the header; a
                            2-rank tcp all_reduce's footer gives its largest size's share
-      --compare            all_reduce only: run strata over tcp and local, then the installed
+      --compare            all_reduce only: run strata over tcp, shm and local, then the installed
                            peers (Gloo's ring, ring_chunked, halving_doubling and bcube over
                            TCP; OpenMPI forced onto TCP and with its defaults) on the same
                            sweep, and print one table with strata's ratios (--csv: its rows)

@@ -2882,14 +2882,23 @@ struct AllReduceRecursiveDoubling {
 #include <span>
 
 // ---- begin strata/algorithms/detail/partition.hpp ----
-// strata/algorithms/detail/partition.hpp — splitting a buffer into per-rank slices.
+// strata/algorithms/detail/partition.hpp — per-rank slices (core/detail/slices.hpp) and inputs.
 
 #include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
 
-namespace strata::algorithms::detail {
+// ---- begin strata/core/detail/slices.hpp ----
+// strata/core/detail/slices.hpp — splitting a buffer into per-rank slices on cache-line bounds.
+//
+// Below the algorithms and the transports, which both cut buffers this way (the shared-memory
+// transport's collectives as the in-process algorithms do).
+
+#include <algorithm>
+#include <cstddef>
+
+namespace strata::detail {
 
 /// Element range [begin, end) of slice `index` when `count` elements are split into `parts`
 /// nearly equal slices whose boundaries fall on 64-byte multiples (so ranks writing adjacent
@@ -2908,6 +2917,14 @@ inline Slice slice_of(std::size_t count, std::size_t element_bytes, int parts, i
   auto boundary = [&](std::size_t k) { return std::min(count, (lines * k / n) * line); };
   return {boundary(i), boundary(i + 1)};
 }
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/slices.hpp ----
+
+namespace strata::algorithms::detail {
+
+using strata::detail::Slice;
+using strata::detail::slice_of;
 
 /// Every rank's input, offset by `offset` elements of `element_bytes` each.
 template <class Link>
@@ -7044,9 +7061,11 @@ namespace strata::communicator {
 using strata::to_string;
 
 /// Tunables of the TCP communicator. Every rank must use the same values for the first four
-/// (the handshake refuses ranks that differ: they would cut messages differently).
+/// and `shared_memory` (the handshake refuses ranks that differ: they would cut messages
+/// differently).
 struct TcpOptions {
-  /// Largest message: pipelined algorithms cut buffers into segments of this size.
+  /// Largest message: pipelined algorithms cut buffers into segments of this size. Through
+  /// shared memory, ranks stage half of it at a time (at least 32 KiB, at most 16 MiB).
   std::size_t chunk_bytes = std::size_t{1} << 20;
   /// Data connections between each pair of ranks; segments are spread over them.
   int connections_per_peer = 1;
@@ -7075,6 +7094,11 @@ struct TcpOptions {
   /// ranks on one host, where loopback never queues or drops and a pacing algorithm (a
   /// host-wide "bbr") would only throttle, and the kernel's default between hosts.
   std::optional<std::string> congestion_control{};
+  /// Ranks the handshake finds on one host (same boot, same network namespace) move their
+  /// data through shared memory instead of loopback TCP, when all of the group's ranks are
+  /// there; false keeps every byte on TCP. The TCP connections stay either way: they
+  /// authenticate the ranks, hand the memory over and tell when a peer dies.
+  bool shared_memory = true;
   /// Shared secret proving membership (HMAC challenge–response in the handshake; it never
   /// crosses the wire). Unset: STRATA_CLUSTER_TOKEN when set, else no authentication.
   std::optional<std::string> cluster_token{};
@@ -7104,7 +7128,9 @@ STRATA_DECL TcpMembership membership_of(cluster::ResolvedCluster& resolved);
 /// Construction forms the group (transport/tcp/form_mesh.hpp): every rank connects to every
 /// other, in any start order, within the deadline. Collectives then run pipelined algorithms
 /// over those connections: ring all-reduce (recursive doubling for small messages),
-/// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. Each message
+/// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. When every
+/// rank runs on one host, they move data through a shared region instead
+/// (transport/shm/collectives.hpp; TcpOptions::shared_memory). Each message
 /// carries the sender's view of the call, so ranks that disagree on count, type, op, root or
 /// the number of calls raise MismatchError instead of exchanging garbage.
 ///
@@ -7152,6 +7178,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   STRATA_DECL int size() const noexcept;
   STRATA_DECL const CommunicatorOptions& options() const noexcept;
   STRATA_DECL const TcpOptions& tcp_options() const noexcept;
+  /// Whether collectives move data through shared memory (TcpOptions::shared_memory, and
+  /// every rank on this host), rather than over TCP.
+  STRATA_DECL bool uses_shared_memory() const noexcept;
 
   // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
   // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
@@ -7177,6 +7206,11 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   STRATA_DECL Work submit(const CollectiveCall& call, const CallOptions& options);
   STRATA_DECL static void execute(State& state, const CollectiveCall& call,
                                   const CallOptions& options);
+  STRATA_DECL static void execute_shared(State& state, const CollectiveCall& call,
+                                         const Deadline& deadline);
+  STRATA_DECL static void execute_across_hosts(State& state, const CollectiveCall& call,
+                                               const Deadline& deadline);
+  STRATA_DECL void share_memory(const CommunicatorOptions& options);
 
   std::unique_ptr<State> state_;
 };
@@ -7190,8 +7224,11 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
 // (compiled), never on its own.
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -7205,23 +7242,986 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
 
 #include <fmt/format.h>
 
-// ---- begin strata/transport/tcp/form_mesh.hpp ----
-// strata/transport/tcp/form_mesh.hpp — forming the full mesh of TCP connections of a group.
+// ---- begin strata/transport/shm/collectives.hpp ----
+// strata/transport/shm/collectives.hpp — every collective over a shared region (group.hpp).
 //
-// The higher rank of each pair connects (connector.hpp), the lower one accepts (listener.hpp);
-// each connection passes the handshake of handshake.hpp, and the mesh is complete once every
-// peer has said kMeshReady (pending_mesh.hpp). The result is a Mesh (mesh.hpp).
-//
-// Errors: the port in use or an address that is not this host's → ConfigurationError naming
-// it; a peer that refuses this rank for a reason that retrying cannot fix (other cluster,
-// world size, tunables, cluster token) → ConfigurationError naming the peer and the reason;
-// the deadline → TimeoutError listing the ranks that did not join, and what was rejected
-// meanwhile (garbage, wrong token, ...).
+// Ranks in separate processes cannot read each other's buffers, so each stages what its peers
+// need in its own block and publishes a step; the peers then work straight from the staged
+// bytes, in the in-process algorithms' shape (AllReduceScatterGather):
+//   small calls      (a rank's contribution fits Layout::kSmallBytes) one step: every rank
+//                    stages its data, waits for all, and reads what it needs; an all-reduce
+//                    reduces all n staged inputs itself, in rank order.
+//   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
+//                    the own slice from the n staged copies (the own input in place) into the
+//                    output and the own staging buffer; step; copy the other slices out.
+//   reduce           the same, only the root copies out.
+//   broadcast        per chunk: the root stages, the others copy out; one step.
+//   all_gather       per chunk of the block: every rank stages its block, all copy out.
+//   reduce_scatter   per chunk: stage the pieces of the other ranks' blocks; each rank reduces
+//                    its own block's piece.
+// A call's first step also publishes its descriptor, which every rank compares before reading
+// any data: a disagreement is a MismatchError on every rank. Each element is reduced once, in
+// rank order, by one kernel: all ranks end with the same bits, as AllReduceReduceToOne's.
 
-#include <exception>
-#include <memory>
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/transport/shm/group.hpp ----
+// strata/transport/shm/group.hpp — co-located ranks meeting in one shared region: layout, steps,
+// waits, failure.
+//
+// Each rank owns a block of the region: its step counter, the descriptors of its calls, and its
+// staging buffers (two of each, alternating, so a rank may fill the next while its peers still
+// read the last). A rank writes only its own block and publishes what it wrote by raising its
+// step counter; its peers wait for the step, then read. Every rank passes the same steps in the
+// same order (the collectives' schedules depend only on the agreed call), so "peer q reached
+// step s" is the whole protocol: no locks, no shared counters that ranks contend for.
+//
+// Waits poll briefly, then sleep on a futex on the awaited counter, in slices: between slices
+// the caller's watch looks at the peers (their TCP control connections say when one died or
+// failed the group) and at the deadline, so no rank sleeps on a futex a dead peer would never
+// wake. A rank that fails sets the region's failure word and wakes every sleeper.
+
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+// ---- begin strata/transport/shm/region.hpp ----
+// strata/transport/shm/region.hpp — the memory co-located ranks share: one sealed memfd, mapped.
+//
+// A memfd has no name in any file system: nothing is left in /dev/shm when a process dies, and
+// the memory goes when the last rank unmaps it. Sealed against shrinking and growing before it
+// is handed over, it cannot be truncated under a peer (a truncated mapping faults on access),
+// and a rank that adopts one checks the seals and the size before mapping it.
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <string_view>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+
+namespace strata::transport::shm {
+
+/// One mapping of a sealed memfd; owns the mapping and, until `close_fd`, the descriptor.
+class Region {
+ public:
+  static constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+  /// A new zero-filled region of `bytes`, sealed and mapped.
+  /// @throws ConfigurationError (operation "shared memory") when the system refuses.
+  static Region create(std::size_t bytes, int rank) {
+    const int fd = ::memfd_create("strata-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) fail(rank, "memfd_create", errno);
+    Region region(fd);
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) fail(rank, "ftruncate", errno);
+    if (::fcntl(fd, F_ADD_SEALS, kSeals) != 0) fail(rank, "sealing the memfd", errno);
+    region.map(bytes, rank);
+    return region;
+  }
+
+  /// Maps a region a peer created and handed over, after checking that it is a memfd of
+  /// exactly `bytes` sealed as `create` seals. Takes `fd` over, also when it throws.
+  /// @throws PeerFailureError naming `owner` when the descriptor is not such a region.
+  static Region adopt(int fd, std::size_t bytes, int rank, int owner) {
+    Region region(fd);
+    struct stat status {};
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode) || seals < 0 ||
+        (static_cast<unsigned>(seals) & kSeals) != kSeals ||
+        static_cast<std::size_t>(status.st_size) != bytes)
+      throw PeerFailureError(
+          rank, "shared memory",
+          RootCause{owner, fmt::format("rank {} handed over a region that is not a sealed memfd "
+                                       "of {} bytes",
+                                       owner, bytes)},
+          "every rank of a host must run the same strata version and options");
+    region.map(bytes, rank);
+    return region;
+  }
+
+  Region(Region&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)),
+        data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
+  Region& operator=(Region&& other) noexcept {
+    if (this != &other) {
+      release();
+      fd_ = std::exchange(other.fd_, -1);
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+  ~Region() { release(); }
+
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return bytes_; }
+  int fd() const noexcept { return fd_; }
+  /// The mapping keeps the memory alive: once every peer holds its own, the descriptor can go.
+  void close_fd() noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  explicit Region(int fd) noexcept : fd_(fd) {}
+
+  void map(std::size_t bytes, int rank) {
+    void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (data == MAP_FAILED) fail(rank, "mmap", errno);
+    data_ = static_cast<std::byte*>(data);
+    bytes_ = bytes;
+  }
+
+  void release() noexcept {
+    if (data_ != nullptr) ::munmap(data_, bytes_);
+    close_fd();
+    data_ = nullptr;
+  }
+
+  [[noreturn]] static void fail(int rank, std::string_view what, int error) {
+    throw ConfigurationError(rank, "shared memory",
+                             fmt::format("{} failed: {}", what, std::strerror(error)),
+                             "allow memfd_create and mmap (seccomp, memory limits), or turn "
+                             "shared memory off (TcpOptions::shared_memory = false)");
+  }
+
+  int fd_ = -1;
+  std::byte* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/region.hpp ----
+
+namespace strata::transport::shm {
+
+static_assert(std::endian::native == std::endian::little,
+              "the futex word is the low half of a step counter");
+
+/// Where everything lives in a region of `size` ranks with staging buffers of `slot_bytes`.
+struct Layout {
+  /// Per rank and parity: what a call small enough moves in one step (latency-bound sizes).
+  static constexpr std::size_t kSmallBytes = std::size_t{16} << 10;
+  static constexpr std::size_t kHeaderBytes = 4096;
+  static constexpr std::uint64_t kMagic = 0x6d68732d61746173;  // "satas-shm", a version
+  // Offsets inside a rank's block: each counter on a cache line of its own.
+  static constexpr std::size_t kStep = 0;
+  static constexpr std::size_t kSleepers = 64;
+  static constexpr std::size_t kDescriptors = 128;  // two of kDescriptorBytes
+  static constexpr std::size_t kDescriptorBytes = 64;
+  static constexpr std::size_t kSmall = 256;  // two of kSmallBytes
+
+  int size = 1;
+  std::size_t slot_bytes = 0;  // a multiple of 64
+
+  std::size_t chunks_offset() const noexcept { return kSmall + 2 * kSmallBytes; }
+  std::size_t block_bytes() const noexcept {
+    return (chunks_offset() + 2 * slot_bytes + 4095) / 4096 * 4096;
+  }
+  std::size_t total_bytes() const noexcept {
+    return kHeaderBytes + static_cast<std::size_t>(size) * block_bytes();
+  }
+};
+
+/// One rank's view of the region. One thread at a time drives a rank; `fail` is safe from any.
+class Group {
+ public:
+  Group(Region region, Layout layout, int rank, bool spin)
+      : region_(std::move(region)), layout_(layout), rank_(rank) {
+    if (!spin) spin_.spins = 0;
+  }
+
+  /// Writes the header a region's creator writes before handing it over.
+  static void initialize(const Region& region, const Layout& layout) noexcept {
+    std::byte* header = region.data();
+    const std::uint64_t magic = Layout::kMagic;
+    const auto size = static_cast<std::uint64_t>(layout.size);
+    const auto slot = static_cast<std::uint64_t>(layout.slot_bytes);
+    std::memcpy(header, &magic, 8);
+    std::memcpy(header + 8, &size, 8);
+    std::memcpy(header + 16, &slot, 8);
+  }
+
+  /// Whether an adopted region's header says what this rank expects.
+  static bool describes(const Region& region, const Layout& layout) noexcept {
+    std::uint64_t fields[3];
+    std::memcpy(fields, region.data(), sizeof fields);
+    return fields[0] == Layout::kMagic && fields[1] == static_cast<std::uint64_t>(layout.size) &&
+           fields[2] == static_cast<std::uint64_t>(layout.slot_bytes);
+  }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return layout_.size; }
+  std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
+
+  /// Rank `r`'s staging buffer of `parity` for calls that fit kSmallBytes.
+  std::byte* small(int r, std::uint64_t parity) const noexcept {
+    return block(r) + Layout::kSmall + (parity & 1u) * Layout::kSmallBytes;
+  }
+  /// Rank `r`'s staging buffer of `parity` for chunks of `slot_bytes`.
+  std::byte* chunk(int r, std::uint64_t parity) const noexcept {
+    return block(r) + layout_.chunks_offset() + (parity & 1u) * layout_.slot_bytes;
+  }
+
+  /// The step this rank published last; every rank's first is 1.
+  std::uint64_t step() const noexcept { return step_; }
+  /// Numbers the chunks of every call, so consecutive chunks alternate staging buffers.
+  std::uint64_t next_chunk() noexcept { return chunks_++; }
+
+  /// Publishes the next step: what this rank wrote before is visible to a peer that saw it.
+  void publish() noexcept {
+    ++step_;
+    counter(rank_, Layout::kStep).store(step_, std::memory_order_seq_cst);
+    // seq_cst on both sides: a sleeper either sees the new step or is counted here.
+    if (sleepers(rank_).load(std::memory_order_seq_cst) != 0) wake(rank_);
+  }
+
+  /// Waits until `peer` has published `step`. `watch(rank)` runs between sleeping slices, with
+  /// the peer's rank in the whole group (group_rank), and throws to end the wait (a dead peer, the
+  /// deadline); `watch.group_failed()` is called, and must throw, once any rank has failed the
+  /// group.
+  template <class Watch>
+  void wait_for(int peer, std::uint64_t step, Watch& watch) {
+    auto awaited = counter(peer, Layout::kStep);
+    auto ready = [&] { return awaited.load(std::memory_order_acquire) >= step || failed(); };
+    if (!spin_.poll(ready)) {
+      auto sleeping = sleepers(peer);
+      for (;;) {
+        sleeping.fetch_add(1, std::memory_order_seq_cst);
+        const std::uint64_t seen = awaited.load(std::memory_order_seq_cst);
+        if (seen < step && !failed()) sleep(peer, seen);
+        sleeping.fetch_sub(1, std::memory_order_relaxed);
+        if (ready()) break;
+        watch(group_rank(peer));
+      }
+    }
+    if (failed()) watch.group_failed();
+  }
+
+  /// Waits until every peer has published `step`.
+  template <class Watch>
+  void wait_all(std::uint64_t step, Watch& watch) {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank_) wait_for(peer, step, watch);
+  }
+
+  /// What a rank posts for a call: the call on the region, and the call its user made (the
+  /// same, unless the region runs one stage of a collective across hosts).
+  struct Posted {
+    CollectiveCall call;
+    CollectiveCall user;
+  };
+
+  /// Posts this rank's calls into the descriptor slot of call number `call_number`, before the
+  /// step that publishes them.
+  void post(const CollectiveCall& call, const CollectiveCall& user,
+            std::uint64_t call_number) noexcept {
+    std::byte* out = descriptor(rank_, call_number);
+    std::memset(out, 0, Layout::kDescriptorBytes);
+    encode(call, out);
+    encode(user, out + 16);
+  }
+
+  /// What rank `r` posted as call number `call_number`, or nullopt for bytes that name no call
+  /// (a peer's memory is not trusted to hold valid enumerators).
+  std::optional<Posted> posted(int r, std::uint64_t call_number) const noexcept {
+    const std::byte* in = descriptor(r, call_number);
+    auto call = decode(in);
+    auto user = decode(in + 16);
+    if (!call || !user) return std::nullopt;
+    return Posted{*call, *user};
+  }
+
+  /// The rank of the whole group that local rank `r` is, for messages.
+  int group_rank(int r) const noexcept {
+    return group_ranks_.empty() ? r : group_ranks_[static_cast<std::size_t>(r)];
+  }
+  /// Names the ranks of the region by their ranks in a group that spans hosts.
+  void name_ranks(std::vector<int> group_ranks) { group_ranks_ = std::move(group_ranks); }
+
+  bool failed() const noexcept { return header_word(64).load(std::memory_order_acquire) != 0; }
+  /// Marks the region failed and wakes every sleeper of every rank.
+  void fail() noexcept {
+    header_word(64).store(1, std::memory_order_seq_cst);
+    for (int r = 0; r < size(); ++r)
+      wake(r);
+  }
+
+ private:
+  static void encode(const CollectiveCall& call, std::byte* out) noexcept {
+    out[0] = static_cast<std::byte>(call.kind);
+    out[1] = static_cast<std::byte>(call.type);
+    out[2] = static_cast<std::byte>(call.op);
+    const auto root = static_cast<std::int32_t>(call.root);
+    const auto count = static_cast<std::uint64_t>(call.count);
+    std::memcpy(out + 4, &root, 4);
+    std::memcpy(out + 8, &count, 8);
+  }
+
+  static std::optional<CollectiveCall> decode(const std::byte* in) noexcept {
+    const auto kind = static_cast<unsigned>(in[0]);
+    const auto type = static_cast<unsigned>(in[1]);
+    const auto op = static_cast<unsigned>(in[2]);
+    if (kind > static_cast<unsigned>(Collective::barrier) ||
+        type > static_cast<unsigned>(DataType::float64) ||
+        op > static_cast<unsigned>(ReduceOp::mean))
+      return std::nullopt;
+    CollectiveCall call;
+    call.kind = static_cast<Collective>(kind);
+    call.type = static_cast<DataType>(type);
+    call.op = static_cast<ReduceOp>(op);
+    std::int32_t root = 0;
+    std::uint64_t count = 0;
+    std::memcpy(&root, in + 4, 4);
+    std::memcpy(&count, in + 8, 8);
+    call.root = root;
+    call.count = static_cast<std::size_t>(count);
+    return call;
+  }
+
+  std::byte* block(int r) const noexcept {
+    return region_.data() + Layout::kHeaderBytes +
+           static_cast<std::size_t>(r) * layout_.block_bytes();
+  }
+  std::byte* descriptor(int r, std::uint64_t call_number) const noexcept {
+    return block(r) + Layout::kDescriptors + (call_number & 1u) * Layout::kDescriptorBytes;
+  }
+  std::atomic_ref<std::uint64_t> counter(int r, std::size_t offset) const noexcept {
+    return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(block(r) + offset));
+  }
+  std::atomic_ref<std::uint32_t> sleepers(int r) const noexcept {
+    return std::atomic_ref<std::uint32_t>(
+        *reinterpret_cast<std::uint32_t*>(block(r) + Layout::kSleepers));
+  }
+  std::atomic_ref<std::uint32_t> header_word(std::size_t offset) const noexcept {
+    return std::atomic_ref<std::uint32_t>(
+        *reinterpret_cast<std::uint32_t*>(region_.data() + offset));
+  }
+  std::uint32_t* futex_word(int r) const noexcept {
+    return reinterpret_cast<std::uint32_t*>(block(r) + Layout::kStep);
+  }
+
+  // Sleeps until rank `r`'s step changes from `seen`, a slice at most.
+  void sleep(int r, std::uint64_t seen) const noexcept {
+    timespec slice{0, static_cast<long>(kSleepSlice.count())};
+    ::syscall(SYS_futex, futex_word(r), FUTEX_WAIT, static_cast<std::uint32_t>(seen), &slice,
+              nullptr, 0);
+  }
+  void wake(int r) const noexcept {
+    ::syscall(SYS_futex, futex_word(r), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+
+ public:
+  /// The longest a waiter sleeps before it looks at its peers again: how long a dead peer can
+  /// go unnoticed.
+  static constexpr std::chrono::nanoseconds kSleepSlice = std::chrono::milliseconds(5);
+
+ private:
+  Region region_;
+  Layout layout_;
+  int rank_;
+  strata::detail::SpinPolicy spin_{};
+  std::uint64_t step_ = 0;
+  std::uint64_t chunks_ = 0;
+  std::vector<int> group_ranks_;
+};
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/group.hpp ----
+
+namespace strata::transport::shm {
+
+namespace detail {
+
+inline void copy_bytes(void* to, const void* from, std::size_t bytes) noexcept {
+  if (bytes != 0 && to != from) std::memcpy(to, from, bytes);
+}
+
+inline const std::byte* bytes_of(const void* p) noexcept {
+  return static_cast<const std::byte*>(p);
+}
+inline std::byte* bytes_of(void* p) noexcept {
+  return static_cast<std::byte*>(p);
+}
+
+/// What each rank stages of `call` in all: its contribution.
+inline std::size_t contribution_bytes(const CollectiveCall& call, int size) noexcept {
+  const std::size_t bytes = call.count * size_of(call.type);
+  if (call.kind == Collective::reduce_scatter) return bytes * static_cast<std::size_t>(size);
+  return call.kind == Collective::barrier ? 0 : bytes;
+}
+
+/// Raises MismatchError unless every rank posted the same calls. Every rank compares the same
+/// descriptors, so all raise or none does.
+inline void check_agreement(const Group& group, const CollectiveCall& user, std::uint64_t number) {
+  using Posted = Group::Posted;
+  const std::optional<Posted> first = group.posted(0, number);
+  for (int r = 1; r < group.size(); ++r) {
+    const std::optional<Posted> other = group.posted(r, number);
+    if (first && other && agrees(first->call, other->call) && agrees(first->user, other->user))
+      continue;
+    auto text = [](const std::optional<Posted>& posted) {
+      return posted ? describe(posted->user) : std::string("a call this version does not know");
+    };
+    throw MismatchError(
+        group.group_rank(group.rank()), to_string(user.kind),
+        fmt::format("ranks disagree: rank {} called {} but rank {} called {}", group.group_rank(0),
+                    text(first), group.group_rank(r), text(other)));
+  }
+}
+
+/// The call's first step: posts the descriptors with what was staged, waits for every rank,
+/// compares.
+template <class Watch>
+void open_call(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+               std::uint64_t number, Watch& watch) {
+  group.post(call, user, number);
+  group.publish();
+  group.wait_all(group.step(), watch);
+  check_agreement(group, user, number);
+}
+
+/// Publishes what this rank staged of a chunk and waits for every rank's: the call's first
+/// chunk opens the call (its descriptors are compared).
+template <class Watch>
+void exchange_chunk(Group& group, bool first, const CollectiveCall& call,
+                    const CollectiveCall& user, std::uint64_t number, Watch& watch) {
+  if (first) {
+    open_call(group, call, user, number, watch);
+    return;
+  }
+  group.publish();
+  group.wait_all(group.step(), watch);
+}
+
+template <class Watch>
+void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+               std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t bytes = call.count * size_of(call.type);
+  const std::uint64_t parity = group.step() + 1;  // the step that publishes what is staged
+  std::byte* staged = group.small(r, parity);
+  const bool stages =
+      call.kind != Collective::barrier && (call.kind != Collective::broadcast || r == call.root);
+  if (stages) copy_bytes(staged, call.send, contribution_bytes(call, n));
+  open_call(group, call, user, number, watch);
+  if (bytes == 0) return;
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  switch (call.kind) {
+    case Collective::reduce:
+      if (r != call.root) return;
+      [[fallthrough]];
+    case Collective::all_reduce:
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] = group.small(q, parity);
+      kernels_of(call).reduce_n(call.recv, inputs.data(), inputs.size(), call.count, call.op);
+      return;
+    case Collective::reduce_scatter:
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] =
+            group.small(q, parity) + static_cast<std::size_t>(r) * bytes;
+      kernels_of(call).reduce_n(call.recv, inputs.data(), inputs.size(), call.count, call.op);
+      return;
+    case Collective::broadcast:
+      copy_bytes(call.recv, r == call.root ? call.send : group.small(call.root, parity), bytes);
+      return;
+    case Collective::all_gather:
+      for (int q = 0; q < n; ++q)
+        copy_bytes(bytes_of(call.recv) + static_cast<std::size_t>(q) * bytes,
+                   q == r ? call.send : group.small(q, parity), bytes);
+      return;
+    case Collective::barrier:
+      return;
+  }
+}
+
+// all_reduce and reduce, chunk by chunk (see the file comment).
+template <class Watch>
+void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                   std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  const bool all = call.kind == Collective::all_reduce;
+  const bool copies_out = all || r == call.root;
+  const std::byte* in = bytes_of(call.send);
+  std::byte* out = bytes_of(call.recv);
+  const ReduceKernels& kernels = kernels_of(call);
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t m = std::min(per_chunk, call.count - base);
+    const std::uint64_t parity = group.next_chunk();
+    std::byte* own_slot = group.chunk(r, parity);
+    auto slice = [&](int q) { return strata::detail::slice_of(m, element, n, q); };
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const auto s = slice(q);
+      copy_bytes(own_slot + s.begin * element, in + (base + s.begin) * element, s.size() * element);
+    }
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    const auto own = slice(r);
+    if (own.size() != 0) {
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] = q == r ? in + (base + own.begin) * element
+                                                     : group.chunk(q, parity) + own.begin * element;
+      std::byte* staged = own_slot + own.begin * element;
+      std::byte* target = copies_out ? out + (base + own.begin) * element : staged;
+      kernels.reduce_n(target, inputs.data(), inputs.size(), own.size(), call.op);
+      if (all) copy_bytes(staged, target, own.size() * element);  // a reduce's root reads no slot
+    }
+    group.publish();
+    if (!copies_out) continue;
+    group.wait_all(group.step(), watch);
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const auto s = slice(q);
+      copy_bytes(out + (base + s.begin) * element, group.chunk(q, parity) + s.begin * element,
+                 s.size() * element);
+    }
+  }
+}
+
+template <class Watch>
+void run_broadcast(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                   std::uint64_t number, Watch& watch) {
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t bytes = std::min(per_chunk, call.count - base) * element;
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    if (r == call.root) copy_bytes(group.chunk(r, parity), bytes_of(call.send) + offset, bytes);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    copy_bytes(bytes_of(call.recv) + offset,
+               r == call.root ? bytes_of(call.send) + offset : group.chunk(call.root, parity),
+               bytes);
+  }
+}
+
+template <class Watch>
+void run_all_gather(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                    std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  const std::size_t block = call.count * element;
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t bytes = std::min(per_chunk, call.count - base) * element;
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    copy_bytes(group.chunk(r, parity), bytes_of(call.send) + offset, bytes);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    for (int q = 0; q < n; ++q)
+      copy_bytes(bytes_of(call.recv) + static_cast<std::size_t>(q) * block + offset,
+                 q == r ? bytes_of(call.send) + offset : group.chunk(q, parity), bytes);
+  }
+}
+
+template <class Watch>
+void run_reduce_scatter(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                        std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  // The slot holds one piece of every rank's block.
+  const std::size_t per_piece = group.slot_bytes() / (static_cast<std::size_t>(n) * element);
+  const std::size_t piece_bytes = per_piece * element;
+  const std::size_t block = call.count * element;
+  const std::byte* in = bytes_of(call.send);
+  const ReduceKernels& kernels = kernels_of(call);
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  for (std::size_t base = 0; base < call.count; base += per_piece) {
+    const std::size_t m = std::min(per_piece, call.count - base);
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    std::byte* own_slot = group.chunk(r, parity);
+    for (int q = 0; q < n; ++q)
+      if (q != r)
+        copy_bytes(own_slot + static_cast<std::size_t>(q) * piece_bytes,
+                   in + static_cast<std::size_t>(q) * block + offset, m * element);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    for (int q = 0; q < n; ++q)
+      inputs[static_cast<std::size_t>(q)] =
+          q == r ? in + static_cast<std::size_t>(r) * block + offset
+                 : group.chunk(q, parity) + static_cast<std::size_t>(r) * piece_bytes;
+    kernels.reduce_n(bytes_of(call.recv) + offset, inputs.data(), inputs.size(), m, call.op);
+  }
+}
+
+}  // namespace detail
+
+/// Runs `call` on this rank of `group`; `number` is the call's number, equal on every rank.
+/// `watch` looks at the peers and the deadline while the call waits (Group::wait_for). `user`:
+/// the call the user made, of which `call` is a stage, compared across ranks with it.
+/// @throws MismatchError when the ranks posted different calls; what `watch` throws.
+template <class Watch>
+void run(Group& group, const CollectiveCall& call, const CollectiveCall& user, std::uint64_t number,
+         Watch& watch) {
+  if (detail::contribution_bytes(call, group.size()) <= Layout::kSmallBytes) {
+    detail::run_small(group, call, user, number, watch);
+    return;
+  }
+  switch (call.kind) {
+    case Collective::all_reduce:
+    case Collective::reduce:
+      detail::run_reduction(group, call, user, number, watch);
+      return;
+    case Collective::broadcast:
+      detail::run_broadcast(group, call, user, number, watch);
+      return;
+    case Collective::all_gather:
+      detail::run_all_gather(group, call, user, number, watch);
+      return;
+    case Collective::reduce_scatter:
+      detail::run_reduce_scatter(group, call, user, number, watch);
+      return;
+    case Collective::barrier:  // contributes nothing: small
+      return;
+  }
+}
+
+/// Runs `call` as the user made it.
+template <class Watch>
+void run(Group& group, const CollectiveCall& call, std::uint64_t number, Watch& watch) {
+  run(group, call, call, number, watch);
+}
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/collectives.hpp ----
+// ---- begin strata/transport/shm/handover.hpp ----
+// strata/transport/shm/handover.hpp — passing the region's descriptor to the co-located ranks.
+//
+// A descriptor crosses processes only over a Unix socket (SCM_RIGHTS). The owner listens on an
+// abstract address (no file to leave behind; scoped to the network namespace, which the ranks
+// share) whose random name, with a random secret, it sends its peers over their authenticated
+// TCP connections. A peer connects and proves it holds the secret before it is given the
+// descriptor: a process that finds the address without the TCP connection gets nothing.
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+
+namespace strata::transport::shm {
+
+/// What the owner tells its peers over TCP: the abstract address and the secret.
+struct HandoverTicket {
+  static constexpr std::size_t kNameBytes = 24;
+  static constexpr std::size_t kSecretBytes = 16;
+  std::array<std::byte, kNameBytes> name{};
+  std::array<std::byte, kSecretBytes> secret{};
+};
+
+namespace detail {
+
+inline void fill_random(std::span<std::byte> bytes, int rank) {
+  std::size_t filled = 0;
+  while (filled < bytes.size()) {
+    const auto n = ::getrandom(bytes.data() + filled, bytes.size() - filled, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw ConfigurationError(rank, "shared memory",
+                               fmt::format("getrandom failed: {}", std::strerror(errno)),
+                               "turn shared memory off (TcpOptions::shared_memory = false)");
+    filled += static_cast<std::size_t>(n);
+  }
+}
+
+// "\0strata-shm-" and the name in hex: an abstract address.
+inline std::pair<sockaddr_un, socklen_t> abstract_address(const HandoverTicket& ticket) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::string text = "strata-shm-";
+  for (std::byte b : ticket.name)
+    text += fmt::format("{:02x}", static_cast<unsigned>(b));
+  std::memcpy(address.sun_path + 1, text.data(), text.size());
+  return {address, static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + text.size())};
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) noexcept : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// Waits until `fd` has `events`, the deadline at most; false at the deadline.
+inline bool wait_for(int fd, short events, const Deadline& deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline.time_point() - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd poll_fd{fd, events, 0};
+    const int ready =
+        ::poll(&poll_fd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (ready > 0) return true;
+    if (ready < 0 && errno != EINTR) return false;
+  }
+}
+
+// One byte and room for one descriptor: the message that carries the region.
+struct DescriptorMessage {
+  char byte = 's';
+  iovec part{&byte, 1};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
+  msghdr header{};
+  DescriptorMessage() noexcept {
+    header.msg_iov = &part;
+    header.msg_iovlen = 1;
+    header.msg_control = control.data();
+    header.msg_controllen = control.size();
+  }
+  DescriptorMessage(const DescriptorMessage&) = delete;
+  DescriptorMessage& operator=(const DescriptorMessage&) = delete;
+};
+
+[[noreturn]] inline void handover_failed(int rank, std::string_view what) {
+  throw ConfigurationError(rank, "shared memory", fmt::format("handing over the region: {}", what),
+                           "turn shared memory off (TcpOptions::shared_memory = false) if the "
+                           "ranks of this host cannot reach each other over Unix sockets");
+}
+
+}  // namespace detail
+
+/// The owner's side: listens from construction; `serve` hands the descriptor to `peers`
+/// connections that present the secret.
+class HandoverServer {
+ public:
+  explicit HandoverServer(int rank) : rank_(rank) {
+    detail::fill_random(ticket_.name, rank);
+    detail::fill_random(ticket_.secret, rank);
+    socket_ = detail::Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (socket_.get() < 0) detail::handover_failed(rank, std::strerror(errno));
+    const auto [address, length] = detail::abstract_address(ticket_);
+    if (::bind(socket_.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+        ::listen(socket_.get(), 128) != 0)
+      detail::handover_failed(rank, std::strerror(errno));
+  }
+
+  const HandoverTicket& ticket() const noexcept { return ticket_; }
+
+  /// Hands `fd` to `peers` connections that present the secret, by the deadline. Connections
+  /// without it are closed and do not count.
+  /// @throws ConfigurationError when the peers did not all come by the deadline.
+  void serve(int fd, int peers, const Deadline& deadline) {
+    int served = 0;
+    while (served < peers) {
+      if (!detail::wait_for(socket_.get(), POLLIN, deadline))
+        detail::handover_failed(rank_, fmt::format("{} of {} co-located ranks did not collect it",
+                                                   peers - served, peers));
+      detail::Fd peer(::accept4(socket_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (peer.get() < 0) continue;
+      std::array<std::byte, HandoverTicket::kSecretBytes> secret{};
+      std::size_t got = 0;
+      while (got < secret.size() && detail::wait_for(peer.get(), POLLIN, deadline)) {
+        const auto n = ::recv(peer.get(), secret.data() + got, secret.size() - got, MSG_DONTWAIT);
+        if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) break;
+        if (n > 0) got += static_cast<std::size_t>(n);
+      }
+      if (got != secret.size() || secret != ticket_.secret) continue;
+      detail::DescriptorMessage message;
+      cmsghdr* header = CMSG_FIRSTHDR(&message.header);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+      if (::sendmsg(peer.get(), &message.header, MSG_NOSIGNAL) == 1) ++served;
+    }
+  }
+
+ private:
+  int rank_;
+  HandoverTicket ticket_;
+  detail::Fd socket_;
+};
+
+/// A peer's side: collects the descriptor the ticket's owner hands over.
+/// @throws ConfigurationError when it cannot be collected by the deadline.
+inline int collect_handover(const HandoverTicket& ticket, int rank, const Deadline& deadline) {
+  detail::Fd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (socket.get() < 0) detail::handover_failed(rank, std::strerror(errno));
+  const auto [address, length] = detail::abstract_address(ticket);
+  if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN)
+      detail::handover_failed(rank, fmt::format("connect: {}", std::strerror(errno)));
+    if (!detail::wait_for(socket.get(), POLLOUT, deadline))
+      detail::handover_failed(rank, "the owner did not accept by the deadline");
+  }
+  if (::send(socket.get(), ticket.secret.data(), ticket.secret.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(ticket.secret.size()))
+    detail::handover_failed(rank, fmt::format("send: {}", std::strerror(errno)));
+  if (!detail::wait_for(socket.get(), POLLIN, deadline))
+    detail::handover_failed(rank, "the owner did not answer by the deadline");
+  detail::DescriptorMessage message;
+  if (::recvmsg(socket.get(), &message.header, MSG_CMSG_CLOEXEC) != 1)
+    detail::handover_failed(rank, "the owner closed without handing it over");
+  const cmsghdr* header = CMSG_FIRSTHDR(&message.header);
+  if (header == nullptr || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
+      header->cmsg_len != CMSG_LEN(sizeof(int)))
+    detail::handover_failed(rank, "the owner's answer carries no descriptor");
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+  return fd;
+}
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/handover.hpp ----
+// ---- begin strata/transport/shm/host.hpp ----
+// strata/transport/shm/host.hpp — which ranks can share memory: one boot, one network namespace.
+//
+// The boot id tells one running kernel from another (a host, a VM, a rebooted host); the
+// network namespace tells containers apart that share a kernel but not an abstract Unix socket
+// namespace, over which the region is handed over (handover.hpp).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <sys/stat.h>
+
+// ---- begin strata/core/detail/little_endian.hpp ----
+// strata/core/detail/little_endian.hpp — integers as little-endian bytes, whatever the host's
+// order: every strata wire format (frames, handshakes, parameter-server payloads) uses it.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::detail {
+
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/little_endian.hpp ----
+
+namespace strata::transport::shm {
+
+/// This process's host, as ranks compare it: 64 bytes, all zero when unknown (never shared).
+struct HostIdentity {
+  static constexpr std::size_t kBytes = 64;
+  std::array<std::byte, kBytes> bytes{};
+
+  bool known() const noexcept { return bytes != std::array<std::byte, kBytes>{}; }
+  friend bool operator==(const HostIdentity&, const HostIdentity&) = default;
+};
+
+/// The identity of the host this process runs on: boot id, then the network namespace's
+/// device and inode numbers.
+inline HostIdentity this_host() {
+  HostIdentity identity;
+  std::string boot_id;
+  std::ifstream file("/proc/sys/kernel/random/boot_id");
+  struct stat netns {};
+  if (!std::getline(file, boot_id) || boot_id.size() < 32 || boot_id.size() > 40 ||
+      ::stat("/proc/self/ns/net", &netns) != 0)
+    return identity;
+  std::memcpy(identity.bytes.data(), boot_id.data(), boot_id.size());
+  strata::detail::store_le<std::uint64_t>(identity.bytes.data() + 40,
+                                          static_cast<std::uint64_t>(netns.st_dev));
+  strata::detail::store_le<std::uint64_t>(identity.bytes.data() + 48,
+                                          static_cast<std::uint64_t>(netns.st_ino));
+  return identity;
+}
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/host.hpp ----
+// ---- begin strata/transport/tcp/control.hpp ----
+// strata/transport/tcp/control.hpp — one call's side of the control connections: what the
+// peers say while the call runs, and the call's failures explained.
+//
+// While it waits, a call watches every peer's control connection (connection 0): an abort
+// message, a closed connection (a killed process) or the deadline ends the call on every rank
+// within milliseconds, with the error type of the rank that failed first. The same connections
+// carry the releases of lent pages (lending.hpp), counted here per peer, and, at the deadline,
+// the question "are you alive?" whose silent peers the TimeoutError names.
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <fmt/format.h>
 
@@ -7252,86 +8252,6 @@ std::string join(const Range& range, std::string_view separator) {
 
 }  // namespace strata::detail
 // ---- end strata/core/detail/join.hpp ----
-// ---- begin strata/transport/tcp/connector.hpp ----
-// strata/transport/tcp/connector.hpp — the connecting side of forming a mesh: connecting to
-// the peers of lower ranks, with retries, and the connector's half of the handshake
-// (handshake.hpp).
-//
-// Ranks start in any order: a connect that fails, or a handshake that breaks off, is retried
-// with exponential backoff and jitter until the deadline. A peer that refuses this rank for a
-// reason that retrying cannot fix (other cluster, world size, tunables, cluster token) fails
-// the forming with a ConfigurationError naming the peer and the reason.
-
-#include <algorithm>
-#include <array>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <exception>
-#include <map>
-#include <memory>
-#include <random>
-#include <span>
-#include <string>
-#include <string_view>
-#include <system_error>
-#include <utility>
-#include <vector>
-
-#include <fmt/format.h>
-#include <asio/connect.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/read.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/write.hpp>
-
-// ---- begin strata/transport/tcp/handshake.hpp ----
-// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
-//
-// The rank with the higher number connects; the lower one accepts. The acceptor says nothing
-// until it has checked what the connector sent, so a probe learns nothing it did not bring:
-//
-//   connector → acceptor   Hello_c  (its rank, world size, cluster fingerprint, tunables,
-//                                    incarnation, connection index, nonce_c)
-//   With a cluster token (STRATA_CLUSTER_TOKEN) on the acceptor, the token is proven first:
-//   acceptor → connector   Status challenge + nonce_a (32 random bytes)
-//   connector → acceptor   MAC_c = HMAC(token, "strata-connect" ‖ Hello_c ‖ nonce_a)
-//   Then, or at once without a token:
-//   acceptor → connector   Status: accepted + Hello_a (+ MAC_a with a token), or why not
-//   connector → acceptor   Status: accepted, or why the connector refuses the acceptor
-//
-// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
-// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
-// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. A Status
-// is one byte (HandshakeStatus); after a refusal the acceptor closes the connection.
-// MAC_a = HMAC(token, "strata-accept" ‖ Hello_c ‖ Hello_a), and Hello_a carries nonce_a.
-//
-// Before the challenge the acceptor answers only the protocol version and whether both sides
-// hold a token; after it (or without a token) it checks the cluster fingerprint (a hash of the
-// cluster spec: ranks given different clusters never pair up), world size, rank and tunables
-// (chunk size, connections per peer, algorithm choice: ranks that would cut messages
-// differently are refused up front), and the connector checks the same of the acceptor's
-// Hello. The nonces make both MACs fresh, so a recorded handshake cannot be replayed, and the
-// token itself never crosses the wire.
-//
-// Once a rank holds every connection of its mesh it sends kMeshReady on each control
-// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
-// pending_mesh.hpp).
-
-#include <array>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <string>
-#include <string_view>
-
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
-
 // ---- begin strata/transport/tcp/frame.hpp ----
 // strata/transport/tcp/frame.hpp — the header in front of every message between two ranks.
 //
@@ -7367,31 +8287,6 @@ std::string join(const Range& range, std::string_view separator) {
 #include <string_view>
 #include <system_error>
 
-// ---- begin strata/core/detail/little_endian.hpp ----
-// strata/core/detail/little_endian.hpp — integers as little-endian bytes, whatever the host's
-// order: every strata wire format (frames, handshakes, parameter-server payloads) uses it.
-
-#include <cstddef>
-#include <cstdint>
-
-namespace strata::detail {
-
-template <class U>
-constexpr void store_le(std::byte* out, U value) noexcept {
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
-}
-
-template <class U>
-constexpr U load_le(const std::byte* in) noexcept {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return static_cast<U>(value);
-}
-
-}  // namespace strata::detail
-// ---- end strata/core/detail/little_endian.hpp ----
 
 namespace strata::transport::tcp {
 
@@ -7572,6 +8467,907 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/frame.hpp ----
+// ---- begin strata/transport/tcp/group.hpp ----
+// strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
+// mesh, its tunables, its first failure, and what each peer said on its control connection.
+//
+// A failure anywhere fails the whole group: the first one is remembered and rethrown by every
+// later call, every peer is told why (an abort frame on the control connection, which is always
+// at a message boundary), and every connection is shut down so that peers blocked on this rank
+// wake at once. fail() may be called from any thread; it wakes a call waiting in poll(2)
+// through an eventfd.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+// ---- begin strata/transport/tcp/lending.hpp ----
+// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
+// copying them.
+//
+// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
+// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
+// memory), not twice. That pays when the data streams from memory (TcpOptions::
+// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
+// reads straight out of the sender's memory:
+//   - the receiver tells the sender, on the control connection, each time it has read a lent
+//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
+//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
+//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
+//     read everything;
+//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
+//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
+//     or after the peer sent something that it could only send after reading it (the ring's
+//     all-gather brings a chunk back once the peer has reduced what this rank lent);
+//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
+//     a receiver that read lent pages checks, before it returns, whether its lender said it
+//     failed in this call (within one host the abort arrives before the lender returns; across
+//     hosts, after the grace period, it may still be on its way).
+// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
+// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+
+namespace strata::transport::tcp {
+
+/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
+/// cost less to copy than to pin page by page.
+inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
+/// How much of its memory a rank lends one peer before that peer has read it.
+inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
+
+/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
+/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
+/// overwrites what the send read, which the peer may not have read yet.
+inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
+                                        std::span<const RecvStep> recvs,
+                                        std::size_t lend_from_bytes) {
+  std::vector<char> lend(sends.size(), 0);
+  std::size_t send_bytes = 0;
+  for (const SendStep& step : sends)
+    send_bytes += step.bytes;
+  if (send_bytes >= lend_from_bytes)
+    for (std::size_t i = 0; i < sends.size(); ++i)
+      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
+  for (const RecvStep& step : recvs)
+    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
+  return lend;
+}
+
+/// Carries lent payloads from this rank's memory into one data connection.
+struct Pipe {
+  int read = -1;
+  int write = -1;
+  std::size_t capacity = 0;
+};
+
+/// The pipes of a group, one per (peer, data connection), made on first use and kept across
+/// calls.
+class Pipes {
+ public:
+  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
+  Pipes(const Pipes&) = delete;
+  Pipes& operator=(const Pipes&) = delete;
+  ~Pipes() {
+    for (const Pipe& pipe : pipes_)
+      if (pipe.read >= 0) {
+        ::close(pipe.read);
+        ::close(pipe.write);
+      }
+  }
+
+  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
+  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
+  Pipe* pipe_for(int peer, int index) {
+    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
+    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
+    if (pipe.read < 0 && !refused_) {
+      int ends[2];
+      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
+        refused_ = true;
+        return nullptr;
+      }
+      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
+      char probe = 0;
+      iovec part{&probe, 1};
+      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
+          ::read(ends[0], &probe, 1) != 1) {
+        ::close(ends[0]);
+        ::close(ends[1]);
+        refused_ = true;
+        return nullptr;
+      }
+      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
+      // pipe memory) and then the default, 64 KiB, does.
+      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
+      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
+    }
+    return pipe.read < 0 ? nullptr : &pipe;
+  }
+
+ private:
+  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
+
+  int size_;
+  int data_connections_;
+  std::vector<Pipe> pipes_;
+  bool refused_ = false;
+};
+
+/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
+/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
+/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
+/// reports the closed connection.
+class SigpipeBlocked {
+ public:
+  SigpipeBlocked() noexcept {
+    sigemptyset(&sigpipe_);
+    sigaddset(&sigpipe_, SIGPIPE);
+    was_pending_ = sigpipe_pending();
+    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
+  }
+  SigpipeBlocked(const SigpipeBlocked&) = delete;
+  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
+  ~SigpipeBlocked() {
+    if (!was_pending_ && sigpipe_pending()) {
+      const timespec now{};
+      ::sigtimedwait(&sigpipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+
+ private:
+  static bool sigpipe_pending() noexcept {
+    sigset_t pending;
+    sigemptyset(&pending);
+    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
+  }
+
+  sigset_t sigpipe_;
+  sigset_t previous_;
+  bool was_pending_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/lending.hpp ----
+// ---- begin strata/transport/tcp/mesh.hpp ----
+// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
+//
+// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
+// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
+// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
+// use it. By the time a Mesh exists every connection has passed its handshake and every socket
+// is non-blocking.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+
+
+namespace strata::transport::tcp {
+
+/// What a rank needs to join its group's mesh.
+struct MeshConfig {
+  int rank = 0;
+  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
+  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
+  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
+  int data_connections = 1;                 ///< K
+  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
+  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
+  bool no_delay = true;                     ///< TCP_NODELAY
+  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
+  /// between hosts (see TcpOptions::congestion_control).
+  std::optional<std::string> congestion_control;
+  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
+  /// -1 to bind one.
+  int listen_fd = -1;
+};
+
+/// The connections of one rank to every other rank of its group.
+class Mesh {
+ public:
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(peers_.size()); }
+  int data_connections() const noexcept { return data_connections_; }
+  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
+  int fd(int peer, int index) const noexcept {
+    return const_cast<asio::ip::tcp::socket&>(
+               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
+        .native_handle();
+  }
+  /// Ranks of the group on this rank's host, this one included: those whose connections run
+  /// over loopback or between two addresses of this host.
+  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
+  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
+  void shutdown_all() noexcept {
+    for (auto& peer : peers_)
+      for (auto& socket : peer) {
+        std::error_code ignored;
+        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      }
+  }
+
+ private:
+  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
+  Mesh(int rank, int size, int data_connections)
+      : rank_(rank), data_connections_(data_connections) {
+    peers_.resize(static_cast<std::size_t>(size));
+  }
+
+  asio::io_context io_;  // declared first: the sockets below are destroyed before it
+  int rank_;
+  int data_connections_;
+  int ranks_on_this_host_ = 1;
+  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/mesh.hpp ----
+
+namespace strata::transport::tcp {
+
+/// The connections of one rank and the state they share across calls: the first failure,
+/// what each peer said on its control connection, the wake-up for abort().
+class Group {
+ public:
+  /// What one peer said on its control connection.
+  struct ControlState {
+    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
+    std::size_t filled = 0;
+    bool closed = false;
+    bool departed = false;  // said goodbye: finished its collectives on purpose
+    bool heard = false;     // answered during the current timeout
+    // In the current call: payload bytes this rank lent the peer, and how many of them the
+    // peer has said it read.
+    std::uint64_t lent_bytes = 0;
+    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
+    std::uint64_t released_bytes = 0;
+  };
+
+  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
+      : mesh_(std::move(mesh)),
+        chunk_bytes_(chunk_bytes),
+        lend_from_bytes_(lend_from_bytes),
+        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
+        peers_(static_cast<std::size_t>(mesh_->size())),
+        pipes_(mesh_->size(), mesh_->data_connections()) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0)
+      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
+                               "raise the process's file descriptor limit");
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() {
+    if (!failed()) say_goodbye();
+    ::close(wake_fd_);
+  }
+
+  int rank() const noexcept { return mesh_->rank(); }
+  int size() const noexcept { return mesh_->size(); }
+  int data_connections() const noexcept { return mesh_->data_connections(); }
+  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
+  /// Calls that send at least this many bytes lend their large messages (TcpOptions).
+  std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
+  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
+  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
+  std::uint64_t next_sequence() noexcept {
+    return sequence_.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// How many calls have begun (the number the next one gets).
+  std::uint64_t calls() const noexcept { return sequence_.load(std::memory_order_relaxed); }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+
+  /// Rethrows the group's first failure, as seen by a later call.
+  [[noreturn]] void raise_failure(std::string_view operation) const {
+    std::lock_guard lock(failure_mutex_);
+    const std::string_view what_to_do =
+        "the group failed in an earlier call: re-create the communicator (every rank) to "
+        "continue";
+    switch (failure_class_) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation, failure_cause_, what_to_do);
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation, failure_cause_, what_to_do);
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation, failure_cause_, what_to_do);
+  }
+
+  /// Fails the group: remembers the first failure, tells every peer its root cause (on the
+  /// control connections, which are always at a message boundary), and shuts every connection
+  /// so that peers blocked on this rank wake at once. Safe from any thread; later calls are
+  /// no-ops.
+  void fail(FailureClass kind, const RootCause& cause) noexcept {
+    try {
+      {
+        std::lock_guard lock(failure_mutex_);
+        if (failed_.load(std::memory_order_relaxed)) return;
+        failure_class_ = kind;
+        failure_cause_ = cause;
+        failed_.store(true, std::memory_order_release);
+      }
+      std::string payload(1 + 4, static_cast<char>(kind));
+      detail::store_le<std::uint32_t>(reinterpret_cast<std::byte*>(payload.data() + 1),
+                                      static_cast<std::uint32_t>(cause.rank));
+      payload.append(std::string_view(cause.what_happened).substr(0, kMaxControlPayload - 5));
+      broadcast_control(FrameType::abort, payload);
+    } catch (...) {  // out of memory for the text: the peers still learn from the shutdown
+      failed_.store(true, std::memory_order_release);
+    }
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
+      for (int index = 1; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  /// Fails the group with `error` as the reason: a strata::Error passes its root cause on, any
+  /// other exception is a failure of this rank.
+  void fail(const std::exception_ptr& error) noexcept {
+    try {
+      std::rethrow_exception(error);
+    } catch (const MismatchError& e) {
+      fail(FailureClass::mismatch, e.root_cause());
+    } catch (const TimeoutError& e) {
+      fail(FailureClass::timeout, e.root_cause());
+    } catch (const Error& e) {
+      fail(FailureClass::peer_failure, e.root_cause());
+    } catch (const std::exception& e) {
+      fail(FailureClass::peer_failure, own_cause(e.what()));
+    } catch (...) {
+      fail(FailureClass::peer_failure, own_cause("an exception that is not a std::exception"));
+    }
+  }
+
+  // ---- for the calls that run on the group (control.hpp, channel.hpp, plan_run.hpp) ----------
+
+  const Mesh& mesh() const noexcept { return *mesh_; }
+  ControlState& peer_state(int peer) noexcept { return peers_[static_cast<std::size_t>(peer)]; }
+  std::span<ControlState> peer_states() noexcept { return peers_; }
+  /// Readable once fail() has run: a call waiting in poll(2) watches it.
+  int wake_fd() const noexcept { return wake_fd_; }
+  /// The pipe that lends to data connection `index` (1..K) of `peer`, or nullptr (lending.hpp).
+  Pipe* pipe_for(int peer, int index) { return pipes_.pipe_for(peer, index); }
+  /// Scratch memory reused across calls; valid until the next call.
+  std::byte* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
+    send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
+  }
+
+  void send_control(int peer, FrameType type, std::string_view payload, std::uint64_t sequence,
+                    std::uint64_t count) noexcept {
+    FrameHeader header;
+    header.type = type;
+    header.sequence = sequence;
+    header.count = count;
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const FrameBytes bytes = encode(header);
+    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
+                      {const_cast<char*>(payload.data()), payload.size()}};
+    msghdr message{};
+    message.msg_iov = parts;
+    message.msg_iovlen = payload.empty() ? 1 : 2;
+    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
+    // If it does not, the peer is not reading, and it learns from the closed connection.
+    std::lock_guard lock(control_mutex_);
+    [[maybe_unused]] auto sent =
+        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  void broadcast_control(FrameType type, std::string_view payload) noexcept {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank()) send_control(peer, type, payload);
+  }
+
+ private:
+  RootCause own_cause(std::string_view what) const {
+    try {
+      return {rank(), fmt::format("rank {} failed: {}", rank(), what)};
+    } catch (...) {
+      return {rank(), {}};
+    }
+  }
+
+  void say_goodbye() noexcept {
+    broadcast_control(FrameType::goodbye, {});
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      for (int index = 0; index <= data_connections(); ++index)
+        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
+    }
+  }
+
+  std::unique_ptr<Mesh> mesh_;
+  std::uint32_t chunk_bytes_;
+  std::size_t lend_from_bytes_;
+  bool ranks_share_cpus_;
+  std::vector<ControlState> peers_;
+  // Atomic: abort() sends control frames from other threads while a call advances it.
+  std::atomic<std::uint64_t> sequence_{0};
+  std::vector<std::byte> scratch_;
+  Pipes pipes_;  // closed after the wake fd, before the mesh's connections
+  int wake_fd_ = -1;
+  std::mutex control_mutex_;
+  mutable std::mutex failure_mutex_;
+  std::atomic<bool> failed_{false};
+  FailureClass failure_class_ = FailureClass::peer_failure;
+  RootCause failure_cause_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/group.hpp ----
+
+namespace strata::transport::tcp {
+
+/// One collective call's reading of the control connections, and the errors that name it.
+class CallControl {
+ public:
+  CallControl(Group& group, const CollectiveCall& call, std::uint64_t sequence, Deadline deadline)
+      : group_(group), call_(call), sequence_(sequence), deadline_(deadline) {}
+
+  Group& group() const noexcept { return group_; }
+  const CollectiveCall& call() const noexcept { return call_; }
+  std::uint64_t sequence() const noexcept { return sequence_; }
+  Deadline deadline() const noexcept { return deadline_; }
+  int rank() const noexcept { return group_.rank(); }
+  int size() const noexcept { return group_.size(); }
+  std::string_view operation() const noexcept { return to_string(call_.kind); }
+  /// Set while a finished call reads its lenders' control connections (see PlanRun::run).
+  void checking_lender(bool checking) noexcept { checking_lender_ = checking; }
+
+  /// Reads whatever control frames `peer` sent; raises on an abort message or on a close
+  /// without goodbye.
+  void read(int peer, bool inside_call) {
+    auto& state = group_.peer_state(peer);
+    const int fd = group_.mesh().fd(peer, 0);
+    while (!state.closed) {
+      std::size_t want = kFrameHeaderBytes;
+      FrameHeader header;
+      if (state.filled >= kFrameHeaderBytes) {
+        if (auto ec = decode(std::span<const std::byte, kFrameHeaderBytes>(state.buffer.data(),
+                                                                           kFrameHeaderBytes),
+                             header, 0)) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              RootCause{peer, fmt::format("rank {} sent an invalid control message ({})", peer,
+                                          ec.message())});
+        }
+        want += header.payload_bytes;
+      }
+      if (state.filled < want) {
+        const auto n =
+            ::recv(fd, state.buffer.data() + state.filled, want - state.filled, MSG_DONTWAIT);
+        if (n > 0) {
+          state.filled += static_cast<std::size_t>(n);
+          continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        state.closed = true;
+        // A lender that closed after this call's last release did so after it was done: the
+        // next call, which needs it, reports it.
+        if (!state.departed && !checking_lender_) peer_closed_control(peer);
+        return;
+      }
+      const std::span<const std::byte> payload(state.buffer.data() + kFrameHeaderBytes,
+                                               header.payload_bytes);
+      state.filled = 0;
+      if (!on_frame(peer, header, payload, inside_call)) return;
+    }
+  }
+
+  /// Reads the control connections that have something to say, waiting at most `timeout_ms`.
+  void poll(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank() || group_.peer_state(peer).closed) continue;
+      fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+      owners.push_back(peer);
+    }
+    if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+    try {
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents != 0) read(owners[i], /*inside_call=*/true);
+    } catch (...) {
+      group_.fail(std::current_exception());
+      throw;
+    }
+  }
+
+  /// Payload bytes this rank lent `peer` in this call that the peer has not read yet.
+  std::uint64_t unreleased(int peer) const noexcept {
+    const auto& state = group_.peer_state(peer);
+    return state.lent_bytes - state.released_bytes;  // read() keeps released <= lent
+  }
+
+  /// A data connection to `peer` closed: says why, from what the peer said on its control
+  /// connection just before closing (given a moment to arrive).
+  [[noreturn]] void peer_closed(int peer) {
+    const auto until =
+        std::min(deadline_.time_point(), Clock::now() + std::chrono::milliseconds(200));
+    auto& control = group_.peer_state(peer);
+    while (!control.closed && Clock::now() < until) {
+      pollfd fd{group_.mesh().fd(peer, 0), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (::poll(&fd, 1, static_cast<int>(std::max<long long>(1, left.count()))) <= 0) break;
+      read(peer, /*inside_call=*/true);
+    }
+    if (control.departed)
+      throw PeerFailureError(rank(), operation(),
+                             RootCause{peer, fmt::format("rank {} closed its communicator while "
+                                                         "rank {} still expected data from it "
+                                                         "in collective #{}",
+                                                         peer, rank(), sequence_)},
+                             "every rank must call the same collectives the same number of times");
+    throw PeerFailureError(rank(), operation(),
+                           RootCause{peer, fmt::format("rank {} closed its connections in "
+                                                       "collective #{} (the process exited, "
+                                                       "crashed or was killed)",
+                                                       peer, sequence_)});
+  }
+
+  /// After a failure, before the caller gets its buffer back: waits, for a grace period at
+  /// most, until each peer has read what this rank lent it or has failed too (its abort or its
+  /// closed connection: it reads no more). A peer still reading then gets the pages as they
+  /// were; one that reads after the grace sees this rank's abort first (see PlanRun::run).
+  void await_releases_after_failure() noexcept {
+    const auto until = Clock::now() + failure_grace();
+    try {
+      for (;;) {
+        std::vector<pollfd> fds;
+        std::vector<int> owners;
+        for (int peer = 0; peer < size(); ++peer) {
+          const auto& state = group_.peer_state(peer);
+          // Only a message sent whole can be read, and released.
+          if (peer == rank() || state.closed || state.released_bytes >= state.lent_sent_bytes)
+            continue;
+          fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+          owners.push_back(peer);
+        }
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+        if (fds.empty() || left <= 0) return;
+        if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) return;
+        for (std::size_t i = 0; i < fds.size(); ++i) {
+          if (fds[i].revents == 0) continue;
+          try {
+            read(owners[i], /*inside_call=*/true);
+          } catch (const Error&) {  // the peer failed too: it marked itself closed
+          }
+        }
+      }
+    } catch (...) {  // out of memory for the poll set: give up waiting, the failure stands
+    }
+  }
+
+  /// The deadline passed: asks every peer whether it is alive and raises a TimeoutError that
+  /// names the silent ones and those this rank was `waiting_for`.
+  [[noreturn]] void timed_out(const std::vector<int>& waiting_for) {
+    // Ask every peer whether it is alive; those inside a call answer at once. The silent ones
+    // are the stalled ranks, which is what the message must name.
+    for (auto& state : group_.peer_states())
+      state.heard = false;
+    group_.broadcast_control(FrameType::timeout_notice, {});
+    const auto until = Clock::now() + failure_grace();
+    while (unheard()) {
+      // Every peer's control connection, not only the unheard ones': a peer whose deadline
+      // expired just after this rank's asks too, and must get its answer.
+      std::vector<pollfd> fds;
+      std::vector<int> owners;
+      for (int peer = 0; peer < size(); ++peer) {
+        if (peer == rank() || group_.peer_state(peer).closed) continue;
+        fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
+        owners.push_back(peer);
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) break;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
+      for (std::size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        if (!group_.peer_state(owners[i]).heard) {
+          read(owners[i], /*inside_call=*/true);
+          continue;
+        }
+        // A peer that has answered is read only to answer it: that it then timed out too,
+        // and said so or closed, is not this rank's report.
+        try {
+          read(owners[i], /*inside_call=*/true);
+        } catch (const Error&) {
+        }
+      }
+    }
+    throw TimeoutError(rank(), operation(), timeout_text(waiting_for));
+  }
+
+ private:
+  // One whole frame from `peer`'s control connection; false once nothing more is to be read
+  // from it in this call.
+  bool on_frame(int peer, const FrameHeader& header, std::span<const std::byte> payload,
+                bool inside_call) {
+    auto& state = group_.peer_state(peer);
+    switch (header.type) {
+      case FrameType::abort:
+        state.closed = true;
+        // Control frames carry how many calls their sender had begun: a lender that failed
+        // in a later call than this one is that call's news.
+        if (checking_lender_ && header.sequence > sequence_ + 1) {
+          try {
+            raise_abort(peer, payload);
+          } catch (const Error&) {
+            group_.fail(std::current_exception());
+          }
+          return false;
+        }
+        raise_abort(peer, payload);
+      case FrameType::timeout_notice:
+        state.heard = true;
+        if (inside_call) group_.send_control(peer, FrameType::alive, {});
+        break;
+      case FrameType::alive:
+        state.heard = true;
+        break;
+      case FrameType::goodbye:
+        state.departed = true;
+        break;
+      case FrameType::release:
+        // Releases count up within the call that lent: believing any other would hand back
+        // memory the peer may still read, or wait for a release that never comes.
+        if (header.sequence != sequence_ || header.count > state.lent_bytes ||
+            header.count < state.released_bytes) {
+          state.closed = true;
+          throw PeerFailureError(
+              rank(), operation(),
+              fmt::format("rank {} said it had read {} bytes this rank lent it in collective "
+                          "#{}, but in collective #{} this rank lent it {} bytes, of which it "
+                          "had read {}",
+                          peer, header.count, header.sequence, sequence_, state.lent_bytes,
+                          state.released_bytes),
+              "run the same strata version on every rank");
+        }
+        state.released_bytes = header.count;
+        break;
+      case FrameType::data:
+      case FrameType::request:
+      case FrameType::reply:
+        state.closed = true;
+        throw PeerFailureError(
+            rank(), operation(),
+            RootCause{peer, fmt::format("rank {} sent data on its control connection", peer)});
+    }
+    return true;
+  }
+
+  // A peer failed the group: raises its root cause, with the error type of the rank where
+  // the failure started.
+  [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
+    const auto kind =
+        payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
+    RootCause cause{peer, {}};
+    std::string text;
+    if (payload.size() >= 5) {
+      const auto origin = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&payload[1]));
+      if (origin >= -1 && origin < size()) cause.rank = origin;
+      text.assign(reinterpret_cast<const char*>(payload.data() + 5), payload.size() - 5);
+    }
+    // The text is the peer's bytes: escaped, so that no control character or invalid UTF-8
+    // reaches this rank's logs.
+    cause.what_happened = text.empty() ? fmt::format("rank {} failed the group", peer)
+                                       : strata::detail::escaped(text, text.size());
+    switch (kind) {
+      case FailureClass::mismatch:
+        throw MismatchError(rank(), operation(), std::move(cause));
+      case FailureClass::timeout:
+        throw TimeoutError(rank(), operation(), std::move(cause));
+      case FailureClass::peer_failure:
+        break;
+    }
+    throw PeerFailureError(rank(), operation(), std::move(cause));
+  }
+
+  [[noreturn]] void peer_closed_control(int peer) {
+    throw PeerFailureError(rank(), operation(),
+                           RootCause{peer, fmt::format("rank {} closed its connections without "
+                                                       "saying why in collective #{} (the process "
+                                                       "exited, crashed or was killed)",
+                                                       peer, sequence_)});
+  }
+
+  // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
+  std::chrono::milliseconds failure_grace() const noexcept {
+    return std::clamp<std::chrono::milliseconds>(
+        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
+  }
+
+  // Some peer has not answered this rank's timeout notice yet.
+  bool unheard() {
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peer_state(peer);
+      if (peer != rank() && !state.closed && !state.heard) return true;
+    }
+    return false;
+  }
+
+  std::string timeout_text(const std::vector<int>& waiting_for) {
+    std::vector<int> silent;
+    for (int peer = 0; peer < size(); ++peer) {
+      const auto& state = group_.peer_state(peer);
+      if (peer != rank() && !state.heard && !state.departed) silent.push_back(peer);
+    }
+    std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
+                                   describe(call_), sequence_, deadline_.budget().count());
+    if (!silent.empty())
+      what +=
+          fmt::format("; {} {} did not answer (stopped, hung, or not inside a collective)",
+                      silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
+    if (!waiting_for.empty())
+      what += fmt::format("; rank {} was waiting for {} {}", rank(),
+                          waiting_for.size() == 1 ? "rank" : "ranks",
+                          strata::detail::join(waiting_for, ", "));
+    for (int peer = 0; peer < size(); ++peer)
+      if (unreleased(peer) > 0)
+        what += fmt::format("; rank {} had not read {} of the bytes rank {} lent it", peer,
+                            unreleased(peer), rank());
+    return what;
+  }
+
+  Group& group_;
+  CollectiveCall call_;
+  std::uint64_t sequence_;
+  Deadline deadline_;
+  bool checking_lender_ = false;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/control.hpp ----
+// ---- begin strata/transport/tcp/form_mesh.hpp ----
+// strata/transport/tcp/form_mesh.hpp — forming the full mesh of TCP connections of a group.
+//
+// The higher rank of each pair connects (connector.hpp), the lower one accepts (listener.hpp);
+// each connection passes the handshake of handshake.hpp, and the mesh is complete once every
+// peer has said kMeshReady (pending_mesh.hpp). The result is a Mesh (mesh.hpp).
+//
+// Errors: the port in use or an address that is not this host's → ConfigurationError naming
+// it; a peer that refuses this rank for a reason that retrying cannot fix (other cluster,
+// world size, tunables, cluster token) → ConfigurationError naming the peer and the reason;
+// the deadline → TimeoutError listing the ranks that did not join, and what was rejected
+// meanwhile (garbage, wrong token, ...).
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+// ---- begin strata/transport/tcp/connector.hpp ----
+// strata/transport/tcp/connector.hpp — the connecting side of forming a mesh: connecting to
+// the peers of lower ranks, with retries, and the connector's half of the handshake
+// (handshake.hpp).
+//
+// Ranks start in any order: a connect that fails, or a handshake that breaks off, is retried
+// with exponential backoff and jitter until the deadline. A peer that refuses this rank for a
+// reason that retrying cannot fix (other cluster, world size, tunables, cluster token) fails
+// the forming with a ConfigurationError naming the peer and the reason.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/connect.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+// ---- begin strata/transport/tcp/handshake.hpp ----
+// strata/transport/tcp/handshake.hpp — what two ranks say before they trust a connection.
+//
+// The rank with the higher number connects; the lower one accepts. The acceptor says nothing
+// until it has checked what the connector sent, so a probe learns nothing it did not bring:
+//
+//   connector → acceptor   Hello_c  (its rank, world size, cluster fingerprint, tunables,
+//                                    incarnation, connection index, nonce_c)
+//   With a cluster token (STRATA_CLUSTER_TOKEN) on the acceptor, the token is proven first:
+//   acceptor → connector   Status challenge + nonce_a (32 random bytes)
+//   connector → acceptor   MAC_c = HMAC(token, "strata-connect" ‖ Hello_c ‖ nonce_a)
+//   Then, or at once without a token:
+//   acceptor → connector   Status: accepted + Hello_a (+ MAC_a with a token), or why not
+//   connector → acceptor   Status: accepted, or why the connector refuses the acceptor
+//
+// Hello layout (80 bytes, little-endian): magic u32 "STRH" @0 | version u16 @4 | connection
+// u16 @6 | rank i32 @8 | world size i32 @12 | flags u32 @16 | reserved u32 (0) @20 | cluster
+// fingerprint u64 @24 | tunables u64 @32 | incarnation u64 @40 | nonce 32 bytes @48. A Status
+// is one byte (HandshakeStatus); after a refusal the acceptor closes the connection.
+// MAC_a = HMAC(token, "strata-accept" ‖ Hello_c ‖ Hello_a), and Hello_a carries nonce_a.
+//
+// Before the challenge the acceptor answers only the protocol version and whether both sides
+// hold a token; after it (or without a token) it checks the cluster fingerprint (a hash of the
+// cluster spec: ranks given different clusters never pair up), world size, rank and tunables
+// (chunk size, connections per peer, algorithm choice: ranks that would cut messages
+// differently are refused up front), and the connector checks the same of the acceptor's
+// Hello. The nonces make both MACs fresh, so a recorded handshake cannot be replayed, and the
+// token itself never crosses the wire.
+//
+// Once a rank holds every connection of its mesh it sends kMeshReady on each control
+// connection, and it starts collectives only after every peer's kMeshReady has arrived (see
+// pending_mesh.hpp).
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
 
 namespace strata::transport::tcp {
 
@@ -7825,89 +9621,6 @@ inline std::error_code choose_congestion_control(asio::ip::tcp::socket& socket,
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/congestion.hpp ----
-// ---- begin strata/transport/tcp/mesh.hpp ----
-// strata/transport/tcp/mesh.hpp — the formed mesh: one rank's TCP connections to every other rank.
-//
-// Every pair of ranks is joined by 1 + K connections: connection 0 carries control messages
-// (abort reasons, timeout notices, goodbyes, releases of lent pages) and is always at a message
-// boundary; connections 1..K carry data. form_mesh.hpp forms the mesh; group.hpp and link.hpp
-// use it. By the time a Mesh exists every connection has passed its handshake and every socket
-// is non-blocking.
-
-#include <cstddef>
-#include <cstdint>
-#include <optional>
-#include <string>
-#include <system_error>
-#include <vector>
-
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-
-
-namespace strata::transport::tcp {
-
-/// What a rank needs to join its group's mesh.
-struct MeshConfig {
-  int rank = 0;
-  std::vector<cluster::Address> addresses;  ///< every rank's listening address, in rank order
-  std::uint64_t cluster = 0;                ///< cluster fingerprint; equal on every rank
-  std::uint64_t tunables = 0;               ///< hash of the tunables ranks must agree on
-  int data_connections = 1;                 ///< K
-  std::optional<std::string> token;         ///< cluster token; the MACs are checked when set
-  int socket_buffer_bytes = 0;              ///< SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's
-  bool no_delay = true;                     ///< TCP_NODELAY
-  /// TCP_CONGESTION of every connection; unset: "reno" within one host, the kernel's default
-  /// between hosts (see TcpOptions::congestion_control).
-  std::optional<std::string> congestion_control;
-  /// A listening socket already bound to addresses[rank] (adopted and closed by the mesh), or
-  /// -1 to bind one.
-  int listen_fd = -1;
-};
-
-/// The connections of one rank to every other rank of its group.
-class Mesh {
- public:
-  Mesh(const Mesh&) = delete;
-  Mesh& operator=(const Mesh&) = delete;
-
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return static_cast<int>(peers_.size()); }
-  int data_connections() const noexcept { return data_connections_; }
-  /// Native handle of connection `index` (0 control, 1..K data) to `peer`.
-  int fd(int peer, int index) const noexcept {
-    return const_cast<asio::ip::tcp::socket&>(
-               peers_[static_cast<std::size_t>(peer)][static_cast<std::size_t>(index)])
-        .native_handle();
-  }
-  /// Ranks of the group on this rank's host, this one included: those whose connections run
-  /// over loopback or between two addresses of this host.
-  int ranks_on_this_host() const noexcept { return ranks_on_this_host_; }
-  /// Shuts every connection down in both directions: peers blocked on this rank wake at once.
-  void shutdown_all() noexcept {
-    for (auto& peer : peers_)
-      for (auto& socket : peer) {
-        std::error_code ignored;
-        socket.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-      }
-  }
-
- private:
-  friend class PendingMesh;  // pending_mesh.hpp fills the mesh while it forms
-  Mesh(int rank, int size, int data_connections)
-      : rank_(rank), data_connections_(data_connections) {
-    peers_.resize(static_cast<std::size_t>(size));
-  }
-
-  asio::io_context io_;  // declared first: the sockets below are destroyed before it
-  int rank_;
-  int data_connections_;
-  int ranks_on_this_host_ = 1;
-  std::vector<std::vector<asio::ip::tcp::socket>> peers_;
-};
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/mesh.hpp ----
 
 namespace strata::transport::tcp {
 
@@ -8825,400 +10538,6 @@ inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadli
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/form_mesh.hpp ----
-// ---- begin strata/transport/tcp/group.hpp ----
-// strata/transport/tcp/group.hpp — the state one rank's TCP group keeps across calls: its
-// mesh, its tunables, its first failure, and what each peer said on its control connection.
-//
-// A failure anywhere fails the whole group: the first one is remembered and rethrown by every
-// later call, every peer is told why (an abort frame on the control connection, which is always
-// at a message boundary), and every connection is shut down so that peers blocked on this rank
-// wake at once. fail() may be called from any thread; it wakes a call waiting in poll(2)
-// through an eventfd.
-
-#include <array>
-#include <atomic>
-#include <cstddef>
-#include <cstdint>
-#include <exception>
-#include <memory>
-#include <mutex>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-#include <vector>
-
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
-#include <fmt/format.h>
-
-// ---- begin strata/transport/tcp/lending.hpp ----
-// strata/transport/tcp/lending.hpp — lending a message's pages to the socket instead of
-// copying them.
-//
-// Large calls lend their messages: the pages go into a pipe with vmsplice(2) and from there
-// into the socket with splice(2), so the kernel copies each byte once (into the receiver's
-// memory), not twice. That pays when the data streams from memory (TcpOptions::
-// lend_from_bytes); out of cache, copying is cheaper than pinning pages. Since the receiver
-// reads straight out of the sender's memory:
-//   - the receiver tells the sender, on the control connection, each time it has read a lent
-//     message (a release frame); a sender lends a peer at most kLendWindowBytes ahead of what
-//     it has read, which also keeps the receiver's socket queue short (a queue that overflows
-//     its receive buffer gets pruned and retransmitted), and returns only once every peer has
-//     read everything;
-//   - within a call, the plan keeps lent memory unchanged until it is read: a receive
-//     overwrites memory a send read only after that send (`after_send`: such sends are copied)
-//     or after the peer sent something that it could only send after reading it (the ring's
-//     all-gather brings a chunk back once the peer has reduced what this rank lent);
-//   - a sender that fails still waits, a grace period at most, for its peers to read or fail;
-//     a receiver that read lent pages checks, before it returns, whether its lender said it
-//     failed in this call (within one host the abort arrives before the lender returns; across
-//     hosts, after the grace period, it may still be on its way).
-// This file holds the pieces: which sends are lent, the pipes, and SIGPIPE kept off the
-// thread while it lends. channel.hpp sends through the pipes, control.hpp counts the releases.
-
-#include <algorithm>
-#include <cstddef>
-#include <cstdint>
-#include <span>
-#include <vector>
-
-#include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
-#include <sys/uio.h>
-#include <unistd.h>
-
-
-namespace strata::transport::tcp {
-
-/// In a call that lends (Group::lend_from_bytes), messages this large are lent; smaller ones
-/// cost less to copy than to pin page by page.
-inline constexpr std::size_t kLendBytes = std::size_t{64} << 10;
-/// How much of its memory a rank lends one peer before that peer has read it.
-inline constexpr std::uint64_t kLendWindowBytes = std::uint64_t{2} << 20;
-
-/// Which sends of a plan may be lent (1) and which are copied (0): in a call that sends
-/// `lend_from_bytes` or more, the large ones, unless a receive waits for them: such a receive
-/// overwrites what the send read, which the peer may not have read yet.
-inline std::vector<char> lendable_sends(std::span<const SendStep> sends,
-                                        std::span<const RecvStep> recvs,
-                                        std::size_t lend_from_bytes) {
-  std::vector<char> lend(sends.size(), 0);
-  std::size_t send_bytes = 0;
-  for (const SendStep& step : sends)
-    send_bytes += step.bytes;
-  if (send_bytes >= lend_from_bytes)
-    for (std::size_t i = 0; i < sends.size(); ++i)
-      lend[i] = sends[i].bytes >= kLendBytes ? 1 : 0;
-  for (const RecvStep& step : recvs)
-    if (step.after_send >= 0) lend[static_cast<std::size_t>(step.after_send)] = 0;
-  return lend;
-}
-
-/// Carries lent payloads from this rank's memory into one data connection.
-struct Pipe {
-  int read = -1;
-  int write = -1;
-  std::size_t capacity = 0;
-};
-
-/// The pipes of a group, one per (peer, data connection), made on first use and kept across
-/// calls.
-class Pipes {
- public:
-  Pipes(int size, int data_connections) : size_(size), data_connections_(data_connections) {}
-  Pipes(const Pipes&) = delete;
-  Pipes& operator=(const Pipes&) = delete;
-  ~Pipes() {
-    for (const Pipe& pipe : pipes_)
-      if (pipe.read >= 0) {
-        ::close(pipe.read);
-        ::close(pipe.write);
-      }
-  }
-
-  /// The pipe of data connection `index` (1..K) to `peer`; nullptr when the system has none to
-  /// give (descriptor or pipe-memory limits, vmsplice forbidden): that connection then copies.
-  Pipe* pipe_for(int peer, int index) {
-    if (pipes_.empty()) pipes_.resize(static_cast<std::size_t>(size_ * data_connections_));
-    Pipe& pipe = pipes_[static_cast<std::size_t>(peer * data_connections_ + index - 1)];
-    if (pipe.read < 0 && !refused_) {
-      int ends[2];
-      if (::pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) {
-        refused_ = true;
-        return nullptr;
-      }
-      // A sandbox may forbid vmsplice(2) (seccomp): then copy, as without a pipe.
-      char probe = 0;
-      iovec part{&probe, 1};
-      if (::vmsplice(ends[1], &part, 1, SPLICE_F_NONBLOCK) != 1 ||
-          ::read(ends[0], &probe, 1) != 1) {
-        ::close(ends[0]);
-        ::close(ends[1]);
-        refused_ = true;
-        return nullptr;
-      }
-      // A larger pipe moves a message in fewer system calls; the kernel may refuse (per-user
-      // pipe memory) and then the default, 64 KiB, does.
-      ::fcntl(ends[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
-      const int capacity = ::fcntl(ends[1], F_GETPIPE_SZ);
-      pipe = {ends[0], ends[1], static_cast<std::size_t>(std::max(capacity, 4096))};
-    }
-    return pipe.read < 0 ? nullptr : &pipe;
-  }
-
- private:
-  static constexpr std::size_t kPipeBytes = std::size_t{1} << 20;
-
-  int size_;
-  int data_connections_;
-  std::vector<Pipe> pipes_;
-  bool refused_ = false;
-};
-
-/// splice(2) into a socket, unlike send(2), cannot be told MSG_NOSIGNAL: a connection the peer
-/// reset raises SIGPIPE, which kills a process that has not set it aside. Blocked on this
-/// thread while it lends, and a SIGPIPE raised meanwhile is discarded: the failed splice
-/// reports the closed connection.
-class SigpipeBlocked {
- public:
-  SigpipeBlocked() noexcept {
-    sigemptyset(&sigpipe_);
-    sigaddset(&sigpipe_, SIGPIPE);
-    was_pending_ = sigpipe_pending();
-    ::pthread_sigmask(SIG_BLOCK, &sigpipe_, &previous_);
-  }
-  SigpipeBlocked(const SigpipeBlocked&) = delete;
-  SigpipeBlocked& operator=(const SigpipeBlocked&) = delete;
-  ~SigpipeBlocked() {
-    if (!was_pending_ && sigpipe_pending()) {
-      const timespec now{};
-      ::sigtimedwait(&sigpipe_, nullptr, &now);
-    }
-    ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
-  }
-
- private:
-  static bool sigpipe_pending() noexcept {
-    sigset_t pending;
-    sigemptyset(&pending);
-    return ::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1;
-  }
-
-  sigset_t sigpipe_;
-  sigset_t previous_;
-  bool was_pending_ = false;
-};
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/lending.hpp ----
-
-namespace strata::transport::tcp {
-
-/// The connections of one rank and the state they share across calls: the first failure,
-/// what each peer said on its control connection, the wake-up for abort().
-class Group {
- public:
-  /// What one peer said on its control connection.
-  struct ControlState {
-    std::array<std::byte, kFrameHeaderBytes + kMaxControlPayload> buffer{};
-    std::size_t filled = 0;
-    bool closed = false;
-    bool departed = false;  // said goodbye: finished its collectives on purpose
-    bool heard = false;     // answered during the current timeout
-    // In the current call: payload bytes this rank lent the peer, and how many of them the
-    // peer has said it read.
-    std::uint64_t lent_bytes = 0;
-    std::uint64_t lent_sent_bytes = 0;  // of lent_bytes, in messages sent whole
-    std::uint64_t released_bytes = 0;
-  };
-
-  Group(std::unique_ptr<Mesh> mesh, std::uint32_t chunk_bytes, std::size_t lend_from_bytes)
-      : mesh_(std::move(mesh)),
-        chunk_bytes_(chunk_bytes),
-        lend_from_bytes_(lend_from_bytes),
-        ranks_share_cpus_(mesh_->ranks_on_this_host() > strata::detail::host_cpus()),
-        peers_(static_cast<std::size_t>(mesh_->size())),
-        pipes_(mesh_->size(), mesh_->data_connections()) {
-    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (wake_fd_ < 0)
-      throw ConfigurationError(mesh_->rank(), "tcp", "eventfd failed",
-                               "raise the process's file descriptor limit");
-  }
-  Group(const Group&) = delete;
-  Group& operator=(const Group&) = delete;
-  ~Group() {
-    if (!failed()) say_goodbye();
-    ::close(wake_fd_);
-  }
-
-  int rank() const noexcept { return mesh_->rank(); }
-  int size() const noexcept { return mesh_->size(); }
-  int data_connections() const noexcept { return mesh_->data_connections(); }
-  std::uint32_t chunk_bytes() const noexcept { return chunk_bytes_; }
-  /// Calls that send at least this many bytes lend their large messages (TcpOptions).
-  std::size_t lend_from_bytes() const noexcept { return lend_from_bytes_; }
-  /// This host runs more of the group's ranks than it has CPUs (detail::host_cpus()).
-  bool ranks_share_cpus() const noexcept { return ranks_share_cpus_; }
-  std::uint64_t next_sequence() noexcept {
-    return sequence_.fetch_add(1, std::memory_order_relaxed);
-  }
-  /// How many calls have begun (the number the next one gets).
-  std::uint64_t calls() const noexcept { return sequence_.load(std::memory_order_relaxed); }
-
-  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
-
-  /// Rethrows the group's first failure, as seen by a later call.
-  [[noreturn]] void raise_failure(std::string_view operation) const {
-    std::lock_guard lock(failure_mutex_);
-    const std::string_view what_to_do =
-        "the group failed in an earlier call: re-create the communicator (every rank) to "
-        "continue";
-    switch (failure_class_) {
-      case FailureClass::mismatch:
-        throw MismatchError(rank(), operation, failure_cause_, what_to_do);
-      case FailureClass::timeout:
-        throw TimeoutError(rank(), operation, failure_cause_, what_to_do);
-      case FailureClass::peer_failure:
-        break;
-    }
-    throw PeerFailureError(rank(), operation, failure_cause_, what_to_do);
-  }
-
-  /// Fails the group: remembers the first failure, tells every peer its root cause (on the
-  /// control connections, which are always at a message boundary), and shuts every connection
-  /// so that peers blocked on this rank wake at once. Safe from any thread; later calls are
-  /// no-ops.
-  void fail(FailureClass kind, const RootCause& cause) noexcept {
-    try {
-      {
-        std::lock_guard lock(failure_mutex_);
-        if (failed_.load(std::memory_order_relaxed)) return;
-        failure_class_ = kind;
-        failure_cause_ = cause;
-        failed_.store(true, std::memory_order_release);
-      }
-      std::string payload(1 + 4, static_cast<char>(kind));
-      detail::store_le<std::uint32_t>(reinterpret_cast<std::byte*>(payload.data() + 1),
-                                      static_cast<std::uint32_t>(cause.rank));
-      payload.append(std::string_view(cause.what_happened).substr(0, kMaxControlPayload - 5));
-      broadcast_control(FrameType::abort, payload);
-    } catch (...) {  // out of memory for the text: the peers still learn from the shutdown
-      failed_.store(true, std::memory_order_release);
-    }
-    for (int peer = 0; peer < size(); ++peer) {
-      if (peer == rank()) continue;
-      ::shutdown(mesh_->fd(peer, 0), SHUT_WR);
-      for (int index = 1; index <= data_connections(); ++index)
-        ::shutdown(mesh_->fd(peer, index), SHUT_RDWR);
-    }
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
-  }
-
-  /// Fails the group with `error` as the reason: a strata::Error passes its root cause on, any
-  /// other exception is a failure of this rank.
-  void fail(const std::exception_ptr& error) noexcept {
-    try {
-      std::rethrow_exception(error);
-    } catch (const MismatchError& e) {
-      fail(FailureClass::mismatch, e.root_cause());
-    } catch (const TimeoutError& e) {
-      fail(FailureClass::timeout, e.root_cause());
-    } catch (const Error& e) {
-      fail(FailureClass::peer_failure, e.root_cause());
-    } catch (const std::exception& e) {
-      fail(FailureClass::peer_failure, own_cause(e.what()));
-    } catch (...) {
-      fail(FailureClass::peer_failure, own_cause("an exception that is not a std::exception"));
-    }
-  }
-
-  // ---- for the calls that run on the group (control.hpp, channel.hpp, plan_run.hpp) ----------
-
-  const Mesh& mesh() const noexcept { return *mesh_; }
-  ControlState& peer_state(int peer) noexcept { return peers_[static_cast<std::size_t>(peer)]; }
-  std::span<ControlState> peer_states() noexcept { return peers_; }
-  /// Readable once fail() has run: a call waiting in poll(2) watches it.
-  int wake_fd() const noexcept { return wake_fd_; }
-  /// The pipe that lends to data connection `index` (1..K) of `peer`, or nullptr (lending.hpp).
-  Pipe* pipe_for(int peer, int index) { return pipes_.pipe_for(peer, index); }
-  /// Scratch memory reused across calls; valid until the next call.
-  std::byte* scratch(std::size_t bytes) {
-    if (scratch_.size() < bytes) scratch_.resize(bytes);
-    return scratch_.data();
-  }
-
-  void send_control(int peer, FrameType type, std::string_view payload) noexcept {
-    send_control(peer, type, payload, sequence_.load(std::memory_order_relaxed), 0);
-  }
-
-  void send_control(int peer, FrameType type, std::string_view payload, std::uint64_t sequence,
-                    std::uint64_t count) noexcept {
-    FrameHeader header;
-    header.type = type;
-    header.sequence = sequence;
-    header.count = count;
-    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
-    const FrameBytes bytes = encode(header);
-    iovec parts[2] = {{const_cast<std::byte*>(bytes.data()), bytes.size()},
-                      {const_cast<char*>(payload.data()), payload.size()}};
-    msghdr message{};
-    message.msg_iov = parts;
-    message.msg_iovlen = payload.empty() ? 1 : 2;
-    // Control frames are tiny and the connection otherwise idle: one non-blocking send fits.
-    // If it does not, the peer is not reading, and it learns from the closed connection.
-    std::lock_guard lock(control_mutex_);
-    [[maybe_unused]] auto sent =
-        ::sendmsg(mesh_->fd(peer, 0), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
-  }
-
-  void broadcast_control(FrameType type, std::string_view payload) noexcept {
-    for (int peer = 0; peer < size(); ++peer)
-      if (peer != rank()) send_control(peer, type, payload);
-  }
-
- private:
-  RootCause own_cause(std::string_view what) const {
-    try {
-      return {rank(), fmt::format("rank {} failed: {}", rank(), what)};
-    } catch (...) {
-      return {rank(), {}};
-    }
-  }
-
-  void say_goodbye() noexcept {
-    broadcast_control(FrameType::goodbye, {});
-    for (int peer = 0; peer < size(); ++peer) {
-      if (peer == rank()) continue;
-      for (int index = 0; index <= data_connections(); ++index)
-        ::shutdown(mesh_->fd(peer, index), SHUT_WR);
-    }
-  }
-
-  std::unique_ptr<Mesh> mesh_;
-  std::uint32_t chunk_bytes_;
-  std::size_t lend_from_bytes_;
-  bool ranks_share_cpus_;
-  std::vector<ControlState> peers_;
-  // Atomic: abort() sends control frames from other threads while a call advances it.
-  std::atomic<std::uint64_t> sequence_{0};
-  std::vector<std::byte> scratch_;
-  Pipes pipes_;  // closed after the wake fd, before the mesh's connections
-  int wake_fd_ = -1;
-  std::mutex control_mutex_;
-  mutable std::mutex failure_mutex_;
-  std::atomic<bool> failed_{false};
-  FailureClass failure_class_ = FailureClass::peer_failure;
-  RootCause failure_cause_;
-};
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/group.hpp ----
 // ---- begin strata/transport/tcp/link.hpp ----
 // strata/transport/tcp/link.hpp — moving an algorithm's messages over the mesh, with deadlines,
 // header checks and failure propagation: the TCP model of algorithms::MessageLink.
@@ -9237,356 +10556,6 @@ class Group {
 #include <span>
 #include <type_traits>
 
-// ---- begin strata/transport/tcp/control.hpp ----
-// strata/transport/tcp/control.hpp — one call's side of the control connections: what the
-// peers say while the call runs, and the call's failures explained.
-//
-// While it waits, a call watches every peer's control connection (connection 0): an abort
-// message, a closed connection (a killed process) or the deadline ends the call on every rank
-// within milliseconds, with the error type of the rank that failed first. The same connections
-// carry the releases of lent pages (lending.hpp), counted here per peer, and, at the deadline,
-// the question "are you alive?" whose silent peers the TimeoutError names.
-
-#include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <exception>
-#include <span>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include <poll.h>
-#include <sys/socket.h>
-
-#include <fmt/format.h>
-
-
-namespace strata::transport::tcp {
-
-/// One collective call's reading of the control connections, and the errors that name it.
-class CallControl {
- public:
-  CallControl(Group& group, const CollectiveCall& call, std::uint64_t sequence, Deadline deadline)
-      : group_(group), call_(call), sequence_(sequence), deadline_(deadline) {}
-
-  Group& group() const noexcept { return group_; }
-  const CollectiveCall& call() const noexcept { return call_; }
-  std::uint64_t sequence() const noexcept { return sequence_; }
-  Deadline deadline() const noexcept { return deadline_; }
-  int rank() const noexcept { return group_.rank(); }
-  int size() const noexcept { return group_.size(); }
-  std::string_view operation() const noexcept { return to_string(call_.kind); }
-  /// Set while a finished call reads its lenders' control connections (see PlanRun::run).
-  void checking_lender(bool checking) noexcept { checking_lender_ = checking; }
-
-  /// Reads whatever control frames `peer` sent; raises on an abort message or on a close
-  /// without goodbye.
-  void read(int peer, bool inside_call) {
-    auto& state = group_.peer_state(peer);
-    const int fd = group_.mesh().fd(peer, 0);
-    while (!state.closed) {
-      std::size_t want = kFrameHeaderBytes;
-      FrameHeader header;
-      if (state.filled >= kFrameHeaderBytes) {
-        if (auto ec = decode(std::span<const std::byte, kFrameHeaderBytes>(state.buffer.data(),
-                                                                           kFrameHeaderBytes),
-                             header, 0)) {
-          state.closed = true;
-          throw PeerFailureError(
-              rank(), operation(),
-              RootCause{peer, fmt::format("rank {} sent an invalid control message ({})", peer,
-                                          ec.message())});
-        }
-        want += header.payload_bytes;
-      }
-      if (state.filled < want) {
-        const auto n =
-            ::recv(fd, state.buffer.data() + state.filled, want - state.filled, MSG_DONTWAIT);
-        if (n > 0) {
-          state.filled += static_cast<std::size_t>(n);
-          continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        state.closed = true;
-        // A lender that closed after this call's last release did so after it was done: the
-        // next call, which needs it, reports it.
-        if (!state.departed && !checking_lender_) peer_closed_control(peer);
-        return;
-      }
-      const std::span<const std::byte> payload(state.buffer.data() + kFrameHeaderBytes,
-                                               header.payload_bytes);
-      state.filled = 0;
-      if (!on_frame(peer, header, payload, inside_call)) return;
-    }
-  }
-
-  /// Reads the control connections that have something to say, waiting at most `timeout_ms`.
-  void poll(int timeout_ms) {
-    std::vector<pollfd> fds;
-    std::vector<int> owners;
-    for (int peer = 0; peer < size(); ++peer) {
-      if (peer == rank() || group_.peer_state(peer).closed) continue;
-      fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
-      owners.push_back(peer);
-    }
-    if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
-    try {
-      for (std::size_t i = 0; i < fds.size(); ++i)
-        if (fds[i].revents != 0) read(owners[i], /*inside_call=*/true);
-    } catch (...) {
-      group_.fail(std::current_exception());
-      throw;
-    }
-  }
-
-  /// Payload bytes this rank lent `peer` in this call that the peer has not read yet.
-  std::uint64_t unreleased(int peer) const noexcept {
-    const auto& state = group_.peer_state(peer);
-    return state.lent_bytes - state.released_bytes;  // read() keeps released <= lent
-  }
-
-  /// A data connection to `peer` closed: says why, from what the peer said on its control
-  /// connection just before closing (given a moment to arrive).
-  [[noreturn]] void peer_closed(int peer) {
-    const auto until =
-        std::min(deadline_.time_point(), Clock::now() + std::chrono::milliseconds(200));
-    auto& control = group_.peer_state(peer);
-    while (!control.closed && Clock::now() < until) {
-      pollfd fd{group_.mesh().fd(peer, 0), POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      if (::poll(&fd, 1, static_cast<int>(std::max<long long>(1, left.count()))) <= 0) break;
-      read(peer, /*inside_call=*/true);
-    }
-    if (control.departed)
-      throw PeerFailureError(rank(), operation(),
-                             RootCause{peer, fmt::format("rank {} closed its communicator while "
-                                                         "rank {} still expected data from it "
-                                                         "in collective #{}",
-                                                         peer, rank(), sequence_)},
-                             "every rank must call the same collectives the same number of times");
-    throw PeerFailureError(rank(), operation(),
-                           RootCause{peer, fmt::format("rank {} closed its connections in "
-                                                       "collective #{} (the process exited, "
-                                                       "crashed or was killed)",
-                                                       peer, sequence_)});
-  }
-
-  /// After a failure, before the caller gets its buffer back: waits, for a grace period at
-  /// most, until each peer has read what this rank lent it or has failed too (its abort or its
-  /// closed connection: it reads no more). A peer still reading then gets the pages as they
-  /// were; one that reads after the grace sees this rank's abort first (see PlanRun::run).
-  void await_releases_after_failure() noexcept {
-    const auto until = Clock::now() + failure_grace();
-    try {
-      for (;;) {
-        std::vector<pollfd> fds;
-        std::vector<int> owners;
-        for (int peer = 0; peer < size(); ++peer) {
-          const auto& state = group_.peer_state(peer);
-          // Only a message sent whole can be read, and released.
-          if (peer == rank() || state.closed || state.released_bytes >= state.lent_sent_bytes)
-            continue;
-          fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
-          owners.push_back(peer);
-        }
-        const auto left =
-            std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
-        if (fds.empty() || left <= 0) return;
-        if (::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0 && errno != EINTR) return;
-        for (std::size_t i = 0; i < fds.size(); ++i) {
-          if (fds[i].revents == 0) continue;
-          try {
-            read(owners[i], /*inside_call=*/true);
-          } catch (const Error&) {  // the peer failed too: it marked itself closed
-          }
-        }
-      }
-    } catch (...) {  // out of memory for the poll set: give up waiting, the failure stands
-    }
-  }
-
-  /// The deadline passed: asks every peer whether it is alive and raises a TimeoutError that
-  /// names the silent ones and those this rank was `waiting_for`.
-  [[noreturn]] void timed_out(const std::vector<int>& waiting_for) {
-    // Ask every peer whether it is alive; those inside a call answer at once. The silent ones
-    // are the stalled ranks, which is what the message must name.
-    for (auto& state : group_.peer_states())
-      state.heard = false;
-    group_.broadcast_control(FrameType::timeout_notice, {});
-    const auto until = Clock::now() + failure_grace();
-    while (unheard()) {
-      // Every peer's control connection, not only the unheard ones': a peer whose deadline
-      // expired just after this rank's asks too, and must get its answer.
-      std::vector<pollfd> fds;
-      std::vector<int> owners;
-      for (int peer = 0; peer < size(); ++peer) {
-        if (peer == rank() || group_.peer_state(peer).closed) continue;
-        fds.push_back({group_.mesh().fd(peer, 0), POLLIN, 0});
-        owners.push_back(peer);
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      if (left.count() <= 0) break;
-      if (::poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) break;
-      for (std::size_t i = 0; i < fds.size(); ++i) {
-        if (fds[i].revents == 0) continue;
-        if (!group_.peer_state(owners[i]).heard) {
-          read(owners[i], /*inside_call=*/true);
-          continue;
-        }
-        // A peer that has answered is read only to answer it: that it then timed out too,
-        // and said so or closed, is not this rank's report.
-        try {
-          read(owners[i], /*inside_call=*/true);
-        } catch (const Error&) {
-        }
-      }
-    }
-    throw TimeoutError(rank(), operation(), timeout_text(waiting_for));
-  }
-
- private:
-  // One whole frame from `peer`'s control connection; false once nothing more is to be read
-  // from it in this call.
-  bool on_frame(int peer, const FrameHeader& header, std::span<const std::byte> payload,
-                bool inside_call) {
-    auto& state = group_.peer_state(peer);
-    switch (header.type) {
-      case FrameType::abort:
-        state.closed = true;
-        // Control frames carry how many calls their sender had begun: a lender that failed
-        // in a later call than this one is that call's news.
-        if (checking_lender_ && header.sequence > sequence_ + 1) {
-          try {
-            raise_abort(peer, payload);
-          } catch (const Error&) {
-            group_.fail(std::current_exception());
-          }
-          return false;
-        }
-        raise_abort(peer, payload);
-      case FrameType::timeout_notice:
-        state.heard = true;
-        if (inside_call) group_.send_control(peer, FrameType::alive, {});
-        break;
-      case FrameType::alive:
-        state.heard = true;
-        break;
-      case FrameType::goodbye:
-        state.departed = true;
-        break;
-      case FrameType::release:
-        // Releases count up within the call that lent: believing any other would hand back
-        // memory the peer may still read, or wait for a release that never comes.
-        if (header.sequence != sequence_ || header.count > state.lent_bytes ||
-            header.count < state.released_bytes) {
-          state.closed = true;
-          throw PeerFailureError(
-              rank(), operation(),
-              fmt::format("rank {} said it had read {} bytes this rank lent it in collective "
-                          "#{}, but in collective #{} this rank lent it {} bytes, of which it "
-                          "had read {}",
-                          peer, header.count, header.sequence, sequence_, state.lent_bytes,
-                          state.released_bytes),
-              "run the same strata version on every rank");
-        }
-        state.released_bytes = header.count;
-        break;
-      case FrameType::data:
-      case FrameType::request:
-      case FrameType::reply:
-        state.closed = true;
-        throw PeerFailureError(
-            rank(), operation(),
-            RootCause{peer, fmt::format("rank {} sent data on its control connection", peer)});
-    }
-    return true;
-  }
-
-  // A peer failed the group: raises its root cause, with the error type of the rank where
-  // the failure started.
-  [[noreturn]] void raise_abort(int peer, std::span<const std::byte> payload) {
-    const auto kind =
-        payload.empty() ? FailureClass::peer_failure : static_cast<FailureClass>(payload[0]);
-    RootCause cause{peer, {}};
-    std::string text;
-    if (payload.size() >= 5) {
-      const auto origin = static_cast<std::int32_t>(detail::load_le<std::uint32_t>(&payload[1]));
-      if (origin >= -1 && origin < size()) cause.rank = origin;
-      text.assign(reinterpret_cast<const char*>(payload.data() + 5), payload.size() - 5);
-    }
-    // The text is the peer's bytes: escaped, so that no control character or invalid UTF-8
-    // reaches this rank's logs.
-    cause.what_happened = text.empty() ? fmt::format("rank {} failed the group", peer)
-                                       : strata::detail::escaped(text, text.size());
-    switch (kind) {
-      case FailureClass::mismatch:
-        throw MismatchError(rank(), operation(), std::move(cause));
-      case FailureClass::timeout:
-        throw TimeoutError(rank(), operation(), std::move(cause));
-      case FailureClass::peer_failure:
-        break;
-    }
-    throw PeerFailureError(rank(), operation(), std::move(cause));
-  }
-
-  [[noreturn]] void peer_closed_control(int peer) {
-    throw PeerFailureError(rank(), operation(),
-                           RootCause{peer, fmt::format("rank {} closed its connections without "
-                                                       "saying why in collective #{} (the process "
-                                                       "exited, crashed or was killed)",
-                                                       peer, sequence_)});
-  }
-
-  // Long enough for a busy peer to be scheduled and answer, short next to the deadline.
-  std::chrono::milliseconds failure_grace() const noexcept {
-    return std::clamp<std::chrono::milliseconds>(
-        deadline_.budget() / 10, std::chrono::milliseconds(250), std::chrono::milliseconds(2000));
-  }
-
-  // Some peer has not answered this rank's timeout notice yet.
-  bool unheard() {
-    for (int peer = 0; peer < size(); ++peer) {
-      const auto& state = group_.peer_state(peer);
-      if (peer != rank() && !state.closed && !state.heard) return true;
-    }
-    return false;
-  }
-
-  std::string timeout_text(const std::vector<int>& waiting_for) {
-    std::vector<int> silent;
-    for (int peer = 0; peer < size(); ++peer) {
-      const auto& state = group_.peer_state(peer);
-      if (peer != rank() && !state.heard && !state.departed) silent.push_back(peer);
-    }
-    std::string what = fmt::format("{} (collective #{}) did not complete within {} ms",
-                                   describe(call_), sequence_, deadline_.budget().count());
-    if (!silent.empty())
-      what +=
-          fmt::format("; {} {} did not answer (stopped, hung, or not inside a collective)",
-                      silent.size() == 1 ? "rank" : "ranks", strata::detail::join(silent, ", "));
-    if (!waiting_for.empty())
-      what += fmt::format("; rank {} was waiting for {} {}", rank(),
-                          waiting_for.size() == 1 ? "rank" : "ranks",
-                          strata::detail::join(waiting_for, ", "));
-    for (int peer = 0; peer < size(); ++peer)
-      if (unreleased(peer) > 0)
-        what += fmt::format("; rank {} had not read {} of the bytes rank {} lent it", peer,
-                            unreleased(peer), rank());
-    return what;
-  }
-
-  Group& group_;
-  CollectiveCall call_;
-  std::uint64_t sequence_;
-  Deadline deadline_;
-  bool checking_lender_ = false;
-};
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/control.hpp ----
 // ---- begin strata/transport/tcp/plan_run.hpp ----
 // strata/transport/tcp/plan_run.hpp — running one plan (transport/plan.hpp) over the group's
 // data connections, on the calling thread.
@@ -10283,6 +11252,8 @@ class Link {
   int channels_per_peer() const noexcept { return group_.data_connections(); }
   /// Scratch memory owned by the group, reused across calls; valid until the next call.
   std::byte* scratch(std::size_t bytes) { return group_.scratch(bytes); }
+  /// The call's reading of the control connections (a wait elsewhere watches the peers with it).
+  CallControl& control() noexcept { return control_; }
 
   /// Runs the plan: every send and receive, `on_received(j)` once receive j is complete (and
   /// its `after_send` and `after_recv` are done). Returns when every step has completed.
@@ -10419,6 +11390,55 @@ inline LoopbackListener listen_on_loopback() {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/route.hpp ----
+// ---- begin strata/transport/tcp/sub_link.hpp ----
+// strata/transport/tcp/sub_link.hpp — a MessageLink over some of a group's ranks.
+//
+// A group that spans hosts runs its collectives in stages (communicator/impl/tcp.ipp): the
+// ranks of each host through shared memory, then one rank per host over TCP. That middle stage
+// is an ordinary algorithm on a smaller group: this link numbers the chosen ranks 0..m-1 for
+// the algorithm and maps its plans back onto the mesh.
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+
+namespace strata::transport::tcp {
+
+/// The MessageLink (algorithms/link.hpp) of `members[index]`, which must be this rank, among
+/// `members` (ranks of the group, in the order the algorithm numbers them).
+class SubLink {
+ public:
+  SubLink(Link& link, std::span<const int> members, int index) noexcept
+      : link_(link), members_(members), index_(index) {}
+
+  int rank() const noexcept { return index_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
+  std::size_t chunk_bytes() const noexcept { return link_.chunk_bytes(); }
+  int channels_per_peer() const noexcept { return link_.channels_per_peer(); }
+  std::byte* scratch(std::size_t bytes) { return link_.scratch(bytes); }
+
+  template <class OnReceived>
+  void transfer(std::span<const SendStep> sends, std::span<const RecvStep> recvs,
+                OnReceived&& on_received) {
+    std::vector<SendStep> mapped_sends(sends.begin(), sends.end());
+    std::vector<RecvStep> mapped_recvs(recvs.begin(), recvs.end());
+    for (auto& step : mapped_sends)
+      step.peer = members_[static_cast<std::size_t>(step.peer)];
+    for (auto& step : mapped_recvs)
+      step.peer = members_[static_cast<std::size_t>(step.peer)];
+    link_.transfer(std::span<const SendStep>(mapped_sends), std::span<const RecvStep>(mapped_recvs),
+                   on_received);
+  }
+
+ private:
+  Link& link_;
+  std::span<const int> members_;
+  int index_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/sub_link.hpp ----
 
 namespace strata::communicator {
 
@@ -10429,6 +11449,14 @@ struct TcpCommunicator::State {
   CommunicatorOptions options;
   TcpOptions tcp;
   std::unique_ptr<transport::tcp::Group> group;
+  // The region of this host's ranks; null when shared memory is off or this rank is alone.
+  std::unique_ptr<transport::shm::Group> shm;
+  std::uint64_t shm_calls = 0;  // calls on the region, numbered alike by the host's ranks
+  // When the group spans hosts and some share one: each host's ranks, ascending, hosts in the
+  // order of their lowest rank; empty otherwise.
+  std::vector<std::vector<int>> hosts;
+  std::vector<int> host_of;         // rank -> index in hosts
+  std::vector<std::byte> staging;   // what the stages between hosts keep
   detail::SerialExecutor executor;  // last: destroyed first, finishing queued calls
 };
 
@@ -10474,9 +11502,10 @@ inline std::uint64_t fingerprint_of(const std::vector<cluster::Address>& address
 }
 
 inline std::uint64_t tunables_hash(const TcpOptions& tcp) {
-  return strata::detail::fnv1a(strata::detail::kFnv1aBasis,
-                               fmt::format("{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
-                                           to_string(tcp.all_reduce), tcp.small_message_bytes));
+  return strata::detail::fnv1a(
+      strata::detail::kFnv1aBasis,
+      fmt::format("{}/{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
+                  to_string(tcp.all_reduce), tcp.small_message_bytes, tcp.shared_memory));
 }
 
 inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,
@@ -10489,6 +11518,76 @@ inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const Collective
              ? TcpAllReduce::recursive_doubling
              : TcpAllReduce::ring;
 }
+
+/// Runs `call` on `link` (a Link, or a SubLink of one rank per host) with the TCP algorithm
+/// the options choose.
+template <class MessageLink>
+void run_algorithm(MessageLink& link, const CollectiveCall& call, const TcpOptions& tcp) {
+  switch (call.kind) {
+    case Collective::all_reduce:
+      switch (all_reduce_algorithm(tcp, call, link.size())) {
+        case TcpAllReduce::recursive_doubling:
+          algorithms::AllReduceRecursiveDoubling::run(link, call);
+          return;
+        case TcpAllReduce::halving_doubling:
+          algorithms::AllReduceHalvingDoubling::run(link, call);
+          return;
+        case TcpAllReduce::automatic:  // all_reduce_algorithm decided
+        case TcpAllReduce::ring:
+          algorithms::AllReduceRing::run(link, call);
+          return;
+      }
+      return;
+    case Collective::broadcast:
+      algorithms::BroadcastRing::run(link, call);
+      return;
+    case Collective::reduce:
+      algorithms::ReduceRing::run(link, call);
+      return;
+    case Collective::all_gather:
+      algorithms::AllGatherRing::run(link, call);
+      return;
+    case Collective::reduce_scatter:
+      algorithms::ReduceScatterRing::run(link, call);
+      return;
+    case Collective::barrier:
+      algorithms::BarrierDissemination::run(link, call);
+      return;
+  }
+}
+
+/// Staging buffers of shared memory: half a TCP chunk (TcpOptions::chunk_bytes), within what a
+/// region of many ranks can hold.
+inline std::size_t shared_slot_bytes(const TcpOptions& tcp) noexcept {
+  const std::size_t bytes =
+      std::clamp<std::size_t>(tcp.chunk_bytes / 2, std::size_t{32} << 10, std::size_t{16} << 20);
+  return bytes / 64 * 64;
+}
+
+/// What a shared-memory call does while it waits: reads the peers' control connections (a
+/// dead peer closed them, a failed one said why) and keeps the deadline.
+struct SharedMemoryWatch {
+  transport::tcp::CallControl& control;
+
+  void operator()(int peer) {
+    control.poll(0);
+    const auto& state = control.group().peer_state(peer);
+    if (state.departed || state.closed) control.peer_closed(peer);
+    if (control.deadline().expired()) control.timed_out({peer});
+  }
+
+  /// Some rank marked the region failed: its reason follows on its control connection.
+  [[noreturn]] void group_failed() {
+    auto& group = control.group();
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (!group.failed() && Clock::now() < until)
+      control.poll(10);
+    if (group.failed()) group.raise_failure(control.operation());
+    throw PeerFailureError(
+        control.rank(), control.operation(),
+        RootCause{-1, "a rank of this host failed the group without saying why"});
+  }
+};
 
 }  // namespace detail::tcp_communicator
 
@@ -10539,6 +11638,95 @@ STRATA_DECL TcpCommunicator::TcpCommunicator(TcpMembership membership, TcpOption
   auto mesh = transport::tcp::form_mesh(config, Deadline::after(options.timeout));
   state_->group = std::make_unique<transport::tcp::Group>(
       std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes), tcp.lend_from_bytes);
+  if (tcp.shared_memory && size > 1) share_memory(options);
+}
+
+STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& options) {
+  namespace shm = transport::shm;
+  const int n = size();
+  const int r = rank();
+  const CallOptions call_options{options.timeout};
+  auto run_tcp = [&](Collective kind, const void* send, void* recv, std::size_t count,
+                     ReduceOp op) {
+    const CollectiveCall call{
+        kind, DataType::uint8, count, op, 0, send, recv, &reduce_kernels_of<std::uint8_t>};
+    execute(*state_, call, call_options);
+  };
+  // Every rank learns every rank's host; hosts are numbered in the order of their lowest
+  // rank, and a rank whose host is unknown is a host of its own.
+  const shm::HostIdentity host = shm::this_host();
+  std::vector<shm::HostIdentity> identities(static_cast<std::size_t>(n));
+  run_tcp(Collective::all_gather, host.bytes.data(), identities.data(), shm::HostIdentity::kBytes,
+          ReduceOp::sum);
+  std::vector<std::vector<int>> hosts;
+  std::vector<int> host_of(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    const auto& identity = identities[static_cast<std::size_t>(q)];
+    std::size_t h = 0;
+    while (h < hosts.size() &&
+           !(identity.known() && identities[static_cast<std::size_t>(hosts[h][0])] == identity))
+      ++h;
+    if (h == hosts.size()) hosts.emplace_back();
+    hosts[h].push_back(q);
+    host_of[static_cast<std::size_t>(q)] = static_cast<int>(h);
+  }
+  if (hosts.size() == static_cast<std::size_t>(n)) return;  // no two ranks share a host
+  const std::vector<int>& mine =
+      hosts[static_cast<std::size_t>(host_of[static_cast<std::size_t>(r)])];
+  const int local_size = static_cast<int>(mine.size());
+  const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
+  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp)};
+  // The lowest rank of each host with company creates its region; every rank learns where its
+  // own host's is collected. A rank the system refuses says so, and the group stays on TCP.
+  using Offer = std::array<std::byte, 1 + sizeof(shm::HandoverTicket)>;
+  std::optional<shm::Region> region;
+  std::optional<shm::HandoverServer> server;
+  Offer offer{};
+  if (local_size > 1 && local_rank == 0) {
+    try {
+      region = shm::Region::create(layout.total_bytes(), r);
+      shm::Group::initialize(*region, layout);
+      server.emplace(r);
+      offer[0] = std::byte{1};
+      std::memcpy(offer.data() + 1, &server->ticket(), sizeof(shm::HandoverTicket));
+    } catch (const Error&) {
+    }
+  }
+  std::vector<Offer> offers(static_cast<std::size_t>(n));
+  run_tcp(Collective::all_gather, offer.data(), offers.data(), offer.size(), ReduceOp::sum);
+  std::uint8_t ready = 1;
+  if (local_size > 1) {
+    const Offer& leader = offers[static_cast<std::size_t>(mine[0])];
+    const auto handover_deadline = Deadline::after(
+        std::min<std::chrono::nanoseconds>(options.timeout, std::chrono::seconds(10)));
+    try {
+      if (leader[0] != std::byte{1}) {
+        ready = 0;
+      } else if (local_rank == 0) {
+        server->serve(region->fd(), local_size - 1, handover_deadline);
+      } else {
+        shm::HandoverTicket ticket;
+        std::memcpy(&ticket, leader.data() + 1, sizeof ticket);
+        region = shm::Region::adopt(shm::collect_handover(ticket, r, handover_deadline),
+                                    layout.total_bytes(), r, mine[0]);
+        if (!shm::Group::describes(*region, layout)) ready = 0;
+      }
+    } catch (const Error&) {
+      ready = 0;
+    }
+  }
+  run_tcp(Collective::all_reduce, &ready, &ready, 1, ReduceOp::min);
+  if (ready == 0) return;
+  if (region) {
+    region->close_fd();
+    state_->shm = std::make_unique<shm::Group>(std::move(*region), layout, local_rank,
+                                               !state_->group->ranks_share_cpus());
+    state_->shm->name_ranks(mine);
+  }
+  if (hosts.size() > 1) {
+    state_->hosts = std::move(hosts);
+    state_->host_of = std::move(host_of);
+  }
 }
 
 STRATA_DECL std::vector<TcpCommunicator> TcpCommunicator::create(int size,
@@ -10594,8 +11782,12 @@ STRATA_DECL const CommunicatorOptions& TcpCommunicator::options() const noexcept
 STRATA_DECL const TcpOptions& TcpCommunicator::tcp_options() const noexcept {
   return state_->tcp;
 }
+STRATA_DECL bool TcpCommunicator::uses_shared_memory() const noexcept {
+  return state_->shm != nullptr;
+}
 
 STRATA_DECL void TcpCommunicator::abort(std::string_view reason) noexcept {
+  if (state_->shm) state_->shm->fail();
   try {
     state_->group->fail(transport::tcp::FailureClass::peer_failure,
                         RootCause{rank(), fmt::format("rank {} aborted: {}", rank(), reason)});
@@ -10605,6 +11797,7 @@ STRATA_DECL void TcpCommunicator::abort(std::string_view reason) noexcept {
 }
 
 STRATA_DECL void TcpCommunicator::fail(const std::exception_ptr& error) noexcept {
+  if (state_->shm) state_->shm->fail();
   state_->group->fail(error);
 }
 
@@ -10626,6 +11819,7 @@ STRATA_DECL void TcpCommunicator::fail_usage(Collective kind, std::string_view w
                                              std::string_view what_to_do) {
   UsageError error(rank(), to_string(kind), what, what_to_do);
   // The peers are about to wait for this rank: fail the group so they learn why at once.
+  if (state_->shm) state_->shm->fail();
   state_->group->fail(transport::tcp::FailureClass::peer_failure, error.root_cause());
   throw error;
 }
@@ -10644,41 +11838,180 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
                                           const CallOptions& options) {
   auto& group = *state.group;
   if (group.failed()) group.raise_failure(to_string(call.kind));
-  transport::tcp::Link link(group, call,
-                            Deadline::after(options.timeout.value_or(state.options.timeout)));
+  const auto deadline = Deadline::after(options.timeout.value_or(state.options.timeout));
+  if (!state.hosts.empty()) {
+    execute_across_hosts(state, call, deadline);
+    return;
+  }
+  if (state.shm) {
+    execute_shared(state, call, deadline);
+    return;
+  }
+  transport::tcp::Link link(group, call, deadline);
+  try {
+    detail::tcp_communicator::run_algorithm(link, call, state.tcp);
+  } catch (...) {
+    group.fail(std::current_exception());
+    throw;
+  }
+}
+
+STRATA_DECL void TcpCommunicator::execute_shared(State& state, const CollectiveCall& call,
+                                                 const Deadline& deadline) {
+  auto& group = *state.group;
+  transport::tcp::CallControl control(group, call, group.next_sequence(), deadline);
+  detail::tcp_communicator::SharedMemoryWatch watch{control};
+  try {
+    transport::shm::run(*state.shm, call, state.shm_calls++, watch);
+  } catch (...) {
+    // The region wakes the peers that sleep on it at once; the control connections tell them
+    // why.
+    state.shm->fail();
+    group.fail(std::current_exception());
+    throw;
+  }
+}
+
+STRATA_DECL void TcpCommunicator::execute_across_hosts(State& state, const CollectiveCall& call,
+                                                       const Deadline& deadline) {
+  auto& group = *state.group;
+  const int n = group.size();
+  const int r = group.rank();
+  const auto& hosts = state.hosts;
+  const auto m = hosts.size();
+  const auto host = static_cast<std::size_t>(state.host_of[static_cast<std::size_t>(r)]);
+  const std::vector<int>& local = hosts[host];
+  const auto k = local.size();
+  const auto local_rank =
+      static_cast<std::size_t>(std::find(local.begin(), local.end(), r) - local.begin());
+  std::size_t widest = 0;  // the most ranks on one host
+  for (const auto& ranks : hosts)
+    widest = std::max(widest, ranks.size());
+  const std::size_t element = size_of(call.type);
+  const std::size_t block = call.count * element;
+  const ReduceOp summed = call.op == ReduceOp::mean ? ReduceOp::sum : call.op;
+  // The rank of each host that takes part over TCP: the root where it is on that host, else
+  // the host's lowest.
+  const bool rooted = has_root(call.kind);
+  const auto root_host =
+      rooted ? static_cast<std::size_t>(state.host_of[static_cast<std::size_t>(call.root)]) : 0;
+  std::vector<int> members(m);
+  for (std::size_t h = 0; h < m; ++h)
+    members[h] = rooted && h == root_host ? call.root : hosts[h][0];
+  const int member = members[host];
+  const bool across = member == r;
+  const auto local_member =
+      static_cast<int>(std::find(local.begin(), local.end(), member) - local.begin());
+
+  // The call between hosts, as every rank computes it: its descriptor is what the members'
+  // messages carry, and each rank numbers it alike (one Link per call on every rank).
+  CollectiveCall between{call.kind, call.type, call.count,  summed, static_cast<int>(root_host),
+                         nullptr,   nullptr,   call.kernels};
+  if (call.kind == Collective::all_gather || call.kind == Collective::reduce_scatter)
+    between.count = widest * call.count;
+  transport::tcp::Link link(group, between, deadline);
+  detail::tcp_communicator::SharedMemoryWatch watch{link.control()};
+
+  auto stage = [&](std::size_t bytes) {
+    if (state.staging.size() < bytes) state.staging.resize(bytes);
+    return state.staging.data();
+  };
+  // A collective among this host's ranks: through the region, or trivially for a rank alone.
+  auto on_host = [&](Collective kind, const void* send, void* recv, std::size_t count, ReduceOp op,
+                     int root) {
+    const CollectiveCall part{kind, call.type, count, op, root, send, recv, call.kernels};
+    if (state.shm) {
+      transport::shm::run(*state.shm, part, call, state.shm_calls++, watch);
+      return;
+    }
+    const std::size_t bytes = count * element;
+    if (kind != Collective::barrier && recv != nullptr && recv != send && bytes != 0)
+      std::memcpy(recv, send, bytes);
+  };
+  auto between_hosts = [&](const void* send, void* recv) {
+    if (!across) return;
+    CollectiveCall part = between;
+    part.send = send;
+    part.recv = recv;
+    transport::tcp::SubLink sub(link, members, static_cast<int>(host));
+    detail::tcp_communicator::run_algorithm(sub, part, state.tcp);
+  };
+  auto finish_mean = [&](void* data, std::size_t count) {
+    if (call.op == ReduceOp::mean && count != 0)
+      kernels_of(call).divide(data, count, static_cast<std::size_t>(n));
+  };
+
   try {
     switch (call.kind) {
       case Collective::all_reduce:
-        switch (detail::tcp_communicator::all_reduce_algorithm(state.tcp, call, group.size())) {
-          case TcpAllReduce::recursive_doubling:
-            algorithms::AllReduceRecursiveDoubling::run(link, call);
-            break;
-          case TcpAllReduce::halving_doubling:
-            algorithms::AllReduceHalvingDoubling::run(link, call);
-            break;
-          case TcpAllReduce::automatic:  // all_reduce_algorithm decided
-          case TcpAllReduce::ring:
-            algorithms::AllReduceRing::run(link, call);
-            break;
-        }
+        on_host(Collective::reduce, call.send, call.recv, call.count, summed, 0);
+        between_hosts(call.recv, call.recv);
+        on_host(Collective::broadcast, call.recv, call.recv, call.count, ReduceOp::sum, 0);
+        finish_mean(call.recv, call.count);
         break;
       case Collective::broadcast:
-        algorithms::BroadcastRing::run(link, call);
+        between_hosts(r == call.root ? call.send : call.recv, call.recv);
+        on_host(Collective::broadcast, r == call.root ? call.send : call.recv, call.recv,
+                call.count, ReduceOp::sum, local_member);
         break;
-      case Collective::reduce:
-        algorithms::ReduceRing::run(link, call);
+      case Collective::reduce: {
+        // A member that is not the root sums into staging: its own output stays untouched.
+        void* target = r == call.root ? call.recv : across ? stage(block) : nullptr;
+        on_host(Collective::reduce, call.send, target, call.count, summed, local_member);
+        between_hosts(target, r == call.root ? call.recv : nullptr);
+        if (r == call.root) finish_mean(call.recv, call.count);
         break;
-      case Collective::all_gather:
-        algorithms::AllGatherRing::run(link, call);
+      }
+      case Collective::all_gather: {
+        // This host's blocks, then every host's (padded to the widest host), in rank order.
+        std::byte* gathered = stage(k * block + (1 + m) * widest * block);
+        std::byte* padded = gathered + k * block;
+        std::byte* all = padded + widest * block;
+        on_host(Collective::all_gather, call.send, gathered, call.count, ReduceOp::sum, 0);
+        if (across) {
+          std::memcpy(padded, gathered, k * block);
+          std::memset(padded + k * block, 0, (widest - k) * block);
+          between_hosts(padded, all);
+          for (std::size_t h = 0; h < m; ++h)
+            for (std::size_t i = 0; i < hosts[h].size(); ++i)
+              std::memcpy(static_cast<std::byte*>(call.recv) +
+                              static_cast<std::size_t>(hosts[h][i]) * block,
+                          all + (h * widest + i) * block, block);
+        }
+        on_host(Collective::broadcast, call.recv, call.recv,
+                static_cast<std::size_t>(n) * call.count, ReduceOp::sum, 0);
         break;
-      case Collective::reduce_scatter:
-        algorithms::ReduceScatterRing::run(link, call);
+      }
+      case Collective::reduce_scatter: {
+        // The host's sum of every block, arranged by host (padded to the widest), then
+        // reduce-scattered between hosts: each host's member gets its ranks' blocks.
+        const std::size_t all_bytes = static_cast<std::size_t>(n) * block;
+        std::byte* summed_here = stage(all_bytes + m * widest * block + widest * block);
+        std::byte* arranged = summed_here + all_bytes;
+        std::byte* ours = arranged + m * widest * block;
+        on_host(Collective::reduce, call.send, across ? summed_here : nullptr,
+                static_cast<std::size_t>(n) * call.count, summed, 0);
+        if (across) {
+          std::memset(arranged, 0, m * widest * block);
+          for (std::size_t h = 0; h < m; ++h)
+            for (std::size_t i = 0; i < hosts[h].size(); ++i)
+              std::memcpy(arranged + (h * widest + i) * block,
+                          summed_here + static_cast<std::size_t>(hosts[h][i]) * block, block);
+          between_hosts(arranged, ours);
+        }
+        on_host(Collective::broadcast, ours, ours, widest * call.count, ReduceOp::sum, 0);
+        if (block != 0) std::memcpy(call.recv, ours + local_rank * block, block);
+        finish_mean(call.recv, call.count);
         break;
+      }
       case Collective::barrier:
-        algorithms::BarrierDissemination::run(link, call);
+        on_host(Collective::barrier, nullptr, nullptr, 0, ReduceOp::sum, 0);
+        between_hosts(nullptr, nullptr);
+        on_host(Collective::barrier, nullptr, nullptr, 0, ReduceOp::sum, 0);
         break;
     }
   } catch (...) {
+    if (state.shm) state.shm->fail();
     group.fail(std::current_exception());
     throw;
   }

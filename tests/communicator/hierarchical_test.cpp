@@ -20,6 +20,7 @@
 
 #include "conformance_runner.hpp"
 #include "sweep_plan.hpp"
+#include "sweep_report.hpp"
 
 namespace {
 
@@ -58,13 +59,7 @@ std::vector<Hierarchical> loopback(int local, int size, const CommunicatorOption
   return ranks;
 }
 
-void report(const testing::SweepSummary& summary) {
-  for (const std::string& message : summary.messages)
-    FAIL_CHECK(message);
-  CHECK_MESSAGE(summary.failed == 0, fmt::format("{} of {} cases failed, {} wrong elements in all",
-                                                 summary.failed, summary.cases, summary.wrong));
-  CHECK(summary.cases > 0);
-}
+using strata::testing::report;
 
 void sweep(int local, Collective kind) {
   auto cases = testing::small_count_cases(kind);

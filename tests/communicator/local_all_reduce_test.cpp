@@ -25,6 +25,7 @@
 
 #include "conformance_runner.hpp"
 #include "sweep_plan.hpp"
+#include "sweep_report.hpp"
 
 namespace {
 
@@ -40,13 +41,7 @@ testing::ConformanceRunner<LocalCommunicator<Algorithm>> make_runner() {
       fmt::format("local<{}>", Algorithm::kName));
 }
 
-void report(const testing::SweepSummary& summary) {
-  for (const std::string& message : summary.messages)
-    FAIL_CHECK(message);
-  CHECK_MESSAGE(summary.failed == 0, fmt::format("{} of {} cases failed, {} wrong elements in all",
-                                                 summary.failed, summary.cases, summary.wrong));
-  CHECK(summary.cases > 0);
-}
+using strata::testing::report;
 
 }  // namespace
 

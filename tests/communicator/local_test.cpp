@@ -29,6 +29,7 @@
 #include "conformance_runner.hpp"
 #include "rank_team.hpp"
 #include "sweep_plan.hpp"
+#include "sweep_report.hpp"
 
 namespace {
 
@@ -37,13 +38,7 @@ using strata::communicator::CommunicatorOptions;
 using Local = strata::communicator::LocalCommunicator<>;
 namespace testing = strata::testing;
 
-void report(const testing::SweepSummary& summary) {
-  for (const std::string& message : summary.messages)
-    FAIL_CHECK(message);
-  CHECK_MESSAGE(summary.failed == 0, fmt::format("{} of {} cases failed, {} wrong elements in all",
-                                                 summary.failed, summary.cases, summary.wrong));
-  CHECK(summary.cases > 0);
-}
+using strata::testing::report;
 
 void sweep_small(Collective kind) {
   testing::ConformanceRunner<Local> runner("local");

@@ -76,6 +76,14 @@ std::vector<std::exception_ptr> run_ranks(int size, const std::function<void(int
 
 using Ports = strata::testing::LoopbackPorts;
 
+// The ranks of these groups are threads of one process, so by default they move data through
+// shared memory; the failure semantics are the same either way, and tested both ways.
+TcpOptions transport(bool shared_memory) {
+  TcpOptions tcp;
+  tcp.shared_memory = shared_memory;
+  return tcp;
+}
+
 CommunicatorOptions deadline(std::chrono::milliseconds timeout) {
   CommunicatorOptions options;
   options.timeout = timeout;
@@ -313,136 +321,151 @@ TEST_CASE("ranks that disagree on count, type, op, root or kind all raise Mismat
          c.all_reduce(std::span(f).first(64), strata::ReduceOp::sum);
        }},
   };
-  for (const auto& test : cases) {
-    CAPTURE(test.name);
-    auto group = TcpCommunicator::create(3, deadline(10s));
-    const auto start = std::chrono::steady_clock::now();
-    // Every rank raises in the call itself when its part depends on the others (all-reduce
-    // does); a rank whose part of a broadcast or reduce needs nothing from the disagreeing
-    // ranks may return first, and raises at its next call instead.
-    const bool may_raise_later = test.name == "root" || test.name == "kind";
-    std::vector<char> raised_in_call(3, 0);
-    auto errors = run_ranks(3, [&](int r) {
-      std::vector<float> f(100, 1.0F);
-      std::vector<double> d(100, 1.0);
-      auto& comm = group[static_cast<std::size_t>(r)];
-      try {
-        test.call(comm, f, d);
-      } catch (...) {
-        raised_in_call[static_cast<std::size_t>(r)] = 1;
-        throw;
-      }
-      comm.barrier();
-    });
-    if (!may_raise_later)
+  for (const auto& test : cases)
+    for (const bool shared : {true, false}) {
+      CAPTURE(test.name);
+      CAPTURE(shared);
+      auto group = TcpCommunicator::create(3, deadline(10s), transport(shared));
+      REQUIRE(group[0].uses_shared_memory() == shared);
+      const auto start = std::chrono::steady_clock::now();
+      // Every rank raises in the call itself when its part depends on the others (all-reduce
+      // does); a rank whose part of a broadcast or reduce needs nothing from the disagreeing
+      // ranks may return first, and raises at its next call instead.
+      const bool may_raise_later = test.name == "root" || test.name == "kind";
+      std::vector<char> raised_in_call(3, 0);
+      auto errors = run_ranks(3, [&](int r) {
+        std::vector<float> f(100, 1.0F);
+        std::vector<double> d(100, 1.0);
+        auto& comm = group[static_cast<std::size_t>(r)];
+        try {
+          test.call(comm, f, d);
+        } catch (...) {
+          raised_in_call[static_cast<std::size_t>(r)] = 1;
+          throw;
+        }
+        comm.barrier();
+      });
+      if (!may_raise_later)
+        for (int r = 0; r < 3; ++r) {
+          CAPTURE(r);
+          CHECK(raised_in_call[static_cast<std::size_t>(r)]);
+        }
+      // Well before the 10 s deadline: the mismatch is caught by the message headers.
+      CHECK(std::chrono::steady_clock::now() - start < 5s);
+      bool named_both_views = false;
       for (int r = 0; r < 3; ++r) {
         CAPTURE(r);
-        CHECK(raised_in_call[static_cast<std::size_t>(r)]);
+        const auto& error = errors[static_cast<std::size_t>(r)];
+        CHECK_MESSAGE(holds<strata::MismatchError>(error), message_of(error));
+        const std::string message = message_of(error);
+        if (message.find("but rank") != std::string::npos ||
+            message.find(" is in collective #") != std::string::npos)
+          named_both_views = true;
       }
-    // Well before the 10 s deadline: the mismatch is caught by the message headers.
-    CHECK(std::chrono::steady_clock::now() - start < 5s);
-    bool named_both_views = false;
-    for (int r = 0; r < 3; ++r) {
-      CAPTURE(r);
-      const auto& error = errors[static_cast<std::size_t>(r)];
-      CHECK_MESSAGE(holds<strata::MismatchError>(error), message_of(error));
-      const std::string message = message_of(error);
-      if (message.find("but rank") != std::string::npos ||
-          message.find(" is in collective #") != std::string::npos)
-        named_both_views = true;
+      CHECK(named_both_views);
+      // The group is failed: later calls refuse at once, on every rank.
+      auto later = run_ranks(3, [&](int r) { group[static_cast<std::size_t>(r)].barrier(); });
+      for (const auto& error : later) {
+        CHECK(holds<strata::MismatchError>(error));
+        CHECK(message_of(error).find("failed in an earlier call") != std::string::npos);
+      }
     }
-    CHECK(named_both_views);
-    // The group is failed: later calls refuse at once, on every rank.
-    auto later = run_ranks(3, [&](int r) { group[static_cast<std::size_t>(r)].barrier(); });
-    for (const auto& error : later) {
-      CHECK(holds<strata::MismatchError>(error));
-      CHECK(message_of(error).find("failed in an earlier call") != std::string::npos);
-    }
-  }
 }
 
 TEST_CASE("a rank that never calls makes the others time out naming it") {
-  auto group = TcpCommunicator::create(3, deadline(10s));
-  const auto start = std::chrono::steady_clock::now();
-  auto errors = run_ranks(3, [&](int r) {
-    if (r == 2) {
-      std::this_thread::sleep_for(3s);  // busy elsewhere: not inside a collective
-      return;
+  for (const bool shared : {true, false}) {
+    CAPTURE(shared);
+    auto group = TcpCommunicator::create(3, deadline(10s), transport(shared));
+    const auto start = std::chrono::steady_clock::now();
+    auto errors = run_ranks(3, [&](int r) {
+      if (r == 2) {
+        std::this_thread::sleep_for(3s);  // busy elsewhere: not inside a collective
+        return;
+      }
+      std::vector<float> data(1000, 1.0F);
+      group[static_cast<std::size_t>(r)].all_reduce(std::span(data), strata::ReduceOp::sum,
+                                                    CallOptions{.timeout = 800ms});
+    });
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      const auto& error = errors[static_cast<std::size_t>(r)];
+      REQUIRE(error);
+      CHECK_MESSAGE(holds<strata::TimeoutError>(error), message_of(error));
+      CHECK_MESSAGE(message_of(error).find("2 did not answer") != std::string::npos,
+                    message_of(error));
     }
-    std::vector<float> data(1000, 1.0F);
-    group[static_cast<std::size_t>(r)].all_reduce(std::span(data), strata::ReduceOp::sum,
-                                                  CallOptions{.timeout = 800ms});
-  });
-  CHECK(std::chrono::steady_clock::now() - start < 5s);
-  for (int r = 0; r < 2; ++r) {
-    CAPTURE(r);
-    const auto& error = errors[static_cast<std::size_t>(r)];
-    REQUIRE(error);
-    CHECK_MESSAGE(holds<strata::TimeoutError>(error), message_of(error));
-    CHECK_MESSAGE(message_of(error).find("2 did not answer") != std::string::npos,
-                  message_of(error));
+    CHECK_FALSE(errors[2]);
   }
-  CHECK_FALSE(errors[2]);
 }
 
 TEST_CASE("abort() from another thread releases every rank with the reason") {
-  auto group = TcpCommunicator::create(3, deadline(20s));
-  const auto start = std::chrono::steady_clock::now();
-  auto errors = run_ranks(4, [&](int r) {
-    if (r == 3) {  // a watchdog thread of rank 1
-      std::this_thread::sleep_for(200ms);
-      group[1].abort("the watchdog gave up");
-      return;
+  for (const bool shared : {true, false}) {
+    CAPTURE(shared);
+    auto group = TcpCommunicator::create(3, deadline(20s), transport(shared));
+    const auto start = std::chrono::steady_clock::now();
+    auto errors = run_ranks(4, [&](int r) {
+      if (r == 3) {  // a watchdog thread of rank 1
+        std::this_thread::sleep_for(200ms);
+        group[1].abort("the watchdog gave up");
+        return;
+      }
+      std::vector<float> data(1 << 20, 1.0F);
+      if (r == 0) std::this_thread::sleep_for(5s);  // rank 0 arrives late: ranks 1, 2 wait
+      group[static_cast<std::size_t>(r)].all_reduce(std::span(data), strata::ReduceOp::sum);
+    });
+    CHECK(std::chrono::steady_clock::now() - start < 8s);
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      const auto& error = errors[static_cast<std::size_t>(r)];
+      REQUIRE(error);
+      CHECK_MESSAGE(holds<strata::PeerFailureError>(error), message_of(error));
+      CHECK(message_of(error).find("the watchdog gave up") != std::string::npos);
     }
-    std::vector<float> data(1 << 20, 1.0F);
-    if (r == 0) std::this_thread::sleep_for(5s);  // rank 0 arrives late: ranks 1, 2 wait
-    group[static_cast<std::size_t>(r)].all_reduce(std::span(data), strata::ReduceOp::sum);
-  });
-  CHECK(std::chrono::steady_clock::now() - start < 8s);
-  for (int r = 0; r < 3; ++r) {
-    CAPTURE(r);
-    const auto& error = errors[static_cast<std::size_t>(r)];
-    REQUIRE(error);
-    CHECK_MESSAGE(holds<strata::PeerFailureError>(error), message_of(error));
-    CHECK(message_of(error).find("the watchdog gave up") != std::string::npos);
   }
 }
 
 TEST_CASE("a peer's abort reason reaches the others escaped: no control bytes, no bad UTF-8") {
-  auto group = TcpCommunicator::create(2, deadline(20s));
-  auto errors = run_ranks(3, [&](int r) {
-    if (r == 2) {  // a thread of rank 1 aborts with bytes meant for a terminal
-      std::this_thread::sleep_for(200ms);
-      group[1].abort("bad\x1b[2J\nline\xff");
-      return;
-    }
-    std::vector<float> data(16, 1.0F);
-    if (r == 1) std::this_thread::sleep_for(2s);  // rank 0 waits in the call
-    group[static_cast<std::size_t>(r)].all_reduce(std::span(data), strata::ReduceOp::sum);
-  });
-  const auto& error = errors[0];
-  REQUIRE(error);
-  CHECK_MESSAGE(holds<strata::PeerFailureError>(error), message_of(error));
-  const std::string text = message_of(error);
-  CHECK_MESSAGE(text.find("bad\\x1b[2J\\x0aline\\xff") != std::string::npos, text);
-  CHECK(text.find('\x1b') == std::string::npos);
-  CHECK(text.find('\n') == std::string::npos);
-  CHECK(text.find('\xff') == std::string::npos);
+  for (const bool shared : {true, false}) {
+    CAPTURE(shared);
+    auto group = TcpCommunicator::create(2, deadline(20s), transport(shared));
+    auto errors = run_ranks(3, [&](int r) {
+      if (r == 2) {  // a thread of rank 1 aborts with bytes meant for a terminal
+        std::this_thread::sleep_for(200ms);
+        group[1].abort("bad\x1b[2J\nline\xff");
+        return;
+      }
+      std::vector<float> data(16, 1.0F);
+      if (r == 1) std::this_thread::sleep_for(2s);  // rank 0 waits in the call
+      group[static_cast<std::size_t>(r)].all_reduce(std::span(data), strata::ReduceOp::sum);
+    });
+    const auto& error = errors[0];
+    REQUIRE(error);
+    CHECK_MESSAGE(holds<strata::PeerFailureError>(error), message_of(error));
+    const std::string text = message_of(error);
+    CHECK_MESSAGE(text.find("bad\\x1b[2J\\x0aline\\xff") != std::string::npos, text);
+    CHECK(text.find('\x1b') == std::string::npos);
+    CHECK(text.find('\n') == std::string::npos);
+    CHECK(text.find('\xff') == std::string::npos);
+  }
 }
 
 TEST_CASE("a usage error on one rank fails the group for the others at once") {
-  auto group = TcpCommunicator::create(2, deadline(10s));
-  const auto start = std::chrono::steady_clock::now();
-  auto errors = run_ranks(2, [&](int r) {
-    std::vector<float> send(10, 1.0F);
-    std::vector<float> recv(r == 1 ? 9 : 10);  // rank 1's output is too short
-    group[static_cast<std::size_t>(r)].all_reduce(std::span<const float>(send), std::span(recv),
-                                                  strata::ReduceOp::sum);
-  });
-  CHECK(std::chrono::steady_clock::now() - start < 5s);
-  CHECK_MESSAGE(holds<strata::UsageError>(errors[1]), message_of(errors[1]));
-  CHECK_MESSAGE(holds<strata::PeerFailureError>(errors[0]), message_of(errors[0]));
-  CHECK(message_of(errors[0]).find("recv has 9 elements") != std::string::npos);
+  for (const bool shared : {true, false}) {
+    CAPTURE(shared);
+    auto group = TcpCommunicator::create(2, deadline(10s), transport(shared));
+    const auto start = std::chrono::steady_clock::now();
+    auto errors = run_ranks(2, [&](int r) {
+      std::vector<float> send(10, 1.0F);
+      std::vector<float> recv(r == 1 ? 9 : 10);  // rank 1's output is too short
+      group[static_cast<std::size_t>(r)].all_reduce(std::span<const float>(send), std::span(recv),
+                                                    strata::ReduceOp::sum);
+    });
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    CHECK_MESSAGE(holds<strata::UsageError>(errors[1]), message_of(errors[1]));
+    CHECK_MESSAGE(holds<strata::PeerFailureError>(errors[0]), message_of(errors[0]));
+    CHECK(message_of(errors[0]).find("recv has 9 elements") != std::string::npos);
+  }
 }
 
 TEST_CASE("rendezvous lists the ranks that did not join") {

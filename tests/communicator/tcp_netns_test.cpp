@@ -1,8 +1,12 @@
-// Multi-host test of strata/communicator/tcp.hpp: two strata_test_tcp_worker processes in
-// network namespaces of their own, joined by a veth pair, find each other by host name.
+// Multi-host tests of strata/communicator/tcp.hpp: strata_test_tcp_worker processes in two
+// network namespaces of their own, joined by a veth pair, find each other by host name:
+//   - one worker per namespace all-reduces over TCP;
+//   - two workers per namespace, ranks interleaved across them (0 and 2 in one, 1 and 3 in the
+//     other), run the conformance sweep: shared memory inside each namespace, TCP between.
 // Needs root and iproute2; otherwise the executable prints why and exits with kSkipped, which
 // ctest reports as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) rather than passed.
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -128,7 +132,48 @@ void run_across(const Namespaces& hosts) {
   }
 }
 
+// Four workers, ranks 0 and 2 in the first namespace and 1 and 3 in the second, run the
+// conformance sweep: the ranks of a namespace share memory, the namespaces talk over TCP.
+void run_mixed(const Namespaces& hosts) {
+  ClusterSpec cluster;
+  for (int r = 0; r < 4; ++r)
+    cluster.add({TaskType::worker, r},
+                {r % 2 == 0 ? "worker-a.strata.test" : "worker-b.strata.test",
+                 static_cast<std::uint16_t>(23456 + r / 2)});
+  std::vector<Process> processes;
+  for (int r = 0; r < 4; ++r) {
+    std::map<std::string, std::string> env{
+        {"TF_CONFIG", strata::cluster::make_tf_config(cluster, {TaskType::worker, r})},
+        {"STRATA_TIMEOUT", "30s"}};
+    processes.emplace_back(std::vector<std::string>{"ip", "netns", "exec",
+                                                    hosts.names[static_cast<std::size_t>(r % 2)],
+                                                    kWorker, "conformance", "16387"},
+                           env, temp_path(fmt::format("netns-mixed{}", r)));
+  }
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    auto& p = processes[static_cast<std::size_t>(r)];
+    REQUIRE_MESSAGE(p.wait_for(120s), p.output());
+    const std::string output = p.output();
+    CHECK_MESSAGE(p.exit_code() == 0, output);
+    // The process conformance test's count for 4 ranks: shared memory, then three TCP phases.
+    CHECK_MESSAGE(output.find(fmt::format("conformance ok: rank {} of 4, 6404 cases", r)) !=
+                      std::string::npos,
+                  output);
+  }
+}
+
 }  // namespace
+
+TEST_CASE("two ranks on each of two hosts: shared memory inside a host, TCP between") {
+  std::string skip_reason;
+  {
+    Namespaces hosts;
+    skip_reason = hosts.skip_reason;
+    if (skip_reason.empty()) run_mixed(hosts);
+  }
+  if (!skip_reason.empty()) skip(skip_reason);
+}
 
 TEST_CASE("workers on separate hosts (network namespaces) form a group by host name") {
   std::string skip_reason;

@@ -1,14 +1,19 @@
 // Multi-process tests of strata/communicator/tcp.hpp: real worker processes
 // (tests/support/tcp_worker.cpp) on loopback, each with its own TF_CONFIG.
+// The workers share this host, so they move data through shared memory unless told not to
+// (STRATA_TEST_SHARED_MEMORY=0: every byte over TCP); the failure tests run both ways.
 //   - SIGKILL of one worker in the middle of all-reduces: every survivor raises
-//     PeerFailureError naming it well within the deadline; 20 rounds with different world
-//     sizes, victims and timing, half of them lending every message (splice(2) into a
+//     PeerFailureError naming it well within the deadline; 21 rounds with different world
+//     sizes, victims and timing, a third through shared memory (survivors asleep on a futex
+//     the victim will never wake), a third over TCP lending every message (splice(2) into a
 //     connection the victim reset must not kill the survivor with SIGPIPE), zero hangs;
-//   - SIGSTOP of one worker: the others raise TimeoutError naming it;
+//   - SIGSTOP of one worker, through shared memory and over TCP: the others raise TimeoutError
+//     naming it;
 //   - a count mismatch: MismatchError in every process; different cluster tokens: refused.
 //   - conformance of every collective (the sweep of tcp_test.cpp: ops, element types, roots,
-//     in/out of place, every all-reduce algorithm) with one process per rank, world sizes
-//     2, 3 and 4: each process checks its own outputs against the one collective reference.
+//     in/out of place, every all-reduce algorithm, and through shared memory) with one process
+//     per rank, world sizes 2, 3 and 4: each process checks its own outputs against the one
+//     collective reference.
 // Workers as separate hosts in network namespaces are in tcp_netns_test.cpp.
 #include <algorithm>
 #include <chrono>
@@ -52,8 +57,8 @@ struct Workers : strata::testing::Workers {
 
 TEST_CASE(
     "SIGKILL of one worker mid all-reduce: every survivor raises peer failure naming it, "
-    "20 times") {
-  for (int round = 0; round < 20; ++round) {
+    "21 times") {
+  for (int round = 0; round < 21; ++round) {
     const int n = 2 + round % 3;
     const int victim = (round * 7 + 1) % n;
     const auto delay = std::chrono::milliseconds((round * 37) % 250);
@@ -61,12 +66,18 @@ TEST_CASE(
     CAPTURE(n);
     CAPTURE(victim);
     // 256 Ki floats: an all-reduce takes long enough that the kill lands inside one.
-    const bool lend = round % 2 == 1;
+    const bool shared = round % 3 == 0;
+    const bool lend = round % 3 == 2;
+    CAPTURE(shared);
     CAPTURE(lend);
     std::vector<std::string> scenario{"loop", "1000000", "262144"};
     if (lend) scenario.emplace_back("lend");
-    Workers workers(loopback_cluster(n), scenario, {{"STRATA_TIMEOUT", "2s"}});
+    Workers workers(loopback_cluster(n), scenario,
+                    {{"STRATA_TIMEOUT", "2s"}, {"STRATA_TEST_SHARED_MEMORY", shared ? "1" : "0"}});
     REQUIRE(workers.wait_for_output("ready", 10s));
+    for (auto& worker : workers.processes)
+      REQUIRE(worker.output().find(shared ? "transport shm" : "transport tcp") !=
+              std::string::npos);
     std::this_thread::sleep_for(delay);
     auto& dead = workers.processes[static_cast<std::size_t>(victim)];
     dead.signal(SIGKILL);
@@ -122,19 +133,26 @@ TEST_CASE("a user's exception on one replica reaches every rank of every worker 
 }
 
 TEST_CASE("SIGSTOP of one worker: the others raise a timeout naming it") {
-  Workers workers(loopback_cluster(3), {"loop", "1000000", "65536"}, {{"STRATA_TIMEOUT", "2s"}});
-  REQUIRE(workers.wait_for_output("ready", 10s));
-  auto& stopped = workers.processes[1];
-  stopped.signal(SIGSTOP);
-  for (int r : {0, 2}) {
-    CAPTURE(r);
-    auto& other = workers.processes[static_cast<std::size_t>(r)];
-    REQUIRE(other.wait_for(8s));
-    const std::string output = other.output();
-    CHECK_MESSAGE(other.exit_code() == 4, output);
-    CHECK_MESSAGE(output.find("rank 1 did not answer") != std::string::npos, output);
+  for (const bool shared : {true, false}) {
+    CAPTURE(shared);
+    // 1 Mi floats: 4 MiB, several chunks of shared memory; the stop lands inside a call.
+    Workers workers(loopback_cluster(3), {"loop", "1000000", "1048576"},
+                    {{"STRATA_TIMEOUT", "2s"}, {"STRATA_TEST_SHARED_MEMORY", shared ? "1" : "0"}});
+    REQUIRE(workers.wait_for_output("ready", 10s));
+    REQUIRE(workers.processes[0].output().find(shared ? "transport shm" : "transport tcp") !=
+            std::string::npos);
+    auto& stopped = workers.processes[1];
+    stopped.signal(SIGSTOP);
+    for (int r : {0, 2}) {
+      CAPTURE(r);
+      auto& other = workers.processes[static_cast<std::size_t>(r)];
+      REQUIRE(other.wait_for(8s));
+      const std::string output = other.output();
+      CHECK_MESSAGE(other.exit_code() == 4, output);
+      CHECK_MESSAGE(output.find("rank 1 did not answer") != std::string::npos, output);
+    }
+    stopped.signal(SIGKILL);
   }
-  stopped.signal(SIGKILL);
 }
 
 TEST_CASE("a count mismatch across processes raises MismatchError in every process") {
@@ -175,10 +193,11 @@ TEST_CASE("every collective matches the reference across processes, world sizes 
   for (int n = 2; n <= 4; ++n) {
     CAPTURE(n);
     // Per rank, × 8 types × 5 counts × in/out of place, × 5 ops where they reduce: all_reduce
-    // with 3 algorithms, broadcast and reduce at every root, all_gather, reduce_scatter; and a
-    // barrier per algorithm. Checking the number proves no part of the sweep was skipped.
+    // through shared memory and with 3 TCP algorithms; broadcast and reduce at every root,
+    // all_gather, reduce_scatter through shared memory and over TCP; and a barrier per phase.
+    // Checking the number proves no part of the sweep was skipped.
     const auto un = static_cast<std::size_t>(n);
-    const std::size_t cases = 80 * (3 * 5 + un + 5 * un + 1 + 5) + 3;
+    const std::size_t cases = 80 * (4 * 5 + 2 * (un + 5 * un + 1 + 5)) + 4;
     Workers workers(loopback_cluster(n), {"conformance", std::to_string(large)},
                     {{"STRATA_TIMEOUT", "30s"}});
     const auto until = std::chrono::steady_clock::now() + 90s;

@@ -51,6 +51,7 @@
 #include "conformance_runner.hpp"
 #include "loopback_ports.hpp"
 #include "sweep_plan.hpp"
+#include "sweep_report.hpp"
 
 namespace {
 
@@ -69,8 +70,11 @@ struct Tuning {
   TcpOptions tcp;
 };
 
+// The threads of one process share a host: these groups keep every byte on TCP, to test its
+// algorithms (the shared-memory path is tcp_shared_memory_test.cpp's).
 Tuning tuned(std::string name, TcpAllReduce algorithm, std::size_t chunk, int connections) {
   TcpOptions tcp;
+  tcp.shared_memory = false;
   tcp.all_reduce = algorithm;
   tcp.chunk_bytes = chunk;
   tcp.connections_per_peer = connections;
@@ -114,13 +118,7 @@ std::vector<testing::CaseSpec> sizes_between(int smallest, int largest,
   return cases;
 }
 
-void report(const testing::SweepSummary& summary) {
-  for (const std::string& message : summary.messages)
-    FAIL_CHECK(message);
-  CHECK_MESSAGE(summary.failed == 0, fmt::format("{} of {} cases failed, {} wrong elements in all",
-                                                 summary.failed, summary.cases, summary.wrong));
-  CHECK(summary.cases > 0);
-}
+using strata::testing::report;
 
 void sweep_small(const Tuning& tuning, Collective kind, int smallest, int largest) {
   auto runner = runner_for(tuning);
@@ -337,6 +335,7 @@ TEST_CASE("a rank that lent its buffer returns only once the peer has read it") 
   // kLendWindowBytes can be in rank 1's socket by then), rank 1 would receive the overwrite.
   TcpOptions tcp;
   tcp.lend_from_bytes = 0;
+  tcp.shared_memory = false;
   auto group = TcpCommunicator::create(2, {}, tcp);
   constexpr std::size_t kCount = std::size_t{2} << 20;  // 8 MiB of floats: 8 lent messages
   auto pattern = [](std::size_t i) { return static_cast<float>(i % 1000) + 0.5F; };
@@ -453,6 +452,7 @@ TEST_CASE(
         counts.push_back(side.count);
       auto options = [&](TcpAllReduce algorithm) {
         TcpOptions tcp;
+        tcp.shared_memory = false;
         tcp.all_reduce = algorithm;
         if (test.threshold) tcp.small_message_bytes = *test.threshold;
         return tcp;

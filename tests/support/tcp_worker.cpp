@@ -34,6 +34,9 @@
 //                           in turn on the same addresses). Prints the first 20 wrong elements as
 //                           "wrong: rank R, ...", then "conformance ok: rank R of N, C cases"
 //                           or "conformance failed: ..." (exit 8).
+// STRATA_TEST_SHARED_MEMORY=0 keeps the co-located ranks of `join`, `mismatch` and `loop` on
+// TCP (TcpOptions::shared_memory = false); those scenarios print "transport shm" or
+// "transport tcp" once the group has formed.
 // On a strata::Error it prints "error KIND MILLISECONDS MESSAGE" (time since the error's call
 // began) and exits with 3 (PeerFailureError), 4 (TimeoutError), 5 (MismatchError),
 // 6 (ConfigurationError) or 7 (other); a wrong result exits 8.
@@ -59,6 +62,7 @@
 #include <strata/strategies.hpp>
 
 #include <strata/communicator/tcp.hpp>
+#include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 #include "logistic_regression.hpp"
 #include "tcp_worker_conformance.hpp"
@@ -210,12 +214,16 @@ int conformance_scenario(std::span<const std::string_view> args,
     std::string_view name;
     TcpAllReduce algorithm;
     std::span<const Collective> kinds;
+    bool shared_memory;
   };
   // The algorithm is a tunable every rank must share, so each needs a group of its own;
   // the other collectives do not depend on it and run once.
-  const Phase phases[] = {{"tcp", TcpAllReduce::automatic, kEvery},
-                          {"tcp<ring>", TcpAllReduce::ring, kAllReduce},
-                          {"tcp<rd>", TcpAllReduce::recursive_doubling, kAllReduce}};
+  // The processes share a host: the first phase runs through shared memory, the others keep
+  // every byte on TCP.
+  const Phase phases[] = {{"shm", TcpAllReduce::automatic, kEvery, true},
+                          {"tcp", TcpAllReduce::automatic, kEvery, false},
+                          {"tcp<ring>", TcpAllReduce::ring, kAllReduce, false},
+                          {"tcp<rd>", TcpAllReduce::recursive_doubling, kAllReduce, false}};
   auto membership = strata::communicator::membership_of(resolved);
   conformance::Totals totals;
   const auto started = Clock::now();
@@ -224,8 +232,14 @@ int conformance_scenario(std::span<const std::string_view> args,
   for (const Phase& phase : phases) {
     strata::communicator::TcpOptions tcp;
     tcp.all_reduce = phase.algorithm;
+    tcp.shared_memory = phase.shared_memory;
     began = Clock::now();
     strata::communicator::TcpCommunicator comm(membership, tcp);
+    if (comm.uses_shared_memory() != phase.shared_memory) {
+      fmt::print("conformance failed: phase {} {} shared memory\n", phase.name,
+                 comm.uses_shared_memory() ? "uses" : "does not use");
+      return 8;
+    }
     membership.listen_fd = -1;  // adopted by the first group; later ones bind their own
     rank = comm.rank();
     size = comm.size();
@@ -279,8 +293,11 @@ int group_scenario(std::span<const std::string_view> args,
   strata::communicator::TcpOptions tcp;
   const bool lend = args[0] == "loop" && args.size() == 4 && args[3] == "lend";
   if (lend) tcp.lend_from_bytes = 0;  // every message of 64 KiB or more
+  tcp.shared_memory = strata::environment_variable("STRATA_TEST_SHARED_MEMORY") != "0";
   strata::communicator::TcpCommunicator comm(strata::communicator::membership_of(resolved), tcp);
   const int rank = comm.rank();
+  fmt::print("transport {}\n", comm.uses_shared_memory() ? "shm" : "tcp");
+  std::fflush(stdout);
   if (args[0] == "join") {
     began = Clock::now();
     comm.barrier();

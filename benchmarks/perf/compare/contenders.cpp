@@ -61,6 +61,8 @@ std::vector<Contender> strata_contenders(const Options& options, const std::stri
   }
   return {
       {"strata over TCP", command({self}, shared, tcp_tail), "strata tcp", false, true, true},
+      {"strata over shared memory", command({self}, shared, {"--transport", "shm"}), "strata shm",
+       false, true, false},
       {"strata in process", command({self}, shared, {"--transport", "local"}), "strata local",
        false, true, false},
   };

@@ -36,8 +36,9 @@ std::string table_head(std::string_view what, const Columns& columns, bool ratio
     rule += " ---: |";
   }
   if (ratios) {
-    line += " strata tcp / best TCP peer | best strata / best peer |";
-    rule += " ---: | ---: |";
+    line +=
+        " strata tcp / best TCP peer | strata shm / OpenMPI default | best strata / best peer |";
+    rule += " ---: | ---: | ---: |";
     if (with_ceiling) {
       line += " strata tcp / TCP ceiling |";
       rule += " ---: |";
@@ -154,6 +155,7 @@ std::string Comparison::busbw_row(Collective kind, int ranks, std::size_t bytes,
                                   const Ceilings* ceilings) const {
   std::string out = fmt::format("| {} |", format_size(bytes));
   double strata_tcp = 0, strata_best = 0, tcp_peer = 0, any_peer = 0;
+  double strata_shm = 0, mpi_default = 0;  // processes of one host, each at its best
   for (const auto& column : columns) {
     const auto t = column_time(column, bytes);
     if (!t) {
@@ -163,6 +165,8 @@ std::string Comparison::busbw_row(Collective kind, int ranks, std::size_t bytes,
     const double busbw = bus_bandwidth_gbps(kind, ranks, bytes, *t * 1e-6);
     out += fmt::format(" {:.3g} |", busbw);
     const Entry& entry = entries_.at(column.members.front());
+    if (column.label == "strata shm") strata_shm = busbw;
+    if (column.label == "mpi default") mpi_default = busbw;
     if (entry.strata) {
       strata_best = std::max(strata_best, busbw);
       if (entry.tcp) strata_tcp = std::max(strata_tcp, busbw);
@@ -171,7 +175,8 @@ std::string Comparison::busbw_row(Collective kind, int ranks, std::size_t bytes,
       if (entry.tcp) tcp_peer = std::max(tcp_peer, busbw);
     }
   }
-  out += ratio(strata_tcp, tcp_peer) + ratio(strata_best, any_peer);
+  out +=
+      ratio(strata_tcp, tcp_peer) + ratio(strata_shm, mpi_default) + ratio(strata_best, any_peer);
   // Below 1 MiB a message fits the socket buffers and is no streaming measurement.
   if (ceilings != nullptr)
     out +=

@@ -21,6 +21,7 @@
 #include <strata/communicator/options.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/config.hpp>
+#include <strata/core/deadline.hpp>
 #include <strata/core/enum_names.hpp>
 
 namespace strata::cluster {
@@ -51,9 +52,11 @@ namespace strata::communicator {
 using strata::to_string;
 
 /// Tunables of the TCP communicator. Every rank must use the same values for the first four
-/// (the handshake refuses ranks that differ: they would cut messages differently).
+/// and `shared_memory` (the handshake refuses ranks that differ: they would cut messages
+/// differently).
 struct TcpOptions {
-  /// Largest message: pipelined algorithms cut buffers into segments of this size.
+  /// Largest message: pipelined algorithms cut buffers into segments of this size. Through
+  /// shared memory, ranks stage half of it at a time (at least 32 KiB, at most 16 MiB).
   std::size_t chunk_bytes = std::size_t{1} << 20;
   /// Data connections between each pair of ranks; segments are spread over them.
   int connections_per_peer = 1;
@@ -82,6 +85,11 @@ struct TcpOptions {
   /// ranks on one host, where loopback never queues or drops and a pacing algorithm (a
   /// host-wide "bbr") would only throttle, and the kernel's default between hosts.
   std::optional<std::string> congestion_control{};
+  /// Ranks the handshake finds on one host (same boot, same network namespace) move their
+  /// data through shared memory instead of loopback TCP, when all of the group's ranks are
+  /// there; false keeps every byte on TCP. The TCP connections stay either way: they
+  /// authenticate the ranks, hand the memory over and tell when a peer dies.
+  bool shared_memory = true;
   /// Shared secret proving membership (HMAC challenge–response in the handshake; it never
   /// crosses the wire). Unset: STRATA_CLUSTER_TOKEN when set, else no authentication.
   std::optional<std::string> cluster_token{};
@@ -111,7 +119,9 @@ STRATA_DECL TcpMembership membership_of(cluster::ResolvedCluster& resolved);
 /// Construction forms the group (transport/tcp/form_mesh.hpp): every rank connects to every
 /// other, in any start order, within the deadline. Collectives then run pipelined algorithms
 /// over those connections: ring all-reduce (recursive doubling for small messages),
-/// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. Each message
+/// ring broadcast, reduce, all-gather and reduce-scatter, dissemination barrier. When every
+/// rank runs on one host, they move data through a shared region instead
+/// (transport/shm/collectives.hpp; TcpOptions::shared_memory). Each message
 /// carries the sender's view of the call, so ranks that disagree on count, type, op, root or
 /// the number of calls raise MismatchError instead of exchanging garbage.
 ///
@@ -159,6 +169,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   STRATA_DECL int size() const noexcept;
   STRATA_DECL const CommunicatorOptions& options() const noexcept;
   STRATA_DECL const TcpOptions& tcp_options() const noexcept;
+  /// Whether collectives move data through shared memory (TcpOptions::shared_memory, and
+  /// every rank on this host), rather than over TCP.
+  STRATA_DECL bool uses_shared_memory() const noexcept;
 
   // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
   // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
@@ -184,6 +197,11 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   STRATA_DECL Work submit(const CollectiveCall& call, const CallOptions& options);
   STRATA_DECL static void execute(State& state, const CollectiveCall& call,
                                   const CallOptions& options);
+  STRATA_DECL static void execute_shared(State& state, const CollectiveCall& call,
+                                         const Deadline& deadline);
+  STRATA_DECL static void execute_across_hosts(State& state, const CollectiveCall& call,
+                                               const Deadline& deadline);
+  STRATA_DECL void share_memory(const CommunicatorOptions& options);
 
   std::unique_ptr<State> state_;
 };

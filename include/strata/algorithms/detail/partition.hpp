@@ -1,4 +1,4 @@
-// strata/algorithms/detail/partition.hpp — splitting a buffer into per-rank slices.
+// strata/algorithms/detail/partition.hpp — per-rank slices (core/detail/slices.hpp) and inputs.
 #pragma once
 
 #include <algorithm>
@@ -6,25 +6,12 @@
 #include <span>
 #include <vector>
 
+#include <strata/core/detail/slices.hpp>
+
 namespace strata::algorithms::detail {
 
-/// Element range [begin, end) of slice `index` when `count` elements are split into `parts`
-/// nearly equal slices whose boundaries fall on 64-byte multiples (so ranks writing adjacent
-/// slices do not share cache lines). Slices may be empty when count is small.
-struct Slice {
-  std::size_t begin;
-  std::size_t end;
-  std::size_t size() const noexcept { return end - begin; }
-};
-
-inline Slice slice_of(std::size_t count, std::size_t element_bytes, int parts, int index) {
-  const std::size_t line = std::max<std::size_t>(1, 64 / element_bytes);
-  const std::size_t lines = (count + line - 1) / line;
-  const auto n = static_cast<std::size_t>(parts);
-  const auto i = static_cast<std::size_t>(index);
-  auto boundary = [&](std::size_t k) { return std::min(count, (lines * k / n) * line); };
-  return {boundary(i), boundary(i + 1)};
-}
+using strata::detail::Slice;
+using strata::detail::slice_of;
 
 /// Every rank's input, offset by `offset` elements of `element_bytes` each.
 template <class Link>

@@ -50,6 +50,8 @@ class Link {
   int channels_per_peer() const noexcept { return group_.data_connections(); }
   /// Scratch memory owned by the group, reused across calls; valid until the next call.
   std::byte* scratch(std::size_t bytes) { return group_.scratch(bytes); }
+  /// The call's reading of the control connections (a wait elsewhere watches the peers with it).
+  CallControl& control() noexcept { return control_; }
 
   /// Runs the plan: every send and receive, `on_received(j)` once receive j is complete (and
   /// its `after_send` and `after_recv` are done). Returns when every step has completed.

@@ -1,0 +1,299 @@
+// strata/transport/shm/collectives.hpp — every collective over a shared region (group.hpp).
+//
+// Ranks in separate processes cannot read each other's buffers, so each stages what its peers
+// need in its own block and publishes a step; the peers then work straight from the staged
+// bytes, in the in-process algorithms' shape (AllReduceScatterGather):
+//   small calls      (a rank's contribution fits Layout::kSmallBytes) one step: every rank
+//                    stages its data, waits for all, and reads what it needs; an all-reduce
+//                    reduces all n staged inputs itself, in rank order.
+//   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
+//                    the own slice from the n staged copies (the own input in place) into the
+//                    output and the own staging buffer; step; copy the other slices out.
+//   reduce           the same, only the root copies out.
+//   broadcast        per chunk: the root stages, the others copy out; one step.
+//   all_gather       per chunk of the block: every rank stages its block, all copy out.
+//   reduce_scatter   per chunk: stage the pieces of the other ranks' blocks; each rank reduces
+//                    its own block's piece.
+// A call's first step also publishes its descriptor, which every rank compares before reading
+// any data: a disagreement is a MismatchError on every rank. Each element is reduced once, in
+// rank order, by one kernel: all ranks end with the same bits, as AllReduceReduceToOne's.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <strata/core/collective.hpp>
+#include <strata/core/detail/slices.hpp>
+#include <strata/core/error.hpp>
+#include <strata/core/reduce_kernels.hpp>
+#include <strata/transport/shm/group.hpp>
+
+namespace strata::transport::shm {
+
+namespace detail {
+
+inline void copy_bytes(void* to, const void* from, std::size_t bytes) noexcept {
+  if (bytes != 0 && to != from) std::memcpy(to, from, bytes);
+}
+
+inline const std::byte* bytes_of(const void* p) noexcept {
+  return static_cast<const std::byte*>(p);
+}
+inline std::byte* bytes_of(void* p) noexcept {
+  return static_cast<std::byte*>(p);
+}
+
+/// What each rank stages of `call` in all: its contribution.
+inline std::size_t contribution_bytes(const CollectiveCall& call, int size) noexcept {
+  const std::size_t bytes = call.count * size_of(call.type);
+  if (call.kind == Collective::reduce_scatter) return bytes * static_cast<std::size_t>(size);
+  return call.kind == Collective::barrier ? 0 : bytes;
+}
+
+/// Raises MismatchError unless every rank posted the same calls. Every rank compares the same
+/// descriptors, so all raise or none does.
+inline void check_agreement(const Group& group, const CollectiveCall& user, std::uint64_t number) {
+  using Posted = Group::Posted;
+  const std::optional<Posted> first = group.posted(0, number);
+  for (int r = 1; r < group.size(); ++r) {
+    const std::optional<Posted> other = group.posted(r, number);
+    if (first && other && agrees(first->call, other->call) && agrees(first->user, other->user))
+      continue;
+    auto text = [](const std::optional<Posted>& posted) {
+      return posted ? describe(posted->user) : std::string("a call this version does not know");
+    };
+    throw MismatchError(
+        group.group_rank(group.rank()), to_string(user.kind),
+        fmt::format("ranks disagree: rank {} called {} but rank {} called {}", group.group_rank(0),
+                    text(first), group.group_rank(r), text(other)));
+  }
+}
+
+/// The call's first step: posts the descriptors with what was staged, waits for every rank,
+/// compares.
+template <class Watch>
+void open_call(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+               std::uint64_t number, Watch& watch) {
+  group.post(call, user, number);
+  group.publish();
+  group.wait_all(group.step(), watch);
+  check_agreement(group, user, number);
+}
+
+/// Publishes what this rank staged of a chunk and waits for every rank's: the call's first
+/// chunk opens the call (its descriptors are compared).
+template <class Watch>
+void exchange_chunk(Group& group, bool first, const CollectiveCall& call,
+                    const CollectiveCall& user, std::uint64_t number, Watch& watch) {
+  if (first) {
+    open_call(group, call, user, number, watch);
+    return;
+  }
+  group.publish();
+  group.wait_all(group.step(), watch);
+}
+
+template <class Watch>
+void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+               std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t bytes = call.count * size_of(call.type);
+  const std::uint64_t parity = group.step() + 1;  // the step that publishes what is staged
+  std::byte* staged = group.small(r, parity);
+  const bool stages =
+      call.kind != Collective::barrier && (call.kind != Collective::broadcast || r == call.root);
+  if (stages) copy_bytes(staged, call.send, contribution_bytes(call, n));
+  open_call(group, call, user, number, watch);
+  if (bytes == 0) return;
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  switch (call.kind) {
+    case Collective::reduce:
+      if (r != call.root) return;
+      [[fallthrough]];
+    case Collective::all_reduce:
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] = group.small(q, parity);
+      kernels_of(call).reduce_n(call.recv, inputs.data(), inputs.size(), call.count, call.op);
+      return;
+    case Collective::reduce_scatter:
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] =
+            group.small(q, parity) + static_cast<std::size_t>(r) * bytes;
+      kernels_of(call).reduce_n(call.recv, inputs.data(), inputs.size(), call.count, call.op);
+      return;
+    case Collective::broadcast:
+      copy_bytes(call.recv, r == call.root ? call.send : group.small(call.root, parity), bytes);
+      return;
+    case Collective::all_gather:
+      for (int q = 0; q < n; ++q)
+        copy_bytes(bytes_of(call.recv) + static_cast<std::size_t>(q) * bytes,
+                   q == r ? call.send : group.small(q, parity), bytes);
+      return;
+    case Collective::barrier:
+      return;
+  }
+}
+
+// all_reduce and reduce, chunk by chunk (see the file comment).
+template <class Watch>
+void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                   std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  const bool all = call.kind == Collective::all_reduce;
+  const bool copies_out = all || r == call.root;
+  const std::byte* in = bytes_of(call.send);
+  std::byte* out = bytes_of(call.recv);
+  const ReduceKernels& kernels = kernels_of(call);
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t m = std::min(per_chunk, call.count - base);
+    const std::uint64_t parity = group.next_chunk();
+    std::byte* own_slot = group.chunk(r, parity);
+    auto slice = [&](int q) { return strata::detail::slice_of(m, element, n, q); };
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const auto s = slice(q);
+      copy_bytes(own_slot + s.begin * element, in + (base + s.begin) * element, s.size() * element);
+    }
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    const auto own = slice(r);
+    if (own.size() != 0) {
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] = q == r ? in + (base + own.begin) * element
+                                                     : group.chunk(q, parity) + own.begin * element;
+      std::byte* staged = own_slot + own.begin * element;
+      std::byte* target = copies_out ? out + (base + own.begin) * element : staged;
+      kernels.reduce_n(target, inputs.data(), inputs.size(), own.size(), call.op);
+      if (all) copy_bytes(staged, target, own.size() * element);  // a reduce's root reads no slot
+    }
+    group.publish();
+    if (!copies_out) continue;
+    group.wait_all(group.step(), watch);
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const auto s = slice(q);
+      copy_bytes(out + (base + s.begin) * element, group.chunk(q, parity) + s.begin * element,
+                 s.size() * element);
+    }
+  }
+}
+
+template <class Watch>
+void run_broadcast(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                   std::uint64_t number, Watch& watch) {
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t bytes = std::min(per_chunk, call.count - base) * element;
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    if (r == call.root) copy_bytes(group.chunk(r, parity), bytes_of(call.send) + offset, bytes);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    copy_bytes(bytes_of(call.recv) + offset,
+               r == call.root ? bytes_of(call.send) + offset : group.chunk(call.root, parity),
+               bytes);
+  }
+}
+
+template <class Watch>
+void run_all_gather(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                    std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  const std::size_t block = call.count * element;
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t bytes = std::min(per_chunk, call.count - base) * element;
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    copy_bytes(group.chunk(r, parity), bytes_of(call.send) + offset, bytes);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    for (int q = 0; q < n; ++q)
+      copy_bytes(bytes_of(call.recv) + static_cast<std::size_t>(q) * block + offset,
+                 q == r ? bytes_of(call.send) + offset : group.chunk(q, parity), bytes);
+  }
+}
+
+template <class Watch>
+void run_reduce_scatter(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                        std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  // The slot holds one piece of every rank's block.
+  const std::size_t per_piece = group.slot_bytes() / (static_cast<std::size_t>(n) * element);
+  const std::size_t piece_bytes = per_piece * element;
+  const std::size_t block = call.count * element;
+  const std::byte* in = bytes_of(call.send);
+  const ReduceKernels& kernels = kernels_of(call);
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  for (std::size_t base = 0; base < call.count; base += per_piece) {
+    const std::size_t m = std::min(per_piece, call.count - base);
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    std::byte* own_slot = group.chunk(r, parity);
+    for (int q = 0; q < n; ++q)
+      if (q != r)
+        copy_bytes(own_slot + static_cast<std::size_t>(q) * piece_bytes,
+                   in + static_cast<std::size_t>(q) * block + offset, m * element);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    for (int q = 0; q < n; ++q)
+      inputs[static_cast<std::size_t>(q)] =
+          q == r ? in + static_cast<std::size_t>(r) * block + offset
+                 : group.chunk(q, parity) + static_cast<std::size_t>(r) * piece_bytes;
+    kernels.reduce_n(bytes_of(call.recv) + offset, inputs.data(), inputs.size(), m, call.op);
+  }
+}
+
+}  // namespace detail
+
+/// Runs `call` on this rank of `group`; `number` is the call's number, equal on every rank.
+/// `watch` looks at the peers and the deadline while the call waits (Group::wait_for). `user`:
+/// the call the user made, of which `call` is a stage, compared across ranks with it.
+/// @throws MismatchError when the ranks posted different calls; what `watch` throws.
+template <class Watch>
+void run(Group& group, const CollectiveCall& call, const CollectiveCall& user, std::uint64_t number,
+         Watch& watch) {
+  if (detail::contribution_bytes(call, group.size()) <= Layout::kSmallBytes) {
+    detail::run_small(group, call, user, number, watch);
+    return;
+  }
+  switch (call.kind) {
+    case Collective::all_reduce:
+    case Collective::reduce:
+      detail::run_reduction(group, call, user, number, watch);
+      return;
+    case Collective::broadcast:
+      detail::run_broadcast(group, call, user, number, watch);
+      return;
+    case Collective::all_gather:
+      detail::run_all_gather(group, call, user, number, watch);
+      return;
+    case Collective::reduce_scatter:
+      detail::run_reduce_scatter(group, call, user, number, watch);
+      return;
+    case Collective::barrier:  // contributes nothing: small
+      return;
+  }
+}
+
+/// Runs `call` as the user made it.
+template <class Watch>
+void run(Group& group, const CollectiveCall& call, std::uint64_t number, Watch& watch) {
+  run(group, call, call, number, watch);
+}
+
+}  // namespace strata::transport::shm

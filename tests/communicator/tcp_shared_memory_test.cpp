@@ -1,0 +1,227 @@
+// Tests of strata/communicator/tcp.hpp between ranks of one host, which move data through
+// shared memory (transport/shm/): every rank a thread of this process, each with its own
+// mapping of the region, as separate processes would have.
+//   - which groups share memory: co-located ranks by default, none with the option off or
+//     alone;
+//   - conformance of every collective against the one collective reference: the small-count
+//     product at world sizes 1..8, counts on both sides of the one-step size, and the large
+//     counts, with the default staging buffers (512 KiB) and the smallest (32 KiB: many
+//     chunks);
+//   - all-reduce results bit-identical on every rank and equal to the sum in rank order, on
+//     the one-step and the chunked path;
+//   - the region is a memfd: nothing in /dev/shm, and no mapping left once the group is gone.
+// Failure semantics run over both transports in tcp_failure_test.cpp; processes (SIGKILL,
+// SIGSTOP, conformance) in tcp_process_test.cpp; two network namespaces in
+// tcp_netns_test.cpp.
+#include <strata/communicator/tcp.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <collective_reference/elements.hpp>
+#include <collective_reference/inputs.hpp>
+
+#include "conformance_runner.hpp"
+#include "sweep_plan.hpp"
+#include "sweep_report.hpp"
+
+namespace {
+
+using strata::DataType;
+using strata::ReduceOp;
+using strata::communicator::Collective;
+using strata::communicator::TcpCommunicator;
+using strata::communicator::TcpOptions;
+namespace testing = strata::testing;
+namespace reference = strata::reference;
+
+TcpOptions staging(std::size_t bytes) {
+  TcpOptions tcp;
+  tcp.chunk_bytes = bytes;
+  return tcp;
+}
+
+const TcpOptions kDefault = staging(std::size_t{1} << 20);
+const TcpOptions kSmallest = staging(std::size_t{64} << 10);  // stages the least, 32 KiB
+const std::pair<const char*, TcpOptions> kStagings[] = {{"shm", kDefault},
+                                                        {"shm<32 KiB>", kSmallest}};
+
+testing::ConformanceRunner<TcpCommunicator> runner_for(std::string name, const TcpOptions& tcp) {
+  return testing::ConformanceRunner<TcpCommunicator>(
+      std::move(name), {}, [tcp](int size, const strata::communicator::CommunicatorOptions& o) {
+        auto group = TcpCommunicator::create(size, o, tcp);
+        for (const auto& rank : group)
+          REQUIRE(rank.uses_shared_memory() == (size > 1));
+        return group;
+      });
+}
+
+using strata::testing::report;
+
+constexpr Collective kEveryKind[] = {Collective::all_reduce, Collective::broadcast,
+                                     Collective::reduce, Collective::all_gather,
+                                     Collective::reduce_scatter};
+
+// Rank `rank`'s input at `index`: magnitudes spread over 2^-20..2^20, so that partial sums
+// round and the order of additions shows in the bits.
+float spread_value(int rank, std::size_t index) {
+  const std::uint64_t h =
+      reference::mix64(index * 0x9e3779b97f4a7c15ULL + (static_cast<std::uint64_t>(rank) << 48));
+  const float unit = static_cast<float>(h >> 40) * std::ldexp(1.0F, -24) - 0.5F;
+  return std::ldexp(unit, static_cast<int>(reference::mix64(h) % 41) - 20);
+}
+
+std::vector<std::string> memfd_mappings() {
+  std::vector<std::string> found;
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.find("memfd:strata-shm") != std::string::npos) found.push_back(line);
+  return found;
+}
+
+std::size_t dev_shm_entries() {
+  std::size_t entries = 0;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
+    (void)entry;
+    ++entries;
+  }
+  return entries;
+}
+
+}  // namespace
+
+TEST_CASE("co-located ranks share memory unless the option says no or a rank is alone") {
+  for (const int size : {2, 3, 5}) {
+    CAPTURE(size);
+    for (const auto& rank : TcpCommunicator::create(size))
+      CHECK(rank.uses_shared_memory());
+    TcpOptions off;
+    off.shared_memory = false;
+    for (const auto& rank : TcpCommunicator::create(size, {}, off))
+      CHECK_FALSE(rank.uses_shared_memory());
+  }
+  CHECK_FALSE(TcpCommunicator::create(1)[0].uses_shared_memory());
+}
+
+TEST_CASE("the region is a memfd: nothing in /dev/shm, no mapping once the group is gone") {
+  const auto before = memfd_mappings();
+  const std::size_t shm_entries = dev_shm_entries();
+  {
+    auto group = TcpCommunicator::create(3);
+    // One mapping per rank (the threads of this test each map it, as processes would).
+    CHECK(memfd_mappings().size() == before.size() + 3);
+    CHECK(dev_shm_entries() == shm_entries);
+  }
+  CHECK(memfd_mappings().size() == before.size());
+  CHECK(dev_shm_entries() == shm_entries);
+}
+
+TEST_CASE("shared memory: every collective matches the reference at small counts, sizes 1-8") {
+  for (const auto& [name, tcp] : kStagings) {
+    CAPTURE(name);
+    auto runner = runner_for(name, tcp);
+    for (Collective kind : kEveryKind) {
+      CAPTURE(kind);
+      report(testing::run_cases(runner,
+                                testing::thinned_when_quick(testing::small_count_cases(kind))));
+    }
+  }
+}
+
+TEST_CASE("shared memory: counts on both sides of the one-step size and of a chunk") {
+  // 16 KiB is the most a rank stages for a one-step call; 32 KiB the smallest chunk. Counts
+  // of elements just below, at and above each in bytes, and primes, on 2, 3 and 4 ranks.
+  std::vector<testing::CaseSpec> cases;
+  const std::size_t counts[] = {2047, 2048, 2049, 4095,  4096,  4097,
+                                8191, 8192, 8193, 65521, 100003};
+  for (Collective kind : kEveryKind)
+    for (std::size_t count : counts)
+      for (int size : {2, 3, 4})
+        for (DataType type : {DataType::float32, DataType::float64, DataType::int8}) {
+          testing::CaseSpec spec{kind, type, ReduceOp::sum, size, count};
+          spec.root = size - 1;
+          spec.in_place = (count + static_cast<std::size_t>(size)) % 2 == 1;
+          cases.push_back(spec);
+          if (kind == Collective::all_reduce) {
+            spec.op = ReduceOp::mean;
+            spec.in_place = !spec.in_place;
+            cases.push_back(spec);
+          }
+        }
+  for (const auto& [name, tcp] : kStagings) {
+    CAPTURE(name);
+    auto runner = runner_for(name, tcp);
+    report(testing::run_cases(runner, cases));
+  }
+}
+
+TEST_CASE("shared memory: collectives match the reference at 2^20+3 and 16 Mi elements") {
+  for (const auto& [name, tcp] : kStagings) {
+    CAPTURE(name);
+    auto runner = runner_for(name, tcp);
+    for (Collective kind : kEveryKind) {
+      CAPTURE(kind);
+      report(testing::run_cases(
+          runner, testing::large_count_cases(kind, testing::sweep_from_environment(),
+                                             std::string_view(name) == "shm" ? 0 : 1)));
+    }
+  }
+}
+
+TEST_CASE("shared memory: all-reduce is bit-identical on every rank and sums in rank order") {
+  for (const int size : {2, 3, 4, 7}) {
+    CAPTURE(size);
+    auto group = TcpCommunicator::create(size, {}, kSmallest);
+    const auto n = static_cast<std::size_t>(size);
+    // One step (small), one chunk, several chunks with a short last one.
+    for (const std::size_t count : {std::size_t{1000}, std::size_t{9000}, std::size_t{70001}}) {
+      CAPTURE(count);
+      std::vector<std::vector<float>> results(n);
+      std::vector<std::exception_ptr> errors(n);
+      {
+        std::vector<std::jthread> threads;
+        for (std::size_t r = 0; r < n; ++r)
+          threads.emplace_back([&, r] {
+            try {
+              auto& data = results[r];
+              data.resize(count);
+              for (std::size_t i = 0; i < count; ++i)
+                data[i] = spread_value(static_cast<int>(r), i);
+              group[r].all_reduce(std::span(data), ReduceOp::sum);
+            } catch (...) {
+              errors[r] = std::current_exception();
+            }
+          });
+      }
+      for (const auto& error : errors)
+        if (error) std::rethrow_exception(error);
+      std::size_t differ = 0;
+      std::size_t not_in_order = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        float sum = spread_value(0, i);
+        for (int r = 1; r < size; ++r)
+          sum += spread_value(r, i);
+        not_in_order += reference::bits_of(results[0][i]) != reference::bits_of(sum) ? 1 : 0;
+        for (std::size_t r = 1; r < n; ++r)
+          differ += reference::bits_of(results[r][i]) != reference::bits_of(results[0][i]) ? 1 : 0;
+      }
+      CHECK(differ == 0);
+      CHECK(not_in_order == 0);
+    }
+  }
+}
