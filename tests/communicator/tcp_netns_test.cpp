@@ -2,10 +2,13 @@
 // network namespaces of their own, joined by a veth pair, find each other by host name:
 //   - one worker per namespace all-reduces over TCP;
 //   - two workers per namespace, ranks interleaved across them (0 and 2 in one, 1 and 3 in the
-//     other), run the conformance sweep: shared memory inside each namespace, TCP between.
+//     other), run the conformance sweep: shared memory inside each namespace, TCP between; and
+//     all-reduce in a loop until one of them is killed: every survivor, on either side, raises
+//     PeerFailureError naming it.
 // Needs root and iproute2; otherwise the executable prints why and exits with kSkipped, which
 // ctest reports as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt) rather than passed.
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 #include <map>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -132,9 +136,10 @@ void run_across(const Namespaces& hosts) {
   }
 }
 
-// Four workers, ranks 0 and 2 in the first namespace and 1 and 3 in the second, run the
-// conformance sweep: the ranks of a namespace share memory, the namespaces talk over TCP.
-void run_mixed(const Namespaces& hosts) {
+// Four workers as run_mixed places them, with `scenario`.
+std::vector<Process> mixed_workers(const Namespaces& hosts,
+                                   const std::vector<std::string>& scenario,
+                                   const std::string& timeout, const std::string& name) {
   ClusterSpec cluster;
   for (int r = 0; r < 4; ++r)
     cluster.add({TaskType::worker, r},
@@ -144,12 +149,44 @@ void run_mixed(const Namespaces& hosts) {
   for (int r = 0; r < 4; ++r) {
     std::map<std::string, std::string> env{
         {"TF_CONFIG", strata::cluster::make_tf_config(cluster, {TaskType::worker, r})},
-        {"STRATA_TIMEOUT", "30s"}};
-    processes.emplace_back(std::vector<std::string>{"ip", "netns", "exec",
-                                                    hosts.names[static_cast<std::size_t>(r % 2)],
-                                                    kWorker, "conformance", "16387"},
-                           env, temp_path(fmt::format("netns-mixed{}", r)));
+        {"STRATA_TIMEOUT", timeout}};
+    std::vector<std::string> argv{"ip", "netns", "exec",
+                                  hosts.names[static_cast<std::size_t>(r % 2)], kWorker};
+    argv.insert(argv.end(), scenario.begin(), scenario.end());
+    processes.emplace_back(argv, env, temp_path(fmt::format("{}{}", name, r)));
   }
+  return processes;
+}
+
+// The mixed cluster all-reduces 1 MiB in a loop; rank 2 (sharing memory with rank 0, reaching
+// 1 and 3 over TCP through rank 0) is killed: all three survivors name it, well within the
+// deadline.
+void run_mixed_kill(const Namespaces& hosts) {
+  auto processes = mixed_workers(hosts, {"loop", "1000000", "262144"}, "5s", "netns-kill");
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  for (auto& p : processes)
+    while (p.output().find("ready") == std::string::npos &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(5ms);
+  for (auto& p : processes)
+    REQUIRE_MESSAGE(p.output().find("transport shm") != std::string::npos, p.output());
+  processes[2].signal(SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (int r : {0, 1, 3}) {
+    CAPTURE(r);
+    auto& survivor = processes[static_cast<std::size_t>(r)];
+    REQUIRE_MESSAGE(survivor.wait_for(10s), survivor.output());
+    const std::string output = survivor.output();
+    CHECK_MESSAGE(survivor.exit_code() == 3, output);
+    CHECK_MESSAGE(output.find("rank 2 closed its connections") != std::string::npos, output);
+    CHECK(std::chrono::steady_clock::now() - killed_at < 4s);
+  }
+}
+
+// Four workers, ranks 0 and 2 in the first namespace and 1 and 3 in the second, run the
+// conformance sweep: the ranks of a namespace share memory, the namespaces talk over TCP.
+void run_mixed(const Namespaces& hosts) {
+  auto processes = mixed_workers(hosts, {"conformance", "16387"}, "30s", "netns-mixed");
   for (int r = 0; r < 4; ++r) {
     CAPTURE(r);
     auto& p = processes[static_cast<std::size_t>(r)];
@@ -170,7 +207,10 @@ TEST_CASE("two ranks on each of two hosts: shared memory inside a host, TCP betw
   {
     Namespaces hosts;
     skip_reason = hosts.skip_reason;
-    if (skip_reason.empty()) run_mixed(hosts);
+    if (skip_reason.empty()) {
+      run_mixed(hosts);
+      run_mixed_kill(hosts);
+    }
   }
   if (!skip_reason.empty()) skip(skip_reason);
 }
