@@ -46,7 +46,7 @@ struct Layout {
   /// Per rank and parity: what a call small enough moves in one step (latency-bound sizes).
   static constexpr std::size_t kSmallBytes = std::size_t{16} << 10;
   static constexpr std::size_t kHeaderBytes = 4096;
-  static constexpr std::uint64_t kMagic = 0x6d68732d61746173;  // "satas-shm", a version
+  static constexpr std::uint64_t kMagic = 0x6d68732d61746173;  // "sata-shm" in memory
   // Offsets inside a rank's block: each counter on a cache line of its own.
   static constexpr std::size_t kStep = 0;
   static constexpr std::size_t kSleepers = 64;
