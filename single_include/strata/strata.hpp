@@ -7434,6 +7434,7 @@ struct Layout {
   static constexpr std::size_t kSmallBytes = std::size_t{16} << 10;
   static constexpr std::size_t kHeaderBytes = 4096;
   static constexpr std::uint64_t kMagic = 0x6d68732d61746173;  // "sata-shm" in memory
+  static constexpr std::size_t kFailed = 64;  // in the header: nonzero once any rank failed
   // Offsets inside a rank's block: each counter on a cache line of its own.
   static constexpr std::size_t kStep = 0;
   static constexpr std::size_t kSleepers = 64;
@@ -7456,6 +7457,10 @@ struct Layout {
 /// One rank's view of the region. One thread at a time drives a rank; `fail` is safe from any.
 class Group {
  public:
+  /// The longest a waiter sleeps before it looks at its peers again: how long a dead peer can
+  /// go unnoticed.
+  static constexpr std::chrono::nanoseconds kSleepSlice = std::chrono::milliseconds(5);
+
   Group(Region region, Layout layout, int rank, bool spin)
       : region_(std::move(region)), layout_(layout), rank_(rank) {
     if (!spin) spin_.spins = 0;
@@ -7569,10 +7574,10 @@ class Group {
   /// Names the ranks of the region by their ranks in a group that spans hosts.
   void name_ranks(std::vector<int> group_ranks) { group_ranks_ = std::move(group_ranks); }
 
-  bool failed() const noexcept { return header_word(64).load(std::memory_order_acquire) != 0; }
+  bool failed() const noexcept { return failed_word().load(std::memory_order_acquire) != 0; }
   /// Marks the region failed and wakes every sleeper of every rank.
   void fail() noexcept {
-    header_word(64).store(1, std::memory_order_seq_cst);
+    failed_word().store(1, std::memory_order_seq_cst);
     for (int r = 0; r < size(); ++r)
       wake(r);
   }
@@ -7623,10 +7628,11 @@ class Group {
     return std::atomic_ref<std::uint32_t>(
         *reinterpret_cast<std::uint32_t*>(block(r) + Layout::kSleepers));
   }
-  std::atomic_ref<std::uint32_t> header_word(std::size_t offset) const noexcept {
+  std::atomic_ref<std::uint32_t> failed_word() const noexcept {
     return std::atomic_ref<std::uint32_t>(
-        *reinterpret_cast<std::uint32_t*>(region_.data() + offset));
+        *reinterpret_cast<std::uint32_t*>(region_.data() + Layout::kFailed));
   }
+
   std::uint32_t* futex_word(int r) const noexcept {
     return reinterpret_cast<std::uint32_t*>(block(r) + Layout::kStep);
   }
@@ -7641,12 +7647,6 @@ class Group {
     ::syscall(SYS_futex, futex_word(r), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
   }
 
- public:
-  /// The longest a waiter sleeps before it looks at its peers again: how long a dead peer can
-  /// go unnoticed.
-  static constexpr std::chrono::nanoseconds kSleepSlice = std::chrono::milliseconds(5);
-
- private:
   Region region_;
   Layout layout_;
   int rank_;
