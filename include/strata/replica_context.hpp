@@ -19,6 +19,7 @@
 #include <strata/fusion/fused_all_reduce.hpp>
 #include <strata/fusion/gradient_buckets.hpp>
 #include <strata/optim/optimizer.hpp>
+#include <strata/placement/adopted_variable.hpp>
 #include <strata/sync/detail/step_readiness.hpp>
 
 namespace strata {
@@ -288,6 +289,76 @@ class ReplicaContext {
   void apply_gradients(const O& optimizer,
                        const std::vector<GradientAndVariable<T, variable_type<T>>>& list) {
     apply_gradients(optimizer, std::span<const GradientAndVariable<T, variable_type<T>>>(list));
+  }
+
+  /// This replica's buffer of an adopted variable (its own, or the one every replica reads).
+  template <std::floating_point T>
+  std::span<const T> read(const placement::AdoptedVariable<T>& variable) const noexcept {
+    return variable.copy_of_replica(local_replica_);
+  }
+
+  /// The list form for variables the trainer owns (Strategy::adopt_variable): aggregates
+  /// every gradient of `list` in place by its variable's aggregation, as the list form above
+  /// does (fused into buckets), then calls `update()`, the trainer's own optimizer step, on
+  /// the replicas that update: every replica under a placement with a copy per replica, replica
+  /// 0 under one whose copy every replica reads (the others wait for it). `update` reads the
+  /// aggregated gradients where the list's spans point (e.g. the parameters' `.grad()`).
+  ///
+  ///     ctx.apply_gradients([&] { optimizer.step(); },
+  ///                         {strata::gradient_for(w, grad_w), strata::gradient_for(b, grad_b)});
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  void apply_gradients(
+      Update&& update,
+      std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>> list) {
+    auto step = begin_apply_gradients(std::forward<Update>(update), list);
+    for (std::size_t i = 0; i < list.size(); ++i)
+      step.ready(i);
+    step.apply();
+  }
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  void apply_gradients(
+      Update&& update,
+      std::initializer_list<GradientAndVariable<T, placement::AdoptedVariable<T>>> list) {
+    apply_gradients(std::forward<Update>(update),
+                    std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>>(
+                        list.begin(), list.size()));
+  }
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  void apply_gradients(
+      Update&& update,
+      const std::vector<GradientAndVariable<T, placement::AdoptedVariable<T>>>& list) {
+    apply_gradients(std::forward<Update>(update),
+                    std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>>(list));
+  }
+
+  /// The adopted variables' list form overlapped with the trainer's backward pass, as
+  /// `begin_apply_gradients(optimizer, list)`: `ready(i)` as gradient i is computed, then
+  /// `apply()`, which waits for the collectives and calls `update()` as above.
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  auto begin_apply_gradients(
+      Update&& update,
+      std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>> list) {
+    using Entry = GradientAndVariable<T, placement::AdoptedVariable<T>>;
+    using Step = std::decay_t<Update>;
+    static_assert(
+        requires { typename sync_type::template ListStep<ReplicaContext, Step, Entry>; },
+        "strata: adopted variables need a sync policy with a list step "
+        "(sync::Synchronous)");
+    return typename sync_type::template ListStep<ReplicaContext, Step, Entry>(
+        *this, std::forward<Update>(update), list);
+  }
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  auto begin_apply_gradients(
+      Update&& update,
+      const std::vector<GradientAndVariable<T, placement::AdoptedVariable<T>>>& list) {
+    return begin_apply_gradients(
+        std::forward<Update>(update),
+        std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>>(list));
   }
 
  private:

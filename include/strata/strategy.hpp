@@ -43,6 +43,7 @@
 #include <strata/detail/usable_cpus.hpp>
 #include <strata/fusion/bucket_plan.hpp>
 #include <strata/fusion/fused_all_reduce.hpp>
+#include <strata/placement/adopted_variable.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
 #include <strata/ps/protocol.hpp>
@@ -345,6 +346,55 @@ class Strategy {
       std::span<const std::type_identity_t<T>> initial, placement::VariableAggregation aggregation,
       ps::UpdateRule rule)
   const { return P::template create<T>(*session_, initial, aggregation, rule); }
+
+  /// Adopts buffers the trainer owns as a variable (placement::AdoptedVariable): the trainer's
+  /// model keeps its parameters and its optimizer, the strategy aggregates their gradients
+  /// (`ReplicaContext::apply_gradients(update, list)`). `copies` holds one buffer per local
+  /// replica under a placement with a copy per replica (Mirrored, MultiWorkerMirrored), one
+  /// buffer otherwise. Like PyTorch's DDP at construction, it first sets every copy to replica
+  /// 0's values (worker 0's across workers), so that the replicas start equal.
+  ///
+  /// Collective under a placement with a copy per replica: every worker adopts the same
+  /// variables, of the same sizes, in the same order.
+  /// @throws UsageError for a wrong number of buffers, buffers of different sizes or
+  ///   overlapping ones; the communicator's errors (MismatchError for sizes that differ across
+  ///   workers).
+  template <std::floating_point T>
+  placement::AdoptedVariable<T> adopt_variable(
+      std::vector<std::span<T>> copies,
+      placement::VariableAggregation aggregation = placement::VariableAggregation::mean) {
+    static_assert(!placement::HasSession<P>,
+                  "strata::Strategy::adopt_variable: parameter servers keep the variables, not "
+                  "the trainer; use create_variable under ParameterServerStrategy");
+    static_assert(!placement::kOnDevice<P>,
+                  "strata::Strategy::adopt_variable: adopted variables are host memory; GPU "
+                  "placements create their variables with create_variable");
+    constexpr bool kCopyPerReplica = P::kUpdateSite == placement::UpdateSite::every_replica;
+    const std::size_t expected = kCopyPerReplica ? communicators_.size() : 1;
+    if (copies.size() != expected)
+      throw UsageError(
+          -1, "Strategy::adopt_variable",
+          fmt::format("got {} buffers; {} keeps {}", copies.size(), P::kName,
+                      kCopyPerReplica ? fmt::format("a copy per local replica ({})", expected)
+                                      : std::string("one copy that every replica reads")),
+          kCopyPerReplica ? "pass one buffer per local replica (num_local_replicas())"
+                          : "pass the one buffer every replica reads");
+    placement::AdoptedVariable<T> variable(std::move(copies), aggregation);
+    if (kCopyPerReplica && num_replicas_in_sync() > 1)
+      run([&variable](context_type& context) {
+        context.broadcast(variable.copy_of_replica(context.local_replica_id()), 0);
+      });
+    return variable;
+  }
+
+  /// The one-buffer form: the trainer's buffer of a strategy with one local replica, or the
+  /// buffer every replica reads.
+  template <std::floating_point T>
+  placement::AdoptedVariable<T> adopt_variable(
+      std::span<T> buffer,
+      placement::VariableAggregation aggregation = placement::VariableAggregation::mean) {
+    return adopt_variable(std::vector<std::span<T>>{buffer}, aggregation);
+  }
 
  private:
   // Per-replica values of several processes (MultiWorkerMirroredStrategy) are combined

@@ -20462,6 +20462,7 @@ inline std::vector<std::size_t> shard_indices_strided(std::size_t num_examples, 
 #include <array>
 #include <concepts>
 #include <cstddef>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -20491,6 +20492,22 @@ struct strata::EnumNames<strata::placement::VariableAggregation> {
 namespace strata::placement {
 
 using strata::to_string;
+
+namespace detail {
+
+// Cross-replica assignment of a variable's copies (buffers of one size, at least one).
+template <class Copies, class T>
+void assign_every_copy(Copies& copies, std::span<const T> value, std::string_view variable) {
+  const std::size_t size = std::size(copies.front());
+  if (value.size() != size)
+    throw UsageError(-1, fmt::format("{}::assign", variable),
+                     fmt::format("value has {} elements, the variable {}", value.size(), size),
+                     "assign a value of the variable's size");
+  for (auto& copy : copies)
+    std::copy(value.begin(), value.end(), std::begin(copy));
+}
+
+}  // namespace detail
 
 /// A variable created through a strategy: `num_copies()` buffers of `size()` elements, one per
 /// replica under Mirrored, one shared by every replica otherwise, with the optimizer state
@@ -20529,14 +20546,7 @@ class Variable {
   std::span<const T> read() const noexcept { return copies_.front(); }
 
   /// Cross-replica assignment: sets every copy. @throws UsageError on a size mismatch.
-  void assign(std::span<const T> value) {
-    if (value.size() != size())
-      throw UsageError(-1, "Variable::assign",
-                       fmt::format("value has {} elements, the variable {}", value.size(), size()),
-                       "assign a value of the variable's size");
-    for (auto& copy : copies_)
-      std::copy(value.begin(), value.end(), copy.begin());
-  }
+  void assign(std::span<const T> value) { detail::assign_every_copy(copies_, value, "Variable"); }
 
   /// Copy `index` (0 ≤ index < num_copies()).
   std::span<T> copy(std::size_t index) noexcept { return copies_[index]; }
@@ -26394,6 +26404,93 @@ class FusedAllReduce {
 
 }  // namespace strata::fusion
 // ---- end strata/fusion/fused_all_reduce.hpp ----
+// ---- begin strata/placement/adopted_variable.hpp ----
+// strata/placement/adopted_variable.hpp — a variable over storage the trainer owns.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::placement {
+
+/// A variable whose values live in buffers the trainer owns (its model's parameters, a
+/// framework's tensors), adopted through `Strategy::adopt_variable`: one buffer per local
+/// replica under placements with a copy per replica (Mirrored, MultiWorkerMirrored), one that
+/// every replica reads otherwise (CentralStorage, OneDevice, Default).
+///
+/// The strategy aggregates the gradients of adopted variables as it does its own variables'
+/// (`ReplicaContext::apply_gradients(update, list)`), and the trainer's own optimizer updates
+/// the buffers: the same aggregation and synchronous equivalence, without strata's optimizers.
+/// The variable holds no values and no optimizer state: the buffers must outlive it and stay
+/// where they are (a framework that reallocates a parameter needs it adopted again).
+template <std::floating_point T>
+class AdoptedVariable {
+ public:
+  /// @throws UsageError when there is no buffer, the buffers' sizes differ or two of them
+  /// overlap (two replicas would write one memory).
+  AdoptedVariable(std::vector<std::span<T>> copies, VariableAggregation aggregation)
+      : copies_(std::move(copies)), aggregation_(aggregation) {
+    if (copies_.empty())
+      throw UsageError(-1, "adopt_variable", "no buffer was given",
+                       "pass the trainer's buffer of this variable (one per local replica)");
+    for (std::size_t i = 1; i < copies_.size(); ++i)
+      if (copies_[i].size() != copies_[0].size())
+        throw UsageError(-1, "adopt_variable",
+                         fmt::format("replica {}'s buffer has {} elements, replica 0's {}", i,
+                                     copies_[i].size(), copies_[0].size()),
+                         "pass buffers of one size, one per local replica");
+    if (size() == 0) return;
+    std::vector<T*> starts;
+    for (std::span<T> copy : copies_)
+      starts.push_back(copy.data());
+    std::sort(starts.begin(), starts.end(), std::less<T*>{});
+    for (std::size_t i = 1; i < starts.size(); ++i)
+      if (!std::less<T*>{}(starts[i - 1] + (size() - 1), starts[i]))
+        throw UsageError(-1, "adopt_variable", "two replicas' buffers overlap",
+                         "give every local replica a buffer of its own (its own model copy)");
+  }
+
+  std::size_t size() const noexcept { return copies_.front().size(); }
+  std::size_t num_copies() const noexcept { return copies_.size(); }
+  VariableAggregation aggregation() const noexcept { return aggregation_; }
+
+  /// The primary buffer (copy 0).
+  std::span<const T> read() const noexcept { return copies_.front(); }
+
+  /// Cross-replica assignment: sets every buffer. @throws UsageError on a size mismatch.
+  void assign(std::span<const T> value) {
+    detail::assign_every_copy(copies_, value, "AdoptedVariable");
+  }
+
+  /// Buffer `index` (0 ≤ index < num_copies()).
+  std::span<T> copy(std::size_t index) const noexcept { return copies_[index]; }
+
+  /// The buffer local replica `local_replica` reads and writes: its own, or the shared one.
+  std::span<T> copy_of_replica(int local_replica) const noexcept {
+    return copies_.size() == 1 ? copies_.front() : copies_[static_cast<std::size_t>(local_replica)];
+  }
+
+ private:
+  std::vector<std::span<T>> copies_;
+  VariableAggregation aggregation_;
+};
+
+/// Whether V is an AdoptedVariable.
+template <class V>
+inline constexpr bool kAdopted = false;
+template <std::floating_point T>
+inline constexpr bool kAdopted<AdoptedVariable<T>> = true;
+
+}  // namespace strata::placement
+// ---- end strata/placement/adopted_variable.hpp ----
 // ---- begin strata/sync/detail/step_readiness.hpp ----
 // strata/sync/detail/step_readiness.hpp — which gradients of a list-form step
 // (ReplicaContext::begin_apply_gradients) the trainer has made ready.
@@ -26708,6 +26805,76 @@ class ReplicaContext {
   void apply_gradients(const O& optimizer,
                        const std::vector<GradientAndVariable<T, variable_type<T>>>& list) {
     apply_gradients(optimizer, std::span<const GradientAndVariable<T, variable_type<T>>>(list));
+  }
+
+  /// This replica's buffer of an adopted variable (its own, or the one every replica reads).
+  template <std::floating_point T>
+  std::span<const T> read(const placement::AdoptedVariable<T>& variable) const noexcept {
+    return variable.copy_of_replica(local_replica_);
+  }
+
+  /// The list form for variables the trainer owns (Strategy::adopt_variable): aggregates
+  /// every gradient of `list` in place by its variable's aggregation, as the list form above
+  /// does (fused into buckets), then calls `update()`, the trainer's own optimizer step, on
+  /// the replicas that update: every replica under a placement with a copy per replica, replica
+  /// 0 under one whose copy every replica reads (the others wait for it). `update` reads the
+  /// aggregated gradients where the list's spans point (e.g. the parameters' `.grad()`).
+  ///
+  ///     ctx.apply_gradients([&] { optimizer.step(); },
+  ///                         {strata::gradient_for(w, grad_w), strata::gradient_for(b, grad_b)});
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  void apply_gradients(
+      Update&& update,
+      std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>> list) {
+    auto step = begin_apply_gradients(std::forward<Update>(update), list);
+    for (std::size_t i = 0; i < list.size(); ++i)
+      step.ready(i);
+    step.apply();
+  }
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  void apply_gradients(
+      Update&& update,
+      std::initializer_list<GradientAndVariable<T, placement::AdoptedVariable<T>>> list) {
+    apply_gradients(std::forward<Update>(update),
+                    std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>>(
+                        list.begin(), list.size()));
+  }
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  void apply_gradients(
+      Update&& update,
+      const std::vector<GradientAndVariable<T, placement::AdoptedVariable<T>>>& list) {
+    apply_gradients(std::forward<Update>(update),
+                    std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>>(list));
+  }
+
+  /// The adopted variables' list form overlapped with the trainer's backward pass, as
+  /// `begin_apply_gradients(optimizer, list)`: `ready(i)` as gradient i is computed, then
+  /// `apply()`, which waits for the collectives and calls `update()` as above.
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  auto begin_apply_gradients(
+      Update&& update,
+      std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>> list) {
+    using Entry = GradientAndVariable<T, placement::AdoptedVariable<T>>;
+    using Step = std::decay_t<Update>;
+    static_assert(
+        requires { typename sync_type::template ListStep<ReplicaContext, Step, Entry>; },
+        "strata: adopted variables need a sync policy with a list step "
+        "(sync::Synchronous)");
+    return typename sync_type::template ListStep<ReplicaContext, Step, Entry>(
+        *this, std::forward<Update>(update), list);
+  }
+  template <class Update, std::floating_point T>
+  requires std::invocable<Update&>
+  auto begin_apply_gradients(
+      Update&& update,
+      const std::vector<GradientAndVariable<T, placement::AdoptedVariable<T>>>& list) {
+    return begin_apply_gradients(
+        std::forward<Update>(update),
+        std::span<const GradientAndVariable<T, placement::AdoptedVariable<T>>>(list));
   }
 
  private:
@@ -27219,6 +27386,55 @@ class Strategy {
       ps::UpdateRule rule)
   const { return P::template create<T>(*session_, initial, aggregation, rule); }
 
+  /// Adopts buffers the trainer owns as a variable (placement::AdoptedVariable): the trainer's
+  /// model keeps its parameters and its optimizer, the strategy aggregates their gradients
+  /// (`ReplicaContext::apply_gradients(update, list)`). `copies` holds one buffer per local
+  /// replica under a placement with a copy per replica (Mirrored, MultiWorkerMirrored), one
+  /// buffer otherwise. Like PyTorch's DDP at construction, it first sets every copy to replica
+  /// 0's values (worker 0's across workers), so that the replicas start equal.
+  ///
+  /// Collective under a placement with a copy per replica: every worker adopts the same
+  /// variables, of the same sizes, in the same order.
+  /// @throws UsageError for a wrong number of buffers, buffers of different sizes or
+  ///   overlapping ones; the communicator's errors (MismatchError for sizes that differ across
+  ///   workers).
+  template <std::floating_point T>
+  placement::AdoptedVariable<T> adopt_variable(
+      std::vector<std::span<T>> copies,
+      placement::VariableAggregation aggregation = placement::VariableAggregation::mean) {
+    static_assert(!placement::HasSession<P>,
+                  "strata::Strategy::adopt_variable: parameter servers keep the variables, not "
+                  "the trainer; use create_variable under ParameterServerStrategy");
+    static_assert(!placement::kOnDevice<P>,
+                  "strata::Strategy::adopt_variable: adopted variables are host memory; GPU "
+                  "placements create their variables with create_variable");
+    constexpr bool kCopyPerReplica = P::kUpdateSite == placement::UpdateSite::every_replica;
+    const std::size_t expected = kCopyPerReplica ? communicators_.size() : 1;
+    if (copies.size() != expected)
+      throw UsageError(
+          -1, "Strategy::adopt_variable",
+          fmt::format("got {} buffers; {} keeps {}", copies.size(), P::kName,
+                      kCopyPerReplica ? fmt::format("a copy per local replica ({})", expected)
+                                      : std::string("one copy that every replica reads")),
+          kCopyPerReplica ? "pass one buffer per local replica (num_local_replicas())"
+                          : "pass the one buffer every replica reads");
+    placement::AdoptedVariable<T> variable(std::move(copies), aggregation);
+    if (kCopyPerReplica && num_replicas_in_sync() > 1)
+      run([&variable](context_type& context) {
+        context.broadcast(variable.copy_of_replica(context.local_replica_id()), 0);
+      });
+    return variable;
+  }
+
+  /// The one-buffer form: the trainer's buffer of a strategy with one local replica, or the
+  /// buffer every replica reads.
+  template <std::floating_point T>
+  placement::AdoptedVariable<T> adopt_variable(
+      std::span<T> buffer,
+      placement::VariableAggregation aggregation = placement::VariableAggregation::mean) {
+    return adopt_variable(std::vector<std::span<T>>{buffer}, aggregation);
+  }
+
  private:
   // Per-replica values of several processes (MultiWorkerMirroredStrategy) are combined
   // locally first, then across the workers; a mean divides once, by every replica.
@@ -27578,6 +27794,7 @@ struct BoundedStaleness {
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27659,6 +27876,11 @@ struct Synchronous {
     using T = typename decltype(Entry::gradient)::element_type;
     static constexpr bool kFusible =
         P::kUpdateSite != placement::UpdateSite::servers && !communicator::kDeviceMemory<C>;
+    // Variables the trainer owns: O is then the trainer's update, called once per step.
+    static constexpr bool kAdopted =
+        placement::kAdopted<std::remove_pointer_t<decltype(Entry::variable)>>;
+    static_assert(!kAdopted || kFusible,
+                  "strata: adopted variables live in host memory, outside parameter servers");
 
    public:
     ListStep(Context& context, const O& optimizer, std::span<const Entry> list)
@@ -27731,8 +27953,11 @@ struct Synchronous {
         return;
       }
       if (!fused_) {
-        for (const Entry& entry : list_)
-          Synchronous::apply_gradients(*context_, optimizer_, entry.gradient, *entry.variable);
+        if constexpr (kAdopted)
+          update_adopted();  // one replica: nothing to aggregate
+        else
+          for (const Entry& entry : list_)
+            Synchronous::apply_gradients(*context_, optimizer_, entry.gradient, *entry.variable);
         return;
       }
       if constexpr (kFusible) {
@@ -27746,15 +27971,25 @@ struct Synchronous {
         } else if (buckets_[0] == nullptr && buckets_[1] == nullptr) {
           communicator.barrier();  // every replica has finished reading the old values
         }
-        for (const Entry& entry : list_)
-          P::apply(*entry.variable, context_->local_replica_id(), optimizer_,
-                   std::span<const T>(entry.gradient));
+        if constexpr (kAdopted)
+          update_adopted();
+        else
+          for (const Entry& entry : list_)
+            P::apply(*entry.variable, context_->local_replica_id(), optimizer_,
+                     std::span<const T>(entry.gradient));
         // One copy that every replica reads: nobody reads it before every update is in.
         if (P::kUpdateSite == placement::UpdateSite::one_replica) communicator.barrier();
       }
     }
 
    private:
+    // The trainer's update of its adopted variables, on the replicas that hold a copy.
+    void update_adopted() {
+      if (P::kUpdateSite == placement::UpdateSite::every_replica ||
+          context_->local_replica_id() == 0)
+        optimizer_();
+    }
+
     void forward(std::size_t i) {
       const auto group = static_cast<std::size_t>(group_[i]);
       --left_[group];

@@ -5,6 +5,7 @@
 #include <array>
 #include <concepts>
 #include <cstddef>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -39,6 +40,22 @@ struct strata::EnumNames<strata::placement::VariableAggregation> {
 namespace strata::placement {
 
 using strata::to_string;
+
+namespace detail {
+
+// Cross-replica assignment of a variable's copies (buffers of one size, at least one).
+template <class Copies, class T>
+void assign_every_copy(Copies& copies, std::span<const T> value, std::string_view variable) {
+  const std::size_t size = std::size(copies.front());
+  if (value.size() != size)
+    throw UsageError(-1, fmt::format("{}::assign", variable),
+                     fmt::format("value has {} elements, the variable {}", value.size(), size),
+                     "assign a value of the variable's size");
+  for (auto& copy : copies)
+    std::copy(value.begin(), value.end(), std::begin(copy));
+}
+
+}  // namespace detail
 
 /// A variable created through a strategy: `num_copies()` buffers of `size()` elements, one per
 /// replica under Mirrored, one shared by every replica otherwise, with the optimizer state
@@ -77,14 +94,7 @@ class Variable {
   std::span<const T> read() const noexcept { return copies_.front(); }
 
   /// Cross-replica assignment: sets every copy. @throws UsageError on a size mismatch.
-  void assign(std::span<const T> value) {
-    if (value.size() != size())
-      throw UsageError(-1, "Variable::assign",
-                       fmt::format("value has {} elements, the variable {}", value.size(), size()),
-                       "assign a value of the variable's size");
-    for (auto& copy : copies_)
-      std::copy(value.begin(), value.end(), copy.begin());
-  }
+  void assign(std::span<const T> value) { detail::assign_every_copy(copies_, value, "Variable"); }
 
   /// Copy `index` (0 ≤ index < num_copies()).
   std::span<T> copy(std::size_t index) noexcept { return copies_[index]; }

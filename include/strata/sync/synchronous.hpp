@@ -8,6 +8,7 @@
 #include <mutex>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,6 +17,7 @@
 #include <strata/core/error.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/fusion/gradient_buckets.hpp>
+#include <strata/placement/adopted_variable.hpp>
 #include <strata/placement/placement.hpp>
 #include <strata/placement/variable.hpp>
 #include <strata/ps/protocol.hpp>
@@ -99,6 +101,11 @@ struct Synchronous {
     using T = typename decltype(Entry::gradient)::element_type;
     static constexpr bool kFusible =
         P::kUpdateSite != placement::UpdateSite::servers && !communicator::kDeviceMemory<C>;
+    // Variables the trainer owns: O is then the trainer's update, called once per step.
+    static constexpr bool kAdopted =
+        placement::kAdopted<std::remove_pointer_t<decltype(Entry::variable)>>;
+    static_assert(!kAdopted || kFusible,
+                  "strata: adopted variables live in host memory, outside parameter servers");
 
    public:
     ListStep(Context& context, const O& optimizer, std::span<const Entry> list)
@@ -171,8 +178,11 @@ struct Synchronous {
         return;
       }
       if (!fused_) {
-        for (const Entry& entry : list_)
-          Synchronous::apply_gradients(*context_, optimizer_, entry.gradient, *entry.variable);
+        if constexpr (kAdopted)
+          update_adopted();  // one replica: nothing to aggregate
+        else
+          for (const Entry& entry : list_)
+            Synchronous::apply_gradients(*context_, optimizer_, entry.gradient, *entry.variable);
         return;
       }
       if constexpr (kFusible) {
@@ -186,15 +196,25 @@ struct Synchronous {
         } else if (buckets_[0] == nullptr && buckets_[1] == nullptr) {
           communicator.barrier();  // every replica has finished reading the old values
         }
-        for (const Entry& entry : list_)
-          P::apply(*entry.variable, context_->local_replica_id(), optimizer_,
-                   std::span<const T>(entry.gradient));
+        if constexpr (kAdopted)
+          update_adopted();
+        else
+          for (const Entry& entry : list_)
+            P::apply(*entry.variable, context_->local_replica_id(), optimizer_,
+                     std::span<const T>(entry.gradient));
         // One copy that every replica reads: nobody reads it before every update is in.
         if (P::kUpdateSite == placement::UpdateSite::one_replica) communicator.barrier();
       }
     }
 
    private:
+    // The trainer's update of its adopted variables, on the replicas that hold a copy.
+    void update_adopted() {
+      if (P::kUpdateSite == placement::UpdateSite::every_replica ||
+          context_->local_replica_id() == 0)
+        optimizer_();
+    }
+
     void forward(std::size_t i) {
       const auto group = static_cast<std::size_t>(group_[i]);
       --left_[group];
