@@ -183,6 +183,33 @@ void run_mixed_kill(const Namespaces& hosts) {
   }
 }
 
+// The mixed cluster as above; rank 2 is stopped (SIGSTOP) inside a call: every other rank
+// raises a timeout that names it, within the deadline and a margin, whether it waited for rank
+// 2 itself (rank 0, in their region) or for ranks that wait for it (1 and 3, over TCP and in
+// the other region).
+void run_mixed_stop(const Namespaces& hosts) {
+  auto processes = mixed_workers(hosts, {"loop", "1000000", "262144"}, "2s", "netns-stop");
+  const auto until = std::chrono::steady_clock::now() + 20s;
+  for (auto& p : processes)
+    while (p.output().find("ready") == std::string::npos &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(5ms);
+  for (auto& p : processes)
+    REQUIRE_MESSAGE(p.output().find("transport shm") != std::string::npos, p.output());
+  processes[2].signal(SIGSTOP);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  for (int r : {0, 1, 3}) {
+    CAPTURE(r);
+    auto& other = processes[static_cast<std::size_t>(r)];
+    REQUIRE_MESSAGE(other.wait_for(10s), other.output());
+    const std::string output = other.output();
+    CHECK_MESSAGE(other.exit_code() == 4, output);
+    CHECK_MESSAGE(output.find("rank 2 did not answer") != std::string::npos, output);
+    CHECK(std::chrono::steady_clock::now() - stopped_at < 6s);
+  }
+  processes[2].signal(SIGKILL);
+}
+
 // Four workers, ranks 0 and 2 in the first namespace and 1 and 3 in the second, run the
 // conformance sweep: the ranks of a namespace share memory, the namespaces talk over TCP.
 void run_mixed(const Namespaces& hosts) {
@@ -202,7 +229,9 @@ void run_mixed(const Namespaces& hosts) {
 
 }  // namespace
 
-TEST_CASE("two ranks on each of two hosts: shared memory inside a host, TCP between") {
+TEST_CASE(
+    "two ranks on each of two hosts: shared memory inside a host, TCP between; a rank killed, a "
+    "rank stopped") {
   std::string skip_reason;
   {
     Namespaces hosts;
@@ -210,6 +239,7 @@ TEST_CASE("two ranks on each of two hosts: shared memory inside a host, TCP betw
     if (skip_reason.empty()) {
       run_mixed(hosts);
       run_mixed_kill(hosts);
+      run_mixed_stop(hosts);
     }
   }
   if (!skip_reason.empty()) skip(skip_reason);
