@@ -5,8 +5,9 @@
 //   - SIGKILL of a random worker at a random moment, 10 trials (half of them restarting it):
 //     every scheduled step ends at least once (the steps that ran twice are counted), the
 //     final model is within tolerance of the fault-free one, and a restarted worker rejoins;
-//   - SIGKILL of a ps task: the coordinator, and every worker whose function was running, raise
-//     PeerFailureError naming it within 1 s;
+//   - SIGKILL of a ps task: the coordinator and every worker raise PeerFailureError naming it
+//     within 1 s (a worker whose function was running in that function; every worker's server
+//     when the coordinator tells it);
 //   - SIGSTOP of a ps task: TimeoutError naming it, at the deadline;
 //   - SIGSTOP of a worker: its step goes to another worker after closure_timeout, and training
 //     ends.
@@ -283,10 +284,16 @@ TEST_CASE("killing a ps task raises PeerFailureError naming it on the coordinato
   CHECK(error.find("ps task 1 (127.0.0.1") != std::string::npos);
   const auto at = std::stoll(error.substr(error.find(' ') + 1));
   CHECK(at - killed_at < 1'000'000'000);
-  for (auto& worker : cluster.workers)
-    CHECK(exit_of(worker, 10s) == 0);
-  // The workers whose function was running raised it themselves (one between two functions at
-  // the kill gets no other: the queue is cancelled).
+  // Every worker's server raises it, busy or idle at the kill: the coordinator tells them.
+  for (auto& worker : cluster.workers) {
+    INFO(worker.output());
+    CHECK(exit_of(worker, 10s) == kPeerFailure);
+    const std::string raised = strata::testing::line_after(worker.output(), "error");
+    CHECK(raised.rfind("PeerFailureError", 0) == 0);
+    CHECK(raised.find("ps task 1 (127.0.0.1") != std::string::npos);
+    CHECK(std::stoll(raised.substr(raised.find(' ') + 1)) - killed_at < 1'000'000'000);
+  }
+  // The workers whose function was running raised it in the function first.
   const Logs logs = read_logs(cluster.logs);
   REQUIRE_FALSE(logs.errors.empty());
   for (const auto& [w, errors] : logs.errors) {

@@ -27,6 +27,8 @@ enum class Operation : std::uint8_t {
   run = 1,    ///< run a function
   build = 2,  ///< build a per-worker resource (if this coordinator has not already)
   done = 3,   ///< the coordinator has finished: the worker's server returns
+  abort = 4,  ///< the coordinator failed for good (a ps task died): the worker's server raises
+              ///< the error it carries (a RemoteError after the prefix)
 };
 
 enum class ReplyStatus : std::int32_t { ok = 0, error = 1 };

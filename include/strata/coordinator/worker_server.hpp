@@ -57,7 +57,8 @@ class WorkerServer {
 
   /// Serves until the coordinator says it finished (ClusterCoordinator::shutdown), or `stop()`;
   /// per-worker resources are destroyed before it returns.
-  /// @throws TimeoutError when no coordinator has been connected for `options.timeout`.
+  /// @throws TimeoutError when no coordinator has been connected for `options.timeout`;
+  ///   PeerFailureError naming the ps task when the coordinator reports that one failed.
   STRATA_DECL WorkerReport serve();
 
   /// Makes `serve` return soon (from any thread).

@@ -299,7 +299,13 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
       const Resource* resource = nullptr;
       {
         std::unique_lock lock(mutex_);
-        work_.wait(lock, [&] { return stopping_ || built < resources_.size() || !queue_.empty(); });
+        work_.wait(lock, [&] {
+          return aborted_ || stopping_ || built < resources_.size() || !queue_.empty();
+        });
+        if (aborted_) {
+          abort_worker(*link, aborted_, lock);
+          return;
+        }
         if (stopping_) break;
         if (built < resources_.size()) {
           resource = &resources_[built];  // a deque: stays where it is
@@ -411,10 +417,27 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
     while (!stopping()) {
       for (const auto& failure : ps_watch_.wait(kPsWatchInterval)) {
         std::lock_guard lock(mutex_);
+        if (!aborted_) aborted_ = failure;  // every worker is told, even after shutdown
+        work_.notify_all();
         if (stopping_) return;
         record_error(failure, "a ps task failed");
       }
     }
+  }
+
+  // Tells a worker the coordinator failed for good (`error`), so that its server raises it;
+  // the worker then closes the connection. Called with the lock held, released for the call.
+  void abort_worker(WorkerLink& link, std::exception_ptr error,
+                    std::unique_lock<std::mutex>& lock) {
+    std::vector<std::byte> bytes;
+    try {
+      std::rethrow_exception(error);
+    } catch (...) {
+      bytes = encode(current_remote_error());
+    }
+    lock.unlock();
+    (void)link.call(Operation::abort, {0, 0, incarnation_, ""}, bytes, options_.timeout,
+                    options_.closure_timeout);
   }
 
   static std::uint64_t random_incarnation() {
@@ -443,6 +466,7 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
   std::size_t unfinished_ = 0;  // queued or running
   std::uint64_t next_closure_ = 1;
   std::exception_ptr error_;
+  std::exception_ptr aborted_;  // a ps task died: every worker is told, and raises it
   bool stopping_ = false;
   Clock::time_point last_progress_;
   CoordinatorReport report_;

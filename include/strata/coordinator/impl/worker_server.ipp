@@ -37,7 +37,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
     SessionStep on_request(const transport::tcp::FrameHeader& request) override {
       kind_ = static_cast<std::uint8_t>(request.kind);
       if (kind_ < static_cast<std::uint8_t>(Operation::run) ||
-          kind_ > static_cast<std::uint8_t>(Operation::done))
+          kind_ > static_cast<std::uint8_t>(Operation::abort))
         return fail(UsageError(state_.worker.rank(), "WorkerServer",
                                fmt::format("unknown operation {}", kind_),
                                "run the same strata version on every task"));
@@ -56,6 +56,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
         Reader reader(payload_);
         const RequestPrefix prefix = decode_prefix(reader);
         const auto args = std::span(payload_).subspan(payload_.size() - reader.left());
+        if (static_cast<Operation>(kind_) == Operation::abort) return on_abort(args);
         const Functions::Entry* entry = state_.functions.find(prefix.name);
         const bool build = static_cast<Operation>(kind_) == Operation::build;
         if (entry == nullptr || entry->resource != build)
@@ -77,6 +78,22 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
     }
 
    private:
+    // The coordinator failed for good: serve() ends raising its error, so that an idle worker
+    // learns of a lost ps task as a busy one does.
+    SessionStep on_abort(std::span<const std::byte> args) {
+      const RemoteError error = decode_error(args);
+      RootCause cause{error.rank, error.what};
+      state_.aborted = error.kind == RemoteError::Kind::timeout
+                           ? std::make_exception_ptr(TimeoutError(
+                                 state_.worker.rank(), "WorkerServer::serve", std::move(cause)))
+                           : std::make_exception_ptr(PeerFailureError(
+                                 state_.worker.rank(), "WorkerServer::serve", std::move(cause)));
+      reply_bytes_.clear();
+      SendReply reply = ok();
+      reply.then_close = true;
+      return reply;
+    }
+
     SessionStep on_run(const Functions::Entry& entry, const RequestPrefix& prefix,
                        std::span<const std::byte> args) {
       state_.worker.set_closure_id(prefix.id);
@@ -170,6 +187,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
     const auto end = service.serve(options.timeout);
     worker.clear();
     report.refused = service.stats().refused;
+    if (aborted) std::rethrow_exception(aborted);
     if (end == transport::tcp::ServiceEnd::idle)
       throw TimeoutError(worker.rank(), "WorkerServer::serve",
                          fmt::format("worker {} has had no coordinator connected for {} ms",
@@ -184,6 +202,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
   Worker worker;
   std::uint64_t coordinator = 0;
   WorkerReport report;
+  std::exception_ptr aborted;  // what the coordinator's abort carried
   transport::tcp::ServiceServer service;
 };
 
