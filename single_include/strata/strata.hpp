@@ -17378,6 +17378,8 @@ enum class Operation : std::uint8_t {
   run = 1,    ///< run a function
   build = 2,  ///< build a per-worker resource (if this coordinator has not already)
   done = 3,   ///< the coordinator has finished: the worker's server returns
+  abort = 4,  ///< the coordinator failed for good (a ps task died): the worker's server raises
+              ///< the error it carries (a RemoteError after the prefix)
 };
 
 enum class ReplyStatus : std::int32_t { ok = 0, error = 1 };
@@ -17889,7 +17891,13 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
       const Resource* resource = nullptr;
       {
         std::unique_lock lock(mutex_);
-        work_.wait(lock, [&] { return stopping_ || built < resources_.size() || !queue_.empty(); });
+        work_.wait(lock, [&] {
+          return aborted_ || stopping_ || built < resources_.size() || !queue_.empty();
+        });
+        if (aborted_) {
+          abort_worker(*link, aborted_, lock);
+          return;
+        }
         if (stopping_) break;
         if (built < resources_.size()) {
           resource = &resources_[built];  // a deque: stays where it is
@@ -18001,10 +18009,27 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
     while (!stopping()) {
       for (const auto& failure : ps_watch_.wait(kPsWatchInterval)) {
         std::lock_guard lock(mutex_);
+        if (!aborted_) aborted_ = failure;  // every worker is told, even after shutdown
+        work_.notify_all();
         if (stopping_) return;
         record_error(failure, "a ps task failed");
       }
     }
+  }
+
+  // Tells a worker the coordinator failed for good (`error`), so that its server raises it;
+  // the worker then closes the connection. Called with the lock held, released for the call.
+  void abort_worker(WorkerLink& link, std::exception_ptr error,
+                    std::unique_lock<std::mutex>& lock) {
+    std::vector<std::byte> bytes;
+    try {
+      std::rethrow_exception(error);
+    } catch (...) {
+      bytes = encode(current_remote_error());
+    }
+    lock.unlock();
+    (void)link.call(Operation::abort, {0, 0, incarnation_, ""}, bytes, options_.timeout,
+                    options_.closure_timeout);
   }
 
   static std::uint64_t random_incarnation() {
@@ -18033,6 +18058,7 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
   std::size_t unfinished_ = 0;  // queued or running
   std::uint64_t next_closure_ = 1;
   std::exception_ptr error_;
+  std::exception_ptr aborted_;  // a ps task died: every worker is told, and raises it
   bool stopping_ = false;
   Clock::time_point last_progress_;
   CoordinatorReport report_;
@@ -18167,7 +18193,8 @@ class WorkerServer {
 
   /// Serves until the coordinator says it finished (ClusterCoordinator::shutdown), or `stop()`;
   /// per-worker resources are destroyed before it returns.
-  /// @throws TimeoutError when no coordinator has been connected for `options.timeout`.
+  /// @throws TimeoutError when no coordinator has been connected for `options.timeout`;
+  ///   PeerFailureError naming the ps task when the coordinator reports that one failed.
   STRATA_DECL WorkerReport serve();
 
   /// Makes `serve` return soon (from any thread).
@@ -18214,7 +18241,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
     SessionStep on_request(const transport::tcp::FrameHeader& request) override {
       kind_ = static_cast<std::uint8_t>(request.kind);
       if (kind_ < static_cast<std::uint8_t>(Operation::run) ||
-          kind_ > static_cast<std::uint8_t>(Operation::done))
+          kind_ > static_cast<std::uint8_t>(Operation::abort))
         return fail(UsageError(state_.worker.rank(), "WorkerServer",
                                fmt::format("unknown operation {}", kind_),
                                "run the same strata version on every task"));
@@ -18233,6 +18260,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
         Reader reader(payload_);
         const RequestPrefix prefix = decode_prefix(reader);
         const auto args = std::span(payload_).subspan(payload_.size() - reader.left());
+        if (static_cast<Operation>(kind_) == Operation::abort) return on_abort(args);
         const Functions::Entry* entry = state_.functions.find(prefix.name);
         const bool build = static_cast<Operation>(kind_) == Operation::build;
         if (entry == nullptr || entry->resource != build)
@@ -18254,6 +18282,22 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
     }
 
    private:
+    // The coordinator failed for good: serve() ends raising its error, so that an idle worker
+    // learns of a lost ps task as a busy one does.
+    SessionStep on_abort(std::span<const std::byte> args) {
+      const RemoteError error = decode_error(args);
+      RootCause cause{error.rank, error.what};
+      state_.aborted = error.kind == RemoteError::Kind::timeout
+                           ? std::make_exception_ptr(TimeoutError(
+                                 state_.worker.rank(), "WorkerServer::serve", std::move(cause)))
+                           : std::make_exception_ptr(PeerFailureError(
+                                 state_.worker.rank(), "WorkerServer::serve", std::move(cause)));
+      reply_bytes_.clear();
+      SendReply reply = ok();
+      reply.then_close = true;
+      return reply;
+    }
+
     SessionStep on_run(const Functions::Entry& entry, const RequestPrefix& prefix,
                        std::span<const std::byte> args) {
       state_.worker.set_closure_id(prefix.id);
@@ -18347,6 +18391,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
     const auto end = service.serve(options.timeout);
     worker.clear();
     report.refused = service.stats().refused;
+    if (aborted) std::rethrow_exception(aborted);
     if (end == transport::tcp::ServiceEnd::idle)
       throw TimeoutError(worker.rank(), "WorkerServer::serve",
                          fmt::format("worker {} has had no coordinator connected for {} ms",
@@ -18361,6 +18406,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
   Worker worker;
   std::uint64_t coordinator = 0;
   WorkerReport report;
+  std::exception_ptr aborted;  // what the coordinator's abort carried
   transport::tcp::ServiceServer service;
 };
 
