@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,6 +29,7 @@
 
 #include <strata/core/bfloat16.hpp>
 #include <strata/core/data_type.hpp>
+#include <strata/core/enum_names.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/float16.hpp>
 #include <strata/data/batch_split.hpp>
@@ -137,34 +139,30 @@ at::Tensor split_batch(const at::Tensor& batch, const Context& context) {
 
 namespace detail {
 
+// The strata element type of a libtorch scalar type, if strata has one.
+inline std::optional<DataType> data_type_of(c10::ScalarType type) noexcept {
+  for (std::size_t i = 0; i < EnumNames<DataType>::kNames.size(); ++i) {
+    const auto candidate = static_cast<DataType>(i);
+    const c10::ScalarType scalar = visit_data_type(
+        candidate, [](auto tag) { return scalar_type_of<typename decltype(tag)::type>(); });
+    if (scalar == type) return candidate;
+  }
+  return std::nullopt;
+}
+
 // Calls f(as_span<T>(tensor)) with T the tensor's element type.
 template <class F>
 void visit_elements(const at::Tensor& tensor, std::string_view name, F&& f) {
-  switch (tensor.defined() ? tensor.scalar_type() : c10::ScalarType::Undefined) {
-    case c10::ScalarType::Float:
-      return f(as_span<float>(tensor, name));
-    case c10::ScalarType::Double:
-      return f(as_span<double>(tensor, name));
-    case c10::ScalarType::Long:
-      return f(as_span<std::int64_t>(tensor, name));
-    case c10::ScalarType::Int:
-      return f(as_span<std::int32_t>(tensor, name));
-    case c10::ScalarType::Char:
-      return f(as_span<std::int8_t>(tensor, name));
-    case c10::ScalarType::Byte:
-      return f(as_span<std::uint8_t>(tensor, name));
-    case c10::ScalarType::Half:
-      return f(as_span<float16>(tensor, name));
-    case c10::ScalarType::BFloat16:
-      return f(as_span<bfloat16>(tensor, name));
-    default:
-      throw UsageError(-1, "torch",
-                       fmt::format("{} holds {}", name,
-                                   tensor.defined() ? c10::toString(tensor.scalar_type())
-                                                    : "nothing (undefined)"),
-                       "strata's collectives take float, double, half, bfloat16, int8, uint8, "
-                       "int32 and int64 tensors");
-  }
+  const std::optional<DataType> type =
+      tensor.defined() ? data_type_of(tensor.scalar_type()) : std::nullopt;
+  if (!type)
+    throw UsageError(
+        -1, "torch",
+        fmt::format("{} holds {}", name,
+                    tensor.defined() ? c10::toString(tensor.scalar_type()) : "nothing (undefined)"),
+        "strata's collectives take float, double, half, bfloat16, int8, uint8, "
+        "int32 and int64 tensors");
+  visit_data_type(*type, [&](auto tag) { f(as_span<typename decltype(tag)::type>(tensor, name)); });
 }
 
 // The module of a ModuleHolder (torch::nn::Linear, Sequential, TORCH_MODULE) or of a
