@@ -158,11 +158,11 @@ std::vector<Process> mixed_workers(const Namespaces& hosts,
   return processes;
 }
 
-// The mixed cluster all-reduces 1 MiB in a loop; rank 2 (sharing memory with rank 0, reaching
-// 1 and 3 over TCP through rank 0) is killed: all three survivors name it, well within the
-// deadline.
-void run_mixed_kill(const Namespaces& hosts) {
-  auto processes = mixed_workers(hosts, {"loop", "1000000", "262144"}, "5s", "netns-kill");
+// The mixed cluster all-reducing 1 MiB in a loop with deadline `timeout`, once every worker is
+// in the loop over shared memory.
+std::vector<Process> mixed_loop(const Namespaces& hosts, const std::string& timeout,
+                                const std::string& name) {
+  auto processes = mixed_workers(hosts, {"loop", "1000000", "262144"}, timeout, name);
   const auto until = std::chrono::steady_clock::now() + 20s;
   for (auto& p : processes)
     while (p.output().find("ready") == std::string::npos &&
@@ -170,6 +170,14 @@ void run_mixed_kill(const Namespaces& hosts) {
       std::this_thread::sleep_for(5ms);
   for (auto& p : processes)
     REQUIRE_MESSAGE(p.output().find("transport shm") != std::string::npos, p.output());
+  return processes;
+}
+
+// The mixed cluster all-reduces 1 MiB in a loop; rank 2 (sharing memory with rank 0, reaching
+// 1 and 3 over TCP through rank 0) is killed: all three survivors name it, well within the
+// deadline.
+void run_mixed_kill(const Namespaces& hosts) {
+  auto processes = mixed_loop(hosts, "5s", "netns-kill");
   processes[2].signal(SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
   for (int r : {0, 1, 3}) {
@@ -188,14 +196,7 @@ void run_mixed_kill(const Namespaces& hosts) {
 // 2 itself (rank 0, in their region) or for ranks that wait for it (1 and 3, over TCP and in
 // the other region).
 void run_mixed_stop(const Namespaces& hosts) {
-  auto processes = mixed_workers(hosts, {"loop", "1000000", "262144"}, "2s", "netns-stop");
-  const auto until = std::chrono::steady_clock::now() + 20s;
-  for (auto& p : processes)
-    while (p.output().find("ready") == std::string::npos &&
-           std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(5ms);
-  for (auto& p : processes)
-    REQUIRE_MESSAGE(p.output().find("transport shm") != std::string::npos, p.output());
+  auto processes = mixed_loop(hosts, "2s", "netns-stop");
   processes[2].signal(SIGSTOP);
   const auto stopped_at = std::chrono::steady_clock::now();
   for (int r : {0, 1, 3}) {
