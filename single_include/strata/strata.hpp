@@ -17685,11 +17685,12 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
                                                std::vector<std::byte> args) {
     std::unique_lock lock(mutex_);
     raise_pending_error();
-    if (stopping_)
-      throw UsageError(rank_, "ClusterCoordinator::schedule", "the coordinator has shut down",
-                       "schedule before shutdown()");
     const auto until = Clock::now() + options_.timeout;
-    while (queue_.size() >= capacity_) {
+    for (;;) {
+      if (closing_)
+        throw UsageError(rank_, "ClusterCoordinator::schedule", "the coordinator has shut down",
+                         "schedule before shutdown()");
+      if (queue_.size() < capacity_) break;
       if (progress_.wait_until(lock, until) == std::cv_status::timeout &&
           queue_.size() >= capacity_)
         throw TimeoutError(rank_, "ClusterCoordinator::schedule",
@@ -17751,13 +17752,19 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
   void shutdown() {
     {
       std::lock_guard lock(mutex_);
-      if (stopping_) return;
+      if (stopping_ || closing_) return;
+      closing_ = true;
+    }
+    // The ps watch looks once more before any worker is told to finish: a ps task that died
+    // just before (its workers' functions raised it first) aborts every worker instead.
+    if (ps_thread_.joinable()) ps_thread_.join();
+    {
+      std::lock_guard lock(mutex_);
       stopping_ = true;
       cancel_queued("the coordinator shut down");
       work_.notify_all();
       progress_.notify_all();
     }
-    if (ps_thread_.joinable()) ps_thread_.join();
     for (auto& slot : workers_)
       if (slot->thread.joinable()) slot->thread.join();
   }
@@ -17995,23 +18002,24 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
   // ---- the ps tasks ----------------------------------------------------------------------------
 
   void watch_ps() {
-    const auto stopping = [this] {
+    const auto closing = [this] {
       std::lock_guard lock(mutex_);
-      return stopping_;
+      return closing_;
     };
     try {
-      if (!ps_watch_.connect(Clock::now() + options_.timeout, options_.timeout, stopping)) return;
+      if (!ps_watch_.connect(Clock::now() + options_.timeout, options_.timeout, closing)) return;
     } catch (const Error&) {
       std::lock_guard lock(mutex_);
       record_error(std::current_exception(), "a ps task cannot be watched");
       return;
     }
-    while (!stopping()) {
-      for (const auto& failure : ps_watch_.wait(kPsWatchInterval)) {
+    for (bool last = false; !last;) {
+      last = closing();
+      for (const auto& failure :
+           ps_watch_.wait(last ? std::chrono::milliseconds(0) : kPsWatchInterval)) {
         std::lock_guard lock(mutex_);
         if (!aborted_) aborted_ = failure;  // every worker is told, even after shutdown
         work_.notify_all();
-        if (stopping_) return;
         record_error(failure, "a ps task failed");
       }
     }
@@ -18059,7 +18067,8 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
   std::uint64_t next_closure_ = 1;
   std::exception_ptr error_;
   std::exception_ptr aborted_;  // a ps task died: every worker is told, and raises it
-  bool stopping_ = false;
+  bool closing_ = false;        // shutdown began: the ps watch looks a last time
+  bool stopping_ = false;       // the workers finish
   Clock::time_point last_progress_;
   CoordinatorReport report_;
 };
