@@ -128,8 +128,8 @@ inline std::vector<CaseSpec> thinned_when_quick(std::vector<CaseSpec> cases) {
   return kept;
 }
 
-/// Whether the quick sweep runs half of the (op, type) pairs at large counts: those of the
-/// reducing collectives, whose four ops make 32 pairs.
+/// Whether the quick sweep runs one op per element type at large counts: those of the reducing
+/// collectives, whose ops make 8 × ops pairs.
 inline bool reduce_ops_thinned(Collective kind) {
   return communicator::reduces(kind);
 }
@@ -138,8 +138,10 @@ inline bool reduce_ops_thinned(Collective kind) {
 ///   standard  every (op, type) once per count, world size rotating over 1..8 (offset by
 ///             `rotation`, so that sibling algorithms meet other sizes) and in/out of place
 ///             alternating, roots rotating; plus world size 8, float, sum, per count;
-///   quick     at 2^20+3 only, and for the reducing collectives a fixed pseudo-random half of
-///             the (op, type) pairs (CI's time: every pair runs at the small counts);
+///   quick     at 2^20+3 only, and for the reducing collectives every element type with one
+///             op, the ops taking turns (offset by `rotation`), so each op meets two types:
+///             CI's time, and the sanitizers' (every pair runs at the small counts; the large
+///             counts' chunking depends on the element size, not on the op);
 ///   full      the complete product, as at small counts.
 /// all_gather and reduce_scatter use a block of count / size (see `block_count`).
 inline std::vector<CaseSpec> large_count_cases(Collective kind, Sweep sweep, int rotation = 0) {
@@ -152,10 +154,13 @@ inline std::vector<CaseSpec> large_count_cases(Collective kind, Sweep sweep, int
       continue;
     }
     int k = 0;
-    for (ReduceOp op : detail::ops_of(kind))
-      for (DataType type : kAllDataTypes) {
+    const auto ops = detail::ops_of(kind);
+    for (std::size_t o = 0; o < ops.size(); ++o)
+      for (std::size_t t = 0; t < std::size(kAllDataTypes); ++t) {
+        const ReduceOp op = ops[o];
+        const DataType type = kAllDataTypes[t];
         if (sweep == Sweep::quick && reduce_ops_thinned(kind) &&
-            reference::mix64(static_cast<std::size_t>(k + 31 * rotation)) % 2 == 1) {
+            (t + static_cast<std::size_t>(rotation)) % ops.size() != o) {
           ++k;
           continue;
         }
