@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <asio/connect.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
@@ -160,6 +161,37 @@ TEST_CASE("a pushed gradient is applied by the server's optimizer, as on the hos
     push_pull(client, 1, s, OptimizerSpec{}, std::vector<float>{0.5f, -1.0f});
     CHECK(push_pull(client, 1, s, OptimizerSpec{}, std::vector<float>{0.5f, -1.0f}) ==
           std::vector<float>{2.0f, 0.0f});
+  }
+
+  SUBCASE("a sum shard's push_pull returns the values after its push, at every block boundary") {
+    // The server adds a sum push and copies the reply in blocks of 16384 floats (8192 doubles).
+    for (const std::size_t count : {std::size_t{1}, std::size_t{8191}, std::size_t{16384},
+                                    std::size_t{16385}, std::size_t{3 * 16384 + 5}}) {
+      CAPTURE(count);
+      std::vector<float> reference(count), g1(count), g2(count);
+      std::vector<double> reference64(count), h(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        reference[i] = static_cast<float>(i % 97) * 0.25f - 3.0f;
+        g1[i] = static_cast<float>((i * 7) % 13) * 0.125f;
+        g2[i] = -static_cast<float>(i % 5) * 1.5f;
+        reference64[i] = static_cast<double>(i) * 1e-3;
+        h[i] = 1.0 / static_cast<double>(i + 1);
+      }
+      const auto s = create(client, 0, fmt::format("sum/{}", count), reference, UpdateRule::sum);
+      const auto d =
+          create(client, 1, fmt::format("sum64/{}", count), reference64, UpdateRule::sum);
+      for (const auto* g : {&g1, &g2, &g1}) {
+        const int lane = g == &g2 ? 1 : 0;
+        for (std::size_t i = 0; i < count; ++i)
+          reference[i] += (*g)[i];
+        CHECK(push_pull(client, 0, s, OptimizerSpec{}, *g, lane) == reference);
+        CHECK(pull<float>(client, 0, s, count) == reference);
+      }
+      for (std::size_t i = 0; i < count; ++i)
+        reference64[i] += h[i];
+      CHECK(push_pull(client, 1, d, OptimizerSpec{}, h) == reference64);
+      CHECK(pull<double>(client, 1, d, count) == reference64);
+    }
   }
 
   SUBCASE("the second create of a name returns the first one's values") {

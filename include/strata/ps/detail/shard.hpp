@@ -21,6 +21,7 @@
 
 #include <strata/core/data_type.hpp>
 #include <strata/core/error.hpp>
+#include <strata/core/reduce.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/momentum.hpp>
 #include <strata/optim/optimizer.hpp>
@@ -89,16 +90,29 @@ inline std::uint32_t slots_of(OptimizerSpec::Kind kind) noexcept {
   }
 }
 
-/// Applies `gradient` to `shard` by its update rule; the reason when it cannot apply.
+/// Applies `gradient` to `shard` by its update rule; the reason when it cannot apply. A sum
+/// also leaves the new values in `snapshot` when it is not empty (it may be `gradient`'s
+/// storage): push_pull's reply, copied while each block is still in cache.
 template <std::floating_point T>
 std::string apply_push(Shard& shard, Values<T>& values, const OptimizerSpec& spec,
-                       std::span<const T> gradient) {
+                       std::span<const T> gradient, std::span<T> snapshot = {}) {
   if (shard.update == UpdateRule::sum) {
     if (spec.kind != OptimizerSpec::Kind::none)
       return fmt::format("variable '{}' sums pushes (UpdateRule::sum) and takes no optimizer",
                          shard.name);
-    for (std::size_t i = 0; i < gradient.size(); ++i)
-      values.values[i] += gradient[i];
+    // The collectives' kernels: vectorized for the widest instruction set the CPU has, where a
+    // plain loop stays scalar at -O2.
+    if (snapshot.empty()) {
+      accumulate<T>(values.values, gradient, ReduceOp::sum);
+      return {};
+    }
+    constexpr std::size_t kBlock = std::size_t{64} << 10 >> 2;  // 64 KiB of float
+    for (std::size_t at = 0; at < values.values.size(); at += kBlock) {
+      const std::size_t n = std::min(kBlock, values.values.size() - at);
+      const auto block = std::span<T>(values.values).subspan(at, n);
+      accumulate<T>(block, gradient.subspan(at, n), ReduceOp::sum);
+      std::copy(block.begin(), block.end(), snapshot.begin() + static_cast<std::ptrdiff_t>(at));
+    }
     return {};
   }
   if (spec.kind == OptimizerSpec::Kind::none)
@@ -171,6 +185,7 @@ struct PushOutcome {
   enum class Kind : std::uint8_t { reply, wait, error } kind = Kind::reply;
   std::string why;              // for error
   std::vector<void*> released;  // other callers whose replies may go now
+  bool snapshot = false;        // the gradient's buffer holds the shard's new values
 };
 
 namespace shard_detail {
@@ -208,12 +223,9 @@ PushOutcome complete_step(Shard& shard, Values<T>& values) {
       total = &part;
       continue;
     }
-    for (std::size_t i = 0; i < total->size(); ++i)
-      (*total)[i] += part[i];
+    accumulate<T>(*total, part, ReduceOp::sum);
   }
-  if (sync.spec.aggregation == SyncSpec::Aggregation::mean)
-    for (T& g : *total)
-      g /= static_cast<T>(sync.arrivals);
+  if (sync.spec.aggregation == SyncSpec::Aggregation::mean) divide<T>(*total, sync.arrivals);
   std::fill(sync.arrived.begin(), sync.arrived.end(), false);
   sync.arrivals = 0;
   for (const Waiter& waiter : sync.waiting)
@@ -244,10 +256,12 @@ inline std::vector<void*> release_ready(SyncState& sync) {
 /// On `reply` the caller answers at once; on `wait` its reply goes when a later push (or a
 /// worker's `done`) releases it; `released` are the callers to answer now. A synchronous push
 /// keeps its gradient until the step is applied: it takes `gradient`'s buffer and leaves one of
-/// the shard's in its place, so no gradient is copied.
+/// the shard's in its place, so no gradient is copied. With `pull`, an asynchronous sum leaves
+/// the new values in `gradient` (`snapshot`).
 template <std::floating_point T>
 PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer,
-                 const SyncSpec& spec, std::vector<T>& gradient, int rank, void* caller) {
+                 const SyncSpec& spec, std::vector<T>& gradient, int rank, void* caller,
+                 bool pull = false) {
   using Mode = SyncSpec::Mode;
   SyncState& sync = shard.sync;
   const auto fail = [](std::string why) {
@@ -274,7 +288,9 @@ PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer
   PushOutcome outcome;
   switch (spec.mode) {
     case Mode::asynchronous:
-      outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient));
+      outcome.snapshot = pull && shard.update == UpdateRule::sum;
+      outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient),
+                               outcome.snapshot ? std::span<T>(gradient) : std::span<T>());
       if (!outcome.why.empty()) return fail(std::move(outcome.why));
       ++shard.version;
       return outcome;

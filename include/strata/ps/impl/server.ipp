@@ -250,7 +250,8 @@ struct Server::State : transport::tcp::ServiceHandler {
                          "a push that waits for other replicas must pull (push_pull)",
                          {}};
             else
-              outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this);
+              outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this,
+                                     operation == Operation::push_pull);
           },
           shard.data);
       state_.answer(outcome.released, handle_);
@@ -262,8 +263,17 @@ struct Server::State : transport::tcp::ServiceHandler {
         case detail::PushOutcome::Kind::reply:
           break;
       }
-      if (operation == Operation::push_pull) return values_reply(handle_, shard.version);
-      return ok(shard.version);
+      if (operation != Operation::push_pull) return ok(shard.version);
+      if (!outcome.snapshot) return values_reply(handle_, shard.version);
+      SendReply reply = ok(shard.version);  // the staging buffer holds the values: no copy
+      reply.type = shard.type;
+      reply.payload = std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            return std::as_bytes(std::span(staging<T>()));
+          },
+          shard.data);
+      return reply;
     }
 
     SessionStep on_state_spec() {
