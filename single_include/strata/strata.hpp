@@ -16201,8 +16201,9 @@ enum class Status : std::uint8_t {
   mismatch = 2,            ///< the values' element type or count differ from the shard's
   bad_request = 3,         ///< a malformed payload, an invalid optimizer, an unknown operation
   exists_differently = 4,  ///< a shard of that name exists with another type, size or update
+  held_too_long = 5,       ///< a push waited for other replicas' pushes for the server's hold
 };
-inline constexpr std::uint8_t kLastStatus = 4;
+inline constexpr std::uint8_t kLastStatus = 5;
 
 /// How a shard takes a push.
 enum class UpdateRule : std::uint8_t {
@@ -16609,8 +16610,12 @@ struct SendReply {
   bool then_close = false;
 };
 /// The reply comes later, through the session's ServiceReplier (once other connections' requests
-/// have made it possible). The request's payload must have been read whole.
-struct WaitForReply {};
+/// have made it possible). The request's payload must have been read whole. After `hold` (when
+/// positive) the session's `on_hold_expired` answers instead; zero waits until the client gives
+/// up and closes.
+struct WaitForReply {
+  std::chrono::milliseconds hold{0};
+};
 using SessionStep = std::variant<ReadPayload, SendReply, WaitForReply>;
 
 /// Sends the reply a session deferred with WaitForReply. Call it on the serving thread (from
@@ -16626,6 +16631,9 @@ class ServiceSession {
   virtual SessionStep on_request(const FrameHeader& request) = 0;
   /// The buffers of the last ReadPayload are filled.
   virtual SessionStep on_payload() = 0;
+  /// A WaitForReply's hold ran out before the reply was sent; what to do now (by default, wait
+  /// on without a hold).
+  virtual SessionStep on_hold_expired() { return WaitForReply{}; }
 };
 
 /// The service: opens a session for each connection that passed the handshake, with the means
@@ -16919,12 +16927,22 @@ class ServiceServer {
 
   void advance(const ConnectionPtr& connection, SessionStep step) {
     if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
-    if (std::holds_alternative<WaitForReply>(step)) {
+    if (const auto* wait = std::get_if<WaitForReply>(&step)) {
       // A session that waits before it read its request has a bug: the rest would be taken
       // for the next request.
       if (connection->payload_left != 0) return refuse(connection);
-      connection->timer.cancel();  // the client's deadline bounds the wait
+      connection->timer.cancel();  // the client's deadline bounds the wait, or the hold does
       connection->waiting = true;
+      if (wait->hold > std::chrono::milliseconds::zero()) {
+        connection->timer.expires_after(wait->hold);
+        connection->timer.async_wait([this, connection](std::error_code ec) {
+          if (ec || !connection->waiting || closing_) return;  // replied meanwhile
+          SessionStep next = connection->session->on_hold_expired();
+          if (std::holds_alternative<WaitForReply>(next)) return;  // on, without a hold
+          connection->waiting = false;
+          advance(connection, std::move(next));
+        });
+      }
       // A client waits for its reply in silence: its connection turning readable now means it
       // closed (the process died), and the session must end with it.
       connection->socket.async_wait(tcp::socket::wait_read, [this, connection](std::error_code ec) {
@@ -23376,6 +23394,11 @@ struct Client::State {
     const std::string what = fmt::format("ps::{}", to_string(call.operation));
     const std::string happened = fmt::format("{} refused: {}", who(call.server), text);
     switch (status) {
+      case Status::held_too_long:
+        throw TimeoutError(rank, what, text,
+                           "find the worker named (a stopped process, a hung host) and restart "
+                           "the job from its last checkpoint; if it is only slow, raise "
+                           "STRATA_TIMEOUT on every task");
       case Status::unknown_variable:
         throw UsageError(rank, what, happened,
                          "create variables through the strategy before using them; after a ps "
@@ -24952,6 +24975,27 @@ inline std::vector<void*> finished(Shard& shard, int rank) {
   return {};
 }
 
+/// The replicas a waiting push of `caller` waits for, named with their workers ("replica 2
+/// (worker 2)"); empty when `caller` does not wait on this shard.
+inline std::string waited_for(const Shard& shard, const void* caller) {
+  const SyncState& sync = shard.sync;
+  const auto waiter = std::find_if(sync.waiting.begin(), sync.waiting.end(),
+                                   [&](const Waiter& w) { return w.caller == caller; });
+  if (waiter == sync.waiting.end()) return {};
+  std::string names;
+  for (std::size_t r = 0; r < sync.owner.size(); ++r) {
+    const bool missing =
+        sync.spec.mode == SyncSpec::Mode::synchronous
+            ? !sync.arrived[r] && !sync.done[r]
+            : waiter->clock - std::min(waiter->clock, sync.pushes[r]) > sync.spec.bound;
+    if (!missing) continue;
+    if (!names.empty()) names += ", ";
+    names += sync.owner[r] < 0 ? fmt::format("replica {} (no push from it yet)", r)
+                               : fmt::format("replica {} (worker {})", r, sync.owner[r]);
+  }
+  return names;
+}
+
 /// `caller` is gone: it waits for nothing any more.
 inline void forget(Shard& shard, const void* caller) {
   std::erase_if(shard.sync.waiting, [&](const Waiter& waiter) { return waiter.caller == caller; });
@@ -25028,6 +25072,23 @@ struct Server::State : transport::tcp::ServiceHandler {
           return on_state_slots();
       }
       return error(Status::bad_request, "a request out of order");
+    }
+
+    // A push waited for the server's hold: the client hears which replicas held it back before
+    // its own deadline would name only this ps task.
+    SessionStep on_hold_expired() override {
+      Shard& shard = state_.shards[handle_];
+      const std::string names = detail::waited_for(shard, this);
+      detail::forget(shard, this);
+      const bool bounded = shard.sync.spec.mode == SyncSpec::Mode::bounded_staleness;
+      return error(
+          Status::held_too_long,
+          fmt::format("{} held this push of variable '{}' for {} ms waiting for {} to {}: a worker "
+                      "stopped or hung without closing its connections",
+                      state_.who(), shard.name, state_.hold().count(),
+                      names.empty() ? std::string("the other replicas") : names,
+                      bounded ? fmt::format("come within {} steps", shard.sync.spec.bound)
+                              : fmt::format("push step {}", shard.version)));
     }
 
    private:
@@ -25181,7 +25242,7 @@ struct Server::State : transport::tcp::ServiceHandler {
         case detail::PushOutcome::Kind::error:
           return error(Status::bad_request, std::move(outcome.why));
         case detail::PushOutcome::Kind::wait:
-          return transport::tcp::WaitForReply{};
+          return transport::tcp::WaitForReply{state_.hold()};
         case detail::PushOutcome::Kind::reply:
           break;
       }
@@ -25327,6 +25388,12 @@ struct Server::State : transport::tcp::ServiceHandler {
   std::unique_ptr<transport::tcp::ServiceSession> open(
       int rank, transport::tcp::ServiceReplier replier) override {
     return std::make_unique<Session>(*this, rank, std::move(replier));
+  }
+
+  // How long a push waits for the other replicas before its worker hears who held it: a little
+  // under the timeout, which is the workers' deadline too when both read STRATA_TIMEOUT.
+  std::chrono::milliseconds hold() const {
+    return options.timeout - std::min(options.timeout / 10, std::chrono::milliseconds(1000));
   }
 
   // Answers the waiting pushes `callers` (sessions) of shard `handle`.

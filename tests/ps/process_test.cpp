@@ -6,6 +6,9 @@
 //     ps task, left without workers, ends with TimeoutError naming the unfinished rank;
 //   - SIGSTOP of a ps task: the worker raises TimeoutError naming it at its deadline
 //     (STRATA_TIMEOUT), and after SIGCONT both ps tasks end by themselves;
+//   - SIGSTOP of a worker in lockstep (bounded staleness, k = 0): the other worker raises
+//     TimeoutError naming the stopped one's replica and worker, at the server's hold, before its
+//     own deadline;
 //   - SIGKILL of a worker mid-push: the servers serve the other worker on, with whole pushes
 //     only, and return 0 once it and a restarted worker of the killed rank are done;
 //   - workers with another cluster token, none, or another cluster, and connections sending
@@ -240,6 +243,39 @@ TEST_CASE(
   stopped.signal(SIGCONT);
   check_gives_up(servers[1], spec, 1, "0");
   check_gives_up(servers[0], spec, 0, "0");
+}
+
+TEST_CASE(
+    "SIGSTOP of a worker in lockstep: the other raises TimeoutError naming it at the server's "
+    "hold") {
+  const auto spec = strata::testing::loopback_ps_cluster(2, 1);
+  const std::map<std::string, std::string> environment{{"STRATA_TIMEOUT", "2s"}};
+  auto servers = start_servers(spec, environment);
+  REQUIRE_MESSAGE(wait_for_output(servers[0], "bound", 10s), servers[0].output());
+  auto waiting = start(spec, {TaskType::worker, 0}, {"pushes", "0", "1024", "2", "lockstep", "2"},
+                       environment);
+  auto stopped = start(spec, {TaskType::worker, 1}, {"pushes", "0", "1024", "2", "lockstep", "2"},
+                       environment);
+  REQUIRE_MESSAGE(wait_for_output(stopped, "step 20\n", 10s), stopped.output());
+  const auto stopped_at = Clock::now();
+  stopped.signal(SIGSTOP);
+  const bool ended = waiting.wait_for(8s).has_value();
+  stopped.signal(SIGKILL);
+  REQUIRE_MESSAGE(ended, "the worker hangs: ", waiting.output());
+  const std::string output = waiting.output();
+  CHECK_MESSAGE(waiting.exit_code() == kTimeout, output);
+  const auto failure = failure_of(output);
+  REQUIRE_MESSAGE(failure, output);
+  CHECK(failure->kind == "TimeoutError");
+  CHECK_MESSAGE(contains(failure->message, "replica 1 (worker 1) to come within 0 steps"), output);
+  CHECK_MESSAGE(contains(failure->message, ps_task_name(spec, 0)), output);
+  const auto after_stop = std::chrono::nanoseconds(failure->at_ns - ns_of(stopped_at));
+  std::printf("SIGSTOP of worker 1: worker 0's TimeoutError %.1f ms after the stop, call %lld ms\n",
+              std::chrono::duration<double, std::milli>(after_stop).count(), failure->call_ms);
+  // The server's hold (2 s less 200 ms), before the worker's own deadline of 2 s.
+  CHECK(failure->call_ms >= 1700);
+  CHECK(failure->call_ms < 2000);
+  servers[0].signal(SIGKILL);
 }
 
 TEST_CASE(

@@ -398,6 +398,68 @@ TEST_CASE("under bounded staleness a replica waits while it is more than k pushe
   CHECK(third.get() == std::vector<float>{4.0f});
 }
 
+TEST_CASE(
+    "a push held past the server's hold is a TimeoutError naming the replicas it waited for") {
+  // A stopped worker keeps its connections open and pushes nothing: the others' pushes wait. The
+  // server answers them a little before the timeout (1 s here: 900 ms), naming who held them,
+  // so the workers' errors point at the stopped worker and not at the ps task.
+  const auto spec = strata::testing::loopback_ps_cluster(2, 1);
+  strata::ps::ServerOptions options;
+  options.timeout = 1s;
+  Servers servers(spec, options);
+  strata::ps::ClientOptions patient;
+  patient.timeout = 10s;
+  Client first(spec, 0, 1, patient);
+  Client second(spec, 1, 1, patient);
+  using Mode = SyncSpec::Mode;
+  const auto held = [](Client& client, std::uint32_t handle, const SyncSpec& sync) {
+    const auto start = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+      push_pull(client, 0, handle, sgd(1.0), std::vector<float>{1.0f}, 0, sync);
+    } catch (const strata::TimeoutError& error) {
+      what = error.what();
+    }
+    return std::pair(what, std::chrono::steady_clock::now() - start);
+  };
+
+  SUBCASE("synchronous: the replica that never pushed, then the worker that stopped pushing") {
+    const auto w = create(first, 0, "w", std::vector<float>{0.0f});
+    const auto [never, waited] = held(first, w, sync_spec(Mode::synchronous, 0, 2, 2, 0));
+    CHECK(never.find("replica 1 (no push from it yet)") != std::string::npos);
+    CHECK(never.find("variable 'w'") != std::string::npos);
+    CHECK(never.find("ps task 0 (127.0.0.1") != std::string::npos);
+    CHECK(waited >= 850ms);
+    CHECK(waited < 5s);
+    // Replica 0's gradient stays in step 0, which completes (summed) once replica 1's comes;
+    // then worker 1 stops pushing.
+    CHECK(push_pull(second, 0, w, sgd(1.0), std::vector<float>{1.0f}, 0,
+                    sync_spec(Mode::synchronous, 1, 2, 2, 0)) == std::vector<float>{-2.0f});
+    const auto [stopped, _] = held(first, w, sync_spec(Mode::synchronous, 0, 2, 2, 1));
+    CHECK(stopped.find("replica 1 (worker 1) to push step 1") != std::string::npos);
+    // The server serves on: the variable is whole.
+    CHECK(pull<float>(first, 0, w, 1) == std::vector<float>{-2.0f});
+  }
+
+  SUBCASE("bounded staleness: the replica the pusher ran ahead of") {
+    const auto v = create(first, 0, "v", std::vector<float>{0.0f});
+    const auto lockstep = [](std::uint32_t replica) {
+      return sync_spec(Mode::bounded_staleness, replica, 2, 0);
+    };
+    // k = 0: each replica's push waits until the other has pushed as often.
+    auto other = std::async(std::launch::async, [&] {
+      return push_pull(second, 0, v, sgd(1.0), std::vector<float>{1.0f}, 0, lockstep(1));
+    });
+    CHECK(push_pull(first, 0, v, sgd(1.0), std::vector<float>{1.0f}, 0, lockstep(0)) ==
+          std::vector<float>{-2.0f});
+    CHECK(other.get() == std::vector<float>{-2.0f});
+    const auto [ahead, waited] = held(first, v, lockstep(0));
+    CHECK(ahead.find("replica 1 (worker 1) to come within 0 steps") != std::string::npos);
+    CHECK(waited >= 850ms);
+    CHECK(waited < 5s);
+  }
+}
+
 TEST_CASE("a worker that goes away while its push waits ends its session with it") {
   // Rank 0's synchronous push waits for rank 1's; rank 0 gives up and closes its connection.
   // The server notices at once (a waiting client sends nothing), so once rank 1 has finished it

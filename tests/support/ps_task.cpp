@@ -7,7 +7,7 @@
 //   serve                  this ps task: prints "bound PORT" once it listens, serves
 //                          (ps::Server::serve), then prints "served shards S requests R refused F"
 //                          and exits 0.
-//   pushes STEPS ELEMENTS PAUSE_MS
+//   pushes STEPS ELEMENTS PAUSE_MS [lockstep REPLICAS]
 //                          a worker: creates variable "w<s>" of ELEMENTS float zeros on every ps
 //                          task s (or finds it: a restarted worker), prints "created existed E";
 //                          then STEPS times (0: until an error) one batch of push_pull to every
@@ -15,7 +15,9 @@
 //                          adds 1 to every element. Every element of every reply must equal its
 //                          shard's version (pushes apply whole or not at all). Prints "ready" after
 //                          the first step and "step K" after each, pausing PAUSE_MS between
-//                          steps; at the end calls ps::Client::done() and prints "ok".
+//                          steps; at the end calls ps::Client::done() and prints "ok". With
+//                          `lockstep REPLICAS`, the pushes are bounded staleness with k = 0 over
+//                          REPLICAS workers (this one replica `rank`): none runs a step ahead.
 //   pulls ELEMENTS         a worker: creates the variables as `pushes`, then pulls every shard in
 //                          one batch until an error; prints "ready" after the first pull.
 //   garbage raw|frames N   N connections to ps task 0 that send 4 KiB of random bytes: `raw`
@@ -134,7 +136,7 @@ bool consistent(const std::vector<float>& values, std::uint64_t version, int ser
   return false;
 }
 
-int pushes(std::span<const std::string_view> args, strata::ps::Client& client,
+int pushes(std::span<const std::string_view> args, strata::ps::Client& client, int rank,
            Clock::time_point& began) {
   const long steps = std::stol(std::string(args[1]));
   const auto elements = static_cast<std::size_t>(std::stol(std::string(args[2])));
@@ -145,8 +147,15 @@ int pushes(std::span<const std::string_view> args, strata::ps::Client& client,
     const auto& current = shards.values[static_cast<std::size_t>(s)];
     if (!consistent(current, static_cast<std::uint64_t>(current.front()), s)) return kWrongValues;
   }
+  strata::ps::SyncSpec sync;
+  if (args.size() == 6) {
+    sync.mode = strata::ps::SyncSpec::Mode::bounded_staleness;
+    sync.replicas = static_cast<std::uint32_t>(std::stol(std::string(args[5])));
+    sync.replica = static_cast<std::uint32_t>(rank);
+    sync.bound = 0;
+  }
   const auto prefix = strata::ps::push_prefix(
-      strata::ps::OptimizerSpec{strata::ps::OptimizerSpec::Kind::sgd, 1.0, 0, 0, 0, 0});
+      strata::ps::OptimizerSpec{strata::ps::OptimizerSpec::Kind::sgd, 1.0, 0, 0, 0, 0}, sync);
   const std::vector<float> gradient(elements, -1.0F);
   std::vector<strata::ps::ShardCall> calls(static_cast<std::size_t>(client.num_servers()));
   for (long step = 1; steps == 0 || step <= steps; ++step) {
@@ -313,11 +322,12 @@ int run(std::span<const std::string_view> args, Clock::time_point& began) {
   }
   if (!resolved.in_collective_group()) return kBadArguments;
   if (args[0] == "garbage" && count == 3) return garbage(args, resolved);
-  if (!(args[0] == "pushes" && count == 4) && !(args[0] == "pulls" && count == 2))
+  const bool lockstep = count == 6 && args[4] == "lockstep";
+  if (!(args[0] == "pushes" && (count == 4 || lockstep)) && !(args[0] == "pulls" && count == 2))
     return kBadArguments;
   began = Clock::now();
   strata::ps::Client client(resolved.cluster, resolved.rank, 1);
-  if (args[0] == "pushes") return pushes(args, client, began);
+  if (args[0] == "pushes") return pushes(args, client, resolved.rank, began);
   return pulls(args, client, began);
 }
 
@@ -342,7 +352,8 @@ int main(int argc, char** argv) {
   }
   if (code == kBadArguments)
     std::fputs(
-        "usage: strata_test_ps_task serve | pushes STEPS ELEMENTS PAUSE_MS | pulls ELEMENTS | "
+        "usage: strata_test_ps_task serve | pushes STEPS ELEMENTS PAUSE_MS [lockstep REPLICAS] | "
+        "pulls ELEMENTS | "
         "garbage raw|frames N\n",
         stderr);
   return code;

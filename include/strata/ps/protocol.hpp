@@ -69,8 +69,9 @@ enum class Status : std::uint8_t {
   mismatch = 2,            ///< the values' element type or count differ from the shard's
   bad_request = 3,         ///< a malformed payload, an invalid optimizer, an unknown operation
   exists_differently = 4,  ///< a shard of that name exists with another type, size or update
+  held_too_long = 5,       ///< a push waited for other replicas' pushes for the server's hold
 };
-inline constexpr std::uint8_t kLastStatus = 4;
+inline constexpr std::uint8_t kLastStatus = 5;
 
 /// How a shard takes a push.
 enum class UpdateRule : std::uint8_t {

@@ -358,6 +358,27 @@ inline std::vector<void*> finished(Shard& shard, int rank) {
   return {};
 }
 
+/// The replicas a waiting push of `caller` waits for, named with their workers ("replica 2
+/// (worker 2)"); empty when `caller` does not wait on this shard.
+inline std::string waited_for(const Shard& shard, const void* caller) {
+  const SyncState& sync = shard.sync;
+  const auto waiter = std::find_if(sync.waiting.begin(), sync.waiting.end(),
+                                   [&](const Waiter& w) { return w.caller == caller; });
+  if (waiter == sync.waiting.end()) return {};
+  std::string names;
+  for (std::size_t r = 0; r < sync.owner.size(); ++r) {
+    const bool missing =
+        sync.spec.mode == SyncSpec::Mode::synchronous
+            ? !sync.arrived[r] && !sync.done[r]
+            : waiter->clock - std::min(waiter->clock, sync.pushes[r]) > sync.spec.bound;
+    if (!missing) continue;
+    if (!names.empty()) names += ", ";
+    names += sync.owner[r] < 0 ? fmt::format("replica {} (no push from it yet)", r)
+                               : fmt::format("replica {} (worker {})", r, sync.owner[r]);
+  }
+  return names;
+}
+
 /// `caller` is gone: it waits for nothing any more.
 inline void forget(Shard& shard, const void* caller) {
   std::erase_if(shard.sync.waiting, [&](const Waiter& waiter) { return waiter.caller == caller; });

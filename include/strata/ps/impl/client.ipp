@@ -215,6 +215,11 @@ struct Client::State {
     const std::string what = fmt::format("ps::{}", to_string(call.operation));
     const std::string happened = fmt::format("{} refused: {}", who(call.server), text);
     switch (status) {
+      case Status::held_too_long:
+        throw TimeoutError(rank, what, text,
+                           "find the worker named (a stopped process, a hung host) and restart "
+                           "the job from its last checkpoint; if it is only slow, raise "
+                           "STRATA_TIMEOUT on every task");
       case Status::unknown_variable:
         throw UsageError(rank, what, happened,
                          "create variables through the strategy before using them; after a ps "

@@ -108,6 +108,23 @@ struct Server::State : transport::tcp::ServiceHandler {
       return error(Status::bad_request, "a request out of order");
     }
 
+    // A push waited for the server's hold: the client hears which replicas held it back before
+    // its own deadline would name only this ps task.
+    SessionStep on_hold_expired() override {
+      Shard& shard = state_.shards[handle_];
+      const std::string names = detail::waited_for(shard, this);
+      detail::forget(shard, this);
+      const bool bounded = shard.sync.spec.mode == SyncSpec::Mode::bounded_staleness;
+      return error(
+          Status::held_too_long,
+          fmt::format("{} held this push of variable '{}' for {} ms waiting for {} to {}: a worker "
+                      "stopped or hung without closing its connections",
+                      state_.who(), shard.name, state_.hold().count(),
+                      names.empty() ? std::string("the other replicas") : names,
+                      bounded ? fmt::format("come within {} steps", shard.sync.spec.bound)
+                              : fmt::format("push step {}", shard.version)));
+    }
+
    private:
     enum class Stage : std::uint8_t {
       create_spec,
@@ -259,7 +276,7 @@ struct Server::State : transport::tcp::ServiceHandler {
         case detail::PushOutcome::Kind::error:
           return error(Status::bad_request, std::move(outcome.why));
         case detail::PushOutcome::Kind::wait:
-          return transport::tcp::WaitForReply{};
+          return transport::tcp::WaitForReply{state_.hold()};
         case detail::PushOutcome::Kind::reply:
           break;
       }
@@ -405,6 +422,12 @@ struct Server::State : transport::tcp::ServiceHandler {
   std::unique_ptr<transport::tcp::ServiceSession> open(
       int rank, transport::tcp::ServiceReplier replier) override {
     return std::make_unique<Session>(*this, rank, std::move(replier));
+  }
+
+  // How long a push waits for the other replicas before its worker hears who held it: a little
+  // under the timeout, which is the workers' deadline too when both read STRATA_TIMEOUT.
+  std::chrono::milliseconds hold() const {
+    return options.timeout - std::min(options.timeout / 10, std::chrono::milliseconds(1000));
   }
 
   // Answers the waiting pushes `callers` (sessions) of shard `handle`.

@@ -72,8 +72,12 @@ struct SendReply {
   bool then_close = false;
 };
 /// The reply comes later, through the session's ServiceReplier (once other connections' requests
-/// have made it possible). The request's payload must have been read whole.
-struct WaitForReply {};
+/// have made it possible). The request's payload must have been read whole. After `hold` (when
+/// positive) the session's `on_hold_expired` answers instead; zero waits until the client gives
+/// up and closes.
+struct WaitForReply {
+  std::chrono::milliseconds hold{0};
+};
 using SessionStep = std::variant<ReadPayload, SendReply, WaitForReply>;
 
 /// Sends the reply a session deferred with WaitForReply. Call it on the serving thread (from
@@ -89,6 +93,9 @@ class ServiceSession {
   virtual SessionStep on_request(const FrameHeader& request) = 0;
   /// The buffers of the last ReadPayload are filled.
   virtual SessionStep on_payload() = 0;
+  /// A WaitForReply's hold ran out before the reply was sent; what to do now (by default, wait
+  /// on without a hold).
+  virtual SessionStep on_hold_expired() { return WaitForReply{}; }
 };
 
 /// The service: opens a session for each connection that passed the handshake, with the means
@@ -382,12 +389,22 @@ class ServiceServer {
 
   void advance(const ConnectionPtr& connection, SessionStep step) {
     if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
-    if (std::holds_alternative<WaitForReply>(step)) {
+    if (const auto* wait = std::get_if<WaitForReply>(&step)) {
       // A session that waits before it read its request has a bug: the rest would be taken
       // for the next request.
       if (connection->payload_left != 0) return refuse(connection);
-      connection->timer.cancel();  // the client's deadline bounds the wait
+      connection->timer.cancel();  // the client's deadline bounds the wait, or the hold does
       connection->waiting = true;
+      if (wait->hold > std::chrono::milliseconds::zero()) {
+        connection->timer.expires_after(wait->hold);
+        connection->timer.async_wait([this, connection](std::error_code ec) {
+          if (ec || !connection->waiting || closing_) return;  // replied meanwhile
+          SessionStep next = connection->session->on_hold_expired();
+          if (std::holds_alternative<WaitForReply>(next)) return;  // on, without a hold
+          connection->waiting = false;
+          advance(connection, std::move(next));
+        });
+      }
       // A client waits for its reply in silence: its connection turning readable now means it
       // closed (the process died), and the session must end with it.
       connection->socket.async_wait(tcp::socket::wait_read, [this, connection](std::error_code ec) {
