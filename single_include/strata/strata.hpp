@@ -16581,19 +16581,23 @@ std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+// ---- begin strata/transport/tcp/service_session.hpp ----
+// strata/transport/tcp/service_session.hpp — what a service above the TCP transport implements
+// (ServiceHandler, one ServiceSession per connection) and the steps a session answers a request
+// with: read more payload, reply, or wait and reply later. ServiceServer (service_server.hpp)
+// drives them; a session sees frames' headers and payload bytes, never a socket.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <variant>
+#include <vector>
+
 
 namespace strata::transport::tcp {
-
-/// Who may connect to a service, as the handshake checks it: clients are ranks
-/// [0, group_size) of the cluster with fingerprint `cluster`, speaking `tunables`, proving
-/// `token` when there is one. `rank` is the service's own identity in its Hello.
-struct ServiceIdentity {
-  std::uint64_t cluster = 0;
-  std::uint64_t tunables = 0;
-  int group_size = 0;
-  int rank = 0;
-  std::optional<std::string> token{};
-};
 
 /// What a session wants next: more payload read into `into` (in order; at most what the
 /// request has left), or the reply.
@@ -16642,6 +16646,22 @@ class ServiceHandler {
  public:
   virtual ~ServiceHandler() = default;
   virtual std::unique_ptr<ServiceSession> open(int rank, ServiceReplier replier) = 0;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/service_session.hpp ----
+
+namespace strata::transport::tcp {
+
+/// Who may connect to a service, as the handshake checks it: clients are ranks
+/// [0, group_size) of the cluster with fingerprint `cluster`, speaking `tunables`, proving
+/// `token` when there is one. `rank` is the service's own identity in its Hello.
+struct ServiceIdentity {
+  std::uint64_t cluster = 0;
+  std::uint64_t tunables = 0;
+  int group_size = 0;
+  int rank = 0;
+  std::optional<std::string> token{};
 };
 
 /// How a ServiceServer's `serve` ended.
@@ -25246,17 +25266,9 @@ struct Server::State : transport::tcp::ServiceHandler {
         case detail::PushOutcome::Kind::reply:
           break;
       }
-      if (operation != Operation::push_pull) return ok(shard.version);
-      if (!outcome.snapshot) return values_reply(handle_, shard.version);
-      SendReply reply = ok(shard.version);  // the staging buffer holds the values: no copy
-      reply.type = shard.type;
-      reply.payload = std::visit(
-          [&](const auto& stored) {
-            using T = typename std::decay_t<decltype(stored.values)>::value_type;
-            return std::as_bytes(std::span(staging<T>()));
-          },
-          shard.data);
-      return reply;
+      if (operation == Operation::push_pull)
+        return values_reply(handle_, shard.version, outcome.snapshot);
+      return ok(shard.version);
     }
 
     SessionStep on_state_spec() {
@@ -25320,15 +25332,16 @@ struct Server::State : transport::tcp::ServiceHandler {
         return staging_f64_;
     }
 
-    // A snapshot of the shard's values: a later push must not tear the write.
-    SessionStep values_reply(std::uint32_t handle, std::uint64_t count) {
+    // A snapshot of the shard's values: a later push must not tear the write. `staged`: the
+    // push just applied left it in the staging buffer already.
+    SessionStep values_reply(std::uint32_t handle, std::uint64_t count, bool staged = false) {
       SendReply reply = ok(count);
       reply.type = state_.shards[handle].type;
       reply.payload = std::visit(
           [&](const auto& stored) {
             using T = typename std::decay_t<decltype(stored.values)>::value_type;
             auto& stage = staging<T>();
-            stage.assign(stored.values.begin(), stored.values.end());
+            if (!staged) stage.assign(stored.values.begin(), stored.values.end());
             return std::as_bytes(std::span(stage));
           },
           state_.shards[handle].data);

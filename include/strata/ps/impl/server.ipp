@@ -280,17 +280,9 @@ struct Server::State : transport::tcp::ServiceHandler {
         case detail::PushOutcome::Kind::reply:
           break;
       }
-      if (operation != Operation::push_pull) return ok(shard.version);
-      if (!outcome.snapshot) return values_reply(handle_, shard.version);
-      SendReply reply = ok(shard.version);  // the staging buffer holds the values: no copy
-      reply.type = shard.type;
-      reply.payload = std::visit(
-          [&](const auto& stored) {
-            using T = typename std::decay_t<decltype(stored.values)>::value_type;
-            return std::as_bytes(std::span(staging<T>()));
-          },
-          shard.data);
-      return reply;
+      if (operation == Operation::push_pull)
+        return values_reply(handle_, shard.version, outcome.snapshot);
+      return ok(shard.version);
     }
 
     SessionStep on_state_spec() {
@@ -354,15 +346,16 @@ struct Server::State : transport::tcp::ServiceHandler {
         return staging_f64_;
     }
 
-    // A snapshot of the shard's values: a later push must not tear the write.
-    SessionStep values_reply(std::uint32_t handle, std::uint64_t count) {
+    // A snapshot of the shard's values: a later push must not tear the write. `staged`: the
+    // push just applied left it in the staging buffer already.
+    SessionStep values_reply(std::uint32_t handle, std::uint64_t count, bool staged = false) {
       SendReply reply = ok(count);
       reply.type = state_.shards[handle].type;
       reply.payload = std::visit(
           [&](const auto& stored) {
             using T = typename std::decay_t<decltype(stored.values)>::value_type;
             auto& stage = staging<T>();
-            stage.assign(stored.values.begin(), stored.values.end());
+            if (!staged) stage.assign(stored.values.begin(), stored.values.end());
             return std::as_bytes(std::span(stage));
           },
           state_.shards[handle].data);
