@@ -1,8 +1,9 @@
 // examples/train.cpp — the demo: logistic regression trained data-parallel with strata.
 //
 //   strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|
-//                                    parameter-server-sync|coordinator|one|default|gpu-mirrored|
-//                                    gpu-multi-worker|gpu-central] [--replicas N]
+//                                    parameter-server-sync|parameter-server-backup|coordinator|
+//                                    one|default|gpu-mirrored|gpu-multi-worker|gpu-central]
+//                        [--replicas N]
 //                        [--epochs E] [--batch B] [--checkpoint-dir DIR [--checkpoint-every N]]
 //
 // Prints the loss per epoch, then the learned parameters next to the known solution, and
@@ -21,7 +22,9 @@
 //   strata-launch -n 4 --ps 2 -- strata_example_train --strategy parameter-server
 // parameter-server-sync trains synchronously over the same servers (TF1's SyncReplicasOptimizer):
 // the servers add up every replica's gradient of a step before they apply it, so it is checked
-// against single-process training as the synchronous strategies are.
+// against single-process training as the synchronous strategies are. parameter-server-backup
+// aggregates the first gradients of each step and drops the last replica's (one backup worker),
+// so it is checked against the solution only.
 // With --checkpoint-dir the chief saves a checkpoint every N steps (and at the end) and every
 // task resumes from the latest one when it starts: kill a run, start it again, and it ends
 // with the parameters an uninterrupted run reaches, bit for bit (synchronous strategies).
@@ -53,8 +56,9 @@ struct Arguments {
 
 constexpr std::string_view kUsage =
     "usage: strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|\n"
-    "                                        parameter-server-sync|coordinator|one|default|\n"
-    "                                        gpu-mirrored|gpu-multi-worker|gpu-central]\n"
+    "                                        parameter-server-sync|parameter-server-backup|\n"
+    "                                        coordinator|one|default|gpu-mirrored|\n"
+    "                                        gpu-multi-worker|gpu-central]\n"
     "                            [--replicas N] [--epochs E] [--batch B]\n"
     "                            [--checkpoint-dir DIR [--checkpoint-every N]]\n"
     "\n"
@@ -62,7 +66,8 @@ constexpr std::string_view kUsage =
     "replica. multi-worker reads its cluster from TF_CONFIG (strata-launch sets it), torchrun,\n"
     "OpenMPI or SLURM; parameter-server from TF_CONFIG with ps tasks (strata-launch --ps M),\n"
     "which serve while the workers train asynchronously (checked against the solution only;\n"
-    "parameter-server-sync: synchronously, checked as the synchronous strategies are).\n"
+    "parameter-server-sync: synchronously, checked as the synchronous strategies are;\n"
+    "parameter-server-backup: synchronously but for the last gradient of each step).\n"
     "coordinator: the chief (strata-launch --chief) schedules the steps on the workers, which\n"
     "train against the ps tasks asynchronously (checked against the solution only).\n"
     "gpu-mirrored (NCCL) and gpu-central run one replica per GPU unless\n"
@@ -157,7 +162,7 @@ int check(const example::TrainResult& result, const example::Problem& problem,
         "b    = {:+.5f}  (solution {:+.5f})\nlargest error {:.2e}\n"
         "largest difference from single-process training {:.2e}{}\n",
         result.bias, problem.true_bias, worst, drift,
-        synchronous ? "" : " (asynchronous training: not expected to match)");
+        synchronous ? "" : " (not every gradient meets every step: not expected to match)");
   return worst < 1e-3f && (drift < 1e-4f || !synchronous) ? 0 : 1;
 }
 
@@ -190,14 +195,19 @@ int main(int argc, char** argv) {
     if (args.strategy == "multi-worker")
       return run<strata::MultiWorkerMirroredStrategy>(args, args.replicas);
     if (args.strategy == "central") return run<strata::CentralStorageStrategy>(args, local);
-    if (args.strategy == "parameter-server" || args.strategy == "parameter-server-sync") {
+    if (args.strategy == "parameter-server" || args.strategy == "parameter-server-sync" ||
+        args.strategy == "parameter-server-backup") {
       if (strata::ps::serve_if_ps()) return 0;  // a ps task: served until the workers finished
       if (args.strategy == "parameter-server")
         return run<strata::ParameterServerStrategy>(args, args.replicas);
-      // TF1's SyncReplicasOptimizer: the servers aggregate every replica's gradient per step.
-      return run<
-          strata::Strategy<strata::placement::ParameterServer<>,
-                           strata::communicator::LocalCommunicator<>, strata::sync::Synchronous>>(
+      // TF1's SyncReplicasOptimizer: the servers aggregate every replica's gradient per step,
+      // or the first ones to arrive but one (a backup worker).
+      using Servers = strata::placement::ParameterServer<>;
+      using Local = strata::communicator::LocalCommunicator<>;
+      if (args.strategy == "parameter-server-sync")
+        return run<strata::Strategy<Servers, Local, strata::sync::Synchronous>>(args,
+                                                                                args.replicas);
+      return run<strata::Strategy<Servers, Local, strata::sync::SynchronousWithBackups<1>>>(
           args, args.replicas);
     }
     if (args.strategy == "coordinator") return run_coordinated(args);

@@ -116,6 +116,7 @@
 #include <strata/sync/bounded_staleness.hpp>
 #include <strata/sync/sync.hpp>
 #include <strata/sync/synchronous.hpp>
+#include <strata/sync/synchronous_with_backups.hpp>
 
 #include <strata/transport/cuda/device.hpp>
 #include <strata/transport/cuda/kernels.hpp>

@@ -34,6 +34,7 @@
 #include <strata/sync/asynchronous.hpp>
 #include <strata/sync/bounded_staleness.hpp>
 #include <strata/sync/synchronous.hpp>
+#include <strata/sync/synchronous_with_backups.hpp>
 
 #if STRATA_HAS_CUDA
 #include <strata/communicator/reduce_to_one_device.hpp>
@@ -75,7 +76,7 @@ using CentralStorageStrategy =
 /// StrategyOptions::num_replicas, else STRATA_LOCAL_REPLICAS, else 1. Sharded variables, greedy
 /// placement and worker-side optimizers: Strategy<placement::ParameterServer<...>, ...>;
 /// bounded staleness or synchronous training (TF1's SyncReplicasOptimizer): the same with
-/// sync::BoundedStaleness<k> or sync::Synchronous.
+/// sync::BoundedStaleness<k>, sync::Synchronous or sync::SynchronousWithBackups<b>.
 using ParameterServerStrategy =
     Strategy<placement::ParameterServer<>, communicator::LocalCommunicator<>, sync::Asynchronous>;
 

@@ -23103,6 +23103,7 @@ struct OneDevice : SharedCopy {
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24158,6 +24159,7 @@ class ShardedVariable {
   void push_pull(int lane, const O& optimizer, std::span<const T> gradient,
                  ps::SyncSpec sync = {}) {
     check_push(optimizer, gradient);
+    if (with_backups(sync)) sync.step = oldest_version(lane);
     PreparedPush prepared = prepare_push_pull(lane, optimizer, gradient, sync);
     client_->call(lane, prepared.calls);
     remember_versions(static_cast<std::size_t>(lane), prepared.calls);
@@ -24185,11 +24187,20 @@ class ShardedVariable {
         variables[i]->push_pull(lane, optimizer, gradients[i], syncs[i]);
       return;
     }
+    // With backup replicas, the whole step names one step (the oldest of the shards' versions
+    // the replica knows): shards already past it drop the gradient, the others count it.
+    std::optional<std::uint64_t> step;
+    for (std::size_t i = 0; i < variables.size(); ++i)
+      if (with_backups(syncs[i]))
+        step = std::min(step.value_or(std::numeric_limits<std::uint64_t>::max()),
+                        variables[i]->oldest_version(lane));
     std::vector<PreparedPush> prepared;
     prepared.reserve(variables.size());
     std::vector<ShardCall> calls;
     for (std::size_t i = 0; i < variables.size(); ++i) {
-      prepared.push_back(variables[i]->prepare_push_pull(lane, optimizer, gradients[i], syncs[i]));
+      ps::SyncSpec sync = syncs[i];
+      if (with_backups(sync)) sync.step = *step;
+      prepared.push_back(variables[i]->prepare_push_pull(lane, optimizer, gradients[i], sync));
       calls.insert(calls.end(), prepared.back().calls.begin(), prepared.back().calls.end());
     }
     if (calls.empty()) return;
@@ -24333,7 +24344,8 @@ class ShardedVariable {
                                  ps::SyncSpec sync) {
     const auto l = static_cast<std::size_t>(lane);
     // A synchronous push names the step its gradient was computed on: the version of the
-    // values this replica last received (a replica that has none yet asks first).
+    // values this replica last received (a replica that has none yet asks first), or with
+    // backups the step the caller set.
     if (sync.mode == ps::SyncSpec::Mode::synchronous && versions_[l].empty()) pull(lane);
     auto& copy = copies_[l];
     PreparedPush prepared;
@@ -24354,7 +24366,8 @@ class ShardedVariable {
     prepared.prefixes.resize(shards_.size());
     prepared.calls = make_calls(Operation::push_pull);
     for (std::size_t s = 0; s < shards_.size(); ++s) {
-      if (sync.mode == ps::SyncSpec::Mode::synchronous) sync.step = versions_[l][s];
+      if (sync.mode == ps::SyncSpec::Mode::synchronous && !with_backups(sync))
+        sync.step = versions_[l][s];
       prepared.prefixes[s] = ps::push_prefix(spec, sync);
       prepared.calls[s].prefix = prepared.prefixes[s];
       prepared.calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
@@ -24382,6 +24395,21 @@ class ShardedVariable {
     if (first == nullptr) return std::nullopt;
     into = {{}, first->step};
     return 0;
+  }
+
+  // Synchronous with backup replicas: a step aggregates fewer gradients than there are
+  // replicas, so shards of one step can move on without this replica. Counting steps per shard
+  // would then let two replicas each wait on a shard the other has left (a deadlock), so every
+  // push of a step names one step.
+  static bool with_backups(const ps::SyncSpec& sync) noexcept {
+    return sync.mode == ps::SyncSpec::Mode::synchronous && sync.bound < sync.replicas;
+  }
+
+  // The oldest version among this variable's shards that replica `lane` last received.
+  std::uint64_t oldest_version(int lane) {
+    const auto l = static_cast<std::size_t>(lane);
+    if (versions_[l].empty()) pull(lane);
+    return versions_[l].empty() ? 0 : *std::min_element(versions_[l].begin(), versions_[l].end());
   }
 
   void remember_versions(std::size_t lane, std::span<const ShardCall> calls) const {
@@ -24573,6 +24601,7 @@ struct ServerReport {
   std::uint64_t bytes_in = 0;           ///< payload bytes received
   std::uint64_t bytes_out = 0;          ///< payload bytes sent
   std::uint64_t refused = 0;            ///< connections refused or dropped (handshake, garbage)
+  std::uint64_t stale_gradients = 0;    ///< synchronous gradients that came after their step
   std::chrono::nanoseconds cpu_time{};  ///< CPU time of the serving thread
 };
 
@@ -25476,6 +25505,8 @@ struct Server::State : transport::tcp::ServiceHandler {
     report.bytes_in = stats.bytes_in;
     report.bytes_out = stats.bytes_out;
     report.refused = stats.refused;
+    for (const Shard& shard : shards)
+      report.stale_gradients += shard.stale;
     report.cpu_time = detail::server::thread_cpu_time() - cpu_start;
     if (end == transport::tcp::ServiceEnd::idle) {
       std::vector<int> missing;
@@ -27980,6 +28011,53 @@ struct BoundedStaleness {
 
 #include <fmt/format.h>
 
+// ---- begin strata/sync/detail/server_sync.hpp ----
+// strata/sync/detail/server_sync.hpp — how a synchronous push meets the parameter servers:
+// aggregated with the other replicas' pushes of its step.
+
+#include <cstdint>
+#include <string_view>
+
+#include <fmt/format.h>
+
+
+namespace strata::sync::detail {
+
+/// The SyncSpec of a synchronous push of `variable` by the context's replica: each step
+/// aggregates the gradients of every replica but `backups` (TF1's replicas_to_aggregate =
+/// replicas − backups). `policy` names the sync policy in messages.
+/// @throws UsageError for an only_first_replica variable of several replicas, or when the
+///   backups leave no replica to aggregate.
+template <class Context, class Variable>
+ps::SyncSpec synchronous_server_sync(Context& context, const Variable& variable, int backups,
+                                     std::string_view policy) {
+  const int replicas = context.num_replicas_in_sync();
+  if (replicas > 1 && variable.aggregation() == placement::VariableAggregation::only_first_replica)
+    throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
+                     fmt::format("{} training over parameter servers aggregates the replicas' "
+                                 "gradients, and the variable takes only the first replica's",
+                                 policy),
+                     "create the variable with VariableAggregation::sum or mean");
+  if (backups >= replicas)
+    throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
+                     fmt::format("{} with {} backup replicas leaves none of the {} replicas to "
+                                 "aggregate",
+                                 policy, backups, replicas),
+                     "run more replicas than backups (a step aggregates replicas − backups "
+                     "gradients)");
+  ps::SyncSpec sync;
+  sync.mode = ps::SyncSpec::Mode::synchronous;
+  sync.aggregation = variable.aggregation() == placement::VariableAggregation::mean
+                         ? ps::SyncSpec::Aggregation::mean
+                         : ps::SyncSpec::Aggregation::sum;
+  sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
+  sync.replicas = static_cast<std::uint32_t>(replicas);
+  sync.bound = static_cast<std::uint32_t>(replicas - backups);
+  return sync;
+}
+
+}  // namespace strata::sync::detail
+// ---- end strata/sync/detail/server_sync.hpp ----
 
 namespace strata::sync {
 
@@ -28243,22 +28321,7 @@ struct Synchronous {
   // How a synchronous push meets the servers: aggregated with every replica's of the step.
   template <class Context, class Variable>
   static ps::SyncSpec server_sync(Context& context, const Variable& variable) {
-    const auto aggregation = variable.aggregation();
-    if (context.num_replicas_in_sync() > 1 &&
-        aggregation == placement::VariableAggregation::only_first_replica)
-      throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
-                       "synchronous training over parameter servers aggregates every "
-                       "replica's gradient, and the variable takes only the first replica's",
-                       "create the variable with VariableAggregation::sum or mean");
-    ps::SyncSpec sync;
-    sync.mode = ps::SyncSpec::Mode::synchronous;
-    sync.aggregation = aggregation == placement::VariableAggregation::mean
-                           ? ps::SyncSpec::Aggregation::mean
-                           : ps::SyncSpec::Aggregation::sum;
-    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
-    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
-    sync.bound = sync.replicas;
-    return sync;
+    return detail::synchronous_server_sync(context, variable, 0, kName);
   }
 
   static ReduceOp reduce_op(placement::VariableAggregation aggregation) noexcept {
@@ -28279,6 +28342,72 @@ struct Synchronous {
 
 }  // namespace strata::sync
 // ---- end strata/sync/synchronous.hpp ----
+// ---- begin strata/sync/synchronous_with_backups.hpp ----
+// strata/sync/synchronous_with_backups.hpp — synchronous training over parameter servers that
+// does not wait for the slowest replicas (TF1's SyncReplicasOptimizer with backup workers).
+
+#include <span>
+#include <string_view>
+
+
+namespace strata::sync {
+
+/// Synchronous training with `kBackups` backup replicas (Chen et al., 2016; TF1's
+/// SyncReplicasOptimizer with replicas_to_aggregate = replicas − kBackups): each step the
+/// parameter servers average (or add, by the variable's aggregation) the first
+/// `replicas − kBackups` gradients that arrive, apply them once, and answer those replicas; the
+/// gradients of the step that come later are dropped, and their replicas go on at once with the
+/// new values. A straggler costs the others nothing as long as no more than `kBackups` replicas
+/// are late. `SynchronousWithBackups<0>` waits for every replica, as Synchronous does.
+///
+/// One apply_gradients is one step for every variable it names: its pushes all name the oldest
+/// step the replica knows of them, so the variables move on together, as under TF1's one
+/// global step. Give every step's variables to one apply_gradients (the list form), as a
+/// trainer does; every worker must name the same variables in the same order.
+template <int kBackups>
+struct SynchronousWithBackups {
+  static_assert(kBackups >= 0,
+                "strata::sync::SynchronousWithBackups: the backups are a replica count >= 0");
+  static constexpr std::string_view kName = "SynchronousWithBackups";
+  static constexpr bool kWaitsForAllReplicas = kBackups == 0;
+  static constexpr int kBackupReplicas = kBackups;
+
+  template <class Context, class O, class Variable, class T>
+  static void apply_gradients(Context& context, const O& optimizer, std::span<T> gradient,
+                              Variable& variable) {
+    using P = typename Context::placement_type;
+    static_assert(P::kUpdateSite == placement::UpdateSite::servers,
+                  "strata::sync::SynchronousWithBackups: the parameter servers aggregate the "
+                  "first gradients of a step; use a ParameterServer placement (or Synchronous).");
+    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
+    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
+             detail::synchronous_server_sync(context, variable, kBackups, kName));
+  }
+
+  /// The list form: every variable's gradient pushed in one batch of requests, as one step.
+  template <class Context, class O, class Entry>
+  static void apply_gradients_list(Context& context, const O& optimizer,
+                                   std::span<const Entry> list) {
+    using P = typename Context::placement_type;
+    static_assert(P::kUpdateSite == placement::UpdateSite::servers,
+                  "strata::sync::SynchronousWithBackups: the parameter servers aggregate the "
+                  "first gradients of a step; use a ParameterServer placement (or Synchronous).");
+    detail::apply_on_servers(context, optimizer, list, [&](const auto& variable) {
+      return detail::synchronous_server_sync(context, variable, kBackups, kName);
+    });
+  }
+
+  /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
+  template <class Context, class Variable, class T>
+  static void assign(Context& context, Variable& variable, std::span<const T> value) {
+    using P = typename Context::placement_type;
+    detail::check_size(context, "assign", value.size(), variable.size());
+    P::store(variable, context.local_replica_id(), value);
+  }
+};
+
+}  // namespace strata::sync
+// ---- end strata/sync/synchronous_with_backups.hpp ----
 
 #if STRATA_HAS_CUDA
 #endif
@@ -28316,7 +28445,7 @@ using CentralStorageStrategy =
 /// StrategyOptions::num_replicas, else STRATA_LOCAL_REPLICAS, else 1. Sharded variables, greedy
 /// placement and worker-side optimizers: Strategy<placement::ParameterServer<...>, ...>;
 /// bounded staleness or synchronous training (TF1's SyncReplicasOptimizer): the same with
-/// sync::BoundedStaleness<k> or sync::Synchronous.
+/// sync::BoundedStaleness<k>, sync::Synchronous or sync::SynchronousWithBackups<b>.
 using ParameterServerStrategy =
     Strategy<placement::ParameterServer<>, communicator::LocalCommunicator<>, sync::Asynchronous>;
 

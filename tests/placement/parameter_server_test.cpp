@@ -5,10 +5,13 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <thread>
@@ -47,21 +50,31 @@ struct SignStep {
   }
 };
 
-// One worker's view of `servers` in-process parameter servers.
+// `count` in-process parameter servers of a cluster of `workers` workers (one by default).
 struct Servers {
-  explicit Servers(int count) : spec(strata::testing::loopback_ps_cluster(1, count)) {
+  explicit Servers(int count, int workers = 1)
+      : spec(strata::testing::loopback_ps_cluster(workers, count)),
+        reports(static_cast<std::size_t>(count)) {
     for (int s = 0; s < count; ++s)
       running.push_back(std::make_unique<strata::ps::Server>(spec, s));
-    for (auto& server : running)
-      threads.emplace_back([&server] { server->serve(); });
+    for (std::size_t s = 0; s < running.size(); ++s)
+      threads.emplace_back([this, s] { reports[s] = running[s]->serve(); });
   }
-  ~Servers() {
-    for (auto& server : running)
-      server->stop();
+  ~Servers() { stop(); }
+  // Waits for the servers to return (once every worker is done) and returns their reports.
+  const std::vector<strata::ps::ServerReport>& join() {
     for (auto& thread : threads)
       thread.join();
+    threads.clear();
+    return reports;
+  }
+  void stop() {
+    for (auto& server : running)
+      server->stop();
+    join();
   }
   strata::cluster::ClusterSpec spec;
+  std::vector<strata::ps::ServerReport> reports;
   std::vector<std::unique_ptr<strata::ps::Server>> running;
   std::vector<std::thread> threads;
 };
@@ -338,4 +351,168 @@ TEST_CASE("a batch of updates equals the updates one by one") {
     return out;
   };
   CHECK(run(true) == run(false));
+}
+
+namespace {
+
+using BackupPlacement = strata::placement::ParameterServer<strata::ps::FixedShardsPartitioner>;
+using Variables = std::vector<strata::placement::ShardedVariable<float>*>;
+
+// Synchronous with one backup among 3 replicas: a step aggregates the first 2 gradients.
+strata::ps::SyncSpec with_one_backup(int replica, strata::ps::SyncSpec::Aggregation aggregation) {
+  strata::ps::SyncSpec sync;
+  sync.mode = strata::ps::SyncSpec::Mode::synchronous;
+  sync.aggregation = aggregation;
+  sync.replica = static_cast<std::uint32_t>(replica);
+  sync.replicas = 3;
+  sync.bound = 2;
+  return sync;
+}
+
+// One step of `variables` in one batch, every element of every gradient `value`.
+void step_all(const Variables& variables, float value, const strata::ps::SyncSpec& sync,
+              const strata::optim::Sgd& sgd) {
+  std::vector<std::vector<float>> gradients;
+  for (auto* variable : variables)
+    gradients.emplace_back(variable->size(), value);
+  const std::vector<std::span<const float>> spans(gradients.begin(), gradients.end());
+  const std::vector<strata::ps::SyncSpec> syncs(variables.size(), sync);
+  BackupPlacement::apply_all(0, sgd,
+                             std::span<strata::placement::ShardedVariable<float>* const>(
+                                 variables.data(), variables.size()),
+                             std::span<const std::span<const float>>(spans),
+                             std::span<const strata::ps::SyncSpec>(syncs));
+}
+
+// A worker of the backup tests: its session and the same two variables as every other's.
+struct BackupWorker {
+  BackupWorker(const strata::cluster::ClusterSpec& spec, int rank)
+      : session(std::make_unique<BackupPlacement::session_type>(
+            spec, rank, 1, strata::ps::ClientOptions{}, strata::ps::FixedShardsPartitioner{3})),
+        w(BackupPlacement::create<float>(*session, std::vector<float>(10, 100.0f),
+                                         VariableAggregation::mean)),
+        b(BackupPlacement::create<float>(*session, std::vector<float>(1, 100.0f),
+                                         VariableAggregation::mean)) {}
+  Variables variables() { return {&w, &b}; }
+  std::unique_ptr<BackupPlacement::session_type> session;
+  strata::placement::ShardedVariable<float> w, b;
+};
+
+}  // namespace
+
+TEST_CASE("with a backup replica a step applies the first gradients, and a late one is dropped") {
+  // 3 workers, one a backup: workers 0 and 1 run 4 steps without worker 2, whose gradient of
+  // step 0 then comes late and is dropped; once 0 and 1 are done, worker 2's steps apply alone.
+  Servers servers(2, 3);
+  using Aggregation = strata::ps::SyncSpec::Aggregation;
+  const strata::optim::Sgd sgd{0.5f};
+  std::vector<std::unique_ptr<BackupWorker>> workers;
+  for (int rank = 0; rank < 3; ++rank)
+    workers.push_back(std::make_unique<BackupWorker>(servers.spec, rank));
+  CHECK(workers[0]->w.shards().size() == 3);
+  workers[2]->w.pull(0);  // worker 2 computes its first step on the initial values
+  workers[2]->b.pull(0);
+
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank)
+    threads.emplace_back([&, rank] {
+      for (int step = 0; step < 4; ++step)
+        step_all(workers[static_cast<std::size_t>(rank)]->variables(), static_cast<float>(rank + 1),
+                 with_one_backup(rank, Aggregation::mean), sgd);
+    });
+  for (auto& thread : threads)
+    thread.join();
+  // Each step averaged gradients 1 and 2 and applied SGD once: 100 - 4 * 0.5 * 1.5.
+  const auto all_equal = [](std::span<const float> values, float expected) {
+    return std::all_of(values.begin(), values.end(), [&](float v) { return v == expected; });
+  };
+  CHECK(all_equal(workers[0]->w.copy(0), 97.0f));
+  CHECK(all_equal(workers[1]->b.copy(0), 97.0f));
+
+  // Worker 2's gradient of step 0 is dropped on every shard; it gets the current values.
+  step_all(workers[2]->variables(), 3.0f, with_one_backup(2, Aggregation::mean), sgd);
+  CHECK(all_equal(workers[2]->w.copy(0), 97.0f));
+  CHECK(all_equal(workers[2]->b.copy(0), 97.0f));
+  CHECK(all_equal(workers[0]->w.read(), 97.0f));
+
+  // Workers 0 and 1 are done: worker 2's next step is applied on its own gradient.
+  workers[0].reset();
+  workers[1].reset();
+  step_all(workers[2]->variables(), 3.0f, with_one_backup(2, Aggregation::mean), sgd);
+  CHECK(all_equal(workers[2]->w.copy(0), 95.5f));
+  CHECK(all_equal(workers[2]->b.read(), 95.5f));
+  workers[2].reset();
+  std::uint64_t stale = 0;
+  for (const auto& report : servers.join())
+    stale += report.stale_gradients;
+  CHECK(stale == 4);  // worker 2's gradient of step 0, on each of the 4 shards
+}
+
+TEST_CASE("with a backup replica, workers in any order never wait on each other for good") {
+  // 3 workers, 2 aggregated per step, 3 variables in 7 shards over 2 servers, each worker
+  // pausing at random before each step. Worker w's gradient is 41^w everywhere, added up (sum)
+  // under SGD with rate 1: a shard's total change, in base 41, counts the gradients of each
+  // worker it took. Every gradient is taken or dropped as stale, none twice, and no step waits
+  // for good.
+  constexpr int kSteps = 40;
+  constexpr float kBase = kSteps + 1;
+  for (int trial = 0; trial < 3; ++trial) {
+    CAPTURE(trial);
+    Servers servers(2, 4);  // worker 3 only reads at the end
+    const strata::optim::Sgd sgd{1.0f};
+    const auto open = [&](int rank) {
+      return std::make_unique<BackupPlacement::session_type>(servers.spec, rank, 1,
+                                                             strata::ps::ClientOptions{},
+                                                             strata::ps::FixedShardsPartitioner{3});
+    };
+    const std::vector<std::size_t> sizes{10, 1, 7};
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 3; ++rank)
+      threads.emplace_back([&, rank] {
+        auto session = open(rank);
+        std::vector<strata::placement::ShardedVariable<float>> owned;
+        for (const std::size_t size : sizes)
+          owned.push_back(BackupPlacement::create<float>(*session, std::vector<float>(size, 0.0f),
+                                                         VariableAggregation::sum));
+        Variables variables;
+        for (auto& variable : owned)
+          variables.push_back(&variable);
+        std::mt19937 random(static_cast<unsigned>(trial * 10 + rank));
+        std::uniform_int_distribution<int> pause_us(0, 3000);
+        for (int step = 0; step < kSteps; ++step) {
+          std::this_thread::sleep_for(std::chrono::microseconds(pause_us(random)));
+          step_all(variables, std::pow(kBase, static_cast<float>(rank)),
+                   with_one_backup(rank, strata::ps::SyncSpec::Aggregation::sum), sgd);
+        }
+      });
+    for (auto& thread : threads)
+      thread.join();
+    auto reader = open(3);
+    std::size_t shards = 0;
+    std::uint64_t taken = 0;
+    for (const std::size_t size : sizes) {
+      auto variable = BackupPlacement::create<float>(*reader, std::vector<float>(size, 0.0f),
+                                                     VariableAggregation::sum);
+      const auto values = variable.read();
+      for (const auto& shard : variable.shards()) {
+        ++shards;
+        const auto first = values.begin() + static_cast<std::ptrdiff_t>(shard.offset);
+        CHECK(std::all_of(first, first + static_cast<std::ptrdiff_t>(shard.size),
+                          [&](float v) { return v == *first; }));
+        auto change = static_cast<std::uint64_t>(-*first);
+        for (int rank = 0; rank < 3; ++rank, change /= kSteps + 1) {
+          CHECK(change % (kSteps + 1) <= kSteps);
+          taken += change % (kSteps + 1);
+        }
+        CHECK(change == 0);
+      }
+    }
+    reader.reset();
+    std::uint64_t stale = 0;
+    for (const auto& report : servers.join())
+      stale += report.stale_gradients;
+    CHECK(shards == 7);
+    CHECK(taken + stale == 3 * kSteps * shards);
+    CHECK(taken >= 2 * kSteps * shards);  // each step took at least 2 (1 once workers finished)
+  }
 }

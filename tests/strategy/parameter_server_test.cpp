@@ -210,7 +210,7 @@ namespace {
 // When each worker started each step and pushed each step's gradient (steady_clock ns), from
 // the "start N T" and "push N T" lines of its output.
 struct StepTimes {
-  std::vector<long long> start, push;
+  std::vector<long long> start, push, applied;
 };
 
 StepTimes step_times(const std::string& output) {
@@ -220,9 +220,9 @@ StepTimes step_times(const std::string& output) {
   std::size_t step = 0;
   long long at = 0;
   while (lines >> word) {
-    if (word != "start" && word != "push") continue;
+    if (word != "start" && word != "push" && word != "applied") continue;
     lines >> step >> at;
-    auto& series = word == "start" ? times.start : times.push;
+    auto& series = word == "start" ? times.start : word == "push" ? times.push : times.applied;
     series.resize(std::max(series.size(), step + 1));
     series[step] = at;
   }
@@ -264,4 +264,41 @@ TEST_CASE("bounded staleness keeps every worker within k steps of the slowest") 
     for (auto& process : run.ps)
       REQUIRE(process.wait_for(30s));
   }
+}
+
+TEST_CASE("with a backup worker the others never wait for a slow one, and training converges") {
+  // 3 workers, 2 aggregated per step; worker 0 sleeps 150 ms before each push. Its peers'
+  // steps apply without it, often before it has pushed the same step: never so when every
+  // gradient is awaited (backup0).
+  for (const std::string mode : {"backup1", "backup0"}) {
+    CAPTURE(mode);
+    PsCluster run(3, 2, {"ps-ssp", mode, "6", "0", "150"});
+    std::vector<StepTimes> workers;
+    for (auto& process : run.worker) {
+      REQUIRE(process.wait_for(60s));
+      CHECK_MESSAGE(process.exit_code() == 0, process.output());
+      workers.push_back(step_times(process.output()));
+      REQUIRE(workers.back().push.size() == 6);
+      REQUIRE(workers.back().applied.size() == 6);
+    }
+    int before_slow = 0;  // (fast worker, step) applied before worker 0 pushed that step
+    for (std::size_t w = 1; w < workers.size(); ++w)
+      for (std::size_t m = 0; m < 6; ++m)
+        before_slow += workers[w].applied[m] < workers[0].push[m] ? 1 : 0;
+    if (mode == "backup1")
+      CHECK(before_slow >= 6);
+    else
+      CHECK(before_slow == 0);
+    for (auto& process : run.ps)
+      REQUIRE(process.wait_for(30s));
+  }
+  PsCluster run(3, 2, {"ps-train", "1", "30", "backup"});
+  for (auto& process : run.worker) {
+    REQUIRE(process.wait_for(120s));
+    const std::string output = process.output();
+    CHECK_MESSAGE(process.exit_code() == 0, output);
+    CHECK_MESSAGE(std::stod(strata::testing::line_after(output, "error")) < 1e-3, output);
+  }
+  for (auto& process : run.ps)
+    REQUIRE(process.wait_for(30s));
 }

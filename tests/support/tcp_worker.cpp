@@ -24,9 +24,12 @@
 //                           known solution), "params" and "single" (OneDeviceStrategy's) bits.
 //   ps-train K EPOCHS sync  the same with sync::Synchronous (TF1's SyncReplicasOptimizer); also
 //                           prints "drift D" from single-process training.
-//   ps-ssp 0|2|async STEPS SLOW_WORKER SLOW_MS   BoundedStaleness<0|2> (or Asynchronous) on
-//                           one variable, replica SLOW_WORKER sleeping SLOW_MS before each push;
-//                           prints "start N T" and "push N T" (steady_clock ns) per step.
+//   ps-ssp 0|2|async|backup0|backup1 STEPS SLOW_WORKER SLOW_MS   BoundedStaleness<0|2> (or
+//                           Asynchronous, or SynchronousWithBackups<0|1>) on two variables
+//                           pushed in one apply_gradients, replica SLOW_WORKER sleeping SLOW_MS
+//                           before each push; prints "start N T", "push N T" and "applied N T"
+//                           (steady_clock ns) per step.
+//   ps-train K EPOCHS backup   ps-train under SynchronousWithBackups<1>.
 //   conformance [LARGE]     every collective × op × element type × count {0, 1, 7, 1023, LARGE}
 //                           (default 65539) × root × in/out of place, checking this rank's
 //                           outputs against the one collective reference (tools/reference/);
@@ -138,8 +141,9 @@ int ps_train(std::span<const std::string_view> args) {
 }
 
 // ps-ssp K STEPS SLOW_WORKER SLOW_MS: BoundedStaleness<K> over parameter servers (K is 0 or 2;
-// async: Asynchronous), one variable, worker SLOW_WORKER sleeping SLOW_MS before each push;
-// prints "start N T" before each step and "push N T" before each push (T: steady_clock ns).
+// async: Asynchronous; backupB: SynchronousWithBackups<B>), two variables updated in one
+// apply_gradients, worker SLOW_WORKER sleeping SLOW_MS before each push; prints "start N T"
+// before each step, "push N T" before each push and "applied N T" after it (T: steady_clock ns).
 template <class Sync>
 int ps_steps(std::span<const std::string_view> args) {
   if (strata::ps::serve_if_ps()) {
@@ -153,15 +157,19 @@ int ps_steps(std::span<const std::string_view> args) {
   const int slow_worker = std::stoi(std::string(args[3]));
   const auto pause = std::chrono::milliseconds(std::stoi(std::string(args[4])));
   auto w = strategy.template create_variable<float>(std::vector<float>(16, 0.0f));
+  auto b = strategy.template create_variable<float>(std::vector<float>(1, 0.0f));
   const strata::optim::Sgd sgd{0.01};
   const auto now = [] { return Clock::now().time_since_epoch().count(); };
   for (int step = 0; step < steps; ++step) {
     fmt::print("start {} {}\n", step, now());
     strategy.run([&](auto& replica) {
-      std::vector<float> gradient(16, 1.0f);
+      std::vector<float> gradient_w(16, 1.0f);
+      std::vector<float> gradient_b(1, 1.0f);
       if (replica.replica_id_in_sync_group() == slow_worker) std::this_thread::sleep_for(pause);
       fmt::print("push {} {}\n", step, now());
-      replica.apply_gradients(sgd, std::span(gradient), w);
+      replica.apply_gradients(sgd, {strata::gradient_for(w, std::span(gradient_w)),
+                                    strata::gradient_for(b, std::span(gradient_b))});
+      fmt::print("applied {} {}\n", step, now());
     });
   }
   fmt::print("ok\n");
@@ -181,6 +189,11 @@ using ShardedParameterServerStrategy =
 using SynchronousParameterServerStrategy =
     strata::Strategy<strata::placement::ParameterServer<>,
                      strata::communicator::LocalCommunicator<>, strata::sync::Synchronous>;
+
+// TF1's SyncReplicasOptimizer with a backup worker: the first replicas − 1 gradients of a step.
+using BackupParameterServerStrategy = strata::Strategy<strata::placement::ParameterServer<>,
+                                                       strata::communicator::LocalCommunicator<>,
+                                                       strata::sync::SynchronousWithBackups<1>>;
 
 // raise K WORKER: a user's exception on one replica of one worker, the others in all-reduces.
 int raise_in_replica(std::span<const std::string_view> args) {
@@ -324,8 +337,8 @@ int main(int argc, char** argv) {
     fmt::print(
         stderr,
         "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | train K EPOCHS | "
-        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3|sync [DIR]] | "
-        "ps-ssp 0|2|async STEPS SLOW_WORKER SLOW_MS\n");
+        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3|sync|backup [DIR]] | "
+        "ps-ssp 0|2|async|backup0|backup1 STEPS SLOW_WORKER SLOW_MS\n");
     return 2;
   }
   auto began = Clock::now();
@@ -342,8 +355,14 @@ int main(int argc, char** argv) {
       return ps_steps<strata::sync::BoundedStaleness<0>>(args);
     if (args[0] == "ps-ssp" && args.size() == 5 && args[1] == "2")
       return ps_steps<strata::sync::BoundedStaleness<2>>(args);
+    if (args[0] == "ps-train" && (args.size() == 4 || args.size() == 5) && args[3] == "backup")
+      return ps_train<BackupParameterServerStrategy>(args);
     if (args[0] == "ps-ssp" && args.size() == 5 && args[1] == "async")
       return ps_steps<strata::sync::Asynchronous>(args);
+    if (args[0] == "ps-ssp" && args.size() == 5 && args[1] == "backup0")
+      return ps_steps<strata::sync::SynchronousWithBackups<0>>(args);
+    if (args[0] == "ps-ssp" && args.size() == 5 && args[1] == "backup1")
+      return ps_steps<strata::sync::SynchronousWithBackups<1>>(args);
     auto resolved = strata::resolve_cluster();
     if (args[0] == "conformance" && args.size() <= 2)
       return conformance_scenario(args, resolved, began);

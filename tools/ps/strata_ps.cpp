@@ -52,9 +52,10 @@ int main(int argc, char** argv) {
     const auto report = server.serve();
     fmt::print(
         "strata-ps: ps task {} served {} shard(s), {} bytes; {} requests, {} bytes in, {} bytes "
-        "out, {:.3f} s of CPU\n",
+        "out, {:.3f} s of CPU; {} stale gradient(s) dropped\n",
         resolved.task.index, report.shards, report.shard_bytes, report.requests, report.bytes_in,
-        report.bytes_out, std::chrono::duration<double>(report.cpu_time).count());
+        report.bytes_out, std::chrono::duration<double>(report.cpu_time).count(),
+        report.stale_gradients);
     return 0;
   } catch (const std::exception& error) {
     fmt::print(stderr, "{}\n", error.what());

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -120,6 +121,7 @@ class ShardedVariable {
   void push_pull(int lane, const O& optimizer, std::span<const T> gradient,
                  ps::SyncSpec sync = {}) {
     check_push(optimizer, gradient);
+    if (with_backups(sync)) sync.step = oldest_version(lane);
     PreparedPush prepared = prepare_push_pull(lane, optimizer, gradient, sync);
     client_->call(lane, prepared.calls);
     remember_versions(static_cast<std::size_t>(lane), prepared.calls);
@@ -147,11 +149,20 @@ class ShardedVariable {
         variables[i]->push_pull(lane, optimizer, gradients[i], syncs[i]);
       return;
     }
+    // With backup replicas, the whole step names one step (the oldest of the shards' versions
+    // the replica knows): shards already past it drop the gradient, the others count it.
+    std::optional<std::uint64_t> step;
+    for (std::size_t i = 0; i < variables.size(); ++i)
+      if (with_backups(syncs[i]))
+        step = std::min(step.value_or(std::numeric_limits<std::uint64_t>::max()),
+                        variables[i]->oldest_version(lane));
     std::vector<PreparedPush> prepared;
     prepared.reserve(variables.size());
     std::vector<ShardCall> calls;
     for (std::size_t i = 0; i < variables.size(); ++i) {
-      prepared.push_back(variables[i]->prepare_push_pull(lane, optimizer, gradients[i], syncs[i]));
+      ps::SyncSpec sync = syncs[i];
+      if (with_backups(sync)) sync.step = *step;
+      prepared.push_back(variables[i]->prepare_push_pull(lane, optimizer, gradients[i], sync));
       calls.insert(calls.end(), prepared.back().calls.begin(), prepared.back().calls.end());
     }
     if (calls.empty()) return;
@@ -295,7 +306,8 @@ class ShardedVariable {
                                  ps::SyncSpec sync) {
     const auto l = static_cast<std::size_t>(lane);
     // A synchronous push names the step its gradient was computed on: the version of the
-    // values this replica last received (a replica that has none yet asks first).
+    // values this replica last received (a replica that has none yet asks first), or with
+    // backups the step the caller set.
     if (sync.mode == ps::SyncSpec::Mode::synchronous && versions_[l].empty()) pull(lane);
     auto& copy = copies_[l];
     PreparedPush prepared;
@@ -316,7 +328,8 @@ class ShardedVariable {
     prepared.prefixes.resize(shards_.size());
     prepared.calls = make_calls(Operation::push_pull);
     for (std::size_t s = 0; s < shards_.size(); ++s) {
-      if (sync.mode == ps::SyncSpec::Mode::synchronous) sync.step = versions_[l][s];
+      if (sync.mode == ps::SyncSpec::Mode::synchronous && !with_backups(sync))
+        sync.step = versions_[l][s];
       prepared.prefixes[s] = ps::push_prefix(spec, sync);
       prepared.calls[s].prefix = prepared.prefixes[s];
       prepared.calls[s].values = std::as_bytes(pushed.subspan(shards_[s].offset, shards_[s].size));
@@ -344,6 +357,21 @@ class ShardedVariable {
     if (first == nullptr) return std::nullopt;
     into = {{}, first->step};
     return 0;
+  }
+
+  // Synchronous with backup replicas: a step aggregates fewer gradients than there are
+  // replicas, so shards of one step can move on without this replica. Counting steps per shard
+  // would then let two replicas each wait on a shard the other has left (a deadlock), so every
+  // push of a step names one step.
+  static bool with_backups(const ps::SyncSpec& sync) noexcept {
+    return sync.mode == ps::SyncSpec::Mode::synchronous && sync.bound < sync.replicas;
+  }
+
+  // The oldest version among this variable's shards that replica `lane` last received.
+  std::uint64_t oldest_version(int lane) {
+    const auto l = static_cast<std::size_t>(lane);
+    if (versions_[l].empty()) pull(lane);
+    return versions_[l].empty() ? 0 : *std::min_element(versions_[l].begin(), versions_[l].end());
   }
 
   void remember_versions(std::size_t lane, std::span<const ShardCall> calls) const {

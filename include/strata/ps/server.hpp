@@ -39,6 +39,7 @@ struct ServerReport {
   std::uint64_t bytes_in = 0;           ///< payload bytes received
   std::uint64_t bytes_out = 0;          ///< payload bytes sent
   std::uint64_t refused = 0;            ///< connections refused or dropped (handshake, garbage)
+  std::uint64_t stale_gradients = 0;    ///< synchronous gradients that came after their step
   std::chrono::nanoseconds cpu_time{};  ///< CPU time of the serving thread
 };
 

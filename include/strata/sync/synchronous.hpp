@@ -23,6 +23,7 @@
 #include <strata/ps/protocol.hpp>
 #include <strata/sync/detail/apply_on_servers.hpp>
 #include <strata/sync/detail/check_size.hpp>
+#include <strata/sync/detail/server_sync.hpp>
 #include <strata/sync/detail/step_readiness.hpp>
 
 namespace strata::sync {
@@ -287,22 +288,7 @@ struct Synchronous {
   // How a synchronous push meets the servers: aggregated with every replica's of the step.
   template <class Context, class Variable>
   static ps::SyncSpec server_sync(Context& context, const Variable& variable) {
-    const auto aggregation = variable.aggregation();
-    if (context.num_replicas_in_sync() > 1 &&
-        aggregation == placement::VariableAggregation::only_first_replica)
-      throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
-                       "synchronous training over parameter servers aggregates every "
-                       "replica's gradient, and the variable takes only the first replica's",
-                       "create the variable with VariableAggregation::sum or mean");
-    ps::SyncSpec sync;
-    sync.mode = ps::SyncSpec::Mode::synchronous;
-    sync.aggregation = aggregation == placement::VariableAggregation::mean
-                           ? ps::SyncSpec::Aggregation::mean
-                           : ps::SyncSpec::Aggregation::sum;
-    sync.replica = static_cast<std::uint32_t>(context.replica_id_in_sync_group());
-    sync.replicas = static_cast<std::uint32_t>(context.num_replicas_in_sync());
-    sync.bound = sync.replicas;
-    return sync;
+    return detail::synchronous_server_sync(context, variable, 0, kName);
   }
 
   static ReduceOp reduce_op(placement::VariableAggregation aggregation) noexcept {

@@ -490,6 +490,8 @@ struct Server::State : transport::tcp::ServiceHandler {
     report.bytes_in = stats.bytes_in;
     report.bytes_out = stats.bytes_out;
     report.refused = stats.refused;
+    for (const Shard& shard : shards)
+      report.stale_gradients += shard.stale;
     report.cpu_time = detail::server::thread_cpu_time() - cpu_start;
     if (end == transport::tcp::ServiceEnd::idle) {
       std::vector<int> missing;
