@@ -27794,9 +27794,9 @@ class Strategy {
 #include <string_view>
 
 // ---- begin strata/sync/detail/apply_on_servers.hpp ----
-// strata/sync/detail/apply_on_servers.hpp — the list form of apply_gradients where the servers
-// update the variables: every variable's push in one batch of requests, where the placement
-// batches them.
+// strata/sync/detail/apply_on_servers.hpp — apply_gradients and assign where the servers update
+// the variables: one variable's push, or the list form's every push in one batch of requests
+// (where the placement batches them).
 
 #include <span>
 #include <type_traits>
@@ -27827,6 +27827,23 @@ void check_size(Context& context, std::string_view operation, std::size_t size,
 // ---- end strata/sync/detail/check_size.hpp ----
 
 namespace strata::sync::detail {
+
+/// Pushes this replica's `gradient` of `variable` under `sync`, its size checked first.
+template <class Context, class O, class Variable, class T>
+void apply_one_on_servers(Context& context, const O& optimizer, std::span<T> gradient,
+                          Variable& variable, const ps::SyncSpec& sync) {
+  using P = typename Context::placement_type;
+  check_size(context, "apply_gradients", gradient.size(), variable.size());
+  P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+}
+
+/// Sets `variable` on the servers to this replica's `value` (the last writer wins).
+template <class Context, class Variable, class T>
+void assign_on_servers(Context& context, Variable& variable, std::span<const T> value) {
+  using P = typename Context::placement_type;
+  check_size(context, "assign", value.size(), variable.size());
+  P::store(variable, context.local_replica_id(), value);
+}
 
 /// Pushes every entry's gradient (`entry.gradient`, `*entry.variable`) as the policy's
 /// `sync_of(variable)` says, all sizes checked first.
@@ -27886,8 +27903,7 @@ struct Asynchronous {
                               Variable& variable) {
     using P = typename Context::placement_type;
     require_servers<P>();
-    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
-    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+    detail::apply_one_on_servers(context, optimizer, gradient, variable, ps::SyncSpec{});
   }
 
   /// The list form: every variable's gradient pushed in one batch of requests to the servers.
@@ -27905,8 +27921,7 @@ struct Asynchronous {
   static void assign(Context& context, Variable& variable, std::span<const T> value) {
     using P = typename Context::placement_type;
     require_servers<P>();
-    detail::check_size(context, "assign", value.size(), variable.size());
-    P::store(variable, context.local_replica_id(), value);
+    detail::assign_on_servers(context, variable, value);
   }
 
  private:
@@ -27956,9 +27971,7 @@ struct BoundedStaleness {
     static_assert(P::kUpdateSite == placement::UpdateSite::servers,
                   "strata::sync::BoundedStaleness: the parameter servers enforce the bound; use a "
                   "ParameterServer placement.");
-    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
-    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
-             sync_of(context));
+    detail::apply_one_on_servers(context, optimizer, gradient, variable, sync_of(context));
   }
 
   /// The list form: every variable's gradient pushed in one batch of requests to the servers.
@@ -27977,9 +27990,7 @@ struct BoundedStaleness {
   /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
   template <class Context, class Variable, class T>
   static void assign(Context& context, Variable& variable, std::span<const T> value) {
-    using P = typename Context::placement_type;
-    detail::check_size(context, "assign", value.size(), variable.size());
-    P::store(variable, context.local_replica_id(), value);
+    detail::assign_on_servers(context, variable, value);
   }
 
  private:
@@ -28379,9 +28390,9 @@ struct SynchronousWithBackups {
     static_assert(P::kUpdateSite == placement::UpdateSite::servers,
                   "strata::sync::SynchronousWithBackups: the parameter servers aggregate the "
                   "first gradients of a step; use a ParameterServer placement (or Synchronous).");
-    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
-    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
-             detail::synchronous_server_sync(context, variable, kBackups, kName));
+    detail::apply_one_on_servers(
+        context, optimizer, gradient, variable,
+        detail::synchronous_server_sync(context, variable, kBackups, kName));
   }
 
   /// The list form: every variable's gradient pushed in one batch of requests, as one step.
@@ -28400,9 +28411,7 @@ struct SynchronousWithBackups {
   /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
   template <class Context, class Variable, class T>
   static void assign(Context& context, Variable& variable, std::span<const T> value) {
-    using P = typename Context::placement_type;
-    detail::check_size(context, "assign", value.size(), variable.size());
-    P::store(variable, context.local_replica_id(), value);
+    detail::assign_on_servers(context, variable, value);
   }
 };
 

@@ -7,7 +7,6 @@
 #include <strata/placement/placement.hpp>
 #include <strata/ps/protocol.hpp>
 #include <strata/sync/detail/apply_on_servers.hpp>
-#include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync {
 
@@ -32,8 +31,7 @@ struct Asynchronous {
                               Variable& variable) {
     using P = typename Context::placement_type;
     require_servers<P>();
-    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
-    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+    detail::apply_one_on_servers(context, optimizer, gradient, variable, ps::SyncSpec{});
   }
 
   /// The list form: every variable's gradient pushed in one batch of requests to the servers.
@@ -51,8 +49,7 @@ struct Asynchronous {
   static void assign(Context& context, Variable& variable, std::span<const T> value) {
     using P = typename Context::placement_type;
     require_servers<P>();
-    detail::check_size(context, "assign", value.size(), variable.size());
-    P::store(variable, context.local_replica_id(), value);
+    detail::assign_on_servers(context, variable, value);
   }
 
  private:

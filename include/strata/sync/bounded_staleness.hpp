@@ -9,7 +9,6 @@
 #include <strata/placement/placement.hpp>
 #include <strata/ps/protocol.hpp>
 #include <strata/sync/detail/apply_on_servers.hpp>
-#include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync {
 
@@ -37,9 +36,7 @@ struct BoundedStaleness {
     static_assert(P::kUpdateSite == placement::UpdateSite::servers,
                   "strata::sync::BoundedStaleness: the parameter servers enforce the bound; use a "
                   "ParameterServer placement.");
-    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
-    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
-             sync_of(context));
+    detail::apply_one_on_servers(context, optimizer, gradient, variable, sync_of(context));
   }
 
   /// The list form: every variable's gradient pushed in one batch of requests to the servers.
@@ -58,9 +55,7 @@ struct BoundedStaleness {
   /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
   template <class Context, class Variable, class T>
   static void assign(Context& context, Variable& variable, std::span<const T> value) {
-    using P = typename Context::placement_type;
-    detail::check_size(context, "assign", value.size(), variable.size());
-    P::store(variable, context.local_replica_id(), value);
+    detail::assign_on_servers(context, variable, value);
   }
 
  private:

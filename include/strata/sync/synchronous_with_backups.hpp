@@ -7,7 +7,6 @@
 
 #include <strata/placement/placement.hpp>
 #include <strata/sync/detail/apply_on_servers.hpp>
-#include <strata/sync/detail/check_size.hpp>
 #include <strata/sync/detail/server_sync.hpp>
 
 namespace strata::sync {
@@ -39,9 +38,9 @@ struct SynchronousWithBackups {
     static_assert(P::kUpdateSite == placement::UpdateSite::servers,
                   "strata::sync::SynchronousWithBackups: the parameter servers aggregate the "
                   "first gradients of a step; use a ParameterServer placement (or Synchronous).");
-    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
-    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
-             detail::synchronous_server_sync(context, variable, kBackups, kName));
+    detail::apply_one_on_servers(
+        context, optimizer, gradient, variable,
+        detail::synchronous_server_sync(context, variable, kBackups, kName));
   }
 
   /// The list form: every variable's gradient pushed in one batch of requests, as one step.
@@ -60,9 +59,7 @@ struct SynchronousWithBackups {
   /// Sets `variable` to this replica's `value` on the servers (the last writer wins).
   template <class Context, class Variable, class T>
   static void assign(Context& context, Variable& variable, std::span<const T> value) {
-    using P = typename Context::placement_type;
-    detail::check_size(context, "assign", value.size(), variable.size());
-    P::store(variable, context.local_replica_id(), value);
+    detail::assign_on_servers(context, variable, value);
   }
 };
 

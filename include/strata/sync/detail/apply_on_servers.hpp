@@ -1,6 +1,6 @@
-// strata/sync/detail/apply_on_servers.hpp — the list form of apply_gradients where the servers
-// update the variables: every variable's push in one batch of requests, where the placement
-// batches them.
+// strata/sync/detail/apply_on_servers.hpp — apply_gradients and assign where the servers update
+// the variables: one variable's push, or the list form's every push in one batch of requests
+// (where the placement batches them).
 #pragma once
 
 #include <span>
@@ -11,6 +11,23 @@
 #include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync::detail {
+
+/// Pushes this replica's `gradient` of `variable` under `sync`, its size checked first.
+template <class Context, class O, class Variable, class T>
+void apply_one_on_servers(Context& context, const O& optimizer, std::span<T> gradient,
+                          Variable& variable, const ps::SyncSpec& sync) {
+  using P = typename Context::placement_type;
+  check_size(context, "apply_gradients", gradient.size(), variable.size());
+  P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient), sync);
+}
+
+/// Sets `variable` on the servers to this replica's `value` (the last writer wins).
+template <class Context, class Variable, class T>
+void assign_on_servers(Context& context, Variable& variable, std::span<const T> value) {
+  using P = typename Context::placement_type;
+  check_size(context, "assign", value.size(), variable.size());
+  P::store(variable, context.local_replica_id(), value);
+}
 
 /// Pushes every entry's gradient (`entry.gradient`, `*entry.variable`) as the policy's
 /// `sync_of(variable)` says, all sizes checked first.
