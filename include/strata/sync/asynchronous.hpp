@@ -7,6 +7,7 @@
 #include <strata/placement/placement.hpp>
 #include <strata/ps/protocol.hpp>
 #include <strata/sync/detail/apply_on_servers.hpp>
+#include <strata/sync/detail/check_size.hpp>
 
 namespace strata::sync {
 
@@ -31,7 +32,8 @@ struct Asynchronous {
                               Variable& variable) {
     using P = typename Context::placement_type;
     require_servers<P>();
-    detail::apply_one_on_servers(context, optimizer, gradient, variable, ps::SyncSpec{});
+    detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
+    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
   }
 
   /// The list form: every variable's gradient pushed in one batch of requests to the servers.

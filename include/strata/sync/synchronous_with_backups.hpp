@@ -22,7 +22,8 @@ namespace strata::sync {
 /// One apply_gradients is one step for every variable it names: its pushes all name the oldest
 /// step the replica knows of them, so the variables move on together, as under TF1's one
 /// global step. Give every step's variables to one apply_gradients (the list form), as a
-/// trainer does; every worker must name the same variables in the same order.
+/// trainer does, and create them all before the first step: every worker names the same
+/// variables in every step (a variable created later holds the others back until it catches up).
 template <int kBackups>
 struct SynchronousWithBackups {
   static_assert(kBackups >= 0,
