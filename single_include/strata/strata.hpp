@@ -24399,8 +24399,8 @@ class ShardedVariable {
 
   // Synchronous with backup replicas: a step aggregates fewer gradients than there are
   // replicas, so shards of one step can move on without this replica. Counting steps per shard
-  // would then let two replicas each wait on a shard the other has left (a deadlock), so every
-  // push of a step names one step.
+  // could then hold replicas each on a shard that the others' pushes reached too late (a
+  // deadlock), so every push of a step names one step.
   static bool with_backups(const ps::SyncSpec& sync) noexcept {
     return sync.mode == ps::SyncSpec::Mode::synchronous && sync.bound < sync.replicas;
   }
