@@ -5937,6 +5937,7 @@ void fail_group(C& c, const std::exception_ptr& error) noexcept {
 // ---- begin strata/communicator/hierarchical.hpp ----
 // strata/communicator/hierarchical.hpp — replicas in each process × processes over TCP.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -5963,6 +5964,7 @@ void fail_group(C& c, const std::exception_ptr& error) noexcept {
 // and the reduction kernels of its type), so every model enforces the same rules with the same
 // messages. A communicator made of others hands them checked calls through `CallAccess`.
 
+#include <concepts>
 #include <cstddef>
 #include <functional>
 #include <span>
@@ -5980,13 +5982,27 @@ void fail_group(C& c, const std::exception_ptr& error) noexcept {
 namespace strata::communicator::detail {
 
 /// Runs an already checked `CollectiveCall` on a communicator (which befriends this): how
-/// HierarchicalCommunicator passes its stages to its parts without going back through the
-/// typed calls, which would instantiate every element type its run-time tag may name.
+/// HierarchicalCommunicator passes its stages to its parts, and GradientBuckets its buckets,
+/// without going back through the typed calls, which would instantiate every element type a
+/// run-time tag may name.
 struct CallAccess {
+  /// Whether `Communicator` takes checked calls (strata's communicators do).
+  template <class Communicator>
+  static constexpr bool kTakesCalls = requires(Communicator& c, const CollectiveCall& call,
+                                               const CallOptions& options) {
+    c.run(call, options);
+    { c.submit(call, options) } -> std::same_as<Work>;
+  };
+
   template <class Communicator>
   static void run(Communicator& communicator, const CollectiveCall& call,
                   const CallOptions& options) {
     communicator.run(call, options);
+  }
+  template <class Communicator>
+  static Work submit(Communicator& communicator, const CollectiveCall& call,
+                     const CallOptions& options) {
+    return communicator.submit(call, options);
   }
 };
 
@@ -5996,102 +6012,102 @@ class CollectiveApi {
   // --- all_reduce: every rank ends with op over all ranks' data.
   template <Element T>
   void all_reduce(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    self().run(in_place(Collective::all_reduce, data, op), call);
+    self().run(in_place<Collective::all_reduce>(data, op), call);
   }
   template <Element T>
   void all_reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
                   CallOptions call = {}) {
-    self().run(out_of_place(Collective::all_reduce, send, recv, op), call);
+    self().run(out_of_place<Collective::all_reduce>(send, recv, op), call);
   }
   template <Element T>
   Work all_reduce_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    return self().submit(in_place(Collective::all_reduce, data, op), call);
+    return self().submit(in_place<Collective::all_reduce>(data, op), call);
   }
   template <Element T>
   Work all_reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
                         ReduceOp op, CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::all_reduce, send, recv, op), call);
+    return self().submit(out_of_place<Collective::all_reduce>(send, recv, op), call);
   }
 
   // --- broadcast: every rank ends with the root's data.
   template <Element T>
   void broadcast(std::span<T> data, int root, CallOptions call = {}) {
-    self().run(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
+    self().run(in_place<Collective::broadcast>(data, ReduceOp::sum, root), call);
   }
   template <Element T>
   void broadcast(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
                  CallOptions call = {}) {
-    self().run(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
+    self().run(out_of_place<Collective::broadcast>(send, recv, ReduceOp::sum, root), call);
   }
   template <Element T>
   Work broadcast_async(std::span<T> data, int root, CallOptions call = {}) {
-    return self().submit(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
+    return self().submit(in_place<Collective::broadcast>(data, ReduceOp::sum, root), call);
   }
   template <Element T>
   Work broadcast_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
                        CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root),
+    return self().submit(out_of_place<Collective::broadcast>(send, recv, ReduceOp::sum, root),
                          call);
   }
 
   // --- reduce: the root ends with op over all ranks' data; other ranks' outputs untouched.
   template <Element T>
   void reduce(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
-    self().run(in_place(Collective::reduce, data, op, root), call);
+    self().run(in_place<Collective::reduce>(data, op, root), call);
   }
   template <Element T>
   void reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
               int root, CallOptions call = {}) {
-    self().run(out_of_place(Collective::reduce, send, recv, op, root), call);
+    self().run(out_of_place<Collective::reduce>(send, recv, op, root), call);
   }
   template <Element T>
   Work reduce_async(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
-    return self().submit(in_place(Collective::reduce, data, op, root), call);
+    return self().submit(in_place<Collective::reduce>(data, op, root), call);
   }
   template <Element T>
   Work reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
                     int root, CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::reduce, send, recv, op, root), call);
+    return self().submit(out_of_place<Collective::reduce>(send, recv, op, root), call);
   }
 
   // --- all_gather: block r of every rank's output is rank r's contribution.
   template <Element T>
   void all_gather(std::span<T> data, CallOptions call = {}) {
-    self().run(in_place(Collective::all_gather, data), call);
+    self().run(in_place<Collective::all_gather>(data), call);
   }
   template <Element T>
   void all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
                   CallOptions call = {}) {
-    self().run(out_of_place(Collective::all_gather, send, recv), call);
+    self().run(out_of_place<Collective::all_gather>(send, recv), call);
   }
   template <Element T>
   Work all_gather_async(std::span<T> data, CallOptions call = {}) {
-    return self().submit(in_place(Collective::all_gather, data), call);
+    return self().submit(in_place<Collective::all_gather>(data), call);
   }
   template <Element T>
   Work all_gather_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
                         CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::all_gather, send, recv), call);
+    return self().submit(out_of_place<Collective::all_gather>(send, recv), call);
   }
 
   // --- reduce_scatter: rank r ends with op over block r of all ranks' data.
   template <Element T>
   void reduce_scatter(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    self().run(in_place(Collective::reduce_scatter, data, op), call);
+    self().run(in_place<Collective::reduce_scatter>(data, op), call);
   }
   template <Element T>
   void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
                       CallOptions call = {}) {
-    self().run(out_of_place(Collective::reduce_scatter, send, recv, op), call);
+    self().run(out_of_place<Collective::reduce_scatter>(send, recv, op), call);
   }
   template <Element T>
   Work reduce_scatter_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    return self().submit(in_place(Collective::reduce_scatter, data, op), call);
+    return self().submit(in_place<Collective::reduce_scatter>(data, op), call);
   }
   template <Element T>
   Work reduce_scatter_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
                             ReduceOp op, CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::reduce_scatter, send, recv, op), call);
+    return self().submit(out_of_place<Collective::reduce_scatter>(send, recv, op), call);
   }
 
   // --- barrier: returns once every rank has called it.
@@ -6104,11 +6120,20 @@ class CollectiveApi {
  private:
   Derived& self() noexcept { return static_cast<Derived&>(*this); }
 
-  template <Element T>
-  CollectiveCall in_place(Collective kind, std::span<T> data, ReduceOp op = ReduceOp::sum,
-                          int root = 0) {
+  /// Only the reducing collectives carry T's kernels: a broadcast or all_gather of T
+  /// instantiates none of them.
+  template <Collective kKind, Element T>
+  static constexpr const ReduceKernels* kernels_for() noexcept {
+    if constexpr (reduces(kKind))
+      return &reduce_kernels_of<T>;
+    else
+      return nullptr;
+  }
+
+  template <Collective kind, Element T>
+  CollectiveCall in_place(std::span<T> data, ReduceOp op = ReduceOp::sum, int root = 0) {
     CollectiveCall call{kind, data_type_of<T>, data.size(), op,
-                        root, data.data(),     data.data(), &reduce_kernels_of<T>};
+                        root, data.data(),     data.data(), kernels_for<kind, T>()};
     if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
       const auto n = static_cast<std::size_t>(self().size());
       if (data.size() % n != 0)
@@ -6128,11 +6153,11 @@ class CollectiveApi {
     return call;
   }
 
-  template <Element T>
-  CollectiveCall out_of_place(Collective kind, std::span<const T> send, std::span<T> recv,
+  template <Collective kind, Element T>
+  CollectiveCall out_of_place(std::span<const T> send, std::span<T> recv,
                               ReduceOp op = ReduceOp::sum, int root = 0) {
     CollectiveCall call{kind, data_type_of<T>, send.size(), op,
-                        root, send.data(),     recv.data(), &reduce_kernels_of<T>};
+                        root, send.data(),     recv.data(), kernels_for<kind, T>()};
     check_root(call);
     check_overlap(kind, send, recv);
     const auto n = static_cast<std::size_t>(self().size());
@@ -11646,18 +11671,17 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
   const int n = size();
   const int r = rank();
   const CallOptions call_options{options.timeout};
-  auto run_tcp = [&](Collective kind, const void* send, void* recv, std::size_t count,
-                     ReduceOp op) {
+  // Gathers only: a byte all-reduce here would compile the uint8 kernels into every user.
+  auto gather_tcp = [&](const void* send, void* recv, std::size_t count) {
     const CollectiveCall call{
-        kind, DataType::uint8, count, op, 0, send, recv, &reduce_kernels_of<std::uint8_t>};
+        Collective::all_gather, DataType::uint8, count, ReduceOp::sum, 0, send, recv};
     execute(*state_, call, call_options);
   };
   // Every rank learns every rank's host; hosts are numbered in the order of their lowest
   // rank, and a rank whose host is unknown is a host of its own.
   const shm::HostIdentity host = shm::this_host();
   std::vector<shm::HostIdentity> identities(static_cast<std::size_t>(n));
-  run_tcp(Collective::all_gather, host.bytes.data(), identities.data(), shm::HostIdentity::kBytes,
-          ReduceOp::sum);
+  gather_tcp(host.bytes.data(), identities.data(), shm::HostIdentity::kBytes);
   std::vector<std::vector<int>> hosts;
   std::vector<int> host_of(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
@@ -11693,7 +11717,7 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
     }
   }
   std::vector<Offer> offers(static_cast<std::size_t>(n));
-  run_tcp(Collective::all_gather, offer.data(), offers.data(), offer.size(), ReduceOp::sum);
+  gather_tcp(offer.data(), offers.data(), offer.size());
   std::uint8_t ready = 1;
   if (local_size > 1) {
     const Offer& leader = offers[static_cast<std::size_t>(mine[0])];
@@ -11715,8 +11739,9 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
       ready = 0;
     }
   }
-  run_tcp(Collective::all_reduce, &ready, &ready, 1, ReduceOp::min);
-  if (ready == 0) return;
+  std::vector<std::uint8_t> all_ready(static_cast<std::size_t>(n));
+  gather_tcp(&ready, all_ready.data(), 1);
+  if (std::find(all_ready.begin(), all_ready.end(), std::uint8_t{0}) != all_ready.end()) return;
   if (region) {
     region->close_fd();
     state_->shm = std::make_unique<shm::Group>(std::move(*region), layout, local_rank,
@@ -12075,14 +12100,17 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
       throw UsageError(inter.rank(), "HierarchicalCommunicator::create",
                        fmt::format("a worker needs at least one replica, got {}", local_replicas),
                        "pass a positive number of local replicas");
-    // Ranks are numbered worker · k + replica: every worker must agree on k.
-    std::int64_t k[2] = {local_replicas, -local_replicas};
-    inter.all_reduce(std::span<std::int64_t>(k), ReduceOp::max);
-    if (k[0] != -k[1])
+    // Ranks are numbered worker · k + replica: every worker must agree on k. Gathered, not
+    // all-reduced: no int64 kernels in every unit that makes a hierarchy.
+    const std::int64_t mine = local_replicas;
+    std::vector<std::int64_t> all(static_cast<std::size_t>(inter.size()));
+    inter.all_gather(std::span<const std::int64_t>(&mine, 1), std::span(all));
+    const auto [fewest, most] = std::minmax_element(all.begin(), all.end());
+    if (*fewest != *most)
       throw ConfigurationError(inter.rank(), "HierarchicalCommunicator::create",
                                fmt::format("workers run between {} and {} local replicas (this "
                                            "worker {})",
-                                           -k[1], k[0], local_replicas),
+                                           *fewest, *most, local_replicas),
                                "start every worker with the same number of local replicas "
                                "(STRATA_LOCAL_REPLICAS or --local-replicas)");
     auto shared = std::make_shared<Shared>(std::move(inter), chief);
@@ -14532,17 +14560,22 @@ inline void widen(float* __restrict out, const float16* __restrict in, std::size
 
 namespace strata::fusion {
 
-/// One of the trainer's gradient buffers, type-erased: its type, its bytes, its element count.
+/// One of the trainer's gradient buffers, type-erased: its type, its bytes, its element count,
+/// and the reduction kernels of its type. Make it with `gradient(span)`.
 struct GradientRef {
   DataType type = DataType::float32;
   std::byte* data = nullptr;
   std::size_t count = 0;
+  /// `&reduce_kernels_of<T>` for the buffer's T: the buckets reduce through them, so that a
+  /// trainer of float gradients compiles the float kernels only.
+  const ReduceKernels* kernels = nullptr;
 };
 
 /// The GradientRef of `values`.
 template <Element T>
 GradientRef gradient(std::span<T> values) noexcept {
-  return {data_type_of<T>, reinterpret_cast<std::byte*>(values.data()), values.size()};
+  return {data_type_of<T>, reinterpret_cast<std::byte*>(values.data()), values.size(),
+          &reduce_kernels_of<T>};
 }
 
 /// Whether `gradients` have the types and counts of `specs`, in order.
@@ -14561,14 +14594,17 @@ template <communicator::Communicator Comm>
 class GradientBuckets {
  public:
   /// Gradients that live in the trainer's buffers (copied in by `ready`, out by `wait`).
+  /// @throws UsageError for a GradientRef without kernels (not made by `gradient(span)`).
   GradientBuckets(Comm& comm, const std::vector<GradientRef>& gradients, BucketOptions options = {},
                   ReduceOp op = ReduceOp::sum)
-      : GradientBuckets(comm, specs_of(gradients), gradients, options, op) {}
+      : GradientBuckets(comm, specs_of(gradients), gradients, kernels_of_refs(comm, gradients),
+                        options, op) {}
 
-  /// Gradients that live in the buckets: write gradient i into `buffer<T>(i)`.
+  /// Gradients that live in the buckets: write gradient i into `buffer<T>(i)`. Their types are
+  /// known only at run time, so this constructor compiles the kernels of every element type.
   GradientBuckets(Comm& comm, const std::vector<GradientSpec>& gradients,
                   BucketOptions options = {}, ReduceOp op = ReduceOp::sum)
-      : GradientBuckets(comm, gradients, {}, options, op) {}
+      : GradientBuckets(comm, gradients, {}, kernels_of_specs(gradients), options, op) {}
 
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -14710,7 +14746,8 @@ class GradientBuckets {
 
  private:
   GradientBuckets(Comm& comm, const std::vector<GradientSpec>& gradients,
-                  std::vector<GradientRef> refs, BucketOptions options, ReduceOp op)
+                  std::vector<GradientRef> refs, const std::vector<const ReduceKernels*>& kernels,
+                  BucketOptions options, ReduceOp op)
       : comm_(&comm),
         specs_(gradients),
         plan_(gradients, options),
@@ -14721,7 +14758,15 @@ class GradientBuckets {
         works_(plan_.buckets().size()) {
     storage_.reserve(plan_.buckets().size());
     wire_.resize(plan_.buckets().size());
+    kernels_.reserve(plan_.buckets().size());
     for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+      const Bucket& bucket = plan_.buckets()[b];
+      if (!compressed(b))
+        kernels_.push_back(bucket.slots.empty() ? nullptr : kernels[bucket.slots.front().gradient]);
+      else if (plan_.options().compression == Compression::bfloat16)
+        kernels_.push_back(&reduce_kernels_of<bfloat16>);
+      else
+        kernels_.push_back(&reduce_kernels_of<float16>);
       // A bucket of one of the trainer's gradients is all-reduced in the trainer's buffer, and a
       // compressed bucket is narrowed from the trainer's buffers straight into its wire bytes:
       // neither needs storage of its own.
@@ -14729,6 +14774,34 @@ class GradientBuckets {
       storage_.emplace_back(own_storage ? plan_.buckets()[b].bytes() : 0);
       if (compressed(b)) wire_[b].resize(plan_.buckets()[b].count * 2);
     }
+  }
+
+  static std::vector<const ReduceKernels*> kernels_of_refs(
+      const Comm& comm, const std::vector<GradientRef>& gradients) {
+    std::vector<const ReduceKernels*> kernels;
+    kernels.reserve(gradients.size());
+    for (std::size_t i = 0; i < gradients.size(); ++i) {
+      const ReduceKernels* k = gradients[i].kernels;
+      if (k == nullptr || k->type != gradients[i].type) {
+        throw UsageError(comm.rank(), "fusion::GradientBuckets",
+                         fmt::format("gradient {} ({}) carries {} reduction kernels", i,
+                                     to_string(gradients[i].type),
+                                     k == nullptr ? std::string_view("no") : to_string(k->type)),
+                         "make each GradientRef with fusion::gradient(std::span<T>)");
+      }
+      kernels.push_back(k);
+    }
+    return kernels;
+  }
+
+  static std::vector<const ReduceKernels*> kernels_of_specs(
+      const std::vector<GradientSpec>& gradients) {
+    std::vector<const ReduceKernels*> kernels;
+    kernels.reserve(gradients.size());
+    for (const GradientSpec& g : gradients)
+      kernels.push_back(visit_data_type(
+          g.type, [](auto tag) { return &reduce_kernels_of<typename decltype(tag)::type>; }));
+    return kernels;
   }
 
   static std::vector<GradientSpec> specs_of(const std::vector<GradientRef>& gradients) {
@@ -14809,12 +14882,25 @@ class GradientBuckets {
         type_on_wire = plan_.options().compression == Compression::bfloat16 ? DataType::bfloat16
                                                                             : DataType::float16;
       }
-      works_[next_] = visit_data_type(type_on_wire, [&](auto type) {
-        using T = typename decltype(type)::type;
-        return comm_->all_reduce_async(std::span<T>(reinterpret_cast<T*>(bytes), bucket.count),
-                                       op_);
-      });
+      works_[next_] = all_reduce_async(bytes, bucket.count, type_on_wire, kernels_[next_]);
       ++next_;
+    }
+  }
+
+  /// Starts the all-reduce of a bucket as a checked call: no typed call, which would compile
+  /// the kernels of every type `type` may name. A communicator of the user's own that takes
+  /// only typed calls gets them.
+  communicator::Work all_reduce_async(std::byte* bytes, std::size_t count, DataType type,
+                                      const ReduceKernels* kernels) {
+    using communicator::detail::CallAccess;
+    if constexpr (CallAccess::kTakesCalls<Comm>) {
+      const CollectiveCall call{Collective::all_reduce, type, count, op_, 0, bytes, bytes, kernels};
+      return CallAccess::submit(*comm_, call, {});
+    } else {
+      return visit_data_type(type, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return comm_->all_reduce_async(std::span<T>(reinterpret_cast<T*>(bytes), count), op_);
+      });
     }
   }
 
@@ -14856,7 +14942,10 @@ class GradientBuckets {
         differs = static_cast<std::int64_t>(common);
       }
     }
-    comm_->all_reduce(std::span(&differs, 1), ReduceOp::min);
+    // The smallest over the ranks, gathered rather than all-reduced: no int64 kernels.
+    std::vector<std::int64_t> all_differ(static_cast<std::size_t>(comm_->size()));
+    comm_->all_gather(std::span<const std::int64_t>(&differs, 1), std::span(all_differ));
+    differs = *std::min_element(all_differ.begin(), all_differ.end());
     if (differs == kSame) return;
 
     if (differs == kOptions) {
@@ -14888,7 +14977,8 @@ class GradientBuckets {
   ReduceOp op_;
   std::vector<GradientRef> refs_;
   std::vector<std::vector<std::byte>> storage_;
-  std::vector<std::vector<std::byte>> wire_;  // compressed buckets: their 16-bit values
+  std::vector<std::vector<std::byte>> wire_;   // compressed buckets: their 16-bit values
+  std::vector<const ReduceKernels*> kernels_;  // each bucket's, of its type on the wire
   std::vector<bool> ready_;
   std::vector<std::size_t> filled_;
   std::vector<communicator::Work> works_;

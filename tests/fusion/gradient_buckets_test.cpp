@@ -20,6 +20,7 @@
 
 #include <doctest/doctest.h>
 
+#include "communicator_doubles.hpp"
 #include "exceptions.hpp"
 #include "rank_team.hpp"
 
@@ -516,3 +517,50 @@ TEST_CASE("rebind points the buckets at new buffers of the same list, between st
 }
 
 }  // namespace
+
+TEST_CASE("a GradientRef made by hand, without its type's kernels, is a UsageError") {
+  strata::testing::RankTeam<Local> team(1);
+  std::vector<float> a(3, 1.0f);
+  std::vector<double> b(2, 2.0);
+  const GradientRef made = strata::fusion::gradient(std::span(a));
+  const GradientRef by_hand{DataType::float64, reinterpret_cast<std::byte*>(b.data()), b.size()};
+  CHECK_THROWS_WITH_AS(GradientBuckets<Local>(team[0], std::vector<GradientRef>{made, by_hand}),
+                       doctest::Contains("gradient 1 (double) carries no reduction kernels"),
+                       strata::UsageError);
+  // Kernels of another type than the buffer's are refused as well.
+  GradientRef mislabelled = made;
+  mislabelled.type = DataType::float64;
+  CHECK_THROWS_WITH_AS(GradientBuckets<Local>(team[0], std::vector<GradientRef>{mislabelled}),
+                       doctest::Contains("gradient 0 (double) carries float reduction kernels"),
+                       strata::UsageError);
+}
+
+// strata's communicators take the buckets' checked calls; a user's communicator that offers
+// only the typed calls gets typed calls, and the same results.
+static_assert(strata::communicator::detail::CallAccess::kTakesCalls<Local>);
+static_assert(strata::communicator::detail::CallAccess::kTakesCalls<TcpCommunicator>);
+static_assert(
+    !strata::communicator::detail::CallAccess::kTakesCalls<strata::testing::LoopbackCommunicator>);
+
+TEST_CASE("a communicator of the user's own that takes only typed calls") {
+  auto group = strata::testing::LoopbackCommunicator::create(1);
+  std::vector<float> a(5, 1.5f);
+  std::vector<std::int32_t> b(3, 7);
+  std::vector<double> c(4, -2.0);
+  GradientBuckets<strata::testing::LoopbackCommunicator> buckets(
+      group[0],
+      std::vector<GradientRef>{strata::fusion::gradient(std::span(a)),
+                               strata::fusion::gradient(std::span(b)),
+                               strata::fusion::gradient(std::span(c))},
+      {.bucket_bytes = 16, .first_bucket_bytes = 8});
+  for (int step = 0; step < 2; ++step) {
+    buckets.ready(2);
+    buckets.ready(0);
+    buckets.ready(1);
+    buckets.wait();
+  }
+  // A group of one: every sum is the rank's own value.
+  CHECK(a == std::vector<float>(5, 1.5f));
+  CHECK(b == std::vector<std::int32_t>(3, 7));
+  CHECK(c == std::vector<double>(4, -2.0));
+}

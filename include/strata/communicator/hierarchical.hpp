@@ -1,6 +1,7 @@
 // strata/communicator/hierarchical.hpp — replicas in each process × processes over TCP.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -81,14 +82,17 @@ class HierarchicalCommunicator : public detail::CollectiveApi<HierarchicalCommun
       throw UsageError(inter.rank(), "HierarchicalCommunicator::create",
                        fmt::format("a worker needs at least one replica, got {}", local_replicas),
                        "pass a positive number of local replicas");
-    // Ranks are numbered worker · k + replica: every worker must agree on k.
-    std::int64_t k[2] = {local_replicas, -local_replicas};
-    inter.all_reduce(std::span<std::int64_t>(k), ReduceOp::max);
-    if (k[0] != -k[1])
+    // Ranks are numbered worker · k + replica: every worker must agree on k. Gathered, not
+    // all-reduced: no int64 kernels in every unit that makes a hierarchy.
+    const std::int64_t mine = local_replicas;
+    std::vector<std::int64_t> all(static_cast<std::size_t>(inter.size()));
+    inter.all_gather(std::span<const std::int64_t>(&mine, 1), std::span(all));
+    const auto [fewest, most] = std::minmax_element(all.begin(), all.end());
+    if (*fewest != *most)
       throw ConfigurationError(inter.rank(), "HierarchicalCommunicator::create",
                                fmt::format("workers run between {} and {} local replicas (this "
                                            "worker {})",
-                                           -k[1], k[0], local_replicas),
+                                           *fewest, *most, local_replicas),
                                "start every worker with the same number of local replicas "
                                "(STRATA_LOCAL_REPLICAS or --local-replicas)");
     auto shared = std::make_shared<Shared>(std::move(inter), chief);

@@ -34,28 +34,36 @@
 #include <fmt/format.h>
 
 #include <strata/communicator/communicator.hpp>
+#include <strata/communicator/detail/collective_api.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/core/bfloat16.hpp>
+#include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/detail/convert_blocks.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/float16.hpp>
+#include <strata/core/reduce_kernels.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/fusion/bucket_plan.hpp>
 
 namespace strata::fusion {
 
-/// One of the trainer's gradient buffers, type-erased: its type, its bytes, its element count.
+/// One of the trainer's gradient buffers, type-erased: its type, its bytes, its element count,
+/// and the reduction kernels of its type. Make it with `gradient(span)`.
 struct GradientRef {
   DataType type = DataType::float32;
   std::byte* data = nullptr;
   std::size_t count = 0;
+  /// `&reduce_kernels_of<T>` for the buffer's T: the buckets reduce through them, so that a
+  /// trainer of float gradients compiles the float kernels only.
+  const ReduceKernels* kernels = nullptr;
 };
 
 /// The GradientRef of `values`.
 template <Element T>
 GradientRef gradient(std::span<T> values) noexcept {
-  return {data_type_of<T>, reinterpret_cast<std::byte*>(values.data()), values.size()};
+  return {data_type_of<T>, reinterpret_cast<std::byte*>(values.data()), values.size(),
+          &reduce_kernels_of<T>};
 }
 
 /// Whether `gradients` have the types and counts of `specs`, in order.
@@ -74,14 +82,17 @@ template <communicator::Communicator Comm>
 class GradientBuckets {
  public:
   /// Gradients that live in the trainer's buffers (copied in by `ready`, out by `wait`).
+  /// @throws UsageError for a GradientRef without kernels (not made by `gradient(span)`).
   GradientBuckets(Comm& comm, const std::vector<GradientRef>& gradients, BucketOptions options = {},
                   ReduceOp op = ReduceOp::sum)
-      : GradientBuckets(comm, specs_of(gradients), gradients, options, op) {}
+      : GradientBuckets(comm, specs_of(gradients), gradients, kernels_of_refs(comm, gradients),
+                        options, op) {}
 
-  /// Gradients that live in the buckets: write gradient i into `buffer<T>(i)`.
+  /// Gradients that live in the buckets: write gradient i into `buffer<T>(i)`. Their types are
+  /// known only at run time, so this constructor compiles the kernels of every element type.
   GradientBuckets(Comm& comm, const std::vector<GradientSpec>& gradients,
                   BucketOptions options = {}, ReduceOp op = ReduceOp::sum)
-      : GradientBuckets(comm, gradients, {}, options, op) {}
+      : GradientBuckets(comm, gradients, {}, kernels_of_specs(gradients), options, op) {}
 
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
@@ -223,7 +234,8 @@ class GradientBuckets {
 
  private:
   GradientBuckets(Comm& comm, const std::vector<GradientSpec>& gradients,
-                  std::vector<GradientRef> refs, BucketOptions options, ReduceOp op)
+                  std::vector<GradientRef> refs, const std::vector<const ReduceKernels*>& kernels,
+                  BucketOptions options, ReduceOp op)
       : comm_(&comm),
         specs_(gradients),
         plan_(gradients, options),
@@ -234,7 +246,15 @@ class GradientBuckets {
         works_(plan_.buckets().size()) {
     storage_.reserve(plan_.buckets().size());
     wire_.resize(plan_.buckets().size());
+    kernels_.reserve(plan_.buckets().size());
     for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
+      const Bucket& bucket = plan_.buckets()[b];
+      if (!compressed(b))
+        kernels_.push_back(bucket.slots.empty() ? nullptr : kernels[bucket.slots.front().gradient]);
+      else if (plan_.options().compression == Compression::bfloat16)
+        kernels_.push_back(&reduce_kernels_of<bfloat16>);
+      else
+        kernels_.push_back(&reduce_kernels_of<float16>);
       // A bucket of one of the trainer's gradients is all-reduced in the trainer's buffer, and a
       // compressed bucket is narrowed from the trainer's buffers straight into its wire bytes:
       // neither needs storage of its own.
@@ -242,6 +262,34 @@ class GradientBuckets {
       storage_.emplace_back(own_storage ? plan_.buckets()[b].bytes() : 0);
       if (compressed(b)) wire_[b].resize(plan_.buckets()[b].count * 2);
     }
+  }
+
+  static std::vector<const ReduceKernels*> kernels_of_refs(
+      const Comm& comm, const std::vector<GradientRef>& gradients) {
+    std::vector<const ReduceKernels*> kernels;
+    kernels.reserve(gradients.size());
+    for (std::size_t i = 0; i < gradients.size(); ++i) {
+      const ReduceKernels* k = gradients[i].kernels;
+      if (k == nullptr || k->type != gradients[i].type) {
+        throw UsageError(comm.rank(), "fusion::GradientBuckets",
+                         fmt::format("gradient {} ({}) carries {} reduction kernels", i,
+                                     to_string(gradients[i].type),
+                                     k == nullptr ? std::string_view("no") : to_string(k->type)),
+                         "make each GradientRef with fusion::gradient(std::span<T>)");
+      }
+      kernels.push_back(k);
+    }
+    return kernels;
+  }
+
+  static std::vector<const ReduceKernels*> kernels_of_specs(
+      const std::vector<GradientSpec>& gradients) {
+    std::vector<const ReduceKernels*> kernels;
+    kernels.reserve(gradients.size());
+    for (const GradientSpec& g : gradients)
+      kernels.push_back(visit_data_type(
+          g.type, [](auto tag) { return &reduce_kernels_of<typename decltype(tag)::type>; }));
+    return kernels;
   }
 
   static std::vector<GradientSpec> specs_of(const std::vector<GradientRef>& gradients) {
@@ -322,12 +370,25 @@ class GradientBuckets {
         type_on_wire = plan_.options().compression == Compression::bfloat16 ? DataType::bfloat16
                                                                             : DataType::float16;
       }
-      works_[next_] = visit_data_type(type_on_wire, [&](auto type) {
-        using T = typename decltype(type)::type;
-        return comm_->all_reduce_async(std::span<T>(reinterpret_cast<T*>(bytes), bucket.count),
-                                       op_);
-      });
+      works_[next_] = all_reduce_async(bytes, bucket.count, type_on_wire, kernels_[next_]);
       ++next_;
+    }
+  }
+
+  /// Starts the all-reduce of a bucket as a checked call: no typed call, which would compile
+  /// the kernels of every type `type` may name. A communicator of the user's own that takes
+  /// only typed calls gets them.
+  communicator::Work all_reduce_async(std::byte* bytes, std::size_t count, DataType type,
+                                      const ReduceKernels* kernels) {
+    using communicator::detail::CallAccess;
+    if constexpr (CallAccess::kTakesCalls<Comm>) {
+      const CollectiveCall call{Collective::all_reduce, type, count, op_, 0, bytes, bytes, kernels};
+      return CallAccess::submit(*comm_, call, {});
+    } else {
+      return visit_data_type(type, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return comm_->all_reduce_async(std::span<T>(reinterpret_cast<T*>(bytes), count), op_);
+      });
     }
   }
 
@@ -369,7 +430,10 @@ class GradientBuckets {
         differs = static_cast<std::int64_t>(common);
       }
     }
-    comm_->all_reduce(std::span(&differs, 1), ReduceOp::min);
+    // The smallest over the ranks, gathered rather than all-reduced: no int64 kernels.
+    std::vector<std::int64_t> all_differ(static_cast<std::size_t>(comm_->size()));
+    comm_->all_gather(std::span<const std::int64_t>(&differs, 1), std::span(all_differ));
+    differs = *std::min_element(all_differ.begin(), all_differ.end());
     if (differs == kSame) return;
 
     if (differs == kOptions) {
@@ -401,7 +465,8 @@ class GradientBuckets {
   ReduceOp op_;
   std::vector<GradientRef> refs_;
   std::vector<std::vector<std::byte>> storage_;
-  std::vector<std::vector<std::byte>> wire_;  // compressed buckets: their 16-bit values
+  std::vector<std::vector<std::byte>> wire_;   // compressed buckets: their 16-bit values
+  std::vector<const ReduceKernels*> kernels_;  // each bucket's, of its type on the wire
   std::vector<bool> ready_;
   std::vector<std::size_t> filled_;
   std::vector<communicator::Work> works_;

@@ -11,6 +11,7 @@
 // messages. A communicator made of others hands them checked calls through `CallAccess`.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <functional>
 #include <span>
@@ -35,13 +36,27 @@
 namespace strata::communicator::detail {
 
 /// Runs an already checked `CollectiveCall` on a communicator (which befriends this): how
-/// HierarchicalCommunicator passes its stages to its parts without going back through the
-/// typed calls, which would instantiate every element type its run-time tag may name.
+/// HierarchicalCommunicator passes its stages to its parts, and GradientBuckets its buckets,
+/// without going back through the typed calls, which would instantiate every element type a
+/// run-time tag may name.
 struct CallAccess {
+  /// Whether `Communicator` takes checked calls (strata's communicators do).
+  template <class Communicator>
+  static constexpr bool kTakesCalls = requires(Communicator& c, const CollectiveCall& call,
+                                               const CallOptions& options) {
+    c.run(call, options);
+    { c.submit(call, options) } -> std::same_as<Work>;
+  };
+
   template <class Communicator>
   static void run(Communicator& communicator, const CollectiveCall& call,
                   const CallOptions& options) {
     communicator.run(call, options);
+  }
+  template <class Communicator>
+  static Work submit(Communicator& communicator, const CollectiveCall& call,
+                     const CallOptions& options) {
+    return communicator.submit(call, options);
   }
 };
 
@@ -51,102 +66,102 @@ class CollectiveApi {
   // --- all_reduce: every rank ends with op over all ranks' data.
   template <Element T>
   void all_reduce(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    self().run(in_place(Collective::all_reduce, data, op), call);
+    self().run(in_place<Collective::all_reduce>(data, op), call);
   }
   template <Element T>
   void all_reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
                   CallOptions call = {}) {
-    self().run(out_of_place(Collective::all_reduce, send, recv, op), call);
+    self().run(out_of_place<Collective::all_reduce>(send, recv, op), call);
   }
   template <Element T>
   Work all_reduce_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    return self().submit(in_place(Collective::all_reduce, data, op), call);
+    return self().submit(in_place<Collective::all_reduce>(data, op), call);
   }
   template <Element T>
   Work all_reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
                         ReduceOp op, CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::all_reduce, send, recv, op), call);
+    return self().submit(out_of_place<Collective::all_reduce>(send, recv, op), call);
   }
 
   // --- broadcast: every rank ends with the root's data.
   template <Element T>
   void broadcast(std::span<T> data, int root, CallOptions call = {}) {
-    self().run(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
+    self().run(in_place<Collective::broadcast>(data, ReduceOp::sum, root), call);
   }
   template <Element T>
   void broadcast(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
                  CallOptions call = {}) {
-    self().run(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root), call);
+    self().run(out_of_place<Collective::broadcast>(send, recv, ReduceOp::sum, root), call);
   }
   template <Element T>
   Work broadcast_async(std::span<T> data, int root, CallOptions call = {}) {
-    return self().submit(in_place(Collective::broadcast, data, ReduceOp::sum, root), call);
+    return self().submit(in_place<Collective::broadcast>(data, ReduceOp::sum, root), call);
   }
   template <Element T>
   Work broadcast_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, int root,
                        CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::broadcast, send, recv, ReduceOp::sum, root),
+    return self().submit(out_of_place<Collective::broadcast>(send, recv, ReduceOp::sum, root),
                          call);
   }
 
   // --- reduce: the root ends with op over all ranks' data; other ranks' outputs untouched.
   template <Element T>
   void reduce(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
-    self().run(in_place(Collective::reduce, data, op, root), call);
+    self().run(in_place<Collective::reduce>(data, op, root), call);
   }
   template <Element T>
   void reduce(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
               int root, CallOptions call = {}) {
-    self().run(out_of_place(Collective::reduce, send, recv, op, root), call);
+    self().run(out_of_place<Collective::reduce>(send, recv, op, root), call);
   }
   template <Element T>
   Work reduce_async(std::span<T> data, ReduceOp op, int root, CallOptions call = {}) {
-    return self().submit(in_place(Collective::reduce, data, op, root), call);
+    return self().submit(in_place<Collective::reduce>(data, op, root), call);
   }
   template <Element T>
   Work reduce_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
                     int root, CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::reduce, send, recv, op, root), call);
+    return self().submit(out_of_place<Collective::reduce>(send, recv, op, root), call);
   }
 
   // --- all_gather: block r of every rank's output is rank r's contribution.
   template <Element T>
   void all_gather(std::span<T> data, CallOptions call = {}) {
-    self().run(in_place(Collective::all_gather, data), call);
+    self().run(in_place<Collective::all_gather>(data), call);
   }
   template <Element T>
   void all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
                   CallOptions call = {}) {
-    self().run(out_of_place(Collective::all_gather, send, recv), call);
+    self().run(out_of_place<Collective::all_gather>(send, recv), call);
   }
   template <Element T>
   Work all_gather_async(std::span<T> data, CallOptions call = {}) {
-    return self().submit(in_place(Collective::all_gather, data), call);
+    return self().submit(in_place<Collective::all_gather>(data), call);
   }
   template <Element T>
   Work all_gather_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
                         CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::all_gather, send, recv), call);
+    return self().submit(out_of_place<Collective::all_gather>(send, recv), call);
   }
 
   // --- reduce_scatter: rank r ends with op over block r of all ranks' data.
   template <Element T>
   void reduce_scatter(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    self().run(in_place(Collective::reduce_scatter, data, op), call);
+    self().run(in_place<Collective::reduce_scatter>(data, op), call);
   }
   template <Element T>
   void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
                       CallOptions call = {}) {
-    self().run(out_of_place(Collective::reduce_scatter, send, recv, op), call);
+    self().run(out_of_place<Collective::reduce_scatter>(send, recv, op), call);
   }
   template <Element T>
   Work reduce_scatter_async(std::span<T> data, ReduceOp op, CallOptions call = {}) {
-    return self().submit(in_place(Collective::reduce_scatter, data, op), call);
+    return self().submit(in_place<Collective::reduce_scatter>(data, op), call);
   }
   template <Element T>
   Work reduce_scatter_async(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
                             ReduceOp op, CallOptions call = {}) {
-    return self().submit(out_of_place(Collective::reduce_scatter, send, recv, op), call);
+    return self().submit(out_of_place<Collective::reduce_scatter>(send, recv, op), call);
   }
 
   // --- barrier: returns once every rank has called it.
@@ -159,11 +174,20 @@ class CollectiveApi {
  private:
   Derived& self() noexcept { return static_cast<Derived&>(*this); }
 
-  template <Element T>
-  CollectiveCall in_place(Collective kind, std::span<T> data, ReduceOp op = ReduceOp::sum,
-                          int root = 0) {
+  /// Only the reducing collectives carry T's kernels: a broadcast or all_gather of T
+  /// instantiates none of them.
+  template <Collective kKind, Element T>
+  static constexpr const ReduceKernels* kernels_for() noexcept {
+    if constexpr (reduces(kKind))
+      return &reduce_kernels_of<T>;
+    else
+      return nullptr;
+  }
+
+  template <Collective kind, Element T>
+  CollectiveCall in_place(std::span<T> data, ReduceOp op = ReduceOp::sum, int root = 0) {
     CollectiveCall call{kind, data_type_of<T>, data.size(), op,
-                        root, data.data(),     data.data(), &reduce_kernels_of<T>};
+                        root, data.data(),     data.data(), kernels_for<kind, T>()};
     if (kind == Collective::all_gather || kind == Collective::reduce_scatter) {
       const auto n = static_cast<std::size_t>(self().size());
       if (data.size() % n != 0)
@@ -183,11 +207,11 @@ class CollectiveApi {
     return call;
   }
 
-  template <Element T>
-  CollectiveCall out_of_place(Collective kind, std::span<const T> send, std::span<T> recv,
+  template <Collective kind, Element T>
+  CollectiveCall out_of_place(std::span<const T> send, std::span<T> recv,
                               ReduceOp op = ReduceOp::sum, int root = 0) {
     CollectiveCall call{kind, data_type_of<T>, send.size(), op,
-                        root, send.data(),     recv.data(), &reduce_kernels_of<T>};
+                        root, send.data(),     recv.data(), kernels_for<kind, T>()};
     check_root(call);
     check_overlap(kind, send, recv);
     const auto n = static_cast<std::size_t>(self().size());

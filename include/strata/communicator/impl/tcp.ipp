@@ -255,18 +255,17 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
   const int n = size();
   const int r = rank();
   const CallOptions call_options{options.timeout};
-  auto run_tcp = [&](Collective kind, const void* send, void* recv, std::size_t count,
-                     ReduceOp op) {
+  // Gathers only: a byte all-reduce here would compile the uint8 kernels into every user.
+  auto gather_tcp = [&](const void* send, void* recv, std::size_t count) {
     const CollectiveCall call{
-        kind, DataType::uint8, count, op, 0, send, recv, &reduce_kernels_of<std::uint8_t>};
+        Collective::all_gather, DataType::uint8, count, ReduceOp::sum, 0, send, recv};
     execute(*state_, call, call_options);
   };
   // Every rank learns every rank's host; hosts are numbered in the order of their lowest
   // rank, and a rank whose host is unknown is a host of its own.
   const shm::HostIdentity host = shm::this_host();
   std::vector<shm::HostIdentity> identities(static_cast<std::size_t>(n));
-  run_tcp(Collective::all_gather, host.bytes.data(), identities.data(), shm::HostIdentity::kBytes,
-          ReduceOp::sum);
+  gather_tcp(host.bytes.data(), identities.data(), shm::HostIdentity::kBytes);
   std::vector<std::vector<int>> hosts;
   std::vector<int> host_of(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
@@ -302,7 +301,7 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
     }
   }
   std::vector<Offer> offers(static_cast<std::size_t>(n));
-  run_tcp(Collective::all_gather, offer.data(), offers.data(), offer.size(), ReduceOp::sum);
+  gather_tcp(offer.data(), offers.data(), offer.size());
   std::uint8_t ready = 1;
   if (local_size > 1) {
     const Offer& leader = offers[static_cast<std::size_t>(mine[0])];
@@ -324,8 +323,9 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
       ready = 0;
     }
   }
-  run_tcp(Collective::all_reduce, &ready, &ready, 1, ReduceOp::min);
-  if (ready == 0) return;
+  std::vector<std::uint8_t> all_ready(static_cast<std::size_t>(n));
+  gather_tcp(&ready, all_ready.data(), 1);
+  if (std::find(all_ready.begin(), all_ready.end(), std::uint8_t{0}) != all_ready.end()) return;
   if (region) {
     region->close_fd();
     state_->shm = std::make_unique<shm::Group>(std::move(*region), layout, local_rank,
