@@ -14,8 +14,9 @@
 // registered a different gradient list gets MismatchError on the first step, naming the first
 // gradient that differs, and so does every other rank. With `GradientBuckets(comm, specs)` the
 // gradients live in the buckets (`buffer<T>(i)`: the trainer writes its gradient there, no copy
-// in or out); with spans of the trainer's own buffers, `ready` copies in and `wait` copies out,
-// except for a bucket of one gradient, all-reduced in the trainer's buffer. Either way, from
+// in or out); with spans of the trainer's own buffers, `ready` copies in, and a bucket's values
+// are copied out once it completes (by a later `ready`, else by `wait`), except for a bucket of
+// one gradient, all-reduced in the trainer's buffer. Either way, from
 // `ready(i)` to the end of `wait()` gradient i's buffer belongs to strata.
 #pragma once
 
@@ -81,7 +82,7 @@ inline bool same_gradients(std::span<const GradientSpec> specs,
 template <communicator::Communicator Comm>
 class GradientBuckets {
  public:
-  /// Gradients that live in the trainer's buffers (copied in by `ready`, out by `wait`).
+  /// Gradients that live in the trainer's buffers (copied in by `ready`, out as buckets complete).
   /// @throws UsageError for a GradientRef without kernels (not made by `gradient(span)`).
   GradientBuckets(Comm& comm, const std::vector<GradientRef>& gradients, BucketOptions options = {},
                   ReduceOp op = ReduceOp::sum)
@@ -181,6 +182,7 @@ class GradientBuckets {
       failure_ = std::current_exception();
       throw;
     }
+    finish_completed_buckets();
   }
 
   /// Waits for every bucket of the step; every gradient then holds its reduced value.
@@ -206,7 +208,8 @@ class GradientBuckets {
           fmt::format("gradient {} was not made ready this step", missing - ready_.begin()),
           "call ready(i) for every registered gradient before wait()");
     }
-    // Each bucket is copied out as soon as it completes, while later ones are still in flight.
+    // Each bucket is copied out as soon as it completes, while later ones are still in flight
+    // (those that completed during the step's ready calls already are).
     std::exception_ptr first;
     const auto& buckets = plan_.buckets();
     for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -216,13 +219,10 @@ class GradientBuckets {
         if (!first) first = std::current_exception();
       }
       if (first) continue;
-      if (compressed(b)) {
-        widen_out(b);
-      } else if (!refs_.empty() && !in_place(b)) {
-        copy_out(b);
-      }
+      if (b >= finished_) finish_bucket(b);
     }
     works_.assign(works_.size(), communicator::Work{});
+    finished_ = 0;
     if (first) {
       failure_ = first;
       std::rethrow_exception(first);
@@ -329,6 +329,30 @@ class GradientBuckets {
         strata::detail::widen(out, reinterpret_cast<const bfloat16*>(wire), slot.count);
       else
         strata::detail::widen(out, reinterpret_cast<const float16*>(wire), slot.count);
+    }
+  }
+
+  /// Copies out, in order, the buckets whose all-reduce has completed, without waiting: done
+  /// from `ready`, this moves the copies out of the step's tail (the time after backward) into
+  /// the backward pass. A failed bucket stops it; `wait` reports the failure.
+  void finish_completed_buckets() {
+    while (finished_ < next_) {
+      try {
+        if (!works_[finished_].test()) return;
+      } catch (...) {
+        return;
+      }
+      finish_bucket(finished_);
+      ++finished_;
+    }
+  }
+
+  /// A completed bucket's values to the gradients that do not live in it.
+  void finish_bucket(std::size_t b) {
+    if (compressed(b)) {
+      widen_out(b);
+    } else if (!refs_.empty() && !in_place(b)) {
+      copy_out(b);
     }
   }
 
@@ -470,7 +494,8 @@ class GradientBuckets {
   std::vector<bool> ready_;
   std::vector<std::size_t> filled_;
   std::vector<communicator::Work> works_;
-  std::size_t next_ = 0;
+  std::size_t next_ = 0;      // buckets started this step
+  std::size_t finished_ = 0;  // buckets copied out this step
   bool checked_ = false;
   std::exception_ptr failure_;
   std::mutex mutex_;
