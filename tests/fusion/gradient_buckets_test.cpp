@@ -3,7 +3,7 @@
 // make; gradients that live in the buckets; several steps; a rank with a different list gets
 // MismatchError naming the gradient, and so does every other; a peer that aborts or stops in
 // the middle of a bucketed step fails every rank's step; misuse is a UsageError; a bucket that
-// completes during the step is copied out by the next ready; hand-made GradientRefs are refused;
+// completes during the step is copied out by a ready that starts a later one; hand-made GradientRefs are refused;
 // a communicator that takes only typed calls works.
 #include <strata/fusion/gradient_buckets.hpp>
 
@@ -568,22 +568,28 @@ TEST_CASE("a communicator of the user's own that takes only typed calls") {
   CHECK(c == std::vector<double>(4, -2.0));
 }
 
-TEST_CASE("a bucket that completes before the step's last ready is copied out by that ready") {
-  // Bucket 0 holds gradients 0 and 1, bucket 1 gradients 2 and 3. Between them each rank
-  // pauses, so bucket 0 usually completes first; then ready(2) copies it out before wait().
-  // Whether one step's all-reduce beats the pause depends on the machine, so the check is that
-  // some step of many saw it, and every step's results are right.
+TEST_CASE("a completed bucket is copied out by a ready that starts a later one") {
+  // Bucket 0 holds gradients 0 and 1 (small), bucket 1 gradients 2 and 3 (large). Each rank
+  // pauses after bucket 0 starts, so it usually completes first; ready(3) then starts bucket 1
+  // and, while that all-reduce runs, copies bucket 0 out before wait(). Whether a step's
+  // all-reduce beats the pause depends on the machine, so the check is that some step of ten
+  // saw it, and that every step's results are right.
   strata::testing::RankTeam<Local> team(2);
   std::vector<int> early(2, 0);
   team.run_or_throw([&](int r) {
-    std::vector<std::vector<float>> grads(4, std::vector<float>(4));
+    std::vector<std::vector<float>> grads{std::vector<float>(4), std::vector<float>(4),
+                                          std::vector<float>(65536), std::vector<float>(65536)};
     std::vector<GradientRef> refs;
     for (auto& g : grads)
       refs.push_back(strata::fusion::gradient(std::span(g)));
-    GradientBuckets<Local> buckets(team[r], refs, {.bucket_bytes = 32, .first_bucket_bytes = 32});
+    GradientBuckets<Local> buckets(
+        team[r], refs, {.bucket_bytes = std::size_t{512} << 10, .first_bucket_bytes = 32});
     REQUIRE(buckets.plan().buckets().size() == 2);
+    const auto sum = [](int step, std::size_t g) {
+      // Rank r's value of gradient g is step · 10 + g + r; summed over the two ranks:
+      return static_cast<float>(2 * (step * 10 + static_cast<int>(g)) + 1);
+    };
     for (int step = 0; step < 10; ++step) {  // as many on every rank: they pair up
-      // Rank r's value of gradient g: step · 10 + g + r; the sum over 2 ranks: 2·(step·10 + g) + 1.
       for (std::size_t g = 0; g < grads.size(); ++g)
         std::fill(grads[g].begin(), grads[g].end(),
                   static_cast<float>(step * 10 + static_cast<int>(g) + r));
@@ -591,13 +597,11 @@ TEST_CASE("a bucket that completes before the step's last ready is copied out by
       buckets.ready(1);
       std::this_thread::sleep_for(20ms);
       buckets.ready(2);
-      const float sum0 = static_cast<float>(2 * (step * 10) + 1);
-      if (grads[0] == std::vector<float>(4, sum0)) ++early[static_cast<std::size_t>(r)];
       buckets.ready(3);
+      if (grads[0] == std::vector<float>(4, sum(step, 0))) ++early[static_cast<std::size_t>(r)];
       buckets.wait();
       for (std::size_t g = 0; g < grads.size(); ++g)
-        CHECK(grads[g] ==
-              std::vector<float>(4, static_cast<float>(2 * (step * 10 + static_cast<int>(g)) + 1)));
+        CHECK(grads[g] == std::vector<float>(grads[g].size(), sum(step, g)));
     }
   });
   CHECK(early[0] > 0);

@@ -15,9 +15,9 @@
 // gradient that differs, and so does every other rank. With `GradientBuckets(comm, specs)` the
 // gradients live in the buckets (`buffer<T>(i)`: the trainer writes its gradient there, no copy
 // in or out); with spans of the trainer's own buffers, `ready` copies in, and a bucket's values
-// are copied out once it completes (by a later `ready`, else by `wait`), except for a bucket of
-// one gradient, all-reduced in the trainer's buffer. Either way, from
-// `ready(i)` to the end of `wait()` gradient i's buffer belongs to strata.
+// are copied out once it completes (by a `ready` while a later bucket runs, else by `wait`), except
+// for a bucket of one gradient, all-reduced in the trainer's buffer. Either way, from `ready(i)` to
+// the end of `wait()` gradient i's buffer belongs to strata.
 #pragma once
 
 #include <algorithm>
@@ -332,18 +332,21 @@ class GradientBuckets {
     }
   }
 
-  /// Copies out, in order, the buckets whose all-reduce has completed, without waiting: done
-  /// from `ready`, this moves the copies out of the step's tail (the time after backward) into
-  /// the backward pass. A failed bucket stops it; `wait` reports the failure.
+  /// Copies out, in order, the buckets whose all-reduce has completed, without waiting, while a
+  /// later bucket's all-reduce is still running: done from `ready`, this moves the copies out of
+  /// the step's tail (the time after backward) into the backward pass, where they overlap the
+  /// communication. With nothing in flight they would delay filling and starting the next
+  /// bucket instead (ready called back to back), so they wait. A failed bucket stops it; `wait`
+  /// reports the failure.
   void finish_completed_buckets() {
-    while (finished_ < next_) {
-      try {
-        if (!works_[finished_].test()) return;
-      } catch (...) {
-        return;
+    if (finished_ + 1 >= next_) return;  // no completed bucket with a later one started
+    try {
+      if (works_[next_ - 1].test()) return;  // nothing in flight
+      while (finished_ + 1 < next_ && works_[finished_].test()) {
+        finish_bucket(finished_);
+        ++finished_;
       }
-      finish_bucket(finished_);
-      ++finished_;
+    } catch (...) {  // wait() reports it
     }
   }
 
