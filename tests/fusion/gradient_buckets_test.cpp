@@ -3,8 +3,8 @@
 // make; gradients that live in the buckets; several steps; a rank with a different list gets
 // MismatchError naming the gradient, and so does every other; a peer that aborts or stops in
 // the middle of a bucketed step fails every rank's step; misuse is a UsageError; a bucket that
-// completes during the step is copied out by a ready that starts a later one; hand-made GradientRefs are refused;
-// a communicator that takes only typed calls works.
+// completes during the step is copied out by a ready that starts a later one; hand-made
+// GradientRefs are refused; a communicator that takes only typed calls works.
 #include <strata/fusion/gradient_buckets.hpp>
 
 #include <strata/communicator/local.hpp>
