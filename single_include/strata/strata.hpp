@@ -634,9 +634,10 @@ struct CollectiveCall {
   int root = 0;
   const void* send = nullptr;
   void* recv = nullptr;
-  /// The reduction kernels of `type` (`&reduce_kernels_of<T>`), set by the typed call, so that
-  /// the type-erased layers below reduce without instantiating every element type. Not
-  /// compared across ranks: it is this process's address of what `type` already names.
+  /// The reduction kernels of `type` (`&reduce_kernels_of<T>`), set by the typed reducing calls
+  /// (a broadcast or gather carries none), so that the type-erased layers below reduce without
+  /// instantiating every element type. Not compared across ranks: it is this process's address
+  /// of what `type` already names.
   const ReduceKernels* kernels = nullptr;
 
   /// True when both calls are the same collective in every field ranks must agree on.
