@@ -62,6 +62,7 @@
 
 #include <strata/fusion/bucket_plan.hpp>
 #include <strata/fusion/gradient_buckets.hpp>
+#include <strata/fusion/gradient_ref.hpp>
 
 #include <strata/coordinator/cluster_coordinator.hpp>
 #include <strata/coordinator/codec.hpp>

@@ -14559,6 +14559,17 @@ inline void widen(float* __restrict out, const float16* __restrict in, std::size
 
 }  // namespace strata::detail
 // ---- end strata/core/detail/convert_blocks.hpp ----
+// ---- begin strata/fusion/gradient_ref.hpp ----
+// strata/fusion/gradient_ref.hpp — one of the trainer's gradient buffers, as the buckets take it.
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+
+
+#if STRATA_HEADER_ONLY
+// gradient(span) takes the address of its type's kernels, defined here.
+#endif
 
 namespace strata::fusion {
 
@@ -14588,6 +14599,11 @@ inline bool same_gradients(std::span<const GradientSpec> specs,
                       return spec.type == ref.type && spec.count == ref.count;
                     });
 }
+
+}  // namespace strata::fusion
+// ---- end strata/fusion/gradient_ref.hpp ----
+
+namespace strata::fusion {
 
 /// Buckets of gradients all-reduced through `Comm` (any strata Communicator), one step at a
 /// time: `ready(i)` for every gradient, in any order, then `wait()`. Not copyable; `ready` may be
