@@ -224,7 +224,7 @@ class GradientBuckets {
     for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
       const Bucket& bucket = plan_.buckets()[b];
       if (!compressed(b))
-        kernels_.push_back(bucket.slots.empty() ? nullptr : kernels[bucket.slots.front().gradient]);
+        kernels_.push_back(kernels[bucket.slots.front().gradient]);
       else if (plan_.options().compression == Compression::bfloat16)
         kernels_.push_back(&reduce_kernels_of<bfloat16>);
       else
@@ -365,28 +365,24 @@ class GradientBuckets {
       const Bucket& bucket = buckets[next_];
       std::byte* bytes =
           in_place(next_) ? refs_[bucket.slots.front().gradient].data : storage_[next_].data();
-      DataType type_on_wire = bucket.type;
-      if (compressed(next_)) {
-        bytes = wire_[next_].data();
-        type_on_wire = plan_.options().compression == Compression::bfloat16 ? DataType::bfloat16
-                                                                            : DataType::float16;
-      }
-      works_[next_] = all_reduce_async(bytes, bucket.count, type_on_wire, kernels_[next_]);
+      if (compressed(next_)) bytes = wire_[next_].data();
+      works_[next_] = all_reduce_async(bytes, bucket.count, *kernels_[next_]);
       ++next_;
     }
   }
 
-  /// Starts the all-reduce of a bucket as a checked call: no typed call, which would compile
-  /// the kernels of every type `type` may name. A communicator of the user's own that takes
-  /// only typed calls gets them.
-  communicator::Work all_reduce_async(std::byte* bytes, std::size_t count, DataType type,
-                                      const ReduceKernels* kernels) {
+  /// Starts the all-reduce of a bucket of `kernels.type` (its type on the wire) as a checked
+  /// call: no typed call, which would compile the kernels of every type a run-time tag may name.
+  /// A communicator of the user's own that takes only typed calls gets them.
+  communicator::Work all_reduce_async(std::byte* bytes, std::size_t count,
+                                      const ReduceKernels& kernels) {
     using communicator::detail::CallAccess;
     if constexpr (CallAccess::kTakesCalls<Comm>) {
-      const CollectiveCall call{Collective::all_reduce, type, count, op_, 0, bytes, bytes, kernels};
+      const CollectiveCall call{
+          Collective::all_reduce, kernels.type, count, op_, 0, bytes, bytes, &kernels};
       return CallAccess::submit(*comm_, call, {});
     } else {
-      return visit_data_type(type, [&](auto tag) {
+      return visit_data_type(kernels.type, [&](auto tag) {
         using T = typename decltype(tag)::type;
         return comm_->all_reduce_async(std::span<T>(reinterpret_cast<T*>(bytes), count), op_);
       });
