@@ -179,6 +179,7 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
 
   while (position.epoch < config.epochs && sampler.steps_per_epoch() > 0) {
     const auto batch = sampler.global_batch_indices(position.epoch, position.step);
+    // [snippet:step]
     auto losses = strategy.run([&](auto& replica) {
       const auto mine = strata::data::split_batch(batch.size(), replica.replica_id_in_sync_group(),
                                                   replica.num_replicas_in_sync());
@@ -192,6 +193,7 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
       return loss;  // this replica's share of the batch's mean loss
     });
     loss_sum += strategy.reduce(strata::ReduceOp::sum, losses);
+    // [end-snippet:step]
     ++global_step;
     if (position.step + 1 == sampler.steps_per_epoch()) {
       result.epoch_losses.push_back(loss_sum / double(sampler.steps_per_epoch()));
