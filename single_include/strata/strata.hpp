@@ -7250,11 +7250,9 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
 // (compiled), never on its own.
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -7265,37 +7263,6 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
 #include <vector>
 
 #include <unistd.h>
-
-#include <fmt/format.h>
-
-// ---- begin strata/transport/shm/collectives.hpp ----
-// strata/transport/shm/collectives.hpp — every collective over a shared region (group.hpp).
-//
-// Ranks in separate processes cannot read each other's buffers, so each stages what its peers
-// need in its own block and publishes a step; the peers then work straight from the staged
-// bytes, in the in-process algorithms' shape (AllReduceScatterGather):
-//   small calls      (a rank's contribution fits Layout::kSmallBytes) one step: every rank
-//                    stages its data, waits for all, and reads what it needs; an all-reduce
-//                    reduces all n staged inputs itself, in rank order.
-//   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
-//                    the own slice from the n staged copies (the own input in place) into the
-//                    output and the own staging buffer; step; copy the other slices out.
-//   reduce           the same, only the root copies out.
-//   broadcast        per chunk: the root stages, the others copy out; one step.
-//   all_gather       per chunk of the block: every rank stages its block, all copy out.
-//   reduce_scatter   per chunk: stage the pieces of the other ranks' blocks; each rank reduces
-//                    its own block's piece.
-// A call's first step also publishes its descriptor, which every rank compares before reading
-// any data: a disagreement is a MismatchError on every rank. Each element is reduced once, in
-// rank order, by one kernel: all ranks end with the same bits, as AllReduceReduceToOne's.
-
-#include <algorithm>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <optional>
-#include <string>
-#include <vector>
 
 #include <fmt/format.h>
 
@@ -7684,547 +7651,6 @@ class Group {
 
 }  // namespace strata::transport::shm
 // ---- end strata/transport/shm/group.hpp ----
-
-namespace strata::transport::shm {
-
-namespace detail {
-
-inline void copy_bytes(void* to, const void* from, std::size_t bytes) noexcept {
-  if (bytes != 0 && to != from) std::memcpy(to, from, bytes);
-}
-
-inline const std::byte* bytes_of(const void* p) noexcept {
-  return static_cast<const std::byte*>(p);
-}
-inline std::byte* bytes_of(void* p) noexcept {
-  return static_cast<std::byte*>(p);
-}
-
-/// What each rank stages of `call` in all: its contribution.
-inline std::size_t contribution_bytes(const CollectiveCall& call, int size) noexcept {
-  const std::size_t bytes = call.count * size_of(call.type);
-  if (call.kind == Collective::reduce_scatter) return bytes * static_cast<std::size_t>(size);
-  return call.kind == Collective::barrier ? 0 : bytes;
-}
-
-/// Raises MismatchError unless every rank posted the same calls. Every rank compares the same
-/// descriptors, so all raise or none does.
-inline void check_agreement(const Group& group, const CollectiveCall& user, std::uint64_t number) {
-  using Posted = Group::Posted;
-  const std::optional<Posted> first = group.posted(0, number);
-  for (int r = 1; r < group.size(); ++r) {
-    const std::optional<Posted> other = group.posted(r, number);
-    if (first && other && agrees(first->call, other->call) && agrees(first->user, other->user))
-      continue;
-    auto text = [](const std::optional<Posted>& posted) {
-      return posted ? describe(posted->user) : std::string("a call this version does not know");
-    };
-    throw MismatchError(
-        group.group_rank(group.rank()), to_string(user.kind),
-        fmt::format("ranks disagree: rank {} called {} but rank {} called {}", group.group_rank(0),
-                    text(first), group.group_rank(r), text(other)));
-  }
-}
-
-/// The call's first step: posts the descriptors with what was staged, waits for every rank,
-/// compares.
-template <class Watch>
-void open_call(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-               std::uint64_t number, Watch& watch) {
-  group.post(call, user, number);
-  group.publish();
-  group.wait_all(group.step(), watch);
-  check_agreement(group, user, number);
-}
-
-/// Publishes what this rank staged of a chunk and waits for every rank's: the call's first
-/// chunk opens the call (its descriptors are compared).
-template <class Watch>
-void exchange_chunk(Group& group, bool first, const CollectiveCall& call,
-                    const CollectiveCall& user, std::uint64_t number, Watch& watch) {
-  if (first) {
-    open_call(group, call, user, number, watch);
-    return;
-  }
-  group.publish();
-  group.wait_all(group.step(), watch);
-}
-
-template <class Watch>
-void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-               std::uint64_t number, Watch& watch) {
-  const int n = group.size();
-  const int r = group.rank();
-  const std::size_t bytes = call.count * size_of(call.type);
-  const std::uint64_t parity = group.step() + 1;  // the step that publishes what is staged
-  std::byte* staged = group.small(r, parity);
-  const bool stages =
-      call.kind != Collective::barrier && (call.kind != Collective::broadcast || r == call.root);
-  if (stages) copy_bytes(staged, call.send, contribution_bytes(call, n));
-  open_call(group, call, user, number, watch);
-  if (bytes == 0) return;
-  std::vector<const void*> inputs(static_cast<std::size_t>(n));
-  switch (call.kind) {
-    case Collective::reduce:
-      if (r != call.root) return;
-      [[fallthrough]];
-    case Collective::all_reduce:
-      for (int q = 0; q < n; ++q)
-        inputs[static_cast<std::size_t>(q)] = group.small(q, parity);
-      kernels_of(call).reduce_n(call.recv, inputs.data(), inputs.size(), call.count, call.op);
-      return;
-    case Collective::reduce_scatter:
-      for (int q = 0; q < n; ++q)
-        inputs[static_cast<std::size_t>(q)] =
-            group.small(q, parity) + static_cast<std::size_t>(r) * bytes;
-      kernels_of(call).reduce_n(call.recv, inputs.data(), inputs.size(), call.count, call.op);
-      return;
-    case Collective::broadcast:
-      copy_bytes(call.recv, r == call.root ? call.send : group.small(call.root, parity), bytes);
-      return;
-    case Collective::all_gather:
-      for (int q = 0; q < n; ++q)
-        copy_bytes(bytes_of(call.recv) + static_cast<std::size_t>(q) * bytes,
-                   q == r ? call.send : group.small(q, parity), bytes);
-      return;
-    case Collective::barrier:
-      return;
-  }
-}
-
-// all_reduce and reduce, chunk by chunk (see the file comment).
-template <class Watch>
-void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-                   std::uint64_t number, Watch& watch) {
-  const int n = group.size();
-  const int r = group.rank();
-  const std::size_t element = size_of(call.type);
-  const std::size_t per_chunk = group.slot_bytes() / element;
-  const bool all = call.kind == Collective::all_reduce;
-  const bool copies_out = all || r == call.root;
-  const std::byte* in = bytes_of(call.send);
-  std::byte* out = bytes_of(call.recv);
-  const ReduceKernels& kernels = kernels_of(call);
-  std::vector<const void*> inputs(static_cast<std::size_t>(n));
-  for (std::size_t base = 0; base < call.count; base += per_chunk) {
-    const std::size_t m = std::min(per_chunk, call.count - base);
-    const std::uint64_t parity = group.next_chunk();
-    std::byte* own_slot = group.chunk(r, parity);
-    auto slice = [&](int q) { return strata::detail::slice_of(m, element, n, q); };
-    for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      const auto s = slice(q);
-      copy_bytes(own_slot + s.begin * element, in + (base + s.begin) * element, s.size() * element);
-    }
-    exchange_chunk(group, base == 0, call, user, number, watch);
-    const auto own = slice(r);
-    if (own.size() != 0) {
-      for (int q = 0; q < n; ++q)
-        inputs[static_cast<std::size_t>(q)] = q == r ? in + (base + own.begin) * element
-                                                     : group.chunk(q, parity) + own.begin * element;
-      std::byte* staged = own_slot + own.begin * element;
-      std::byte* target = copies_out ? out + (base + own.begin) * element : staged;
-      kernels.reduce_n(target, inputs.data(), inputs.size(), own.size(), call.op);
-      if (all) copy_bytes(staged, target, own.size() * element);  // a reduce's root reads no slot
-    }
-    group.publish();
-    if (!copies_out) continue;
-    group.wait_all(group.step(), watch);
-    for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      const auto s = slice(q);
-      copy_bytes(out + (base + s.begin) * element, group.chunk(q, parity) + s.begin * element,
-                 s.size() * element);
-    }
-  }
-}
-
-template <class Watch>
-void run_broadcast(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-                   std::uint64_t number, Watch& watch) {
-  const int r = group.rank();
-  const std::size_t element = size_of(call.type);
-  const std::size_t per_chunk = group.slot_bytes() / element;
-  for (std::size_t base = 0; base < call.count; base += per_chunk) {
-    const std::size_t bytes = std::min(per_chunk, call.count - base) * element;
-    const std::uint64_t parity = group.next_chunk();
-    const std::size_t offset = base * element;
-    if (r == call.root) copy_bytes(group.chunk(r, parity), bytes_of(call.send) + offset, bytes);
-    exchange_chunk(group, base == 0, call, user, number, watch);
-    copy_bytes(bytes_of(call.recv) + offset,
-               r == call.root ? bytes_of(call.send) + offset : group.chunk(call.root, parity),
-               bytes);
-  }
-}
-
-template <class Watch>
-void run_all_gather(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-                    std::uint64_t number, Watch& watch) {
-  const int n = group.size();
-  const int r = group.rank();
-  const std::size_t element = size_of(call.type);
-  const std::size_t per_chunk = group.slot_bytes() / element;
-  const std::size_t block = call.count * element;
-  for (std::size_t base = 0; base < call.count; base += per_chunk) {
-    const std::size_t bytes = std::min(per_chunk, call.count - base) * element;
-    const std::uint64_t parity = group.next_chunk();
-    const std::size_t offset = base * element;
-    copy_bytes(group.chunk(r, parity), bytes_of(call.send) + offset, bytes);
-    exchange_chunk(group, base == 0, call, user, number, watch);
-    for (int q = 0; q < n; ++q)
-      copy_bytes(bytes_of(call.recv) + static_cast<std::size_t>(q) * block + offset,
-                 q == r ? bytes_of(call.send) + offset : group.chunk(q, parity), bytes);
-  }
-}
-
-template <class Watch>
-void run_reduce_scatter(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-                        std::uint64_t number, Watch& watch) {
-  const int n = group.size();
-  const int r = group.rank();
-  const std::size_t element = size_of(call.type);
-  // The slot holds one piece of every rank's block.
-  const std::size_t per_piece = group.slot_bytes() / (static_cast<std::size_t>(n) * element);
-  const std::size_t piece_bytes = per_piece * element;
-  const std::size_t block = call.count * element;
-  const std::byte* in = bytes_of(call.send);
-  const ReduceKernels& kernels = kernels_of(call);
-  std::vector<const void*> inputs(static_cast<std::size_t>(n));
-  for (std::size_t base = 0; base < call.count; base += per_piece) {
-    const std::size_t m = std::min(per_piece, call.count - base);
-    const std::uint64_t parity = group.next_chunk();
-    const std::size_t offset = base * element;
-    std::byte* own_slot = group.chunk(r, parity);
-    for (int q = 0; q < n; ++q)
-      if (q != r)
-        copy_bytes(own_slot + static_cast<std::size_t>(q) * piece_bytes,
-                   in + static_cast<std::size_t>(q) * block + offset, m * element);
-    exchange_chunk(group, base == 0, call, user, number, watch);
-    for (int q = 0; q < n; ++q)
-      inputs[static_cast<std::size_t>(q)] =
-          q == r ? in + static_cast<std::size_t>(r) * block + offset
-                 : group.chunk(q, parity) + static_cast<std::size_t>(r) * piece_bytes;
-    kernels.reduce_n(bytes_of(call.recv) + offset, inputs.data(), inputs.size(), m, call.op);
-  }
-}
-
-}  // namespace detail
-
-/// Runs `call` on this rank of `group`; `number` is the call's number, equal on every rank.
-/// `watch` looks at the peers and the deadline while the call waits (Group::wait_for). `user`:
-/// the call the user made, of which `call` is a stage, compared across ranks with it.
-/// @throws MismatchError when the ranks posted different calls; what `watch` throws.
-template <class Watch>
-void run(Group& group, const CollectiveCall& call, const CollectiveCall& user, std::uint64_t number,
-         Watch& watch) {
-  if (detail::contribution_bytes(call, group.size()) <= Layout::kSmallBytes) {
-    detail::run_small(group, call, user, number, watch);
-    return;
-  }
-  switch (call.kind) {
-    case Collective::all_reduce:
-    case Collective::reduce:
-      detail::run_reduction(group, call, user, number, watch);
-      return;
-    case Collective::broadcast:
-      detail::run_broadcast(group, call, user, number, watch);
-      return;
-    case Collective::all_gather:
-      detail::run_all_gather(group, call, user, number, watch);
-      return;
-    case Collective::reduce_scatter:
-      detail::run_reduce_scatter(group, call, user, number, watch);
-      return;
-    case Collective::barrier:  // contributes nothing: small
-      return;
-  }
-}
-
-/// Runs `call` as the user made it.
-template <class Watch>
-void run(Group& group, const CollectiveCall& call, std::uint64_t number, Watch& watch) {
-  run(group, call, call, number, watch);
-}
-
-}  // namespace strata::transport::shm
-// ---- end strata/transport/shm/collectives.hpp ----
-// ---- begin strata/transport/shm/handover.hpp ----
-// strata/transport/shm/handover.hpp — passing the region's descriptor to the co-located ranks.
-//
-// A descriptor crosses processes only over a Unix socket (SCM_RIGHTS). The owner listens on an
-// abstract address (no file to leave behind; scoped to the network namespace, which the ranks
-// share) whose random name, with a random secret, it sends its peers over their authenticated
-// TCP connections. A peer connects and proves it holds the secret before it is given the
-// descriptor: a process that finds the address without the TCP connection gets nothing.
-
-#include <algorithm>
-#include <array>
-#include <cerrno>
-#include <chrono>
-#include <cstddef>
-#include <cstring>
-#include <span>
-#include <string>
-#include <string_view>
-#include <utility>
-
-#include <poll.h>
-#include <sys/random.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include <fmt/format.h>
-
-
-namespace strata::transport::shm {
-
-/// What the owner tells its peers over TCP: the abstract address and the secret.
-struct HandoverTicket {
-  static constexpr std::size_t kNameBytes = 24;
-  static constexpr std::size_t kSecretBytes = 16;
-  std::array<std::byte, kNameBytes> name{};
-  std::array<std::byte, kSecretBytes> secret{};
-};
-
-namespace detail {
-
-inline void fill_random(std::span<std::byte> bytes, int rank) {
-  std::size_t filled = 0;
-  while (filled < bytes.size()) {
-    const auto n = ::getrandom(bytes.data() + filled, bytes.size() - filled, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw ConfigurationError(rank, "shared memory",
-                               fmt::format("getrandom failed: {}", std::strerror(errno)),
-                               "turn shared memory off (TcpOptions::shared_memory = false)");
-    filled += static_cast<std::size_t>(n);
-  }
-}
-
-// "\0strata-shm-" and the name in hex: an abstract address.
-inline std::pair<sockaddr_un, socklen_t> abstract_address(const HandoverTicket& ticket) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::string text = "strata-shm-";
-  for (std::byte b : ticket.name)
-    text += fmt::format("{:02x}", static_cast<unsigned>(b));
-  std::memcpy(address.sun_path + 1, text.data(), text.size());
-  return {address, static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + text.size())};
-}
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) noexcept : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const noexcept { return fd_; }
-  int release() noexcept { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
-// Waits until `fd` has `events`, the deadline at most; false at the deadline.
-inline bool wait_for(int fd, short events, const Deadline& deadline) {
-  for (;;) {
-    const auto left =
-        std::chrono::ceil<std::chrono::milliseconds>(deadline.time_point() - Clock::now());
-    if (left.count() <= 0) return false;
-    pollfd poll_fd{fd, events, 0};
-    const int ready =
-        ::poll(&poll_fd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
-    if (ready > 0) return true;
-    if (ready < 0 && errno != EINTR) return false;
-  }
-}
-
-// One byte and room for one descriptor: the message that carries the region.
-struct DescriptorMessage {
-  char byte = 's';
-  iovec part{&byte, 1};
-  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
-  msghdr header{};
-  DescriptorMessage() noexcept {
-    header.msg_iov = &part;
-    header.msg_iovlen = 1;
-    header.msg_control = control.data();
-    header.msg_controllen = control.size();
-  }
-  DescriptorMessage(const DescriptorMessage&) = delete;
-  DescriptorMessage& operator=(const DescriptorMessage&) = delete;
-};
-
-[[noreturn]] inline void handover_failed(int rank, std::string_view what) {
-  throw ConfigurationError(rank, "shared memory", fmt::format("handing over the region: {}", what),
-                           "turn shared memory off (TcpOptions::shared_memory = false) if the "
-                           "ranks of this host cannot reach each other over Unix sockets");
-}
-
-}  // namespace detail
-
-/// The owner's side: listens from construction; `serve` hands the descriptor to `peers`
-/// connections that present the secret.
-class HandoverServer {
- public:
-  explicit HandoverServer(int rank) : rank_(rank) {
-    detail::fill_random(ticket_.name, rank);
-    detail::fill_random(ticket_.secret, rank);
-    socket_ = detail::Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-    if (socket_.get() < 0) detail::handover_failed(rank, std::strerror(errno));
-    const auto [address, length] = detail::abstract_address(ticket_);
-    if (::bind(socket_.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
-        ::listen(socket_.get(), 128) != 0)
-      detail::handover_failed(rank, std::strerror(errno));
-  }
-
-  const HandoverTicket& ticket() const noexcept { return ticket_; }
-
-  /// Hands `fd` to `peers` connections that present the secret, by the deadline. Connections
-  /// without it are closed and do not count.
-  /// @throws ConfigurationError when the peers did not all come by the deadline.
-  void serve(int fd, int peers, const Deadline& deadline) {
-    int served = 0;
-    while (served < peers) {
-      if (!detail::wait_for(socket_.get(), POLLIN, deadline))
-        detail::handover_failed(rank_, fmt::format("{} of {} co-located ranks did not collect it",
-                                                   peers - served, peers));
-      detail::Fd peer(::accept4(socket_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (peer.get() < 0) continue;
-      std::array<std::byte, HandoverTicket::kSecretBytes> secret{};
-      std::size_t got = 0;
-      while (got < secret.size() && detail::wait_for(peer.get(), POLLIN, deadline)) {
-        const auto n = ::recv(peer.get(), secret.data() + got, secret.size() - got, MSG_DONTWAIT);
-        if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) break;
-        if (n > 0) got += static_cast<std::size_t>(n);
-      }
-      if (got != secret.size() || secret != ticket_.secret) continue;
-      detail::DescriptorMessage message;
-      cmsghdr* header = CMSG_FIRSTHDR(&message.header);
-      header->cmsg_level = SOL_SOCKET;
-      header->cmsg_type = SCM_RIGHTS;
-      header->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
-      if (::sendmsg(peer.get(), &message.header, MSG_NOSIGNAL) == 1) ++served;
-    }
-  }
-
- private:
-  int rank_;
-  HandoverTicket ticket_;
-  detail::Fd socket_;
-};
-
-/// A peer's side: collects the descriptor the ticket's owner hands over.
-/// @throws ConfigurationError when it cannot be collected by the deadline.
-inline int collect_handover(const HandoverTicket& ticket, int rank, const Deadline& deadline) {
-  detail::Fd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (socket.get() < 0) detail::handover_failed(rank, std::strerror(errno));
-  const auto [address, length] = detail::abstract_address(ticket);
-  if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
-    if (errno != EINPROGRESS && errno != EAGAIN)
-      detail::handover_failed(rank, fmt::format("connect: {}", std::strerror(errno)));
-    if (!detail::wait_for(socket.get(), POLLOUT, deadline))
-      detail::handover_failed(rank, "the owner did not accept by the deadline");
-  }
-  if (::send(socket.get(), ticket.secret.data(), ticket.secret.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(ticket.secret.size()))
-    detail::handover_failed(rank, fmt::format("send: {}", std::strerror(errno)));
-  if (!detail::wait_for(socket.get(), POLLIN, deadline))
-    detail::handover_failed(rank, "the owner did not answer by the deadline");
-  detail::DescriptorMessage message;
-  if (::recvmsg(socket.get(), &message.header, MSG_CMSG_CLOEXEC) != 1)
-    detail::handover_failed(rank, "the owner closed without handing it over");
-  const cmsghdr* header = CMSG_FIRSTHDR(&message.header);
-  if (header == nullptr || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
-      header->cmsg_len != CMSG_LEN(sizeof(int)))
-    detail::handover_failed(rank, "the owner's answer carries no descriptor");
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
-  return fd;
-}
-
-}  // namespace strata::transport::shm
-// ---- end strata/transport/shm/handover.hpp ----
-// ---- begin strata/transport/shm/host.hpp ----
-// strata/transport/shm/host.hpp — which ranks can share memory: one boot, one network namespace.
-//
-// The boot id tells one running kernel from another (a host, a VM, a rebooted host); the
-// network namespace tells containers apart that share a kernel but not an abstract Unix socket
-// namespace, over which the region is handed over (handover.hpp).
-
-#include <array>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-#include <fstream>
-#include <string>
-
-#include <sys/stat.h>
-
-// ---- begin strata/core/detail/little_endian.hpp ----
-// strata/core/detail/little_endian.hpp — integers as little-endian bytes, whatever the host's
-// order: every strata wire format (frames, handshakes, parameter-server payloads) uses it.
-
-#include <cstddef>
-#include <cstdint>
-
-namespace strata::detail {
-
-template <class U>
-constexpr void store_le(std::byte* out, U value) noexcept {
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
-}
-
-template <class U>
-constexpr U load_le(const std::byte* in) noexcept {
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < sizeof(U); ++i)
-    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
-  return static_cast<U>(value);
-}
-
-}  // namespace strata::detail
-// ---- end strata/core/detail/little_endian.hpp ----
-
-namespace strata::transport::shm {
-
-/// This process's host, as ranks compare it: 64 bytes, all zero when unknown (never shared).
-struct HostIdentity {
-  static constexpr std::size_t kBytes = 64;
-  std::array<std::byte, kBytes> bytes{};
-
-  bool known() const noexcept { return bytes != std::array<std::byte, kBytes>{}; }
-  friend bool operator==(const HostIdentity&, const HostIdentity&) = default;
-};
-
-/// The identity of the host this process runs on: boot id, then the network namespace's
-/// device and inode numbers.
-inline HostIdentity this_host() {
-  HostIdentity identity;
-  std::string boot_id;
-  std::ifstream file("/proc/sys/kernel/random/boot_id");
-  struct stat netns {};
-  if (!std::getline(file, boot_id) || boot_id.size() < 32 || boot_id.size() > 40 ||
-      ::stat("/proc/self/ns/net", &netns) != 0)
-    return identity;
-  std::memcpy(identity.bytes.data(), boot_id.data(), boot_id.size());
-  strata::detail::store_le<std::uint64_t>(identity.bytes.data() + 40,
-                                          static_cast<std::uint64_t>(netns.st_dev));
-  strata::detail::store_le<std::uint64_t>(identity.bytes.data() + 48,
-                                          static_cast<std::uint64_t>(netns.st_ino));
-  return identity;
-}
-
-}  // namespace strata::transport::shm
-// ---- end strata/transport/shm/host.hpp ----
 // ---- begin strata/transport/tcp/control.hpp ----
 // strata/transport/tcp/control.hpp — one call's side of the control connections: what the
 // peers say while the call runs, and the call's failures explained.
@@ -8313,6 +7739,31 @@ std::string join(const Range& range, std::string_view separator) {
 #include <string_view>
 #include <system_error>
 
+// ---- begin strata/core/detail/little_endian.hpp ----
+// strata/core/detail/little_endian.hpp — integers as little-endian bytes, whatever the host's
+// order: every strata wire format (frames, handshakes, parameter-server payloads) uses it.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::detail {
+
+template <class U>
+constexpr void store_le(std::byte* out, U value) noexcept {
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    out[i] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * i)) & 0xFF);
+}
+
+template <class U>
+constexpr U load_le(const std::byte* in) noexcept {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < sizeof(U); ++i)
+    value |= static_cast<std::uint64_t>(in[i]) << (8 * i);
+  return static_cast<U>(value);
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/little_endian.hpp ----
 
 namespace strata::transport::tcp {
 
@@ -11582,39 +11033,6 @@ void run_algorithm(MessageLink& link, const CollectiveCall& call, const TcpOptio
   }
 }
 
-/// Staging buffers of shared memory: half a TCP chunk (TcpOptions::chunk_bytes), within what a
-/// region of many ranks can hold.
-inline std::size_t shared_slot_bytes(const TcpOptions& tcp) noexcept {
-  const std::size_t bytes =
-      std::clamp<std::size_t>(tcp.chunk_bytes / 2, std::size_t{32} << 10, std::size_t{16} << 20);
-  return bytes / 64 * 64;
-}
-
-/// What a shared-memory call does while it waits: reads the peers' control connections (a
-/// dead peer closed them, a failed one said why) and keeps the deadline.
-struct SharedMemoryWatch {
-  transport::tcp::CallControl& control;
-
-  void operator()(int peer) {
-    control.poll(0);
-    const auto& state = control.group().peer_state(peer);
-    if (state.departed || state.closed) control.peer_closed(peer);
-    if (control.deadline().expired()) control.timed_out({peer});
-  }
-
-  /// Some rank marked the region failed: its reason follows on its control connection.
-  [[noreturn]] void group_failed() {
-    auto& group = control.group();
-    const auto until = Clock::now() + std::chrono::seconds(2);
-    while (!group.failed() && Clock::now() < until)
-      control.poll(10);
-    if (group.failed()) group.raise_failure(control.operation());
-    throw PeerFailureError(
-        control.rank(), control.operation(),
-        RootCause{-1, "a rank of this host failed the group without saying why"});
-  }
-};
-
 }  // namespace detail::tcp_communicator
 
 STRATA_DECL TcpMembership membership_of(cluster::ResolvedCluster& resolved) {
@@ -11665,94 +11083,6 @@ STRATA_DECL TcpCommunicator::TcpCommunicator(TcpMembership membership, TcpOption
   state_->group = std::make_unique<transport::tcp::Group>(
       std::move(mesh), static_cast<std::uint32_t>(tcp.chunk_bytes), tcp.lend_from_bytes);
   if (tcp.shared_memory && size > 1) share_memory(options);
-}
-
-STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& options) {
-  namespace shm = transport::shm;
-  const int n = size();
-  const int r = rank();
-  const CallOptions call_options{options.timeout};
-  // Gathers only: a byte all-reduce here would compile the uint8 kernels into every user.
-  auto gather_tcp = [&](const void* send, void* recv, std::size_t count) {
-    const CollectiveCall call{
-        Collective::all_gather, DataType::uint8, count, ReduceOp::sum, 0, send, recv};
-    execute(*state_, call, call_options);
-  };
-  // Every rank learns every rank's host; hosts are numbered in the order of their lowest
-  // rank, and a rank whose host is unknown is a host of its own.
-  const shm::HostIdentity host = shm::this_host();
-  std::vector<shm::HostIdentity> identities(static_cast<std::size_t>(n));
-  gather_tcp(host.bytes.data(), identities.data(), shm::HostIdentity::kBytes);
-  std::vector<std::vector<int>> hosts;
-  std::vector<int> host_of(static_cast<std::size_t>(n));
-  for (int q = 0; q < n; ++q) {
-    const auto& identity = identities[static_cast<std::size_t>(q)];
-    std::size_t h = 0;
-    while (h < hosts.size() &&
-           !(identity.known() && identities[static_cast<std::size_t>(hosts[h][0])] == identity))
-      ++h;
-    if (h == hosts.size()) hosts.emplace_back();
-    hosts[h].push_back(q);
-    host_of[static_cast<std::size_t>(q)] = static_cast<int>(h);
-  }
-  if (hosts.size() == static_cast<std::size_t>(n)) return;  // no two ranks share a host
-  const std::vector<int>& mine =
-      hosts[static_cast<std::size_t>(host_of[static_cast<std::size_t>(r)])];
-  const int local_size = static_cast<int>(mine.size());
-  const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
-  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp)};
-  // The lowest rank of each host with company creates its region; every rank learns where its
-  // own host's is collected. A rank the system refuses says so, and the group stays on TCP.
-  using Offer = std::array<std::byte, 1 + sizeof(shm::HandoverTicket)>;
-  std::optional<shm::Region> region;
-  std::optional<shm::HandoverServer> server;
-  Offer offer{};
-  if (local_size > 1 && local_rank == 0) {
-    try {
-      region = shm::Region::create(layout.total_bytes(), r);
-      shm::Group::initialize(*region, layout);
-      server.emplace(r);
-      offer[0] = std::byte{1};
-      std::memcpy(offer.data() + 1, &server->ticket(), sizeof(shm::HandoverTicket));
-    } catch (const Error&) {
-    }
-  }
-  std::vector<Offer> offers(static_cast<std::size_t>(n));
-  gather_tcp(offer.data(), offers.data(), offer.size());
-  std::uint8_t ready = 1;
-  if (local_size > 1) {
-    const Offer& leader = offers[static_cast<std::size_t>(mine[0])];
-    const auto handover_deadline = Deadline::after(
-        std::min<std::chrono::nanoseconds>(options.timeout, std::chrono::seconds(10)));
-    try {
-      if (leader[0] != std::byte{1}) {
-        ready = 0;
-      } else if (local_rank == 0) {
-        server->serve(region->fd(), local_size - 1, handover_deadline);
-      } else {
-        shm::HandoverTicket ticket;
-        std::memcpy(&ticket, leader.data() + 1, sizeof ticket);
-        region = shm::Region::adopt(shm::collect_handover(ticket, r, handover_deadline),
-                                    layout.total_bytes(), r, mine[0]);
-        if (!shm::Group::describes(*region, layout)) ready = 0;
-      }
-    } catch (const Error&) {
-      ready = 0;
-    }
-  }
-  std::vector<std::uint8_t> all_ready(static_cast<std::size_t>(n));
-  gather_tcp(&ready, all_ready.data(), 1);
-  if (std::find(all_ready.begin(), all_ready.end(), std::uint8_t{0}) != all_ready.end()) return;
-  if (region) {
-    region->close_fd();
-    state_->shm = std::make_unique<shm::Group>(std::move(*region), layout, local_rank,
-                                               !state_->group->ranks_share_cpus());
-    state_->shm->name_ranks(mine);
-  }
-  if (hosts.size() > 1) {
-    state_->hosts = std::move(hosts);
-    state_->host_of = std::move(host_of);
-  }
 }
 
 STRATA_DECL std::vector<TcpCommunicator> TcpCommunicator::create(int size,
@@ -11879,6 +11209,696 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
   } catch (...) {
     group.fail(std::current_exception());
     throw;
+  }
+}
+
+}  // namespace strata::communicator
+
+// ---- begin strata/communicator/impl/tcp_shared_memory.ipp ----
+// strata/communicator/impl/tcp_shared_memory.ipp — TcpCommunicator's calls among the ranks of
+// one host: the region they share (share_memory), a call run through it, and a call over
+// several hosts with shared memory inside each. Included at the end of communicator/impl/tcp.ipp,
+// never on its own.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+// ---- begin strata/transport/shm/collectives.hpp ----
+// strata/transport/shm/collectives.hpp — every collective over a shared region (group.hpp).
+//
+// Ranks in separate processes cannot read each other's buffers, so each stages what its peers
+// need in its own block and publishes a step; the peers then work straight from the staged
+// bytes, in the in-process algorithms' shape (AllReduceScatterGather):
+//   small calls      (a rank's contribution fits Layout::kSmallBytes) one step: every rank
+//                    stages its data, waits for all, and reads what it needs; an all-reduce
+//                    reduces all n staged inputs itself, in rank order.
+//   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
+//                    the own slice from the n staged copies (the own input in place) into the
+//                    output and the own staging buffer; step; copy the other slices out.
+//   reduce           the same, only the root copies out.
+//   broadcast        per chunk: the root stages, the others copy out; one step.
+//   all_gather       per chunk of the block: every rank stages its block, all copy out.
+//   reduce_scatter   per chunk: stage the pieces of the other ranks' blocks; each rank reduces
+//                    its own block's piece.
+// A call's first step also publishes its descriptor, which every rank compares before reading
+// any data: a disagreement is a MismatchError on every rank. Each element is reduced once, in
+// rank order, by one kernel: all ranks end with the same bits, as AllReduceReduceToOne's.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::transport::shm {
+
+namespace detail {
+
+inline void copy_bytes(void* to, const void* from, std::size_t bytes) noexcept {
+  if (bytes != 0 && to != from) std::memcpy(to, from, bytes);
+}
+
+inline const std::byte* bytes_of(const void* p) noexcept {
+  return static_cast<const std::byte*>(p);
+}
+inline std::byte* bytes_of(void* p) noexcept {
+  return static_cast<std::byte*>(p);
+}
+
+/// What each rank stages of `call` in all: its contribution.
+inline std::size_t contribution_bytes(const CollectiveCall& call, int size) noexcept {
+  const std::size_t bytes = call.count * size_of(call.type);
+  if (call.kind == Collective::reduce_scatter) return bytes * static_cast<std::size_t>(size);
+  return call.kind == Collective::barrier ? 0 : bytes;
+}
+
+/// Raises MismatchError unless every rank posted the same calls. Every rank compares the same
+/// descriptors, so all raise or none does.
+inline void check_agreement(const Group& group, const CollectiveCall& user, std::uint64_t number) {
+  using Posted = Group::Posted;
+  const std::optional<Posted> first = group.posted(0, number);
+  for (int r = 1; r < group.size(); ++r) {
+    const std::optional<Posted> other = group.posted(r, number);
+    if (first && other && agrees(first->call, other->call) && agrees(first->user, other->user))
+      continue;
+    auto text = [](const std::optional<Posted>& posted) {
+      return posted ? describe(posted->user) : std::string("a call this version does not know");
+    };
+    throw MismatchError(
+        group.group_rank(group.rank()), to_string(user.kind),
+        fmt::format("ranks disagree: rank {} called {} but rank {} called {}", group.group_rank(0),
+                    text(first), group.group_rank(r), text(other)));
+  }
+}
+
+/// The call's first step: posts the descriptors with what was staged, waits for every rank,
+/// compares.
+template <class Watch>
+void open_call(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+               std::uint64_t number, Watch& watch) {
+  group.post(call, user, number);
+  group.publish();
+  group.wait_all(group.step(), watch);
+  check_agreement(group, user, number);
+}
+
+/// Publishes what this rank staged of a chunk and waits for every rank's: the call's first
+/// chunk opens the call (its descriptors are compared).
+template <class Watch>
+void exchange_chunk(Group& group, bool first, const CollectiveCall& call,
+                    const CollectiveCall& user, std::uint64_t number, Watch& watch) {
+  if (first) {
+    open_call(group, call, user, number, watch);
+    return;
+  }
+  group.publish();
+  group.wait_all(group.step(), watch);
+}
+
+template <class Watch>
+void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+               std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t bytes = call.count * size_of(call.type);
+  const std::uint64_t parity = group.step() + 1;  // the step that publishes what is staged
+  std::byte* staged = group.small(r, parity);
+  const bool stages =
+      call.kind != Collective::barrier && (call.kind != Collective::broadcast || r == call.root);
+  if (stages) copy_bytes(staged, call.send, contribution_bytes(call, n));
+  open_call(group, call, user, number, watch);
+  if (bytes == 0) return;
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  switch (call.kind) {
+    case Collective::reduce:
+      if (r != call.root) return;
+      [[fallthrough]];
+    case Collective::all_reduce:
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] = group.small(q, parity);
+      kernels_of(call).reduce_n(call.recv, inputs.data(), inputs.size(), call.count, call.op);
+      return;
+    case Collective::reduce_scatter:
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] =
+            group.small(q, parity) + static_cast<std::size_t>(r) * bytes;
+      kernels_of(call).reduce_n(call.recv, inputs.data(), inputs.size(), call.count, call.op);
+      return;
+    case Collective::broadcast:
+      copy_bytes(call.recv, r == call.root ? call.send : group.small(call.root, parity), bytes);
+      return;
+    case Collective::all_gather:
+      for (int q = 0; q < n; ++q)
+        copy_bytes(bytes_of(call.recv) + static_cast<std::size_t>(q) * bytes,
+                   q == r ? call.send : group.small(q, parity), bytes);
+      return;
+    case Collective::barrier:
+      return;
+  }
+}
+
+// all_reduce and reduce, chunk by chunk (see the file comment).
+template <class Watch>
+void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                   std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  const bool all = call.kind == Collective::all_reduce;
+  const bool copies_out = all || r == call.root;
+  const std::byte* in = bytes_of(call.send);
+  std::byte* out = bytes_of(call.recv);
+  const ReduceKernels& kernels = kernels_of(call);
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t m = std::min(per_chunk, call.count - base);
+    const std::uint64_t parity = group.next_chunk();
+    std::byte* own_slot = group.chunk(r, parity);
+    auto slice = [&](int q) { return strata::detail::slice_of(m, element, n, q); };
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const auto s = slice(q);
+      copy_bytes(own_slot + s.begin * element, in + (base + s.begin) * element, s.size() * element);
+    }
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    const auto own = slice(r);
+    if (own.size() != 0) {
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] = q == r ? in + (base + own.begin) * element
+                                                     : group.chunk(q, parity) + own.begin * element;
+      std::byte* staged = own_slot + own.begin * element;
+      std::byte* target = copies_out ? out + (base + own.begin) * element : staged;
+      kernels.reduce_n(target, inputs.data(), inputs.size(), own.size(), call.op);
+      if (all) copy_bytes(staged, target, own.size() * element);  // a reduce's root reads no slot
+    }
+    group.publish();
+    if (!copies_out) continue;
+    group.wait_all(group.step(), watch);
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const auto s = slice(q);
+      copy_bytes(out + (base + s.begin) * element, group.chunk(q, parity) + s.begin * element,
+                 s.size() * element);
+    }
+  }
+}
+
+template <class Watch>
+void run_broadcast(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                   std::uint64_t number, Watch& watch) {
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t bytes = std::min(per_chunk, call.count - base) * element;
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    if (r == call.root) copy_bytes(group.chunk(r, parity), bytes_of(call.send) + offset, bytes);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    copy_bytes(bytes_of(call.recv) + offset,
+               r == call.root ? bytes_of(call.send) + offset : group.chunk(call.root, parity),
+               bytes);
+  }
+}
+
+template <class Watch>
+void run_all_gather(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                    std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  const std::size_t block = call.count * element;
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t bytes = std::min(per_chunk, call.count - base) * element;
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    copy_bytes(group.chunk(r, parity), bytes_of(call.send) + offset, bytes);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    for (int q = 0; q < n; ++q)
+      copy_bytes(bytes_of(call.recv) + static_cast<std::size_t>(q) * block + offset,
+                 q == r ? bytes_of(call.send) + offset : group.chunk(q, parity), bytes);
+  }
+}
+
+template <class Watch>
+void run_reduce_scatter(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                        std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  // The slot holds one piece of every rank's block.
+  const std::size_t per_piece = group.slot_bytes() / (static_cast<std::size_t>(n) * element);
+  const std::size_t piece_bytes = per_piece * element;
+  const std::size_t block = call.count * element;
+  const std::byte* in = bytes_of(call.send);
+  const ReduceKernels& kernels = kernels_of(call);
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  for (std::size_t base = 0; base < call.count; base += per_piece) {
+    const std::size_t m = std::min(per_piece, call.count - base);
+    const std::uint64_t parity = group.next_chunk();
+    const std::size_t offset = base * element;
+    std::byte* own_slot = group.chunk(r, parity);
+    for (int q = 0; q < n; ++q)
+      if (q != r)
+        copy_bytes(own_slot + static_cast<std::size_t>(q) * piece_bytes,
+                   in + static_cast<std::size_t>(q) * block + offset, m * element);
+    exchange_chunk(group, base == 0, call, user, number, watch);
+    for (int q = 0; q < n; ++q)
+      inputs[static_cast<std::size_t>(q)] =
+          q == r ? in + static_cast<std::size_t>(r) * block + offset
+                 : group.chunk(q, parity) + static_cast<std::size_t>(r) * piece_bytes;
+    kernels.reduce_n(bytes_of(call.recv) + offset, inputs.data(), inputs.size(), m, call.op);
+  }
+}
+
+}  // namespace detail
+
+/// Runs `call` on this rank of `group`; `number` is the call's number, equal on every rank.
+/// `watch` looks at the peers and the deadline while the call waits (Group::wait_for). `user`:
+/// the call the user made, of which `call` is a stage, compared across ranks with it.
+/// @throws MismatchError when the ranks posted different calls; what `watch` throws.
+template <class Watch>
+void run(Group& group, const CollectiveCall& call, const CollectiveCall& user, std::uint64_t number,
+         Watch& watch) {
+  if (detail::contribution_bytes(call, group.size()) <= Layout::kSmallBytes) {
+    detail::run_small(group, call, user, number, watch);
+    return;
+  }
+  switch (call.kind) {
+    case Collective::all_reduce:
+    case Collective::reduce:
+      detail::run_reduction(group, call, user, number, watch);
+      return;
+    case Collective::broadcast:
+      detail::run_broadcast(group, call, user, number, watch);
+      return;
+    case Collective::all_gather:
+      detail::run_all_gather(group, call, user, number, watch);
+      return;
+    case Collective::reduce_scatter:
+      detail::run_reduce_scatter(group, call, user, number, watch);
+      return;
+    case Collective::barrier:  // contributes nothing: small
+      return;
+  }
+}
+
+/// Runs `call` as the user made it.
+template <class Watch>
+void run(Group& group, const CollectiveCall& call, std::uint64_t number, Watch& watch) {
+  run(group, call, call, number, watch);
+}
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/collectives.hpp ----
+// ---- begin strata/transport/shm/handover.hpp ----
+// strata/transport/shm/handover.hpp — passing the region's descriptor to the co-located ranks.
+//
+// A descriptor crosses processes only over a Unix socket (SCM_RIGHTS). The owner listens on an
+// abstract address (no file to leave behind; scoped to the network namespace, which the ranks
+// share) whose random name, with a random secret, it sends its peers over their authenticated
+// TCP connections. A peer connects and proves it holds the secret before it is given the
+// descriptor: a process that finds the address without the TCP connection gets nothing.
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+
+namespace strata::transport::shm {
+
+/// What the owner tells its peers over TCP: the abstract address and the secret.
+struct HandoverTicket {
+  static constexpr std::size_t kNameBytes = 24;
+  static constexpr std::size_t kSecretBytes = 16;
+  std::array<std::byte, kNameBytes> name{};
+  std::array<std::byte, kSecretBytes> secret{};
+};
+
+namespace detail {
+
+inline void fill_random(std::span<std::byte> bytes, int rank) {
+  std::size_t filled = 0;
+  while (filled < bytes.size()) {
+    const auto n = ::getrandom(bytes.data() + filled, bytes.size() - filled, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw ConfigurationError(rank, "shared memory",
+                               fmt::format("getrandom failed: {}", std::strerror(errno)),
+                               "turn shared memory off (TcpOptions::shared_memory = false)");
+    filled += static_cast<std::size_t>(n);
+  }
+}
+
+// "\0strata-shm-" and the name in hex: an abstract address.
+inline std::pair<sockaddr_un, socklen_t> abstract_address(const HandoverTicket& ticket) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::string text = "strata-shm-";
+  for (std::byte b : ticket.name)
+    text += fmt::format("{:02x}", static_cast<unsigned>(b));
+  std::memcpy(address.sun_path + 1, text.data(), text.size());
+  return {address, static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + text.size())};
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) noexcept : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// Waits until `fd` has `events`, the deadline at most; false at the deadline.
+inline bool wait_for(int fd, short events, const Deadline& deadline) {
+  for (;;) {
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline.time_point() - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd poll_fd{fd, events, 0};
+    const int ready =
+        ::poll(&poll_fd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (ready > 0) return true;
+    if (ready < 0 && errno != EINTR) return false;
+  }
+}
+
+// One byte and room for one descriptor: the message that carries the region.
+struct DescriptorMessage {
+  char byte = 's';
+  iovec part{&byte, 1};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
+  msghdr header{};
+  DescriptorMessage() noexcept {
+    header.msg_iov = &part;
+    header.msg_iovlen = 1;
+    header.msg_control = control.data();
+    header.msg_controllen = control.size();
+  }
+  DescriptorMessage(const DescriptorMessage&) = delete;
+  DescriptorMessage& operator=(const DescriptorMessage&) = delete;
+};
+
+[[noreturn]] inline void handover_failed(int rank, std::string_view what) {
+  throw ConfigurationError(rank, "shared memory", fmt::format("handing over the region: {}", what),
+                           "turn shared memory off (TcpOptions::shared_memory = false) if the "
+                           "ranks of this host cannot reach each other over Unix sockets");
+}
+
+}  // namespace detail
+
+/// The owner's side: listens from construction; `serve` hands the descriptor to `peers`
+/// connections that present the secret.
+class HandoverServer {
+ public:
+  explicit HandoverServer(int rank) : rank_(rank) {
+    detail::fill_random(ticket_.name, rank);
+    detail::fill_random(ticket_.secret, rank);
+    socket_ = detail::Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (socket_.get() < 0) detail::handover_failed(rank, std::strerror(errno));
+    const auto [address, length] = detail::abstract_address(ticket_);
+    if (::bind(socket_.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+        ::listen(socket_.get(), 128) != 0)
+      detail::handover_failed(rank, std::strerror(errno));
+  }
+
+  const HandoverTicket& ticket() const noexcept { return ticket_; }
+
+  /// Hands `fd` to `peers` connections that present the secret, by the deadline. Connections
+  /// without it are closed and do not count.
+  /// @throws ConfigurationError when the peers did not all come by the deadline.
+  void serve(int fd, int peers, const Deadline& deadline) {
+    int served = 0;
+    while (served < peers) {
+      if (!detail::wait_for(socket_.get(), POLLIN, deadline))
+        detail::handover_failed(rank_, fmt::format("{} of {} co-located ranks did not collect it",
+                                                   peers - served, peers));
+      detail::Fd peer(::accept4(socket_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (peer.get() < 0) continue;
+      std::array<std::byte, HandoverTicket::kSecretBytes> secret{};
+      std::size_t got = 0;
+      while (got < secret.size() && detail::wait_for(peer.get(), POLLIN, deadline)) {
+        const auto n = ::recv(peer.get(), secret.data() + got, secret.size() - got, MSG_DONTWAIT);
+        if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) break;
+        if (n > 0) got += static_cast<std::size_t>(n);
+      }
+      if (got != secret.size() || secret != ticket_.secret) continue;
+      detail::DescriptorMessage message;
+      cmsghdr* header = CMSG_FIRSTHDR(&message.header);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(header), &fd, sizeof(int));
+      if (::sendmsg(peer.get(), &message.header, MSG_NOSIGNAL) == 1) ++served;
+    }
+  }
+
+ private:
+  int rank_;
+  HandoverTicket ticket_;
+  detail::Fd socket_;
+};
+
+/// A peer's side: collects the descriptor the ticket's owner hands over.
+/// @throws ConfigurationError when it cannot be collected by the deadline.
+inline int collect_handover(const HandoverTicket& ticket, int rank, const Deadline& deadline) {
+  detail::Fd socket(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (socket.get() < 0) detail::handover_failed(rank, std::strerror(errno));
+  const auto [address, length] = detail::abstract_address(ticket);
+  if (::connect(socket.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN)
+      detail::handover_failed(rank, fmt::format("connect: {}", std::strerror(errno)));
+    if (!detail::wait_for(socket.get(), POLLOUT, deadline))
+      detail::handover_failed(rank, "the owner did not accept by the deadline");
+  }
+  if (::send(socket.get(), ticket.secret.data(), ticket.secret.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(ticket.secret.size()))
+    detail::handover_failed(rank, fmt::format("send: {}", std::strerror(errno)));
+  if (!detail::wait_for(socket.get(), POLLIN, deadline))
+    detail::handover_failed(rank, "the owner did not answer by the deadline");
+  detail::DescriptorMessage message;
+  if (::recvmsg(socket.get(), &message.header, MSG_CMSG_CLOEXEC) != 1)
+    detail::handover_failed(rank, "the owner closed without handing it over");
+  const cmsghdr* header = CMSG_FIRSTHDR(&message.header);
+  if (header == nullptr || header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS ||
+      header->cmsg_len != CMSG_LEN(sizeof(int)))
+    detail::handover_failed(rank, "the owner's answer carries no descriptor");
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(header), sizeof(int));
+  return fd;
+}
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/handover.hpp ----
+// ---- begin strata/transport/shm/host.hpp ----
+// strata/transport/shm/host.hpp — which ranks can share memory: one boot, one network namespace.
+//
+// The boot id tells one running kernel from another (a host, a VM, a rebooted host); the
+// network namespace tells containers apart that share a kernel but not an abstract Unix socket
+// namespace, over which the region is handed over (handover.hpp).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <sys/stat.h>
+
+
+namespace strata::transport::shm {
+
+/// This process's host, as ranks compare it: 64 bytes, all zero when unknown (never shared).
+struct HostIdentity {
+  static constexpr std::size_t kBytes = 64;
+  std::array<std::byte, kBytes> bytes{};
+
+  bool known() const noexcept { return bytes != std::array<std::byte, kBytes>{}; }
+  friend bool operator==(const HostIdentity&, const HostIdentity&) = default;
+};
+
+/// The identity of the host this process runs on: boot id, then the network namespace's
+/// device and inode numbers.
+inline HostIdentity this_host() {
+  HostIdentity identity;
+  std::string boot_id;
+  std::ifstream file("/proc/sys/kernel/random/boot_id");
+  struct stat netns {};
+  if (!std::getline(file, boot_id) || boot_id.size() < 32 || boot_id.size() > 40 ||
+      ::stat("/proc/self/ns/net", &netns) != 0)
+    return identity;
+  std::memcpy(identity.bytes.data(), boot_id.data(), boot_id.size());
+  strata::detail::store_le<std::uint64_t>(identity.bytes.data() + 40,
+                                          static_cast<std::uint64_t>(netns.st_dev));
+  strata::detail::store_le<std::uint64_t>(identity.bytes.data() + 48,
+                                          static_cast<std::uint64_t>(netns.st_ino));
+  return identity;
+}
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/host.hpp ----
+
+namespace strata::communicator {
+
+namespace detail::tcp_communicator {
+
+/// Staging buffers of shared memory: half a TCP chunk (TcpOptions::chunk_bytes), within what a
+/// region of many ranks can hold.
+inline std::size_t shared_slot_bytes(const TcpOptions& tcp) noexcept {
+  const std::size_t bytes =
+      std::clamp<std::size_t>(tcp.chunk_bytes / 2, std::size_t{32} << 10, std::size_t{16} << 20);
+  return bytes / 64 * 64;
+}
+
+/// What a shared-memory call does while it waits: reads the peers' control connections (a
+/// dead peer closed them, a failed one said why) and keeps the deadline.
+struct SharedMemoryWatch {
+  transport::tcp::CallControl& control;
+
+  void operator()(int peer) {
+    control.poll(0);
+    const auto& state = control.group().peer_state(peer);
+    if (state.departed || state.closed) control.peer_closed(peer);
+    if (control.deadline().expired()) control.timed_out({peer});
+  }
+
+  /// Some rank marked the region failed: its reason follows on its control connection.
+  [[noreturn]] void group_failed() {
+    auto& group = control.group();
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (!group.failed() && Clock::now() < until)
+      control.poll(10);
+    if (group.failed()) group.raise_failure(control.operation());
+    throw PeerFailureError(
+        control.rank(), control.operation(),
+        RootCause{-1, "a rank of this host failed the group without saying why"});
+  }
+};
+
+}  // namespace detail::tcp_communicator
+
+STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& options) {
+  namespace shm = transport::shm;
+  const int n = size();
+  const int r = rank();
+  const CallOptions call_options{options.timeout};
+  // Gathers only: a byte all-reduce here would compile the uint8 kernels into every user.
+  auto gather_tcp = [&](const void* send, void* recv, std::size_t count) {
+    const CollectiveCall call{
+        Collective::all_gather, DataType::uint8, count, ReduceOp::sum, 0, send, recv};
+    execute(*state_, call, call_options);
+  };
+  // Every rank learns every rank's host; hosts are numbered in the order of their lowest
+  // rank, and a rank whose host is unknown is a host of its own.
+  const shm::HostIdentity host = shm::this_host();
+  std::vector<shm::HostIdentity> identities(static_cast<std::size_t>(n));
+  gather_tcp(host.bytes.data(), identities.data(), shm::HostIdentity::kBytes);
+  std::vector<std::vector<int>> hosts;
+  std::vector<int> host_of(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    const auto& identity = identities[static_cast<std::size_t>(q)];
+    std::size_t h = 0;
+    while (h < hosts.size() &&
+           !(identity.known() && identities[static_cast<std::size_t>(hosts[h][0])] == identity))
+      ++h;
+    if (h == hosts.size()) hosts.emplace_back();
+    hosts[h].push_back(q);
+    host_of[static_cast<std::size_t>(q)] = static_cast<int>(h);
+  }
+  if (hosts.size() == static_cast<std::size_t>(n)) return;  // no two ranks share a host
+  const std::vector<int>& mine =
+      hosts[static_cast<std::size_t>(host_of[static_cast<std::size_t>(r)])];
+  const int local_size = static_cast<int>(mine.size());
+  const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
+  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp)};
+  // The lowest rank of each host with company creates its region; every rank learns where its
+  // own host's is collected. A rank the system refuses says so, and the group stays on TCP.
+  using Offer = std::array<std::byte, 1 + sizeof(shm::HandoverTicket)>;
+  std::optional<shm::Region> region;
+  std::optional<shm::HandoverServer> server;
+  Offer offer{};
+  if (local_size > 1 && local_rank == 0) {
+    try {
+      region = shm::Region::create(layout.total_bytes(), r);
+      shm::Group::initialize(*region, layout);
+      server.emplace(r);
+      offer[0] = std::byte{1};
+      std::memcpy(offer.data() + 1, &server->ticket(), sizeof(shm::HandoverTicket));
+    } catch (const Error&) {
+    }
+  }
+  std::vector<Offer> offers(static_cast<std::size_t>(n));
+  gather_tcp(offer.data(), offers.data(), offer.size());
+  std::uint8_t ready = 1;
+  if (local_size > 1) {
+    const Offer& leader = offers[static_cast<std::size_t>(mine[0])];
+    const auto handover_deadline = Deadline::after(
+        std::min<std::chrono::nanoseconds>(options.timeout, std::chrono::seconds(10)));
+    try {
+      if (leader[0] != std::byte{1}) {
+        ready = 0;
+      } else if (local_rank == 0) {
+        server->serve(region->fd(), local_size - 1, handover_deadline);
+      } else {
+        shm::HandoverTicket ticket;
+        std::memcpy(&ticket, leader.data() + 1, sizeof ticket);
+        region = shm::Region::adopt(shm::collect_handover(ticket, r, handover_deadline),
+                                    layout.total_bytes(), r, mine[0]);
+        if (!shm::Group::describes(*region, layout)) ready = 0;
+      }
+    } catch (const Error&) {
+      ready = 0;
+    }
+  }
+  std::vector<std::uint8_t> all_ready(static_cast<std::size_t>(n));
+  gather_tcp(&ready, all_ready.data(), 1);
+  if (std::find(all_ready.begin(), all_ready.end(), std::uint8_t{0}) != all_ready.end()) return;
+  if (region) {
+    region->close_fd();
+    state_->shm = std::make_unique<shm::Group>(std::move(*region), layout, local_rank,
+                                               !state_->group->ranks_share_cpus());
+    state_->shm->name_ranks(mine);
+  }
+  if (hosts.size() > 1) {
+    state_->hosts = std::move(hosts);
+    state_->host_of = std::move(host_of);
   }
 }
 
@@ -12044,6 +12064,7 @@ STRATA_DECL void TcpCommunicator::execute_across_hosts(State& state, const Colle
 }
 
 }  // namespace strata::communicator
+// ---- end strata/communicator/impl/tcp_shared_memory.ipp ----
 // ---- end strata/communicator/impl/tcp.ipp ----
 #endif
 // ---- end strata/communicator/tcp.hpp ----
@@ -25202,327 +25223,7 @@ struct Server::State : transport::tcp::ServiceHandler {
   using ReadPayload = transport::tcp::ReadPayload;
   using SendReply = transport::tcp::SendReply;
 
-  // One worker connection's requests, one at a time.
-  class Session : public transport::tcp::ServiceSession {
-   public:
-    Session(State& state, int rank, transport::tcp::ServiceReplier replier)
-        : state_(state), rank_(rank), replier_(std::move(replier)) {}
-    ~Session() override { state_.forget(this); }
-    Session(const Session&) = delete;
-    Session& operator=(const Session&) = delete;
-
-    // Sends the reply this session's waiting push_pull of shard `handle` deferred.
-    void release(std::uint32_t handle) {
-      replier_(std::get<SendReply>(values_reply(handle, state_.shards[handle].version)));
-    }
-
-    SessionStep on_request(const transport::tcp::FrameHeader& request) override {
-      request_ = request;
-      const auto operation = static_cast<std::uint8_t>(request.kind);
-      if (operation < 1 || operation > kLastOperation)
-        return error(Status::bad_request, fmt::format("unknown operation {}", operation));
-      switch (static_cast<Operation>(operation)) {
-        case Operation::create:
-          if (request.payload_bytes < kCreateSpecBytes)
-            return error(Status::bad_request, "a create request without its spec");
-          stage_ = Stage::create_spec;
-          return read(std::span(prefix_.data(), kCreateSpecBytes));
-        case Operation::done:
-          if (request.payload_bytes != 0)
-            return error(Status::bad_request, "a done request carries nothing");
-          return state_.finished(rank_);
-        default:
-          return on_shard_request();
-      }
-    }
-
-    SessionStep on_payload() override {
-      switch (stage_) {
-        case Stage::create_spec:
-          return on_create_spec();
-        case Stage::create_name:
-          return on_create_name();
-        case Stage::create_values:
-          return ok(handle_);
-        case Stage::push_values:
-          return on_values();
-        case Stage::state_spec:
-          return on_state_spec();
-        case Stage::state_slots:
-          return on_state_slots();
-      }
-      return error(Status::bad_request, "a request out of order");
-    }
-
-    // A push waited for the server's hold: the client hears which replicas held it back before
-    // its own deadline would name only this ps task.
-    SessionStep on_hold_expired() override {
-      Shard& shard = state_.shards[handle_];
-      const std::string names = detail::waited_for(shard, this);
-      detail::forget(shard, this);
-      const bool bounded = shard.sync.spec.mode == SyncSpec::Mode::bounded_staleness;
-      return error(
-          Status::held_too_long,
-          fmt::format("{} held this push of variable '{}' for {} ms waiting for {} to {}: a worker "
-                      "stopped or hung without closing its connections",
-                      state_.who(), shard.name, state_.hold().count(),
-                      names.empty() ? std::string("the other replicas") : names,
-                      bounded ? fmt::format("come within {} steps", shard.sync.spec.bound)
-                              : fmt::format("push step {}", shard.version)));
-    }
-
-   private:
-    enum class Stage : std::uint8_t {
-      create_spec,
-      create_name,
-      create_values,
-      push_values,
-      state_spec,
-      state_slots
-    };
-
-    static SessionStep read(std::span<std::byte> into) { return ReadPayload{{into}}; }
-    static SessionStep read(std::span<std::byte> first, std::span<std::byte> second) {
-      return ReadPayload{{first, second}};
-    }
-
-    SessionStep error(Status status, std::string why) {
-      text_ = std::move(why);
-      SendReply reply;
-      reply.status = static_cast<std::uint8_t>(status);
-      reply.payload =
-          std::as_bytes(std::span(text_.data(), std::min(text_.size(), std::size_t{4096})));
-      return reply;
-    }
-
-    SendReply ok(std::uint64_t count) const {
-      SendReply reply;
-      reply.count = count;
-      return reply;
-    }
-
-    SessionStep on_create_spec() {
-      const std::uint64_t left = request_.payload_bytes - kCreateSpecBytes;
-      const auto spec = decode_create(std::span<const std::byte>(prefix_.data(), kCreateSpecBytes));
-      if (!spec || !detail::is_value_type(request_.element_type) ||
-          spec->elements != request_.count ||
-          left !=
-              padded_name_bytes(spec->name_bytes) + spec->elements * size_of(request_.element_type))
-        return error(Status::bad_request,
-                     "a malformed create request (its spec, name and sizes do not add up)");
-      spec_ = *spec;
-      name_.assign(padded_name_bytes(spec->name_bytes), '\0');
-      stage_ = Stage::create_name;
-      return read(std::as_writable_bytes(std::span(name_)));
-    }
-
-    SessionStep on_create_name() {
-      name_.resize(spec_.name_bytes);
-      const DataType type = request_.element_type;
-      if (const auto existing = state_.find(name_)) {
-        const Shard& shard = state_.shards[*existing];
-        if (shard.type != type || shard.elements != spec_.elements || shard.update != spec_.update)
-          return error(Status::exists_differently,
-                       fmt::format("variable '{}' exists on {} with {} {} elements (update rule "
-                                   "{}); the request has {} {} elements (update rule {})",
-                                   shard.name, state_.who(), shard.elements, to_string(shard.type),
-                                   static_cast<int>(shard.update), spec_.elements, to_string(type),
-                                   static_cast<int>(spec_.update)));
-        // Created before (by another worker, or by this one before it restarted): its values
-        // win, and travel back so that the caller starts from them. The unread initial values
-        // are dropped by the service.
-        return values_reply(*existing, *existing);
-      }
-      handle_ = state_.create(name_, type, spec_);
-      stage_ = Stage::create_values;
-      return read(state_.bytes_of(handle_));
-    }
-
-    SessionStep on_shard_request() {
-      const auto operation = static_cast<Operation>(request_.kind);
-      const auto handle = static_cast<std::uint32_t>(request_.root);
-      if (handle >= state_.shards.size())
-        return error(Status::unknown_variable,
-                     fmt::format("{} holds no variable with handle {} ({} created): it was never "
-                                 "created there, or the ps task restarted and lost its variables",
-                                 state_.who(), handle, state_.shards.size()));
-      const Shard& shard = state_.shards[handle];
-      const bool push = operation == Operation::push || operation == Operation::push_pull;
-      const std::uint64_t value_bytes = shard.elements * size_of(shard.type);
-      const std::uint64_t payload = request_.payload_bytes;
-      bool sized = false;
-      switch (operation) {
-        case Operation::pull:
-        case Operation::pull_state:
-          sized = payload == 0;
-          break;
-        case Operation::assign_state:  // its slot count comes with it: checked once read
-          sized = payload >= kStateSpecBytes &&
-                  payload <= kStateSpecBytes + kMaxSlotsPerElement * value_bytes;
-          break;
-        default:
-          sized = payload == (push ? kPushPrefixBytes : 0) + value_bytes;
-          break;
-      }
-      if (request_.element_type != shard.type || request_.count != shard.elements || !sized)
-        return error(Status::mismatch,
-                     fmt::format("{} of variable '{}' on {}: the shard holds {} {} elements, the "
-                                 "request {} {} elements in {} bytes",
-                                 to_string(operation), shard.name, state_.who(), shard.elements,
-                                 to_string(shard.type), request_.count,
-                                 to_string(request_.element_type), request_.payload_bytes));
-      handle_ = handle;
-      if (operation == Operation::pull) return values_reply(handle, shard.version);
-      if (operation == Operation::pull_state) return state_reply(handle);
-      if (operation == Operation::assign_state) {
-        stage_ = Stage::state_spec;
-        return read(std::span(prefix_.data(), kStateSpecBytes));
-      }
-      stage_ = Stage::push_values;
-      const auto values = std::visit(
-          [&](const auto& stored) {
-            using T = typename std::decay_t<decltype(stored.values)>::value_type;
-            auto& stage = staging<T>();
-            stage.resize(stored.values.size());
-            return std::as_writable_bytes(std::span(stage));
-          },
-          shard.data);
-      if (!push) return read(values);
-      return read(std::span(prefix_.data(), kPushPrefixBytes), values);
-    }
-
-    SessionStep on_values() {
-      const auto operation = static_cast<Operation>(request_.kind);
-      Shard& shard = state_.shards[handle_];
-      detail::PushOutcome outcome;
-      std::visit(
-          [&](auto& values) {
-            using T = typename std::decay_t<decltype(values.values)>::value_type;
-            auto& incoming = staging<T>();
-            if (operation == Operation::assign) {
-              std::copy(incoming.begin(), incoming.end(), values.values.begin());
-              return;
-            }
-            const std::span<const std::byte> prefix(prefix_.data(), kPushPrefixBytes);
-            const auto optimizer = decode_optimizer(prefix.first(kOptimizerSpecBytes));
-            const auto sync = decode_sync(prefix.subspan(kOptimizerSpecBytes));
-            if (!optimizer || !sync)
-              outcome = {detail::PushOutcome::Kind::error, "a push whose prefix is malformed", {}};
-            else if (operation == Operation::push && sync->mode != SyncSpec::Mode::asynchronous)
-              outcome = {detail::PushOutcome::Kind::error,
-                         "a push that waits for other replicas must pull (push_pull)",
-                         {}};
-            else
-              outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this,
-                                     operation == Operation::push_pull);
-          },
-          shard.data);
-      state_.answer(outcome.released, handle_);
-      switch (outcome.kind) {
-        case detail::PushOutcome::Kind::error:
-          return error(Status::bad_request, std::move(outcome.why));
-        case detail::PushOutcome::Kind::wait:
-          return transport::tcp::WaitForReply{state_.hold()};
-        case detail::PushOutcome::Kind::reply:
-          break;
-      }
-      if (operation == Operation::push_pull)
-        return values_reply(handle_, shard.version, outcome.snapshot);
-      return ok(shard.version);
-    }
-
-    SessionStep on_state_spec() {
-      const Shard& shard = state_.shards[handle_];
-      const auto spec = decode_state(std::span<const std::byte>(prefix_.data(), kStateSpecBytes));
-      const std::uint64_t slot_bytes =
-          spec ? std::uint64_t{spec->slots_per_element} * shard.elements * size_of(shard.type) : 0;
-      if (!spec || request_.payload_bytes != kStateSpecBytes + slot_bytes)
-        return error(Status::bad_request,
-                     fmt::format("a malformed assign_state of variable '{}' (its state spec and "
-                                 "slots do not add up)",
-                                 shard.name));
-      state_spec_ = *spec;
-      stage_ = Stage::state_slots;
-      return read(std::visit(
-          [&](const auto& stored) {
-            using T = typename std::decay_t<decltype(stored.values)>::value_type;
-            auto& stage = staging<T>();
-            stage.resize(static_cast<std::size_t>(slot_bytes / sizeof(T)));
-            return std::as_writable_bytes(std::span(stage));
-          },
-          shard.data));
-    }
-
-    SessionStep on_state_slots() {
-      Shard& shard = state_.shards[handle_];
-      std::string why = std::visit(
-          [&](auto& values) {
-            using T = typename std::decay_t<decltype(values.values)>::value_type;
-            return detail::assign_state(shard, values, state_spec_, staging<T>());
-          },
-          shard.data);
-      if (!why.empty()) return error(Status::bad_request, std::move(why));
-      return ok(shard.version);
-    }
-
-    // The shard's optimizer state: its spec, then its slots, copied as values_reply copies.
-    SessionStep state_reply(std::uint32_t handle) {
-      const Shard& shard = state_.shards[handle];
-      SendReply reply = ok(shard.version);
-      reply.type = shard.type;
-      std::visit(
-          [&](const auto& stored) {
-            const auto spec = encode(detail::state_of(stored));
-            const auto slots = std::as_bytes(std::span(stored.state.slots));
-            state_bytes_.assign(spec.begin(), spec.end());
-            if (stored.slots_per_element)
-              state_bytes_.insert(state_bytes_.end(), slots.begin(), slots.end());
-          },
-          shard.data);
-      reply.payload = state_bytes_;
-      return reply;
-    }
-
-    // Where a request's values are read to before they are checked and applied.
-    template <class T>
-    std::vector<T>& staging() {
-      if constexpr (std::same_as<T, float>)
-        return staging_f32_;
-      else
-        return staging_f64_;
-    }
-
-    // A snapshot of the shard's values: a later push must not tear the write. `staged`: the
-    // push just applied left it in the staging buffer already.
-    SessionStep values_reply(std::uint32_t handle, std::uint64_t count, bool staged = false) {
-      SendReply reply = ok(count);
-      reply.type = state_.shards[handle].type;
-      reply.payload = std::visit(
-          [&](const auto& stored) {
-            using T = typename std::decay_t<decltype(stored.values)>::value_type;
-            auto& stage = staging<T>();
-            if (!staged) stage.assign(stored.values.begin(), stored.values.end());
-            return std::as_bytes(std::span(stage));
-          },
-          state_.shards[handle].data);
-      return reply;
-    }
-
-    State& state_;
-    int rank_;
-    transport::tcp::ServiceReplier replier_;
-    transport::tcp::FrameHeader request_;
-    Stage stage_ = Stage::create_spec;
-    std::array<std::byte, std::max(kPushPrefixBytes, kCreateSpecBytes)> prefix_{};
-    CreateSpec spec_;
-    std::string name_;
-    std::uint32_t handle_ = 0;
-    std::vector<float> staging_f32_;
-    std::vector<double> staging_f64_;
-    StateSpec state_spec_;
-    std::vector<std::byte> state_bytes_;
-    std::string text_;
-  };
+  class Session;  // one worker connection's requests (ps/impl/server_session.ipp)
 
   State(const cluster::ClusterSpec& spec, int ps_index, ServerOptions server_options)
       : cluster(validated(spec, ps_index, server_options)),
@@ -25559,9 +25260,7 @@ struct Server::State : transport::tcp::ServiceHandler {
   }
 
   std::unique_ptr<transport::tcp::ServiceSession> open(
-      int rank, transport::tcp::ServiceReplier replier) override {
-    return std::make_unique<Session>(*this, rank, std::move(replier));
-  }
+      int rank, transport::tcp::ServiceReplier replier) override;
 
   // How long a push waits for the other replicas before its worker hears who held it: a little
   // under the timeout, which is the workers' deadline too when both read STRATA_TIMEOUT.
@@ -25570,10 +25269,7 @@ struct Server::State : transport::tcp::ServiceHandler {
   }
 
   // Answers the waiting pushes `callers` (sessions) of shard `handle`.
-  void answer(const std::vector<void*>& callers, std::uint32_t handle) {
-    for (void* caller : callers)
-      static_cast<Session*>(caller)->release(handle);
-  }
+  void answer(const std::vector<void*>& callers, std::uint32_t handle);
 
   void forget(const Session* session) {
     for (Shard& shard : shards)
@@ -25665,6 +25361,367 @@ struct Server::State : transport::tcp::ServiceHandler {
   ServerReport report;
   transport::tcp::ServiceServer service;  // last: its sessions use the members above
 };
+
+}  // namespace strata::ps
+
+// ---- begin strata/ps/impl/server_session.ipp ----
+// strata/ps/impl/server_session.ipp — one worker connection of a parameter server
+// (ps/impl/server.ipp): its requests one at a time, each read in steps straight into where its
+// bytes go, checked, and only then applied. Included by ps/impl/server.ipp once Server::State is
+// complete, never on its own.
+
+#include <algorithm>
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+
+namespace strata::ps {
+
+// One worker connection's requests, one at a time.
+class Server::State::Session : public transport::tcp::ServiceSession {
+ public:
+  Session(State& state, int rank, transport::tcp::ServiceReplier replier)
+      : state_(state), rank_(rank), replier_(std::move(replier)) {}
+  ~Session() override { state_.forget(this); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Sends the reply this session's waiting push_pull of shard `handle` deferred.
+  void release(std::uint32_t handle) {
+    replier_(std::get<SendReply>(values_reply(handle, state_.shards[handle].version)));
+  }
+
+  SessionStep on_request(const transport::tcp::FrameHeader& request) override {
+    request_ = request;
+    const auto operation = static_cast<std::uint8_t>(request.kind);
+    if (operation < 1 || operation > kLastOperation)
+      return error(Status::bad_request, fmt::format("unknown operation {}", operation));
+    switch (static_cast<Operation>(operation)) {
+      case Operation::create:
+        if (request.payload_bytes < kCreateSpecBytes)
+          return error(Status::bad_request, "a create request without its spec");
+        stage_ = Stage::create_spec;
+        return read(std::span(prefix_.data(), kCreateSpecBytes));
+      case Operation::done:
+        if (request.payload_bytes != 0)
+          return error(Status::bad_request, "a done request carries nothing");
+        return state_.finished(rank_);
+      default:
+        return on_shard_request();
+    }
+  }
+
+  SessionStep on_payload() override {
+    switch (stage_) {
+      case Stage::create_spec:
+        return on_create_spec();
+      case Stage::create_name:
+        return on_create_name();
+      case Stage::create_values:
+        return ok(handle_);
+      case Stage::push_values:
+        return on_values();
+      case Stage::state_spec:
+        return on_state_spec();
+      case Stage::state_slots:
+        return on_state_slots();
+    }
+    return error(Status::bad_request, "a request out of order");
+  }
+
+  // A push waited for the server's hold: the client hears which replicas held it back before
+  // its own deadline would name only this ps task.
+  SessionStep on_hold_expired() override {
+    Shard& shard = state_.shards[handle_];
+    const std::string names = detail::waited_for(shard, this);
+    detail::forget(shard, this);
+    const bool bounded = shard.sync.spec.mode == SyncSpec::Mode::bounded_staleness;
+    return error(
+        Status::held_too_long,
+        fmt::format("{} held this push of variable '{}' for {} ms waiting for {} to {}: a worker "
+                    "stopped or hung without closing its connections",
+                    state_.who(), shard.name, state_.hold().count(),
+                    names.empty() ? std::string("the other replicas") : names,
+                    bounded ? fmt::format("come within {} steps", shard.sync.spec.bound)
+                            : fmt::format("push step {}", shard.version)));
+  }
+
+ private:
+  enum class Stage : std::uint8_t {
+    create_spec,
+    create_name,
+    create_values,
+    push_values,
+    state_spec,
+    state_slots
+  };
+
+  static SessionStep read(std::span<std::byte> into) { return ReadPayload{{into}}; }
+  static SessionStep read(std::span<std::byte> first, std::span<std::byte> second) {
+    return ReadPayload{{first, second}};
+  }
+
+  SessionStep error(Status status, std::string why) {
+    text_ = std::move(why);
+    SendReply reply;
+    reply.status = static_cast<std::uint8_t>(status);
+    reply.payload =
+        std::as_bytes(std::span(text_.data(), std::min(text_.size(), std::size_t{4096})));
+    return reply;
+  }
+
+  SendReply ok(std::uint64_t count) const {
+    SendReply reply;
+    reply.count = count;
+    return reply;
+  }
+
+  SessionStep on_create_spec() {
+    const std::uint64_t left = request_.payload_bytes - kCreateSpecBytes;
+    const auto spec = decode_create(std::span<const std::byte>(prefix_.data(), kCreateSpecBytes));
+    if (!spec || !detail::is_value_type(request_.element_type) ||
+        spec->elements != request_.count ||
+        left !=
+            padded_name_bytes(spec->name_bytes) + spec->elements * size_of(request_.element_type))
+      return error(Status::bad_request,
+                   "a malformed create request (its spec, name and sizes do not add up)");
+    spec_ = *spec;
+    name_.assign(padded_name_bytes(spec->name_bytes), '\0');
+    stage_ = Stage::create_name;
+    return read(std::as_writable_bytes(std::span(name_)));
+  }
+
+  SessionStep on_create_name() {
+    name_.resize(spec_.name_bytes);
+    const DataType type = request_.element_type;
+    if (const auto existing = state_.find(name_)) {
+      const Shard& shard = state_.shards[*existing];
+      if (shard.type != type || shard.elements != spec_.elements || shard.update != spec_.update)
+        return error(Status::exists_differently,
+                     fmt::format("variable '{}' exists on {} with {} {} elements (update rule "
+                                 "{}); the request has {} {} elements (update rule {})",
+                                 shard.name, state_.who(), shard.elements, to_string(shard.type),
+                                 static_cast<int>(shard.update), spec_.elements, to_string(type),
+                                 static_cast<int>(spec_.update)));
+      // Created before (by another worker, or by this one before it restarted): its values
+      // win, and travel back so that the caller starts from them. The unread initial values
+      // are dropped by the service.
+      return values_reply(*existing, *existing);
+    }
+    handle_ = state_.create(name_, type, spec_);
+    stage_ = Stage::create_values;
+    return read(state_.bytes_of(handle_));
+  }
+
+  SessionStep on_shard_request() {
+    const auto operation = static_cast<Operation>(request_.kind);
+    const auto handle = static_cast<std::uint32_t>(request_.root);
+    if (handle >= state_.shards.size())
+      return error(Status::unknown_variable,
+                   fmt::format("{} holds no variable with handle {} ({} created): it was never "
+                               "created there, or the ps task restarted and lost its variables",
+                               state_.who(), handle, state_.shards.size()));
+    const Shard& shard = state_.shards[handle];
+    const bool push = operation == Operation::push || operation == Operation::push_pull;
+    const std::uint64_t value_bytes = shard.elements * size_of(shard.type);
+    const std::uint64_t payload = request_.payload_bytes;
+    bool sized = false;
+    switch (operation) {
+      case Operation::pull:
+      case Operation::pull_state:
+        sized = payload == 0;
+        break;
+      case Operation::assign_state:  // its slot count comes with it: checked once read
+        sized = payload >= kStateSpecBytes &&
+                payload <= kStateSpecBytes + kMaxSlotsPerElement * value_bytes;
+        break;
+      default:
+        sized = payload == (push ? kPushPrefixBytes : 0) + value_bytes;
+        break;
+    }
+    if (request_.element_type != shard.type || request_.count != shard.elements || !sized)
+      return error(Status::mismatch,
+                   fmt::format("{} of variable '{}' on {}: the shard holds {} {} elements, the "
+                               "request {} {} elements in {} bytes",
+                               to_string(operation), shard.name, state_.who(), shard.elements,
+                               to_string(shard.type), request_.count,
+                               to_string(request_.element_type), request_.payload_bytes));
+    handle_ = handle;
+    if (operation == Operation::pull) return values_reply(handle, shard.version);
+    if (operation == Operation::pull_state) return state_reply(handle);
+    if (operation == Operation::assign_state) {
+      stage_ = Stage::state_spec;
+      return read(std::span(prefix_.data(), kStateSpecBytes));
+    }
+    stage_ = Stage::push_values;
+    const auto values = std::visit(
+        [&](const auto& stored) {
+          using T = typename std::decay_t<decltype(stored.values)>::value_type;
+          auto& stage = staging<T>();
+          stage.resize(stored.values.size());
+          return std::as_writable_bytes(std::span(stage));
+        },
+        shard.data);
+    if (!push) return read(values);
+    return read(std::span(prefix_.data(), kPushPrefixBytes), values);
+  }
+
+  SessionStep on_values() {
+    const auto operation = static_cast<Operation>(request_.kind);
+    Shard& shard = state_.shards[handle_];
+    detail::PushOutcome outcome;
+    std::visit(
+        [&](auto& values) {
+          using T = typename std::decay_t<decltype(values.values)>::value_type;
+          auto& incoming = staging<T>();
+          if (operation == Operation::assign) {
+            std::copy(incoming.begin(), incoming.end(), values.values.begin());
+            return;
+          }
+          const std::span<const std::byte> prefix(prefix_.data(), kPushPrefixBytes);
+          const auto optimizer = decode_optimizer(prefix.first(kOptimizerSpecBytes));
+          const auto sync = decode_sync(prefix.subspan(kOptimizerSpecBytes));
+          if (!optimizer || !sync)
+            outcome = {detail::PushOutcome::Kind::error, "a push whose prefix is malformed", {}};
+          else if (operation == Operation::push && sync->mode != SyncSpec::Mode::asynchronous)
+            outcome = {detail::PushOutcome::Kind::error,
+                       "a push that waits for other replicas must pull (push_pull)",
+                       {}};
+          else
+            outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this,
+                                   operation == Operation::push_pull);
+        },
+        shard.data);
+    state_.answer(outcome.released, handle_);
+    switch (outcome.kind) {
+      case detail::PushOutcome::Kind::error:
+        return error(Status::bad_request, std::move(outcome.why));
+      case detail::PushOutcome::Kind::wait:
+        return transport::tcp::WaitForReply{state_.hold()};
+      case detail::PushOutcome::Kind::reply:
+        break;
+    }
+    if (operation == Operation::push_pull)
+      return values_reply(handle_, shard.version, outcome.snapshot);
+    return ok(shard.version);
+  }
+
+  SessionStep on_state_spec() {
+    const Shard& shard = state_.shards[handle_];
+    const auto spec = decode_state(std::span<const std::byte>(prefix_.data(), kStateSpecBytes));
+    const std::uint64_t slot_bytes =
+        spec ? std::uint64_t{spec->slots_per_element} * shard.elements * size_of(shard.type) : 0;
+    if (!spec || request_.payload_bytes != kStateSpecBytes + slot_bytes)
+      return error(Status::bad_request,
+                   fmt::format("a malformed assign_state of variable '{}' (its state spec and "
+                               "slots do not add up)",
+                               shard.name));
+    state_spec_ = *spec;
+    stage_ = Stage::state_slots;
+    return read(std::visit(
+        [&](const auto& stored) {
+          using T = typename std::decay_t<decltype(stored.values)>::value_type;
+          auto& stage = staging<T>();
+          stage.resize(static_cast<std::size_t>(slot_bytes / sizeof(T)));
+          return std::as_writable_bytes(std::span(stage));
+        },
+        shard.data));
+  }
+
+  SessionStep on_state_slots() {
+    Shard& shard = state_.shards[handle_];
+    std::string why = std::visit(
+        [&](auto& values) {
+          using T = typename std::decay_t<decltype(values.values)>::value_type;
+          return detail::assign_state(shard, values, state_spec_, staging<T>());
+        },
+        shard.data);
+    if (!why.empty()) return error(Status::bad_request, std::move(why));
+    return ok(shard.version);
+  }
+
+  // The shard's optimizer state: its spec, then its slots, copied as values_reply copies.
+  SessionStep state_reply(std::uint32_t handle) {
+    const Shard& shard = state_.shards[handle];
+    SendReply reply = ok(shard.version);
+    reply.type = shard.type;
+    std::visit(
+        [&](const auto& stored) {
+          const auto spec = encode(detail::state_of(stored));
+          const auto slots = std::as_bytes(std::span(stored.state.slots));
+          state_bytes_.assign(spec.begin(), spec.end());
+          if (stored.slots_per_element)
+            state_bytes_.insert(state_bytes_.end(), slots.begin(), slots.end());
+        },
+        shard.data);
+    reply.payload = state_bytes_;
+    return reply;
+  }
+
+  // Where a request's values are read to before they are checked and applied.
+  template <class T>
+  std::vector<T>& staging() {
+    if constexpr (std::same_as<T, float>)
+      return staging_f32_;
+    else
+      return staging_f64_;
+  }
+
+  // A snapshot of the shard's values: a later push must not tear the write. `staged`: the
+  // push just applied left it in the staging buffer already.
+  SessionStep values_reply(std::uint32_t handle, std::uint64_t count, bool staged = false) {
+    SendReply reply = ok(count);
+    reply.type = state_.shards[handle].type;
+    reply.payload = std::visit(
+        [&](const auto& stored) {
+          using T = typename std::decay_t<decltype(stored.values)>::value_type;
+          auto& stage = staging<T>();
+          if (!staged) stage.assign(stored.values.begin(), stored.values.end());
+          return std::as_bytes(std::span(stage));
+        },
+        state_.shards[handle].data);
+    return reply;
+  }
+
+  State& state_;
+  int rank_;
+  transport::tcp::ServiceReplier replier_;
+  transport::tcp::FrameHeader request_;
+  Stage stage_ = Stage::create_spec;
+  std::array<std::byte, std::max(kPushPrefixBytes, kCreateSpecBytes)> prefix_{};
+  CreateSpec spec_;
+  std::string name_;
+  std::uint32_t handle_ = 0;
+  std::vector<float> staging_f32_;
+  std::vector<double> staging_f64_;
+  StateSpec state_spec_;
+  std::vector<std::byte> state_bytes_;
+  std::string text_;
+};
+
+}  // namespace strata::ps
+// ---- end strata/ps/impl/server_session.ipp ----
+
+namespace strata::ps {
+
+inline std::unique_ptr<transport::tcp::ServiceSession> Server::State::open(
+    int rank, transport::tcp::ServiceReplier replier) {
+  return std::make_unique<Session>(*this, rank, std::move(replier));
+}
+
+inline void Server::State::answer(const std::vector<void*>& callers, std::uint32_t handle) {
+  for (void* caller : callers)
+    static_cast<Session*>(caller)->release(handle);
+}
 
 STRATA_DECL Server::Server(const cluster::ClusterSpec& cluster, int index, ServerOptions options)
     : state_(std::make_unique<State>(cluster, index, std::move(options))) {}
