@@ -1,9 +1,11 @@
-// Gradient fusion over loopback TCP: a model's gradient list all-reduced as GradientBuckets
+// Gradient fusion between ranks of one host: a model's gradient list all-reduced as GradientBuckets
 // (copying in and out of the trainer's buffers, or with the gradients living in the buckets),
 // against one all-reduce per gradient and against one all-reduce of all the bytes at once, the
 // floor fusion can reach. Lists: ResNet-50 (161 tensors, 102 MB), BERT-base (199 tensors,
 // 438 MB), and 10,000 gradients of 1 KiB. Every rank is a thread of this process with its own
-// sockets on 127.0.0.1; a step makes every gradient ready in backward order, then waits.
+// TcpCommunicator on 127.0.0.1, moving the data over loopback TCP (shm:0) or through the shared
+// memory co-located ranks use by default (shm:1); a step makes every gradient ready in backward
+// order, then waits.
 // BM_Overlap adds a simulated backward pass, against which the all-reduce overlaps or not.
 //
 // Run (see benchmarks/RESULTS.md): strata_bench_fusion_fused_all_reduce_bench
@@ -19,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -36,6 +39,13 @@ using strata::fusion::GradientSpec;
 
 enum class Mode { fused, fused_in_buckets, one_all_reduce, one_per_gradient };
 
+// The ranks (argument 0), over TCP or through shared memory (argument 1).
+std::vector<TcpCommunicator> make_group(const benchmark::State& state) {
+  strata::communicator::TcpOptions tcp;
+  tcp.shared_memory = state.range(1) != 0;
+  return TcpCommunicator::create(static_cast<int>(state.range(0)), {}, tcp);
+}
+
 std::vector<GradientSpec> small_gradients() {
   return std::vector<GradientSpec>(10000, GradientSpec{strata::DataType::float32, 256});
 }
@@ -46,7 +56,7 @@ void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(),
   const auto list = model();
   const std::size_t n = static_cast<std::size_t>(state.range(0));
   const std::size_t total = strata::bench::total_count(list);
-  auto group = TcpCommunicator::create(static_cast<int>(n));
+  auto group = make_group(state);
 
   // Every rank's gradients: one buffer per gradient, or one buffer for all of them.
   std::vector<std::vector<std::vector<float>>> gradients(n);
@@ -114,7 +124,7 @@ void BM_Overlap(benchmark::State& state, bool overlap) {
   const auto list = strata::bench::resnet50_gradients();
   const auto costs = strata::bench::resnet50_backward_costs();
   const std::size_t n = static_cast<std::size_t>(state.range(0));
-  auto group = TcpCommunicator::create(static_cast<int>(n));
+  auto group = make_group(state);
   std::vector<std::vector<std::vector<float>>> gradients(n);
   std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>> buckets(n);
   for (std::size_t r = 0; r < n; ++r) {
@@ -131,9 +141,10 @@ void BM_Overlap(benchmark::State& state, bool overlap) {
     buckets[r]->wait();
   };
 
-  // The budget, once per number of ranks, shared by both variants.
-  static std::map<std::size_t, Clock::duration> budgets;
-  if (!budgets.contains(n)) {
+  // The budget, once per number of ranks and transport, shared by both variants.
+  static std::map<std::pair<std::size_t, bool>, Clock::duration> budgets;
+  const std::pair<std::size_t, bool> key{n, state.range(1) != 0};
+  if (!budgets.contains(key)) {
     std::vector<Clock::duration> times;
     std::vector<std::thread> helpers;
     for (std::size_t r = 1; r < n; ++r)
@@ -149,9 +160,9 @@ void BM_Overlap(benchmark::State& state, bool overlap) {
     for (auto& helper : helpers)
       helper.join();
     std::nth_element(times.begin(), times.begin() + 2, times.end());
-    budgets[n] = times[2];
+    budgets[key] = times[2];
   }
-  const Clock::duration budget = budgets[n];
+  const Clock::duration budget = budgets[key];
   double total_cost = 0;
   for (const double cost : costs)
     total_cost += cost;
@@ -180,7 +191,17 @@ void BM_Overlap(benchmark::State& state, bool overlap) {
 }
 
 void ranks(benchmark::internal::Benchmark* benchmark) {
-  benchmark->ArgName("ranks")->Arg(2)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark->ArgNames({"ranks", "shm"})
+      ->ArgsProduct({{2, 4}, {0, 1}})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+void two_ranks(benchmark::internal::Benchmark* benchmark) {
+  benchmark->ArgNames({"ranks", "shm"})
+      ->ArgsProduct({{2}, {0, 1}})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
 }
 
 using strata::bench::bert_base_gradients;
@@ -209,15 +230,9 @@ BENCHMARK_CAPTURE(BM_Gradients, small10k_one_all_reduce, small_gradients, Mode::
 BENCHMARK_CAPTURE(BM_Gradients, small10k_one_per_gradient, small_gradients, Mode::one_per_gradient)
     ->Apply(ranks);
 BENCHMARK_CAPTURE(BM_Gradients, bert_base_fused, bert_base_gradients, Mode::fused)
-    ->ArgName("ranks")
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+    ->Apply(two_ranks);
 BENCHMARK_CAPTURE(BM_Gradients, bert_base_one_all_reduce, bert_base_gradients, Mode::one_all_reduce)
-    ->ArgName("ranks")
-    ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+    ->Apply(two_ranks);
 
 }  // namespace
 
