@@ -7270,12 +7270,13 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
 // strata/transport/shm/group.hpp — co-located ranks meeting in one shared region: layout, steps,
 // waits, failure.
 //
-// Each rank owns a block of the region: its step counter, the descriptors of its calls, and its
-// staging buffers (two of each, alternating, so a rank may fill the next while its peers still
-// read the last). A rank writes only its own block and publishes what it wrote by raising its
-// step counter; its peers wait for the step, then read. Every rank passes the same steps in the
-// same order (the collectives' schedules depend only on the agreed call), so "peer q reached
-// step s" is the whole protocol: no locks, no shared counters that ranks contend for.
+// Each rank owns a block of the region: its step counter, the descriptors of its calls, its
+// small calls' boxes and its staging buffers (two of each, alternating, so a rank may fill the
+// next while its peers still read the last). A rank writes only its own block and publishes what
+// it wrote by raising its step counter (and, for a small call, its box's step first); its peers
+// wait for the step, then read. Every rank passes the same steps in the same order (the
+// collectives' schedules depend only on the agreed call), so "peer q reached step s" is the
+// whole protocol: no locks, no shared counters that ranks contend for.
 //
 // Waits poll briefly, then sleep on a futex on the awaited counter, in slices: between slices
 // the caller's watch looks at the peers (their TCP control connections say when one died or
@@ -7433,12 +7434,19 @@ struct Layout {
   static constexpr std::size_t kSleepers = 64;
   static constexpr std::size_t kDescriptors = 128;  // two of kDescriptorBytes
   static constexpr std::size_t kDescriptorBytes = 64;
-  static constexpr std::size_t kSmall = 256;  // two of kSmallBytes
+  static constexpr std::size_t kSmall = 256;  // two boxes of kBoxBytes
+  // A small call's box: the step that published it, the call's two descriptors, then its data.
+  // A peer's wait ends on the box's first cache line, which also holds the descriptors and the
+  // first 24 bytes of data: a call that small costs one cache line from each peer.
+  static constexpr std::size_t kBoxStep = 0;
+  static constexpr std::size_t kBoxDescriptors = 8;  // the call's, then the user's: 16 bytes each
+  static constexpr std::size_t kBoxData = 40;
+  static constexpr std::size_t kBoxBytes = (kBoxData + kSmallBytes + 63) / 64 * 64;
 
   int size = 1;
   std::size_t slot_bytes = 0;  // a multiple of 64
 
-  std::size_t chunks_offset() const noexcept { return kSmall + 2 * kSmallBytes; }
+  std::size_t chunks_offset() const noexcept { return kSmall + 2 * kBoxBytes; }
   std::size_t block_bytes() const noexcept {
     return (chunks_offset() + 2 * slot_bytes + 4095) / 4096 * 4096;
   }
@@ -7482,9 +7490,10 @@ class Group {
   int size() const noexcept { return layout_.size; }
   std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
 
-  /// Rank `r`'s staging buffer of `parity` for calls that fit kSmallBytes.
-  std::byte* small(int r, std::uint64_t parity) const noexcept {
-    return block(r) + Layout::kSmall + (parity & 1u) * Layout::kSmallBytes;
+  /// Rank `r`'s staging buffer for the small call (one that fits kSmallBytes) published at
+  /// `step`: the data of its box.
+  std::byte* small(int r, std::uint64_t step) const noexcept {
+    return box(r, step) + Layout::kBoxData;
   }
   /// Rank `r`'s staging buffer of `parity` for chunks of `slot_bytes`.
   std::byte* chunk(int r, std::uint64_t parity) const noexcept {
@@ -7504,26 +7513,20 @@ class Group {
     if (sleepers(rank_).load(std::memory_order_seq_cst) != 0) wake(rank_);
   }
 
+  /// Publishes the next step as a small call's: its box (data staged at `small(rank(), step()
+  /// + 1)`, descriptors posted by `post_small`) first, then the step counter, as `publish`.
+  void publish_small() noexcept {
+    box_step(rank_, step_ + 1).store(step_ + 1, std::memory_order_release);
+    publish();
+  }
+
   /// Waits until `peer` has published `step`. `watch(rank)` runs between sleeping slices, with
   /// the peer's rank in the whole group (group_rank), and throws to end the wait (a dead peer, the
   /// deadline); `watch.group_failed()` is called, and must throw, once any rank has failed the
   /// group.
   template <class Watch>
   void wait_for(int peer, std::uint64_t step, Watch& watch) {
-    auto awaited = counter(peer, Layout::kStep);
-    auto ready = [&] { return awaited.load(std::memory_order_acquire) >= step || failed(); };
-    if (!spin_.poll(ready)) {
-      auto sleeping = sleepers(peer);
-      for (;;) {
-        sleeping.fetch_add(1, std::memory_order_seq_cst);
-        const std::uint64_t seen = awaited.load(std::memory_order_seq_cst);
-        if (seen < step && !failed()) sleep(peer, seen);
-        sleeping.fetch_sub(1, std::memory_order_relaxed);
-        if (ready()) break;
-        watch(group_rank(peer));
-      }
-    }
-    if (failed()) watch.group_failed();
+    wait_until(peer, step, counter(peer, Layout::kStep), watch);
   }
 
   /// Waits until every peer has published `step`.
@@ -7531,6 +7534,14 @@ class Group {
   void wait_all(std::uint64_t step, Watch& watch) {
     for (int peer = 0; peer < size(); ++peer)
       if (peer != rank_) wait_for(peer, step, watch);
+  }
+
+  /// Waits until every peer has published `step` as a small call (`publish_small`), looking at
+  /// their boxes: what the wait reads is what the call reads next.
+  template <class Watch>
+  void wait_all_small(std::uint64_t step, Watch& watch) {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank_) wait_until(peer, step, box_step(peer, step), watch);
   }
 
   /// What a rank posts for a call: the call on the region, and the call its user made (the
@@ -7553,11 +7564,20 @@ class Group {
   /// What rank `r` posted as call number `call_number`, or nullopt for bytes that name no call
   /// (a peer's memory is not trusted to hold valid enumerators).
   std::optional<Posted> posted(int r, std::uint64_t call_number) const noexcept {
-    const std::byte* in = descriptor(r, call_number);
-    auto call = decode(in);
-    auto user = decode(in + 16);
-    if (!call || !user) return std::nullopt;
-    return Posted{*call, *user};
+    return read_posted(descriptor(r, call_number));
+  }
+
+  /// Posts this rank's calls into its box of the next step, for `publish_small`.
+  void post_small(const CollectiveCall& call, const CollectiveCall& user) noexcept {
+    std::byte* out = box(rank_, step_ + 1) + Layout::kBoxDescriptors;
+    std::memset(out, 0, 32);
+    encode(call, out);
+    encode(user, out + 16);
+  }
+
+  /// What rank `r` posted with the small call it published at `step`, as `posted`.
+  std::optional<Posted> posted_small(int r, std::uint64_t step) const noexcept {
+    return read_posted(box(r, step) + Layout::kBoxDescriptors);
   }
 
   /// The rank of the whole group that local rank `r` is, for messages.
@@ -7607,12 +7627,48 @@ class Group {
     return call;
   }
 
+  static std::optional<Posted> read_posted(const std::byte* in) noexcept {
+    auto call = decode(in);
+    auto user = decode(in + 16);
+    if (!call || !user) return std::nullopt;
+    return Posted{*call, *user};
+  }
+
+  // Polls `awaited` (a step counter, or a box's step), then sleeps on the peer's step counter,
+  // which every publish raises after the box.
+  template <class Watch>
+  void wait_until(int peer, std::uint64_t step, std::atomic_ref<std::uint64_t> awaited,
+                  Watch& watch) {
+    auto ready = [&] { return awaited.load(std::memory_order_acquire) >= step || failed(); };
+    if (!spin_.poll(ready)) {
+      auto sleeping = sleepers(peer);
+      auto published = counter(peer, Layout::kStep);
+      for (;;) {
+        sleeping.fetch_add(1, std::memory_order_seq_cst);
+        const std::uint64_t seen = published.load(std::memory_order_seq_cst);
+        if (seen < step && !failed()) sleep(peer, seen);
+        sleeping.fetch_sub(1, std::memory_order_relaxed);
+        if (ready()) break;
+        watch(group_rank(peer));
+      }
+    }
+    if (failed()) watch.group_failed();
+  }
+
   std::byte* block(int r) const noexcept {
     return region_.data() + Layout::kHeaderBytes +
            static_cast<std::size_t>(r) * layout_.block_bytes();
   }
   std::byte* descriptor(int r, std::uint64_t call_number) const noexcept {
     return block(r) + Layout::kDescriptors + (call_number & 1u) * Layout::kDescriptorBytes;
+  }
+  // Rank `r`'s box of the small call published at `step`: boxes alternate by step.
+  std::byte* box(int r, std::uint64_t step) const noexcept {
+    return block(r) + Layout::kSmall + (step & 1u) * Layout::kBoxBytes;
+  }
+  std::atomic_ref<std::uint64_t> box_step(int r, std::uint64_t step) const noexcept {
+    return std::atomic_ref<std::uint64_t>(
+        *reinterpret_cast<std::uint64_t*>(box(r, step) + Layout::kBoxStep));
   }
   std::atomic_ref<std::uint64_t> counter(int r, std::size_t offset) const noexcept {
     return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(block(r) + offset));
@@ -11234,8 +11290,8 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
 // need in its own block and publishes a step; the peers then work straight from the staged
 // bytes, in the in-process algorithms' shape (AllReduceScatterGather):
 //   small calls      (a rank's contribution fits Layout::kSmallBytes) one step: every rank
-//                    stages its data, waits for all, and reads what it needs; an all-reduce
-//                    reduces all n staged inputs itself, in rank order.
+//                    stages its data and descriptor in its box, waits for all, and reads what
+//                    it needs; an all-reduce reduces all n staged inputs itself, in rank order.
 //   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
 //                    the own slice from the n staged copies (the own input in place) into the
 //                    output and the own staging buffer; step; copy the other slices out.
@@ -11249,10 +11305,12 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
 // rank order, by one kernel: all ranks end with the same bits, as AllReduceReduceToOne's.
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11281,17 +11339,17 @@ inline std::size_t contribution_bytes(const CollectiveCall& call, int size) noex
   return call.kind == Collective::barrier ? 0 : bytes;
 }
 
-/// Raises MismatchError unless every rank posted the same calls. Every rank compares the same
-/// descriptors, so all raise or none does.
-inline void check_agreement(const Group& group, const CollectiveCall& user, std::uint64_t number) {
-  using Posted = Group::Posted;
-  const std::optional<Posted> first = group.posted(0, number);
+/// Raises MismatchError unless every rank posted the same calls, as `posted(rank)` reads them.
+/// Every rank compares the same descriptors, so all raise or none does.
+template <class Posted>
+void check_agreement(const Group& group, const CollectiveCall& user, Posted posted) {
+  const auto first = posted(0);
   for (int r = 1; r < group.size(); ++r) {
-    const std::optional<Posted> other = group.posted(r, number);
+    const auto other = posted(r);
     if (first && other && agrees(first->call, other->call) && agrees(first->user, other->user))
       continue;
-    auto text = [](const std::optional<Posted>& posted) {
-      return posted ? describe(posted->user) : std::string("a call this version does not know");
+    auto text = [](const std::optional<Group::Posted>& call) {
+      return call ? describe(call->user) : std::string("a call this version does not know");
     };
     throw MismatchError(
         group.group_rank(group.rank()), to_string(user.kind),
@@ -11308,7 +11366,7 @@ void open_call(Group& group, const CollectiveCall& call, const CollectiveCall& u
   group.post(call, user, number);
   group.publish();
   group.wait_all(group.step(), watch);
-  check_agreement(group, user, number);
+  check_agreement(group, user, [&](int r) { return group.posted(r, number); });
 }
 
 /// Publishes what this rank staged of a chunk and waits for every rank's: the call's first
@@ -11324,9 +11382,13 @@ void exchange_chunk(Group& group, bool first, const CollectiveCall& call,
   group.wait_all(group.step(), watch);
 }
 
+// How much of each peer's staged data a small call prefetches at once.
+inline constexpr std::size_t kPrefetchBytes = 2048;
+
+// One step, through the boxes (Group::post_small): what a peer waits on, the descriptors it
+// compares and the data it reads come on the same cache lines.
 template <class Watch>
-void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-               std::uint64_t number, Watch& watch) {
+void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& user, Watch& watch) {
   const int n = group.size();
   const int r = group.rank();
   const std::size_t bytes = call.count * size_of(call.type);
@@ -11335,9 +11397,23 @@ void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& u
   const bool stages =
       call.kind != Collective::barrier && (call.kind != Collective::broadcast || r == call.root);
   if (stages) copy_bytes(staged, call.send, contribution_bytes(call, n));
-  open_call(group, call, user, number, watch);
+  group.post_small(call, user);
+  group.publish_small();
+  group.wait_all_small(parity, watch);
+  // The data beyond the boxes' first lines travels while the descriptors are compared.
+  const std::size_t ahead = std::min(contribution_bytes(call, n), kPrefetchBytes);
+  for (int q = 0; q < n; ++q)
+    for (std::size_t at = 64 - Layout::kBoxData; q != r && at < ahead; at += 64)
+      __builtin_prefetch(group.small(q, parity) + at);
+  check_agreement(group, user, [&](int q) { return group.posted_small(q, parity); });
   if (bytes == 0) return;
-  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  // Most groups are a host's few ranks: their inputs' addresses stay on the stack.
+  constexpr std::size_t kOnStack = 16;
+  std::array<const void*, kOnStack> few{};
+  std::vector<const void*> many;
+  if (static_cast<std::size_t>(n) > kOnStack) many.resize(static_cast<std::size_t>(n));
+  const std::span<const void*> inputs =
+      many.empty() ? std::span(few).first(static_cast<std::size_t>(n)) : std::span(many);
   switch (call.kind) {
     case Collective::reduce:
       if (r != call.root) return;
@@ -11492,7 +11568,7 @@ template <class Watch>
 void run(Group& group, const CollectiveCall& call, const CollectiveCall& user, std::uint64_t number,
          Watch& watch) {
   if (detail::contribution_bytes(call, group.size()) <= Layout::kSmallBytes) {
-    detail::run_small(group, call, user, number, watch);
+    detail::run_small(group, call, user, watch);
     return;
   }
   switch (call.kind) {

@@ -4,8 +4,8 @@
 // need in its own block and publishes a step; the peers then work straight from the staged
 // bytes, in the in-process algorithms' shape (AllReduceScatterGather):
 //   small calls      (a rank's contribution fits Layout::kSmallBytes) one step: every rank
-//                    stages its data, waits for all, and reads what it needs; an all-reduce
-//                    reduces all n staged inputs itself, in rank order.
+//                    stages its data and descriptor in its box, waits for all, and reads what
+//                    it needs; an all-reduce reduces all n staged inputs itself, in rank order.
 //   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
 //                    the own slice from the n staged copies (the own input in place) into the
 //                    output and the own staging buffer; step; copy the other slices out.
@@ -20,10 +20,12 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,17 +59,17 @@ inline std::size_t contribution_bytes(const CollectiveCall& call, int size) noex
   return call.kind == Collective::barrier ? 0 : bytes;
 }
 
-/// Raises MismatchError unless every rank posted the same calls. Every rank compares the same
-/// descriptors, so all raise or none does.
-inline void check_agreement(const Group& group, const CollectiveCall& user, std::uint64_t number) {
-  using Posted = Group::Posted;
-  const std::optional<Posted> first = group.posted(0, number);
+/// Raises MismatchError unless every rank posted the same calls, as `posted(rank)` reads them.
+/// Every rank compares the same descriptors, so all raise or none does.
+template <class Posted>
+void check_agreement(const Group& group, const CollectiveCall& user, Posted posted) {
+  const auto first = posted(0);
   for (int r = 1; r < group.size(); ++r) {
-    const std::optional<Posted> other = group.posted(r, number);
+    const auto other = posted(r);
     if (first && other && agrees(first->call, other->call) && agrees(first->user, other->user))
       continue;
-    auto text = [](const std::optional<Posted>& posted) {
-      return posted ? describe(posted->user) : std::string("a call this version does not know");
+    auto text = [](const std::optional<Group::Posted>& call) {
+      return call ? describe(call->user) : std::string("a call this version does not know");
     };
     throw MismatchError(
         group.group_rank(group.rank()), to_string(user.kind),
@@ -84,7 +86,7 @@ void open_call(Group& group, const CollectiveCall& call, const CollectiveCall& u
   group.post(call, user, number);
   group.publish();
   group.wait_all(group.step(), watch);
-  check_agreement(group, user, number);
+  check_agreement(group, user, [&](int r) { return group.posted(r, number); });
 }
 
 /// Publishes what this rank staged of a chunk and waits for every rank's: the call's first
@@ -100,9 +102,13 @@ void exchange_chunk(Group& group, bool first, const CollectiveCall& call,
   group.wait_all(group.step(), watch);
 }
 
+// How much of each peer's staged data a small call prefetches at once.
+inline constexpr std::size_t kPrefetchBytes = 2048;
+
+// One step, through the boxes (Group::post_small): what a peer waits on, the descriptors it
+// compares and the data it reads come on the same cache lines.
 template <class Watch>
-void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-               std::uint64_t number, Watch& watch) {
+void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& user, Watch& watch) {
   const int n = group.size();
   const int r = group.rank();
   const std::size_t bytes = call.count * size_of(call.type);
@@ -111,9 +117,23 @@ void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& u
   const bool stages =
       call.kind != Collective::barrier && (call.kind != Collective::broadcast || r == call.root);
   if (stages) copy_bytes(staged, call.send, contribution_bytes(call, n));
-  open_call(group, call, user, number, watch);
+  group.post_small(call, user);
+  group.publish_small();
+  group.wait_all_small(parity, watch);
+  // The data beyond the boxes' first lines travels while the descriptors are compared.
+  const std::size_t ahead = std::min(contribution_bytes(call, n), kPrefetchBytes);
+  for (int q = 0; q < n; ++q)
+    for (std::size_t at = 64 - Layout::kBoxData; q != r && at < ahead; at += 64)
+      __builtin_prefetch(group.small(q, parity) + at);
+  check_agreement(group, user, [&](int q) { return group.posted_small(q, parity); });
   if (bytes == 0) return;
-  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  // Most groups are a host's few ranks: their inputs' addresses stay on the stack.
+  constexpr std::size_t kOnStack = 16;
+  std::array<const void*, kOnStack> few{};
+  std::vector<const void*> many;
+  if (static_cast<std::size_t>(n) > kOnStack) many.resize(static_cast<std::size_t>(n));
+  const std::span<const void*> inputs =
+      many.empty() ? std::span(few).first(static_cast<std::size_t>(n)) : std::span(many);
   switch (call.kind) {
     case Collective::reduce:
       if (r != call.root) return;
@@ -268,7 +288,7 @@ template <class Watch>
 void run(Group& group, const CollectiveCall& call, const CollectiveCall& user, std::uint64_t number,
          Watch& watch) {
   if (detail::contribution_bytes(call, group.size()) <= Layout::kSmallBytes) {
-    detail::run_small(group, call, user, number, watch);
+    detail::run_small(group, call, user, watch);
     return;
   }
   switch (call.kind) {

@@ -1,12 +1,13 @@
 // strata/transport/shm/group.hpp — co-located ranks meeting in one shared region: layout, steps,
 // waits, failure.
 //
-// Each rank owns a block of the region: its step counter, the descriptors of its calls, and its
-// staging buffers (two of each, alternating, so a rank may fill the next while its peers still
-// read the last). A rank writes only its own block and publishes what it wrote by raising its
-// step counter; its peers wait for the step, then read. Every rank passes the same steps in the
-// same order (the collectives' schedules depend only on the agreed call), so "peer q reached
-// step s" is the whole protocol: no locks, no shared counters that ranks contend for.
+// Each rank owns a block of the region: its step counter, the descriptors of its calls, its
+// small calls' boxes and its staging buffers (two of each, alternating, so a rank may fill the
+// next while its peers still read the last). A rank writes only its own block and publishes what
+// it wrote by raising its step counter (and, for a small call, its box's step first); its peers
+// wait for the step, then read. Every rank passes the same steps in the same order (the
+// collectives' schedules depend only on the agreed call), so "peer q reached step s" is the
+// whole protocol: no locks, no shared counters that ranks contend for.
 //
 // Waits poll briefly, then sleep on a futex on the awaited counter, in slices: between slices
 // the caller's watch looks at the peers (their TCP control connections say when one died or
@@ -53,12 +54,19 @@ struct Layout {
   static constexpr std::size_t kSleepers = 64;
   static constexpr std::size_t kDescriptors = 128;  // two of kDescriptorBytes
   static constexpr std::size_t kDescriptorBytes = 64;
-  static constexpr std::size_t kSmall = 256;  // two of kSmallBytes
+  static constexpr std::size_t kSmall = 256;  // two boxes of kBoxBytes
+  // A small call's box: the step that published it, the call's two descriptors, then its data.
+  // A peer's wait ends on the box's first cache line, which also holds the descriptors and the
+  // first 24 bytes of data: a call that small costs one cache line from each peer.
+  static constexpr std::size_t kBoxStep = 0;
+  static constexpr std::size_t kBoxDescriptors = 8;  // the call's, then the user's: 16 bytes each
+  static constexpr std::size_t kBoxData = 40;
+  static constexpr std::size_t kBoxBytes = (kBoxData + kSmallBytes + 63) / 64 * 64;
 
   int size = 1;
   std::size_t slot_bytes = 0;  // a multiple of 64
 
-  std::size_t chunks_offset() const noexcept { return kSmall + 2 * kSmallBytes; }
+  std::size_t chunks_offset() const noexcept { return kSmall + 2 * kBoxBytes; }
   std::size_t block_bytes() const noexcept {
     return (chunks_offset() + 2 * slot_bytes + 4095) / 4096 * 4096;
   }
@@ -102,9 +110,10 @@ class Group {
   int size() const noexcept { return layout_.size; }
   std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
 
-  /// Rank `r`'s staging buffer of `parity` for calls that fit kSmallBytes.
-  std::byte* small(int r, std::uint64_t parity) const noexcept {
-    return block(r) + Layout::kSmall + (parity & 1u) * Layout::kSmallBytes;
+  /// Rank `r`'s staging buffer for the small call (one that fits kSmallBytes) published at
+  /// `step`: the data of its box.
+  std::byte* small(int r, std::uint64_t step) const noexcept {
+    return box(r, step) + Layout::kBoxData;
   }
   /// Rank `r`'s staging buffer of `parity` for chunks of `slot_bytes`.
   std::byte* chunk(int r, std::uint64_t parity) const noexcept {
@@ -124,26 +133,20 @@ class Group {
     if (sleepers(rank_).load(std::memory_order_seq_cst) != 0) wake(rank_);
   }
 
+  /// Publishes the next step as a small call's: its box (data staged at `small(rank(), step()
+  /// + 1)`, descriptors posted by `post_small`) first, then the step counter, as `publish`.
+  void publish_small() noexcept {
+    box_step(rank_, step_ + 1).store(step_ + 1, std::memory_order_release);
+    publish();
+  }
+
   /// Waits until `peer` has published `step`. `watch(rank)` runs between sleeping slices, with
   /// the peer's rank in the whole group (group_rank), and throws to end the wait (a dead peer, the
   /// deadline); `watch.group_failed()` is called, and must throw, once any rank has failed the
   /// group.
   template <class Watch>
   void wait_for(int peer, std::uint64_t step, Watch& watch) {
-    auto awaited = counter(peer, Layout::kStep);
-    auto ready = [&] { return awaited.load(std::memory_order_acquire) >= step || failed(); };
-    if (!spin_.poll(ready)) {
-      auto sleeping = sleepers(peer);
-      for (;;) {
-        sleeping.fetch_add(1, std::memory_order_seq_cst);
-        const std::uint64_t seen = awaited.load(std::memory_order_seq_cst);
-        if (seen < step && !failed()) sleep(peer, seen);
-        sleeping.fetch_sub(1, std::memory_order_relaxed);
-        if (ready()) break;
-        watch(group_rank(peer));
-      }
-    }
-    if (failed()) watch.group_failed();
+    wait_until(peer, step, counter(peer, Layout::kStep), watch);
   }
 
   /// Waits until every peer has published `step`.
@@ -151,6 +154,14 @@ class Group {
   void wait_all(std::uint64_t step, Watch& watch) {
     for (int peer = 0; peer < size(); ++peer)
       if (peer != rank_) wait_for(peer, step, watch);
+  }
+
+  /// Waits until every peer has published `step` as a small call (`publish_small`), looking at
+  /// their boxes: what the wait reads is what the call reads next.
+  template <class Watch>
+  void wait_all_small(std::uint64_t step, Watch& watch) {
+    for (int peer = 0; peer < size(); ++peer)
+      if (peer != rank_) wait_until(peer, step, box_step(peer, step), watch);
   }
 
   /// What a rank posts for a call: the call on the region, and the call its user made (the
@@ -173,11 +184,20 @@ class Group {
   /// What rank `r` posted as call number `call_number`, or nullopt for bytes that name no call
   /// (a peer's memory is not trusted to hold valid enumerators).
   std::optional<Posted> posted(int r, std::uint64_t call_number) const noexcept {
-    const std::byte* in = descriptor(r, call_number);
-    auto call = decode(in);
-    auto user = decode(in + 16);
-    if (!call || !user) return std::nullopt;
-    return Posted{*call, *user};
+    return read_posted(descriptor(r, call_number));
+  }
+
+  /// Posts this rank's calls into its box of the next step, for `publish_small`.
+  void post_small(const CollectiveCall& call, const CollectiveCall& user) noexcept {
+    std::byte* out = box(rank_, step_ + 1) + Layout::kBoxDescriptors;
+    std::memset(out, 0, 32);
+    encode(call, out);
+    encode(user, out + 16);
+  }
+
+  /// What rank `r` posted with the small call it published at `step`, as `posted`.
+  std::optional<Posted> posted_small(int r, std::uint64_t step) const noexcept {
+    return read_posted(box(r, step) + Layout::kBoxDescriptors);
   }
 
   /// The rank of the whole group that local rank `r` is, for messages.
@@ -227,12 +247,48 @@ class Group {
     return call;
   }
 
+  static std::optional<Posted> read_posted(const std::byte* in) noexcept {
+    auto call = decode(in);
+    auto user = decode(in + 16);
+    if (!call || !user) return std::nullopt;
+    return Posted{*call, *user};
+  }
+
+  // Polls `awaited` (a step counter, or a box's step), then sleeps on the peer's step counter,
+  // which every publish raises after the box.
+  template <class Watch>
+  void wait_until(int peer, std::uint64_t step, std::atomic_ref<std::uint64_t> awaited,
+                  Watch& watch) {
+    auto ready = [&] { return awaited.load(std::memory_order_acquire) >= step || failed(); };
+    if (!spin_.poll(ready)) {
+      auto sleeping = sleepers(peer);
+      auto published = counter(peer, Layout::kStep);
+      for (;;) {
+        sleeping.fetch_add(1, std::memory_order_seq_cst);
+        const std::uint64_t seen = published.load(std::memory_order_seq_cst);
+        if (seen < step && !failed()) sleep(peer, seen);
+        sleeping.fetch_sub(1, std::memory_order_relaxed);
+        if (ready()) break;
+        watch(group_rank(peer));
+      }
+    }
+    if (failed()) watch.group_failed();
+  }
+
   std::byte* block(int r) const noexcept {
     return region_.data() + Layout::kHeaderBytes +
            static_cast<std::size_t>(r) * layout_.block_bytes();
   }
   std::byte* descriptor(int r, std::uint64_t call_number) const noexcept {
     return block(r) + Layout::kDescriptors + (call_number & 1u) * Layout::kDescriptorBytes;
+  }
+  // Rank `r`'s box of the small call published at `step`: boxes alternate by step.
+  std::byte* box(int r, std::uint64_t step) const noexcept {
+    return block(r) + Layout::kSmall + (step & 1u) * Layout::kBoxBytes;
+  }
+  std::atomic_ref<std::uint64_t> box_step(int r, std::uint64_t step) const noexcept {
+    return std::atomic_ref<std::uint64_t>(
+        *reinterpret_cast<std::uint64_t*>(box(r, step) + Layout::kBoxStep));
   }
   std::atomic_ref<std::uint64_t> counter(int r, std::size_t offset) const noexcept {
     return std::atomic_ref<std::uint64_t>(*reinterpret_cast<std::uint64_t*>(block(r) + offset));
