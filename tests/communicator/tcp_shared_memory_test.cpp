@@ -9,12 +9,15 @@
 //     (32 KiB: many chunks);
 //   - all-reduce results bit-identical on every rank and equal to the sum in rank order, on
 //     the one-step and the chunked path;
+//   - small and chunked calls interleaved while ranks run ahead or sleep: each small call's
+//     box read for its own call;
 //   - the region is a memfd: nothing in /dev/shm, and no mapping left once the group is gone.
 // Failure semantics run over both transports in tcp_failure_test.cpp; processes (SIGKILL,
 // SIGSTOP, conformance) in tcp_process_test.cpp; two network namespaces in
 // tcp_netns_test.cpp.
 #include <strata/communicator/tcp.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -229,5 +232,65 @@ TEST_CASE("shared memory: all-reduce is bit-identical on every rank and sums in 
       CHECK(differ == 0);
       CHECK(not_in_order == 0);
     }
+  }
+}
+
+TEST_CASE("shared memory: small and chunked calls interleaved, ranks out of step, every result") {
+  // A small call's box is reused two steps later: a rank that runs ahead (a reduce's non-root
+  // returns without waiting) or sleeps (its peers give up polling and sleep on the futex) must
+  // still read every box's own call. Integer-valued floats: every sum is exact in any order.
+  constexpr int kSize = 3;
+  constexpr int kCalls = 120;
+  auto group = TcpCommunicator::create(kSize, {}, kSmallest);
+  std::vector<std::size_t> wrong(kSize, 0);
+  std::vector<std::exception_ptr> errors(kSize);
+  auto value = [](int rank, int call, std::size_t i) {
+    return static_cast<float>(rank * 1000 + call + static_cast<int>(i % 97));
+  };
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < kSize; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          std::vector<float> data;
+          for (int call = 0; call < kCalls; ++call) {
+            // One rank in turn arrives late, long enough for the others to sleep.
+            if (call % 10 == r) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            const int root = call % kSize;
+            const std::size_t count =
+                call % 3 == 1 ? 100003 : static_cast<std::size_t>(1 + call * 37);
+            data.resize(count);
+            for (std::size_t i = 0; i < count; ++i)
+              data[i] = value(r, call, i);
+            auto& rank = group[static_cast<std::size_t>(r)];
+            if (call % 3 == 2) {
+              rank.broadcast(std::span(data), root);
+              for (std::size_t i = 0; i < count; ++i)
+                wrong[static_cast<std::size_t>(r)] += data[i] != value(root, call, i) ? 1 : 0;
+              continue;
+            }
+            const bool reduce = call % 2 == 1;
+            if (reduce)
+              rank.reduce(std::span(data), ReduceOp::sum, root);
+            else
+              rank.all_reduce(std::span(data), ReduceOp::sum);
+            if (reduce && r != root) continue;
+            for (std::size_t i = 0; i < count; ++i) {
+              float sum = 0;
+              for (int q = 0; q < kSize; ++q)
+                sum += value(q, call, i);
+              wrong[static_cast<std::size_t>(r)] += data[i] != sum ? 1 : 0;
+            }
+          }
+        } catch (...) {
+          errors[static_cast<std::size_t>(r)] = std::current_exception();
+        }
+      });
+  }
+  for (const auto& error : errors)
+    if (error) std::rethrow_exception(error);
+  for (int r = 0; r < kSize; ++r) {
+    CAPTURE(r);
+    CHECK(wrong[static_cast<std::size_t>(r)] == 0);
   }
 }
