@@ -175,10 +175,7 @@ class Group {
   /// step that publishes them.
   void post(const CollectiveCall& call, const CollectiveCall& user,
             std::uint64_t call_number) noexcept {
-    std::byte* out = descriptor(rank_, call_number);
-    std::memset(out, 0, Layout::kDescriptorBytes);
-    encode(call, out);
-    encode(user, out + 16);
+    write_posted(descriptor(rank_, call_number), call, user);
   }
 
   /// What rank `r` posted as call number `call_number`, or nullopt for bytes that name no call
@@ -189,10 +186,7 @@ class Group {
 
   /// Posts this rank's calls into its box of the next step, for `publish_small`.
   void post_small(const CollectiveCall& call, const CollectiveCall& user) noexcept {
-    std::byte* out = box(rank_, step_ + 1) + Layout::kBoxDescriptors;
-    std::memset(out, 0, 32);
-    encode(call, out);
-    encode(user, out + 16);
+    write_posted(box(rank_, step_ + 1) + Layout::kBoxDescriptors, call, user);
   }
 
   /// What rank `r` posted with the small call it published at `step`, as `posted`.
@@ -245,6 +239,14 @@ class Group {
     call.root = root;
     call.count = static_cast<std::size_t>(count);
     return call;
+  }
+
+  // The two descriptors, 16 bytes each, as read_posted reads them.
+  static void write_posted(std::byte* out, const CollectiveCall& call,
+                           const CollectiveCall& user) noexcept {
+    std::memset(out, 0, 32);
+    encode(call, out);
+    encode(user, out + 16);
   }
 
   static std::optional<Posted> read_posted(const std::byte* in) noexcept {
