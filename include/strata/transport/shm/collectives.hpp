@@ -105,6 +105,20 @@ void exchange_chunk(Group& group, bool first, const CollectiveCall& call,
 // How much of each peer's staged data a small call prefetches at once.
 inline constexpr std::size_t kPrefetchBytes = 2048;
 
+// Whether rank r of a small call reads what rank q staged.
+inline bool reads_from(const CollectiveCall& call, int r, int q) noexcept {
+  switch (call.kind) {
+    case Collective::barrier:
+      return false;
+    case Collective::broadcast:
+      return q == call.root;
+    case Collective::reduce:
+      return r == call.root;
+    default:
+      return true;
+  }
+}
+
 // One step, through the boxes (Group::post_small): what a peer waits on, the descriptors it
 // compares and the data it reads come on the same cache lines.
 template <class Watch>
@@ -120,11 +134,15 @@ void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& u
   group.post_small(call, user);
   group.publish_small();
   group.wait_all_small(parity, watch);
-  // The data beyond the boxes' first lines travels while the descriptors are compared.
-  const std::size_t ahead = std::min(contribution_bytes(call, n), kPrefetchBytes);
-  for (int q = 0; q < n; ++q)
-    for (std::size_t at = 64 - Layout::kBoxData; q != r && at < ahead; at += 64)
-      __builtin_prefetch(group.small(q, parity) + at);
+  // What this rank reads of its peers' boxes travels while the descriptors are compared.
+  const std::size_t offset =
+      call.kind == Collective::reduce_scatter ? static_cast<std::size_t>(r) * bytes : 0;
+  for (int q = 0; q < n; ++q) {
+    if (q == r || !reads_from(call, r, q)) continue;
+    const std::byte* from = group.small(q, parity) + offset;
+    for (std::size_t at = 0; at < std::min(bytes, kPrefetchBytes); at += 64)
+      __builtin_prefetch(from + at);
+  }
   check_agreement(group, user, [&](int q) { return group.posted_small(q, parity); });
   if (bytes == 0) return;
   // Most groups are a host's few ranks: their inputs' addresses stay on the stack.
