@@ -34,6 +34,7 @@ nlohmann::json settings_of(const RunInfo& info) {
   if (communicator::has_root(o.collective)) j["root"] = o.root;
   if (o.congestion) j["congestion"] = *o.congestion;
   if (o.lend_from && *o.lend_from != SIZE_MAX) j["lend_from_bytes"] = *o.lend_from;
+  if (o.transport == Transport::ps) j["ps_shared_memory"] = o.ps_shared_memory;
   return j;
 }
 

@@ -199,6 +199,7 @@ struct Given {
   bool push_pull = false;  ///< the operation named is push_pull
   bool transport = false;
   bool servers = false;
+  bool ps_shared_memory = false;
 };
 
 // strata's own flags: where and how the ranks run. False when `flag` is none of them.
@@ -212,6 +213,9 @@ bool parse_group_flag(Options& options, Flag& flag, Given& given) {
   } else if (flag.is("", "--ps")) {
     options.servers = static_cast<int>(integer(name, flag.value(), 1, kMaxServers));
     given.servers = true;
+  } else if (flag.is("", "--ps-shm")) {
+    options.ps_shared_memory = integer(name, flag.value(), 0, 1) != 0;
+    given.ps_shared_memory = true;
   } else if (flag.is("", "--algo")) {
     set_algorithm(options, flag.value());
   } else if (flag.is("", "--congestion")) {
@@ -349,6 +353,7 @@ void check_transport_settings(const Options& options) {
 void check_ps(const Options& options, const Given& given) {
   if (options.transport != Transport::ps) {
     if (given.servers) fail("--ps sets the parameter servers of --transport ps");
+    if (given.ps_shared_memory) fail("--ps-shm sets the workers of --transport ps");
     return;
   }
   if (options.type != DataType::float32 && options.type != DataType::float64)

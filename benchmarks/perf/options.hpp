@@ -100,6 +100,9 @@ struct Options {
   std::optional<int> ranks{};
   /// --transport ps: the parameter servers (--ps), processes that strata-perf starts.
   int servers = 1;
+  /// --transport ps: whether the workers move large values through shared memory with the
+  /// servers of their host (--ps-shm; ps::ClientOptions::shared_memory).
+  bool ps_shared_memory = true;
   Algorithm algorithm = Algorithm::automatic;
   /// tcp: TcpOptions::congestion_control; unset: strata's choice (reno within one host).
   std::optional<std::string> congestion{};

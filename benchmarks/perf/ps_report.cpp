@@ -75,14 +75,15 @@ int serve_ps_task(const Options& options, const PsEnvironment& ps) {
   ps::Server server(ps_cluster(ps.workers, ps.servers), index);
   const ps::ServerReport report = server.serve();
   const double cpu_s = std::chrono::duration<double>(report.cpu_time).count();
-  const auto moved = report.bytes_in + report.bytes_out;
+  const auto moved = report.bytes_in + report.bytes_out + report.region_bytes;
   // Where the table goes (Reporter): stdout, or stderr when CSV or JSON take stdout.
   std::FILE* out = options.csv == "-" || options.json == "-" ? stderr : stdout;
-  write_flushed(out,
-                fmt::format("# PS   {:>2} served {} requests, {} B in, {} B out; CPU {:.3f} s, "
-                            "{:.3f} ns per byte in or out (ps::ServerReport, whole run)\n",
-                            index, report.requests, report.bytes_in, report.bytes_out, cpu_s,
-                            moved > 0 ? cpu_s * 1e9 / static_cast<double>(moved) : 0.0));
+  write_flushed(out, fmt::format("# PS   {:>2} served {} requests, {} B in, {} B out, {} B through "
+                                 "shared memory; CPU {:.3f} s, {:.3f} ns per byte in or out "
+                                 "(ps::ServerReport, whole run)\n",
+                                 index, report.requests, report.bytes_in, report.bytes_out,
+                                 report.region_bytes, cpu_s,
+                                 moved > 0 ? cpu_s * 1e9 / static_cast<double>(moved) : 0.0));
   return 0;
 }
 

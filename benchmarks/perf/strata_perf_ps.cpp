@@ -93,7 +93,8 @@ int run_ps_worker(const Options& options, const WorkerEnvironment& worker,
       communicator::TcpMembership{worker.rank, worker.addresses, 0, worker.listen_fd},
       communicator::TcpOptions{});
   try {
-    ps::Client client(ps_cluster(worker.addresses, ps.servers), worker.rank, 1);
+    ps::Client client(ps_cluster(worker.addresses, ps.servers), worker.rank, 1,
+                      {.shared_memory = options.ps_shared_memory});
     std::optional<Reporter> reporter;
     PsRankSetup setup;
     if (worker.rank == 0) {

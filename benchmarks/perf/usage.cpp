@@ -46,6 +46,9 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce | push
       --ranks N            number of ranks (default 2; under a launcher, its world size;
                            ps: the workers)
       --ps P               ps: parameter servers (default 1)
+      --ps-shm 1|0         ps: 1 (default): calls of 64 KiB and up go through shared memory,
+                           as between any worker and ps task of one host; 0: every byte over
+                           TCP (ps::ClientOptions::shared_memory)
       --algo A             all-reduce algorithm. local: auto (scatter_gather),
                            scatter_gather, reduce_to_one. tcp: auto (recursive doubling up to
                            512 KiB / (ceil(log2 N) (N-1)), ring above), ring,

@@ -7774,7 +7774,7 @@ std::string join(const Range& range, std::string_view separator) {
 //   4       1     collective (Collective); a request or reply's operation (the service's)
 //   5       1     element type (DataType)
 //   6       1     reduce op (ReduceOp)
-//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   7       1     flags (FrameFlag: lent on data frames, in_region on requests and replies)
 //   8       4     root (int32)
 //   12      4     payload bytes (uint32)
 //   16      8     sequence number of the collective on the sending rank
@@ -7854,15 +7854,24 @@ constexpr bool is_service_frame(FrameType type) noexcept {
   return type == FrameType::request || type == FrameType::reply;
 }
 
-/// Bits of a data frame's flags byte.
+/// Bits of the flags byte; each frame type allows its own (allowed_flags).
 enum class FrameFlag : std::uint8_t {
-  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
-  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// Data frames: the payload travels in the sender's own memory pages, not a copy (vmsplice(2)
+  /// and splice(2) on the sending side): the sender must not return from the collective, and so
   /// let its caller overwrite that memory, before the receiver has read the payload. The
   /// receiver answers each such message, once read, with a release frame.
   lent = 0x01,
+  /// Request and reply frames: the call's values are in the shared-memory region the connection
+  /// attached (ps/protocol.hpp), not in the payload.
+  in_region = 0x02,
 };
-inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// The flags frames of `type` may carry: none on control frames.
+constexpr std::uint8_t allowed_flags(FrameType type) noexcept {
+  if (type == FrameType::data) return static_cast<std::uint8_t>(FrameFlag::lent);
+  if (is_service_frame(type)) return static_cast<std::uint8_t>(FrameFlag::in_region);
+  return 0;
+}
 
 /// Why a group failed, carried by abort frames so that every rank raises the same error type.
 enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
@@ -7911,7 +7920,7 @@ inline std::string_view to_string(FrameError error) noexcept {
     case FrameError::bad_op:
       return "unknown reduce op";
     case FrameError::bad_flags:
-      return "unknown flags, or flags on a control frame";
+      return "flags the frame's type does not allow";
     case FrameError::payload_too_large:
       return "payload length above the limit";
   }
@@ -7984,8 +7993,7 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
   if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
   const auto payload = detail::load_le<std::uint32_t>(&in[12]);
   const auto flags = static_cast<std::uint8_t>(in[7]);
-  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
-    return FrameError::bad_flags;
+  if ((flags & ~allowed_flags(frame_type)) != 0) return FrameError::bad_flags;
   const std::uint32_t limit = carries_data(frame_type) ? chunk_bytes : kMaxControlPayload;
   if (payload > limit) return FrameError::payload_too_large;
   out.type = frame_type;
@@ -15925,11 +15933,21 @@ class ClusterCoordinator {
 //   pull_state  nothing; the reply carries StateSpec (kStateSpecBytes) | the optimizer's slots
 //               (slots_per_element arrays of the shard's size, slot by slot), for checkpoints
 //   assign_state StateSpec | slots, as pull_state's reply: replaces the shard's optimizer state
+//   attach_region AttachSpec: a worker offers a shared-memory region for the values of the
+//               connection's later calls (BytePS's co-located servers). Phase probe asks whether
+//               the server runs on the worker's host (same boot, same network namespace): reply
+//               count 1, or 0 (the worker stays on TCP). Phase collect names where the server
+//               collects the region (a sealed memfd, transport/shm/handover.hpp); the reply's
+//               count is the bytes it mapped.
+// A push, push_pull, assign or pull with the in_region flag (transport/tcp/frame.hpp) carries its
+// values in the attached region, from its first byte, instead of the payload (a push's payload
+// is then its prefix alone), and a reply with the flag left the values there.
 // Every length and value is checked by the receiver before it allocates or applies anything.
 
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -16431,16 +16449,17 @@ namespace strata::ps {
 
 /// What a request asks of a parameter server.
 enum class Operation : std::uint8_t {
-  create = 1,        ///< create a shard, or find the one of that name
-  pull = 2,          ///< read a shard's values
-  push = 3,          ///< apply a gradient (or add a delta) to a shard
-  push_pull = 4,     ///< push, then read the values after it, in one round trip
-  assign = 5,        ///< set a shard's values (its optimizer slots stay)
-  done = 6,          ///< the calling worker has finished
-  pull_state = 7,    ///< read a shard's optimizer state (slots and step)
-  assign_state = 8,  ///< set a shard's optimizer state
+  create = 1,         ///< create a shard, or find the one of that name
+  pull = 2,           ///< read a shard's values
+  push = 3,           ///< apply a gradient (or add a delta) to a shard
+  push_pull = 4,      ///< push, then read the values after it, in one round trip
+  assign = 5,         ///< set a shard's values (its optimizer slots stay)
+  done = 6,           ///< the calling worker has finished
+  pull_state = 7,     ///< read a shard's optimizer state (slots and step)
+  assign_state = 8,   ///< set a shard's optimizer state
+  attach_region = 9,  ///< share a memory region for the connection's values (same host only)
 };
-inline constexpr std::uint8_t kLastOperation = 8;
+inline constexpr std::uint8_t kLastOperation = 9;
 
 /// A reply's verdict.
 enum class Status : std::uint8_t {
@@ -16517,6 +16536,23 @@ struct CreateSpec {
 inline constexpr std::size_t kCreateSpecBytes = 24;
 /// The longest variable name a server takes.
 inline constexpr std::size_t kMaxNameBytes = 1024;
+
+/// An attach_region request's payload. The host and ticket bytes are
+/// transport::shm::HostIdentity's and transport::shm::HandoverTicket's (name, then secret).
+struct AttachSpec {
+  enum class Phase : std::uint8_t { probe = 0, collect = 1 };
+  Phase phase = Phase::probe;
+  std::uint64_t bytes = 0;             ///< collect: the region's size
+  std::array<std::byte, 64> host{};    ///< the worker's host
+  std::array<std::byte, 40> ticket{};  ///< collect: where the server collects the region
+  friend bool operator==(const AttachSpec&, const AttachSpec&) = default;
+};
+inline constexpr std::size_t kAttachSpecBytes = 120;
+/// The largest region a server maps.
+inline constexpr std::uint64_t kMaxRegionBytes = std::uint64_t{1} << 40;
+/// How long a server waits, at most, for the worker to hand its region over: the serving thread
+/// waits with it.
+inline constexpr std::chrono::seconds kHandoverWait{10};
 
 /// What a ps connection puts in the handshake's tunables field: ps connections and collective
 /// connections refuse each other (tunables_differ).
@@ -16665,6 +16701,35 @@ inline std::optional<StateSpec> decode_state(std::span<const std::byte> in) noex
   return spec;
 }
 
+inline std::array<std::byte, kAttachSpecBytes> encode(const AttachSpec& spec) noexcept {
+  std::array<std::byte, kAttachSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.phase);
+  detail::store_le<std::uint64_t>(&out[8], spec.bytes);
+  std::copy(spec.host.begin(), spec.host.end(), out.begin() + 16);
+  std::copy(spec.ticket.begin(), spec.ticket.end(), out.begin() + 80);
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (unknown phase, padding set, a
+/// collect of no bytes or more than kMaxRegionBytes, a probe that names a region).
+inline std::optional<AttachSpec> decode_attach(std::span<const std::byte> in) noexcept {
+  if (in.size() < kAttachSpecBytes) return std::nullopt;
+  const auto phase = static_cast<std::uint8_t>(in[0]);
+  if (phase > static_cast<std::uint8_t>(AttachSpec::Phase::collect)) return std::nullopt;
+  for (std::size_t i = 1; i < 8; ++i)
+    if (in[i] != std::byte{0}) return std::nullopt;
+  AttachSpec spec;
+  spec.phase = static_cast<AttachSpec::Phase>(phase);
+  spec.bytes = detail::load_le<std::uint64_t>(&in[8]);
+  std::copy_n(in.begin() + 16, spec.host.size(), spec.host.begin());
+  std::copy_n(in.begin() + 80, spec.ticket.size(), spec.ticket.begin());
+  const bool collect = spec.phase == AttachSpec::Phase::collect;
+  if (collect ? spec.bytes == 0 || spec.bytes > kMaxRegionBytes
+              : spec.bytes != 0 || spec.ticket != decltype(spec.ticket){})
+    return std::nullopt;
+  return spec;
+}
+
 /// Bytes of a name in a create payload: padded so that the values after it stay aligned.
 constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
   return (name_bytes + 7) / 8 * 8;
@@ -16708,6 +16773,8 @@ inline std::string_view to_string(Operation operation) noexcept {
       return "pull_state";
     case Operation::assign_state:
       return "assign_state";
+    case Operation::attach_region:
+      return "attach_region";
   }
   return "unknown operation";
 }
@@ -16856,6 +16923,7 @@ struct SendReply {
   std::uint8_t status = 0;  ///< the frame's root
   std::uint64_t count = 0;
   DataType type = DataType::uint8;
+  std::uint8_t flags = 0;  ///< FrameFlag bits of a reply (in_region)
   /// Must stay valid and unchanged until the session's next call.
   std::span<const std::byte> payload{};
   /// Close every connection once this reply is written: the service is finished.
@@ -17259,6 +17327,7 @@ class ServiceServer {
     header.root = reply.status;
     header.count = reply.count;
     header.element_type = reply.type;
+    header.flags = reply.flags;
     header.payload_bytes = static_cast<std::uint32_t>(reply.payload.size());
     connection->reply_bytes = encode(header);
     ++stats_.requests;
@@ -23387,7 +23456,15 @@ struct ClientOptions {
   /// Deadline of connecting (ps tasks may start after the workers) and of every call.
   /// Defaults to STRATA_TIMEOUT when set, else 60 s.
   std::chrono::milliseconds timeout = default_timeout();
+  /// Whether calls of kRegionMinBytes and more to a ps task on this host (the same boot and
+  /// network namespace) move their values through a shared-memory region, as BytePS does for
+  /// co-located servers, instead of loopback TCP. Other hosts' ps tasks are always over TCP.
+  bool shared_memory = true;
 };
+
+/// The smallest values (bytes) a call moves through a shared region: below it, the copies in
+/// and out of the region save less than loopback TCP costs.
+inline constexpr std::size_t kRegionMinBytes = std::size_t{64} << 10;
 
 /// One request of a batch (`Client::call`): an operation on one shard.
 struct ShardCall {
@@ -23457,13 +23534,17 @@ class Client {
 // strata/ps/impl/client.ipp — a worker's parameter-server client's definitions (ps/client.hpp).
 //
 // Each connection is a client of the servers' TCP service (transport/tcp/service_client.hpp).
+// A connection to a ps task on this host attaches a shared-memory region the first time a call
+// is large enough, and its large calls' values travel through it (attach_region, ps/protocol.hpp).
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -23486,7 +23567,17 @@ struct Connection {
   std::unique_ptr<transport::tcp::ServiceConnection> link;
   std::uint64_t sequence = 0;
   std::exception_ptr broken;  // why this connection can no longer be used
+  enum class Sharing : std::uint8_t { unknown, no, yes };
+  Sharing sharing = Sharing::unknown;  // whether the server shares this host
+  std::optional<transport::shm::Region> region;
+  bool in_region = false;  // the request in flight carries its values in the region
 };
+
+// The region a call of `bytes` attaches: a power of two from 1 MiB, so that a few growing calls
+// do not each attach a new one.
+inline std::size_t region_bytes_for(std::size_t bytes) {
+  return std::bit_ceil(std::max(bytes, std::size_t{1} << 20));
+}
 
 }  // namespace detail::client
 
@@ -23588,6 +23679,16 @@ struct Client::State {
 
   void send(Connection& connection, const ShardCall& call, const Deadline& deadline) {
     if (connection.broken) std::rethrow_exception(connection.broken);
+    connection.in_region = use_region(connection, call, deadline);
+    if (connection.in_region && !call.values.empty())
+      std::memcpy(connection.region->data(), call.values.data(), call.values.size());
+    send_frame(connection, call, deadline);
+  }
+
+  // The request of `call`; its values go in the payload unless the connection's region has them.
+  void send_frame(Connection& connection, const ShardCall& call, const Deadline& deadline) {
+    const std::span<const std::byte> values =
+        connection.in_region ? std::span<const std::byte>() : call.values;
     transport::tcp::FrameHeader header;
     header.type = transport::tcp::FrameType::request;
     header.kind = static_cast<Collective>(call.operation);
@@ -23595,10 +23696,120 @@ struct Client::State {
     header.root = static_cast<std::int32_t>(call.handle);
     header.sequence = ++connection.sequence;
     header.count = call.count;
-    header.payload_bytes = static_cast<std::uint32_t>(call.prefix.size() + call.values.size());
-    const std::array<std::span<const std::byte>, 2> parts{call.prefix, call.values};
+    header.flags =
+        connection.in_region ? static_cast<std::uint8_t>(transport::tcp::FrameFlag::in_region) : 0;
+    header.payload_bytes = static_cast<std::uint32_t>(call.prefix.size() + values.size());
+    const std::array<std::span<const std::byte>, 2> parts{call.prefix, values};
     const Io io = connection.link->send(header, parts, deadline.time_point());
     if (io != Io::done) fail(connection, call, io, deadline);
+  }
+
+  // ---- shared memory with a ps task on this host -----------------------------------------
+
+  // Whether `call` moves its values through the connection's region, attaching one first when
+  // the server shares this host and the region is missing or too small.
+  bool use_region(Connection& connection, const ShardCall& call, const Deadline& deadline) {
+    using Sharing = Connection::Sharing;
+    const bool carries_values =
+        call.operation == Operation::push || call.operation == Operation::push_pull ||
+        call.operation == Operation::pull || call.operation == Operation::assign;
+    const std::size_t bytes = std::max(call.values.size(), call.result.size());
+    if (!options.shared_memory || !carries_values || bytes < kRegionMinBytes ||
+        connection.sharing == Sharing::no)
+      return false;
+    if (connection.sharing == Sharing::unknown) {
+      AttachSpec probe;
+      probe.host = host().bytes;
+      connection.sharing = Sharing::no;
+      try {
+        if (host().known() && attach_request(connection, call.server, probe, deadline, [] {}) == 1)
+          connection.sharing = Sharing::yes;
+      } catch (const UsageError&) {  // a server without shared regions refused: TCP it is
+      }
+      if (connection.sharing == Sharing::no) return false;
+    }
+    if (!connection.region || connection.region->size() < bytes)
+      attach(connection, call.server, bytes, deadline);
+    return connection.region.has_value();
+  }
+
+  // A region of region_bytes_for(bytes), handed to the server. A system that refuses the
+  // region (memfd, Unix sockets), here or on the server, leaves the connection on TCP for good.
+  void attach(Connection& connection, int server, std::size_t bytes, const Deadline& deadline) {
+    connection.region.reset();
+    std::optional<transport::shm::Region> region;
+    std::optional<transport::shm::HandoverServer> handover;
+    try {
+      region.emplace(transport::shm::Region::create(detail::client::region_bytes_for(bytes), rank));
+      handover.emplace(rank);
+    } catch (const ConfigurationError&) {
+      connection.sharing = Connection::Sharing::no;
+      return;
+    }
+    AttachSpec spec;
+    spec.phase = AttachSpec::Phase::collect;
+    spec.bytes = region->size();
+    spec.host = host().bytes;
+    const auto& ticket = handover->ticket();
+    std::copy(ticket.name.begin(), ticket.name.end(), spec.ticket.begin());
+    std::copy(ticket.secret.begin(), ticket.secret.end(),
+              spec.ticket.begin() + static_cast<std::ptrdiff_t>(ticket.name.size()));
+    // The server collects the descriptor while this thread serves it, then replies. A server
+    // that fails to collect says so in its reply, which comes once the handover gives up: after
+    // as long as the server would wait at most.
+    const Deadline handover_deadline = deadline.time_point() - Clock::now() > kHandoverWait
+                                           ? Deadline::after(kHandoverWait)
+                                           : deadline;
+    std::uint64_t mapped = 0;
+    try {
+      mapped = attach_request(connection, server, spec, deadline,
+                              [&] { handover->serve(region->fd(), 1, handover_deadline); });
+    } catch (const UsageError&) {  // the server's refusal, the connection still in step
+      connection.sharing = Connection::Sharing::no;
+      return;
+    } catch (const ConfigurationError&) {  // the handover failed
+      connection.sharing = Connection::Sharing::no;
+      return;
+    }
+    if (mapped != region->size()) {
+      connection.broken = std::make_exception_ptr(PeerFailureError(
+          rank, "ps::attach_region",
+          fmt::format("{} broke the protocol: it mapped {} bytes of a region of {}", who(server),
+                      mapped, region->size()),
+          "check that every task runs the same strata version"));
+      std::rethrow_exception(connection.broken);
+    }
+    region->close_fd();
+    connection.region = std::move(region);
+  }
+
+  // One attach_region request and its reply's count; `while_waiting` runs between the two.
+  template <class F>
+  std::uint64_t attach_request(Connection& connection, int server, const AttachSpec& spec,
+                               const Deadline& deadline, F&& while_waiting) {
+    const auto bytes = encode(spec);
+    ShardCall call;
+    call.server = server;
+    call.operation = Operation::attach_region;
+    call.type = DataType::uint8;
+    call.prefix = bytes;
+    connection.in_region = false;
+    if (connection.broken) std::rethrow_exception(connection.broken);
+    send_frame(connection, call, deadline);
+    std::exception_ptr serving;
+    try {
+      while_waiting();
+    } catch (const ConfigurationError&) {
+      serving = std::current_exception();  // the reply says why, or the handover does
+    }
+    receive(connection, call, deadline);
+    if (serving) std::rethrow_exception(serving);
+    return call.version;
+  }
+
+  static const transport::shm::HostIdentity& host() {
+    static const transport::shm::HostIdentity identity = transport::shm::this_host();
+    return identity;
   }
 
   [[noreturn]] void fail(Connection& connection, const ShardCall& call, Io io,
@@ -23637,9 +23848,16 @@ struct Client::State {
                              call.operation == Operation::push_pull ||
                              call.operation == Operation::pull_state ||
                              (call.operation == Operation::create && header.payload_bytes != 0);
+    // The values of a request that carried them in the region come back there.
+    const bool in_region =
+        (header.flags & static_cast<std::uint8_t>(transport::tcp::FrameFlag::in_region)) != 0;
+    if (in_region != (connection.in_region && values_back))
+      protocol_error(in_region ? "values in the shared region nobody asked for there"
+                               : "values on the socket that belong in the shared region");
     // An optimizer state's size depends on its slot count: `result` holds the largest.
     const bool sized =
-        call.operation == Operation::pull_state
+        in_region ? header.payload_bytes == 0
+        : call.operation == Operation::pull_state
             ? header.payload_bytes >= kStateSpecBytes && header.payload_bytes <= call.result.size()
             : header.payload_bytes == call.result.size();
     if (values_back && (!sized || header.element_type != call.type))
@@ -23648,7 +23866,11 @@ struct Client::State {
                                  to_string(call.type)));
     if (!values_back && header.payload_bytes != 0) protocol_error("values nobody asked for");
     call.received = values_back ? header.payload_bytes : 0;
-    if (values_back) {
+    if (in_region) {
+      if (!call.result.empty())
+        std::memcpy(call.result.data(), connection.region->data(), call.result.size());
+      call.received = call.result.size();
+    } else if (values_back) {
       io = connection.link->receive(call.result.first(header.payload_bytes), deadline.time_point());
       if (io != Io::done) fail(connection, call, io, deadline);
     }
@@ -24843,11 +25065,14 @@ struct ServerOptions {
 
 /// What a server did, for logs and the benchmarks' load report.
 struct ServerReport {
-  std::size_t shards = 0;               ///< shards created
-  std::uint64_t shard_bytes = 0;        ///< bytes of values held (optimizer slots not counted)
-  std::uint64_t requests = 0;           ///< requests answered
-  std::uint64_t bytes_in = 0;           ///< payload bytes received
-  std::uint64_t bytes_out = 0;          ///< payload bytes sent
+  std::size_t shards = 0;         ///< shards created
+  std::uint64_t shard_bytes = 0;  ///< bytes of values held (optimizer slots not counted)
+  std::uint64_t requests = 0;     ///< requests answered
+  std::uint64_t bytes_in = 0;     ///< payload bytes received
+  std::uint64_t bytes_out = 0;    ///< payload bytes sent
+  /// Values read from and written to the shared regions of workers on this host, instead of
+  /// the sockets (ps/protocol.hpp, attach_region).
+  std::uint64_t region_bytes = 0;
   std::uint64_t refused = 0;            ///< connections refused or dropped (handshake, garbage)
   std::uint64_t stale_gradients = 0;    ///< synchronous gradients that came after their step
   std::chrono::nanoseconds cpu_time{};  ///< CPU time of the serving thread
@@ -25166,6 +25391,46 @@ inline std::vector<void*> release_ready(SyncState& sync) {
 
 }  // namespace shard_detail
 
+/// The sync policy of the shard's first push, which every later push must name; the reason
+/// when this one names another. Records `rank` as the replica's worker.
+inline std::string meet_sync(Shard& shard, const SyncSpec& spec, int rank) {
+  SyncState& sync = shard.sync;
+  if (!sync.set) {
+    sync.set = true;
+    sync.spec = spec;
+    sync.spec.replica = 0;
+    sync.spec.step = 0;
+    sync.pushes.assign(spec.replicas, 0);
+    sync.owner.assign(spec.replicas, -1);
+    sync.arrived.assign(spec.replicas, false);
+    sync.done.assign(spec.replicas, false);
+  } else if (sync.spec.mode != spec.mode || sync.spec.aggregation != spec.aggregation ||
+             sync.spec.replicas != spec.replicas || sync.spec.bound != spec.bound) {
+    return fmt::format(
+        "workers disagree on how pushes meet variable '{}': mode {}, {} "
+        "replicas, bound {} first; mode {}, {} replicas, bound {} now",
+        shard.name, static_cast<int>(sync.spec.mode), sync.spec.replicas, sync.spec.bound,
+        static_cast<int>(spec.mode), spec.replicas, spec.bound);
+  }
+  sync.owner[spec.replica] = rank;
+  return {};
+}
+
+/// An asynchronous push (meet_sync passed), applied at once. With `pull`, a sum leaves the new
+/// values in `gradient` (`snapshot`): where it lies, in the connection's staging buffer or in a
+/// co-located worker's shared region, is where the reply is read from.
+template <std::floating_point T>
+PushOutcome push_asynchronous(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer,
+                              std::span<T> gradient, bool pull) {
+  PushOutcome outcome;
+  outcome.snapshot = pull && shard.update == UpdateRule::sum;
+  outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient),
+                           outcome.snapshot ? gradient : std::span<T>());
+  if (!outcome.why.empty()) return {PushOutcome::Kind::error, std::move(outcome.why), {}};
+  ++shard.version;
+  return outcome;
+}
+
 /// Applies, holds or drops a push of `caller` (worker `rank`) by the shard's sync policy.
 /// On `reply` the caller answers at once; on `wait` its reply goes when a later push (or a
 /// worker's `done`) releases it; `released` are the callers to answer now. A synchronous push
@@ -25181,33 +25446,11 @@ PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer
   const auto fail = [](std::string why) {
     return PushOutcome{PushOutcome::Kind::error, std::move(why), {}};
   };
-  if (!sync.set) {
-    sync.set = true;
-    sync.spec = spec;
-    sync.spec.replica = 0;
-    sync.spec.step = 0;
-    sync.pushes.assign(spec.replicas, 0);
-    sync.owner.assign(spec.replicas, -1);
-    sync.arrived.assign(spec.replicas, false);
-    sync.done.assign(spec.replicas, false);
-  } else if (sync.spec.mode != spec.mode || sync.spec.aggregation != spec.aggregation ||
-             sync.spec.replicas != spec.replicas || sync.spec.bound != spec.bound) {
-    return fail(
-        fmt::format("workers disagree on how pushes meet variable '{}': mode {}, {} "
-                    "replicas, bound {} first; mode {}, {} replicas, bound {} now",
-                    shard.name, static_cast<int>(sync.spec.mode), sync.spec.replicas,
-                    sync.spec.bound, static_cast<int>(spec.mode), spec.replicas, spec.bound));
-  }
-  sync.owner[spec.replica] = rank;
+  if (std::string why = meet_sync(shard, spec, rank); !why.empty()) return fail(std::move(why));
   PushOutcome outcome;
   switch (spec.mode) {
     case Mode::asynchronous:
-      outcome.snapshot = pull && shard.update == UpdateRule::sum;
-      outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient),
-                               outcome.snapshot ? std::span<T>(gradient) : std::span<T>());
-      if (!outcome.why.empty()) return fail(std::move(outcome.why));
-      ++shard.version;
-      return outcome;
+      return push_asynchronous(shard, values, optimizer, std::span<T>(gradient), pull);
     case Mode::bounded_staleness: {
       outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient));
       if (!outcome.why.empty()) return fail(std::move(outcome.why));
@@ -25455,6 +25698,7 @@ struct Server::State : transport::tcp::ServiceHandler {
   std::vector<Shard> shards;  // the handle is the index
   std::map<std::string, std::uint32_t, std::less<>> by_name;
   ServerReport report;
+  transport::shm::HostIdentity host = transport::shm::this_host();  // for attach_region
   transport::tcp::ServiceServer service;  // last: its sessions use the members above
 };
 
@@ -25463,16 +25707,22 @@ struct Server::State : transport::tcp::ServiceHandler {
 // ---- begin strata/ps/impl/server_session.ipp ----
 // strata/ps/impl/server_session.ipp — one worker connection of a parameter server
 // (ps/impl/server.ipp): its requests one at a time, each read in steps straight into where its
-// bytes go, checked, and only then applied. Included by ps/impl/server.ipp once Server::State is
+// bytes go, checked, and only then applied. A worker on the server's host may attach a
+// shared-memory region, through which its large calls' values then travel instead of the socket
+// (attach_region, ps/protocol.hpp). Included by ps/impl/server.ipp once Server::State is
 // complete, never on its own.
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -25481,6 +25731,12 @@ struct Server::State : transport::tcp::ServiceHandler {
 
 
 namespace strata::ps {
+
+static_assert(std::tuple_size_v<decltype(AttachSpec::host)> ==
+              transport::shm::HostIdentity::kBytes);
+static_assert(std::tuple_size_v<decltype(AttachSpec::ticket)> ==
+              transport::shm::HandoverTicket::kNameBytes +
+                  transport::shm::HandoverTicket::kSecretBytes);
 
 // One worker connection's requests, one at a time.
 class Server::State::Session : public transport::tcp::ServiceSession {
@@ -25501,6 +25757,18 @@ class Server::State::Session : public transport::tcp::ServiceSession {
     const auto operation = static_cast<std::uint8_t>(request.kind);
     if (operation < 1 || operation > kLastOperation)
       return error(Status::bad_request, fmt::format("unknown operation {}", operation));
+    if (in_region()) {
+      const auto op = static_cast<Operation>(operation);
+      if (op != Operation::push && op != Operation::push_pull && op != Operation::pull &&
+          op != Operation::assign)
+        return error(
+            Status::bad_request,
+            fmt::format("a {} request cannot carry its values in a shared region", to_string(op)));
+      if (!region_)
+        return error(Status::bad_request,
+                     "a request whose values are in a shared region, on a connection that "
+                     "attached none");
+    }
     switch (static_cast<Operation>(operation)) {
       case Operation::create:
         if (request.payload_bytes < kCreateSpecBytes)
@@ -25511,6 +25779,11 @@ class Server::State::Session : public transport::tcp::ServiceSession {
         if (request.payload_bytes != 0)
           return error(Status::bad_request, "a done request carries nothing");
         return state_.finished(rank_);
+      case Operation::attach_region:
+        if (request.payload_bytes != kAttachSpecBytes)
+          return error(Status::bad_request, "an attach_region request without its spec");
+        stage_ = Stage::attach_spec;
+        return read(std::span(prefix_.data(), kAttachSpecBytes));
       default:
         return on_shard_request();
     }
@@ -25530,6 +25803,8 @@ class Server::State::Session : public transport::tcp::ServiceSession {
         return on_state_spec();
       case Stage::state_slots:
         return on_state_slots();
+      case Stage::attach_spec:
+        return on_attach_spec();
     }
     return error(Status::bad_request, "a request out of order");
   }
@@ -25558,8 +25833,54 @@ class Server::State::Session : public transport::tcp::ServiceSession {
     create_values,
     push_values,
     state_spec,
-    state_slots
+    state_slots,
+    attach_spec
   };
+
+  bool in_region() const noexcept {
+    return (request_.flags & static_cast<std::uint8_t>(transport::tcp::FrameFlag::in_region)) != 0;
+  }
+
+  // The region's first `count` values of type T: where a co-located worker's call keeps them.
+  template <class T>
+  std::span<T> region_values(std::uint64_t count) const {
+    return std::span(reinterpret_cast<T*>(region_->data()), static_cast<std::size_t>(count));
+  }
+
+  // A worker asks whether it shares this server's host (probe), then hands over the region its
+  // large calls' values are to travel through (collect). Collecting blocks the serving thread
+  // until the worker hands the descriptor over, which it does as soon as its request is sent:
+  // the wait is bounded well below the timeout, for a worker that dies in between.
+  SessionStep on_attach_spec() {
+    const auto spec = decode_attach(std::span<const std::byte>(prefix_.data(), kAttachSpecBytes));
+    if (!spec) return error(Status::bad_request, "a malformed attach_region request");
+    transport::shm::HostIdentity theirs;
+    std::copy(spec->host.begin(), spec->host.end(), theirs.bytes.begin());
+    const bool same_host = theirs.known() && theirs == state_.host;
+    if (spec->phase == AttachSpec::Phase::probe) return ok(same_host ? 1 : 0);
+    if (!same_host)
+      return error(
+          Status::bad_request,
+          fmt::format("a shared region offered by a worker on another host than {}", state_.who()));
+    transport::shm::HandoverTicket ticket;
+    std::copy_n(spec->ticket.begin(), ticket.name.size(), ticket.name.begin());
+    std::copy_n(spec->ticket.begin() + static_cast<std::ptrdiff_t>(ticket.name.size()),
+                ticket.secret.size(), ticket.secret.begin());
+    try {
+      const Deadline deadline = Deadline::after(
+          std::min<std::chrono::milliseconds>(state_.options.timeout, kHandoverWait));
+      const int fd = transport::shm::collect_handover(ticket, -1, deadline);
+      region_.reset();
+      region_.emplace(transport::shm::Region::adopt(fd, spec->bytes, -1, rank_));
+      region_->close_fd();
+    } catch (const Error& e) {
+      region_.reset();
+      return error(
+          Status::bad_request,
+          fmt::format("{} could not map the worker's shared region: {}", state_.who(), e.what()));
+    }
+    return ok(spec->bytes);
+  }
 
   static SessionStep read(std::span<std::byte> into) { return ReadPayload{{into}}; }
   static SessionStep read(std::span<std::byte> first, std::span<std::byte> second) {
@@ -25641,7 +25962,7 @@ class Server::State::Session : public transport::tcp::ServiceSession {
                 payload <= kStateSpecBytes + kMaxSlotsPerElement * value_bytes;
         break;
       default:
-        sized = payload == (push ? kPushPrefixBytes : 0) + value_bytes;
+        sized = payload == (push ? kPushPrefixBytes : 0) + (in_region() ? 0 : value_bytes);
         break;
     }
     if (request_.element_type != shard.type || request_.count != shard.elements || !sized)
@@ -25651,6 +25972,12 @@ class Server::State::Session : public transport::tcp::ServiceSession {
                                to_string(operation), shard.name, state_.who(), shard.elements,
                                to_string(shard.type), request_.count,
                                to_string(request_.element_type), request_.payload_bytes));
+    if (in_region() && value_bytes > region_->size())
+      return error(Status::bad_request,
+                   fmt::format("{} of variable '{}' on {}: its {} bytes do not fit the {} bytes "
+                               "of the connection's shared region",
+                               to_string(operation), shard.name, state_.who(), value_bytes,
+                               region_->size()));
     handle_ = handle;
     if (operation == Operation::pull) return values_reply(handle, shard.version);
     if (operation == Operation::pull_state) return state_reply(handle);
@@ -25659,6 +25986,10 @@ class Server::State::Session : public transport::tcp::ServiceSession {
       return read(std::span(prefix_.data(), kStateSpecBytes));
     }
     stage_ = Stage::push_values;
+    if (in_region()) {  // the values are in the region: only a push's prefix comes on the socket
+      if (!push) return on_values();
+      return read(std::span(prefix_.data(), kPushPrefixBytes));
+    }
     const auto values = std::visit(
         [&](const auto& stored) {
           using T = typename std::decay_t<decltype(stored.values)>::value_type;
@@ -25679,22 +26010,39 @@ class Server::State::Session : public transport::tcp::ServiceSession {
         [&](auto& values) {
           using T = typename std::decay_t<decltype(values.values)>::value_type;
           auto& incoming = staging<T>();
+          const bool pull = operation == Operation::push_pull;
           if (operation == Operation::assign) {
-            std::copy(incoming.begin(), incoming.end(), values.values.begin());
+            const std::span<const T> from =
+                in_region() ? region_values<T>(shard.elements) : std::span<const T>(incoming);
+            std::copy(from.begin(), from.end(), values.values.begin());
+            if (in_region()) count_region_bytes(from.size_bytes());
             return;
           }
           const std::span<const std::byte> prefix(prefix_.data(), kPushPrefixBytes);
           const auto optimizer = decode_optimizer(prefix.first(kOptimizerSpecBytes));
           const auto sync = decode_sync(prefix.subspan(kOptimizerSpecBytes));
-          if (!optimizer || !sync)
+          if (!optimizer || !sync) {
             outcome = {detail::PushOutcome::Kind::error, "a push whose prefix is malformed", {}};
-          else if (operation == Operation::push && sync->mode != SyncSpec::Mode::asynchronous)
+          } else if (operation == Operation::push && sync->mode != SyncSpec::Mode::asynchronous) {
             outcome = {detail::PushOutcome::Kind::error,
                        "a push that waits for other replicas must pull (push_pull)",
                        {}};
-          else
-            outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this,
-                                   operation == Operation::push_pull);
+          } else if (in_region() && sync->mode == SyncSpec::Mode::asynchronous) {
+            // Applied where the worker left it; a sum's new values are written back over it.
+            const auto gradient = region_values<T>(shard.elements);
+            count_region_bytes(gradient.size_bytes());
+            if (std::string why = detail::meet_sync(shard, *sync, rank_); !why.empty())
+              outcome = {detail::PushOutcome::Kind::error, std::move(why), {}};
+            else
+              outcome = detail::push_asynchronous(shard, values, *optimizer, gradient, pull);
+          } else {
+            if (in_region()) {  // a push that may wait keeps its gradient: copied out
+              const auto gradient = region_values<T>(shard.elements);
+              incoming.assign(gradient.begin(), gradient.end());
+              count_region_bytes(gradient.size_bytes());
+            }
+            outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this, pull);
+          }
         },
         shard.data);
     state_.answer(outcome.released, handle_);
@@ -25773,10 +26121,24 @@ class Server::State::Session : public transport::tcp::ServiceSession {
   }
 
   // A snapshot of the shard's values: a later push must not tear the write. `staged`: the
-  // push just applied left it in the staging buffer already.
+  // push just applied left it where the reply is read from already (the staging buffer, or the
+  // shared region of a request that carried its values there).
   SessionStep values_reply(std::uint32_t handle, std::uint64_t count, bool staged = false) {
     SendReply reply = ok(count);
     reply.type = state_.shards[handle].type;
+    if (in_region()) {
+      reply.flags = static_cast<std::uint8_t>(transport::tcp::FrameFlag::in_region);
+      std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            if (!staged)
+              std::copy(stored.values.begin(), stored.values.end(),
+                        region_values<T>(stored.values.size()).begin());
+            count_region_bytes(stored.values.size() * sizeof(T));
+          },
+          state_.shards[handle].data);
+      return reply;
+    }
     reply.payload = std::visit(
         [&](const auto& stored) {
           using T = typename std::decay_t<decltype(stored.values)>::value_type;
@@ -25788,12 +26150,14 @@ class Server::State::Session : public transport::tcp::ServiceSession {
     return reply;
   }
 
+  void count_region_bytes(std::uint64_t bytes) noexcept { state_.report.region_bytes += bytes; }
+
   State& state_;
   int rank_;
   transport::tcp::ServiceReplier replier_;
   transport::tcp::FrameHeader request_;
   Stage stage_ = Stage::create_spec;
-  std::array<std::byte, std::max(kPushPrefixBytes, kCreateSpecBytes)> prefix_{};
+  std::array<std::byte, std::max({kPushPrefixBytes, kCreateSpecBytes, kAttachSpecBytes})> prefix_{};
   CreateSpec spec_;
   std::string name_;
   std::uint32_t handle_ = 0;
@@ -25802,6 +26166,7 @@ class Server::State::Session : public transport::tcp::ServiceSession {
   StateSpec state_spec_;
   std::vector<std::byte> state_bytes_;
   std::string text_;
+  std::optional<transport::shm::Region> region_;  // a co-located worker's, once attached
 };
 
 }  // namespace strata::ps

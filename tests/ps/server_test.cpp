@@ -2,6 +2,7 @@
 // threads of the test, workers are clients on loopback.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,9 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <strata/core/error.hpp>
 #include <strata/optim/adam.hpp>
 #include <strata/optim/momentum.hpp>
@@ -29,6 +34,11 @@
 #include <strata/ps/client.hpp>
 #include <strata/ps/protocol.hpp>
 #include <strata/ps/server.hpp>
+#include <strata/transport/shm/handover.hpp>
+#include <strata/transport/shm/host.hpp>
+#include <strata/transport/shm/region.hpp>
+#include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/service_client.hpp>
 
 #include "worker_cluster.hpp"
 
@@ -58,7 +68,12 @@ struct Servers {
     for (auto& server : servers)
       server->stop();
     for (auto& result : results)
-      result.wait();
+      if (result.valid()) result.wait();
+  }
+  // Stops server `i` and returns what it did.
+  strata::ps::ServerReport stop(std::size_t i) {
+    servers[i]->stop();
+    return results[i].get();
   }
   std::vector<std::unique_ptr<Server>> servers;
   std::vector<std::future<strata::ps::ServerReport>> results;
@@ -594,4 +609,306 @@ TEST_CASE("a shard's optimizer state is read and set whole, and updates continue
   CHECK_FALSE(strata::ps::decode_state(negative).has_value());
   CHECK_FALSE(
       strata::ps::decode_state(strata::ps::encode(strata::ps::StateSpec{false, 0, 3})).has_value());
+}
+
+TEST_CASE("attach specs round-trip, and out-of-range ones are refused") {
+  strata::ps::AttachSpec collect;
+  collect.phase = strata::ps::AttachSpec::Phase::collect;
+  collect.bytes = 1 << 20;
+  collect.host.fill(std::byte{7});
+  collect.ticket.fill(std::byte{9});
+  CHECK(strata::ps::decode_attach(strata::ps::encode(collect)) == collect);
+  strata::ps::AttachSpec probe;
+  probe.host.fill(std::byte{7});
+  CHECK(strata::ps::decode_attach(strata::ps::encode(probe)) == probe);
+  const auto probe_bytes = strata::ps::encode(probe);
+  CHECK_FALSE(strata::ps::decode_attach(std::span(probe_bytes).first(119)).has_value());
+  for (const std::uint64_t bytes : {std::uint64_t{0}, strata::ps::kMaxRegionBytes + 1}) {
+    auto bad = collect;
+    bad.bytes = bytes;
+    CHECK_FALSE(strata::ps::decode_attach(strata::ps::encode(bad)).has_value());
+  }
+  auto named_probe = probe;
+  named_probe.ticket[0] = std::byte{1};
+  CHECK_FALSE(strata::ps::decode_attach(strata::ps::encode(named_probe)).has_value());
+  auto padded = strata::ps::encode(collect);
+  padded[3] = std::byte{1};
+  CHECK_FALSE(strata::ps::decode_attach(padded).has_value());
+  auto phase = strata::ps::encode(collect);
+  phase[0] = std::byte{2};
+  CHECK_FALSE(strata::ps::decode_attach(phase).has_value());
+}
+
+// ---- a worker on the server's host: values through a shared region ---------------------------
+
+namespace {
+
+template <class T>
+std::vector<T> pattern(std::size_t count, T scale, std::size_t period) {
+  std::vector<T> values(count);
+  for (std::size_t i = 0; i < count; ++i)
+    values[i] = static_cast<T>(static_cast<double>(i % period) * static_cast<double>(scale)) -
+                static_cast<T>(1);
+  return values;
+}
+
+template <class T>
+void assign(Client& client, int server, std::uint32_t handle, const std::vector<T>& values) {
+  ShardCall call;
+  call.server = server;
+  call.handle = handle;
+  call.operation = Operation::assign;
+  call.type = strata::data_type_of<T>;
+  call.count = values.size();
+  call.values = bytes_of(values);
+  client.call(0, std::span(&call, 1));
+}
+
+}  // namespace
+
+TEST_CASE("a worker on the server's host moves large values through a shared region") {
+  const auto spec = strata::testing::loopback_ps_cluster(2, 1);
+  Servers servers(spec);
+  Client shared(spec, 0, 1);
+  Client tcp(spec, 1, 1, {.shared_memory = false});
+  std::uint64_t region_bytes = 0;  // what the server must report
+
+  // 1.2 MB of floats: through the region for `shared`, over TCP for `tcp`.
+  const std::size_t n = 300007;
+  const auto initial = pattern<float>(n, 0.5f, 1013);
+  const auto gradient = pattern<float>(n, -0.25f, 89);
+  const std::uint64_t bytes = n * sizeof(float);
+
+  SUBCASE("sum, SGD, Adam, pull and assign give what TCP gives, bit for bit") {
+    const auto sum = create(shared, 0, "sum", initial, UpdateRule::sum);
+    std::vector<float> reference = initial;
+    for (std::size_t i = 0; i < n; ++i)
+      reference[i] += gradient[i];
+    CHECK(push_pull(shared, 0, sum, OptimizerSpec{}, gradient) == reference);
+    region_bytes += 2 * bytes;  // the gradient read, the new values left in its place
+    for (std::size_t i = 0; i < n; ++i)
+      reference[i] += gradient[i];
+    CHECK(push_pull(tcp, 0, sum, OptimizerSpec{}, gradient) == reference);
+    CHECK(pull<float>(shared, 0, sum, n) == reference);
+    region_bytes += bytes;
+    CHECK(pull<float>(tcp, 0, sum, n) == reference);
+
+    // The same updates on twin shards, one through the region, one over TCP.
+    const strata::optim::Adam adam{.learning_rate = 0.01};
+    const OptimizerSpec adam_spec{
+        OptimizerSpec::Kind::adam, 0.01, 0, adam.beta1, adam.beta2, adam.epsilon};
+    for (const OptimizerSpec& optimizer : {sgd(0.125), adam_spec}) {
+      const auto name = optimizer.kind == OptimizerSpec::Kind::adam ? "adam" : "sgd";
+      const auto in_region = create(shared, 0, fmt::format("{}/region", name), initial);
+      const auto on_socket = create(tcp, 0, fmt::format("{}/socket", name), initial);
+      for (int step = 0; step < 2; ++step) {
+        CHECK(push_pull(shared, 0, in_region, optimizer, gradient) ==
+              push_pull(tcp, 0, on_socket, optimizer, gradient));
+        region_bytes += 2 * bytes;
+      }
+    }
+
+    const auto assigned = pattern<float>(n, 3.0f, 7);
+    assign(shared, 0, sum, assigned);
+    region_bytes += bytes;
+    CHECK(pull<float>(tcp, 0, sum, n) == assigned);
+
+    // A push (no reply values) through the region; doubles too.
+    const auto h = pattern<double>(n, 1e-3, 1000);
+    const auto d = create(shared, 0, "sum64", std::vector<double>(n, 0.0), UpdateRule::sum);
+    push_pull(shared, 0, d, OptimizerSpec{}, h);
+    region_bytes += 2 * n * sizeof(double);
+    CHECK(pull<double>(tcp, 0, d, n) == h);
+  }
+
+  SUBCASE("the region grows with the calls, and small calls stay on the socket") {
+    for (const std::size_t count : {n, std::size_t{(1 << 20) + 3}, std::size_t{16383}}) {
+      CAPTURE(count);
+      const auto start = pattern<float>(count, 0.5f, 1013);
+      const auto g = pattern<float>(count, 2.0f, 31);
+      const auto s = create(shared, 0, fmt::format("grow/{}", count), start, UpdateRule::sum);
+      std::vector<float> reference = start;
+      for (std::size_t i = 0; i < count; ++i)
+        reference[i] += g[i];
+      CHECK(push_pull(shared, 0, s, OptimizerSpec{}, g) == reference);
+      // 16383 floats are under kRegionMinBytes: over TCP.
+      if (count * sizeof(float) >= strata::ps::kRegionMinBytes) region_bytes += 2 * count * 4;
+    }
+  }
+
+  SUBCASE("a client with shared memory turned off moves nothing through a region") {
+    const auto s = create(tcp, 0, "sum", initial, UpdateRule::sum);
+    push_pull(tcp, 0, s, OptimizerSpec{}, gradient);
+    CHECK(pull<float>(tcp, 0, s, n).size() == n);
+  }
+
+  shared.done();
+  tcp.done();
+  CHECK(servers.stop(0).region_bytes == region_bytes);
+}
+
+namespace {
+
+using strata::transport::tcp::FrameFlag;
+using strata::transport::tcp::FrameHeader;
+using strata::transport::tcp::ServiceIo;
+
+// A worker's raw connection to ps task 0, for requests the Client never sends.
+struct RawWorker {
+  RawWorker(const strata::cluster::ClusterSpec& spec, int rank) {
+    const strata::transport::tcp::ServiceIdentity mine{
+        strata::ps::ps_fingerprint(spec), strata::ps::kTunables, spec.collective_size(), rank, {}};
+    std::string why;
+    link = strata::transport::tcp::ServiceConnection::connect(
+        spec.address({strata::cluster::TaskType::ps, 0}), mine, 0, 0, 42, until(), "test",
+        "ps task 0", why);
+    REQUIRE_MESSAGE(link, why);
+  }
+
+  static strata::Clock::time_point until() { return strata::Clock::now() + 10s; }
+
+  void send(FrameHeader header, std::span<const std::byte> payload) {
+    header.type = strata::transport::tcp::FrameType::request;
+    header.sequence = ++sequence;
+    header.payload_bytes = static_cast<std::uint32_t>(payload.size());
+    const std::array<std::span<const std::byte>, 1> parts{payload};
+    REQUIRE(link->send(header, parts, until()) == ServiceIo::done);
+  }
+
+  // The reply's header and its text (an error's reason), or nothing of a values reply.
+  std::pair<FrameHeader, std::string> reply() {
+    strata::transport::tcp::FrameBytes bytes{};
+    REQUIRE(link->receive(bytes, until()) == ServiceIo::done);
+    FrameHeader header;
+    REQUIRE(!strata::transport::tcp::decode(bytes, header, 1u << 30));
+    std::string text(header.payload_bytes, '\0');
+    if (!text.empty())
+      REQUIRE(link->receive(std::as_writable_bytes(std::span(text)), until()) == ServiceIo::done);
+    return {header, text};
+  }
+
+  std::pair<FrameHeader, std::string> attach(const strata::ps::AttachSpec& spec) {
+    FrameHeader header;
+    header.kind = static_cast<strata::Collective>(Operation::attach_region);
+    send(header, encode(spec));
+    return reply();
+  }
+
+  std::unique_ptr<strata::transport::tcp::ServiceConnection> link;
+  std::uint64_t sequence = 0;
+};
+
+strata::ps::AttachSpec collect_spec(const strata::transport::shm::HandoverServer& handover,
+                                    std::uint64_t bytes) {
+  strata::ps::AttachSpec spec;
+  spec.phase = strata::ps::AttachSpec::Phase::collect;
+  spec.bytes = bytes;
+  spec.host = strata::transport::shm::this_host().bytes;
+  const auto& ticket = handover.ticket();
+  std::copy(ticket.name.begin(), ticket.name.end(), spec.ticket.begin());
+  std::copy(ticket.secret.begin(), ticket.secret.end(), spec.ticket.begin() + 24);
+  return spec;
+}
+
+// An attach_region collect of `fd`, served while the server collects it; the reply.
+std::pair<FrameHeader, std::string> offer(RawWorker& worker, int fd, std::uint64_t bytes) {
+  strata::transport::shm::HandoverServer handover(0);
+  FrameHeader header;
+  header.kind = static_cast<strata::Collective>(Operation::attach_region);
+  worker.send(header, encode(collect_spec(handover, bytes)));
+  handover.serve(fd, 1, strata::Deadline::after(10s));
+  return worker.reply();
+}
+
+constexpr auto kBadRequest = static_cast<std::int32_t>(strata::ps::Status::bad_request);
+
+}  // namespace
+
+TEST_CASE("shared regions: hostile requests get typed errors, and the server serves on") {
+  const auto spec = strata::testing::loopback_ps_cluster(2, 1);
+  Servers servers(spec);
+  Client client(spec, 0, 1, {.shared_memory = false});
+  const std::size_t n = 1 << 18;  // 1 MiB of floats
+  const auto w = create(client, 0, "w", std::vector<float>(n, 1.0f), UpdateRule::sum);
+  RawWorker raw(spec, 1);
+
+  // Probes: this host shares, another does not.
+  strata::ps::AttachSpec probe;
+  probe.host = strata::transport::shm::this_host().bytes;
+  CHECK(raw.attach(probe).first.count == 1);
+  probe.host[3] ^= std::byte{1};
+  CHECK(raw.attach(probe).first.count == 0);
+
+  FrameHeader push;
+  push.kind = static_cast<strata::Collective>(Operation::push_pull);
+  push.element_type = strata::DataType::float32;
+  push.root = static_cast<std::int32_t>(w);
+  push.count = n;
+  push.flags = static_cast<std::uint8_t>(FrameFlag::in_region);
+  const auto prefix = strata::ps::push_prefix(OptimizerSpec{});
+
+  SUBCASE("values in a region the connection never attached") {
+    raw.send(push, prefix);
+    const auto [reply, text] = raw.reply();
+    CHECK(reply.root == kBadRequest);
+    CHECK(text.find("attached none") != std::string::npos);
+  }
+  SUBCASE("a create that claims its values are in a region") {
+    FrameHeader create_header = push;
+    create_header.kind = static_cast<strata::Collective>(Operation::create);
+    raw.send(create_header, {});
+    const auto [reply, text] = raw.reply();
+    CHECK(reply.root == kBadRequest);
+    CHECK(text.find("cannot carry its values in a shared region") != std::string::npos);
+  }
+  SUBCASE("a region that is not a sealed memfd, or smaller than it claims, is not mapped") {
+    const int unsealed = ::memfd_create("test", MFD_CLOEXEC);
+    REQUIRE(unsealed >= 0);
+    REQUIRE(::ftruncate(unsealed, 1 << 20) == 0);
+    auto [reply, text] = offer(raw, unsealed, 1 << 20);
+    CHECK(reply.root == kBadRequest);
+    CHECK(text.find("could not map") != std::string::npos);
+    ::close(unsealed);
+    const auto region = strata::transport::shm::Region::create(1 << 20, 1);
+    std::tie(reply, text) = offer(raw, region.fd(), 2 << 20);
+    CHECK(reply.root == kBadRequest);
+    CHECK(text.find("could not map") != std::string::npos);
+    // Neither left a region behind.
+    raw.send(push, prefix);
+    CHECK(raw.reply().second.find("attached none") != std::string::npos);
+  }
+  SUBCASE("a region offered from another host is refused before it is collected") {
+    strata::transport::shm::HandoverServer handover(0);
+    auto spec_bytes = collect_spec(handover, 1 << 20);
+    spec_bytes.host[0] ^= std::byte{1};
+    FrameHeader header;
+    header.kind = static_cast<strata::Collective>(Operation::attach_region);
+    raw.send(header, encode(spec_bytes));
+    const auto [reply, text] = raw.reply();
+    CHECK(reply.root == kBadRequest);
+    CHECK(text.find("another host") != std::string::npos);
+  }
+  SUBCASE("values larger than the attached region, then a call that fits") {
+    const auto small = strata::transport::shm::Region::create(1 << 19, 1);
+    const auto [attached, why] = offer(raw, small.fd(), 1 << 19);
+    REQUIRE_MESSAGE(attached.root == 0, why);
+    CHECK(attached.count == 1 << 19);
+    raw.send(push, prefix);
+    const auto [reply, text] = raw.reply();
+    CHECK(reply.root == kBadRequest);
+    CHECK(text.find("do not fit") != std::string::npos);
+
+    const auto big = strata::transport::shm::Region::create(n * sizeof(float), 1);
+    REQUIRE(offer(raw, big.fd(), n * sizeof(float)).first.root == 0);
+    auto* values = reinterpret_cast<float*>(big.data());
+    std::fill(values, values + n, 0.5f);
+    raw.send(push, prefix);
+    const auto [done, nothing] = raw.reply();
+    CHECK(done.root == 0);
+    CHECK(done.flags == static_cast<std::uint8_t>(FrameFlag::in_region));
+    CHECK(done.payload_bytes == 0);
+    CHECK(std::all_of(values, values + n, [](float v) { return v == 1.5f; }));
+  }
+  // Whatever came before, the workers are served on.
+  CHECK(pull<float>(client, 0, w, n).size() == n);
 }

@@ -27,7 +27,15 @@ struct ClientOptions {
   /// Deadline of connecting (ps tasks may start after the workers) and of every call.
   /// Defaults to STRATA_TIMEOUT when set, else 60 s.
   std::chrono::milliseconds timeout = default_timeout();
+  /// Whether calls of kRegionMinBytes and more to a ps task on this host (the same boot and
+  /// network namespace) move their values through a shared-memory region, as BytePS does for
+  /// co-located servers, instead of loopback TCP. Other hosts' ps tasks are always over TCP.
+  bool shared_memory = true;
 };
+
+/// The smallest values (bytes) a call moves through a shared region: below it, the copies in
+/// and out of the region save less than loopback TCP costs.
+inline constexpr std::size_t kRegionMinBytes = std::size_t{64} << 10;
 
 /// One request of a batch (`Client::call`): an operation on one shard.
 struct ShardCall {

@@ -24,12 +24,22 @@
 //   pull_state  nothing; the reply carries StateSpec (kStateSpecBytes) | the optimizer's slots
 //               (slots_per_element arrays of the shard's size, slot by slot), for checkpoints
 //   assign_state StateSpec | slots, as pull_state's reply: replaces the shard's optimizer state
+//   attach_region AttachSpec: a worker offers a shared-memory region for the values of the
+//               connection's later calls (BytePS's co-located servers). Phase probe asks whether
+//               the server runs on the worker's host (same boot, same network namespace): reply
+//               count 1, or 0 (the worker stays on TCP). Phase collect names where the server
+//               collects the region (a sealed memfd, transport/shm/handover.hpp); the reply's
+//               count is the bytes it mapped.
+// A push, push_pull, assign or pull with the in_region flag (transport/tcp/frame.hpp) carries its
+// values in the attached region, from its first byte, instead of the payload (a push's payload
+// is then its prefix alone), and a reply with the flag left the values there.
 // Every length and value is checked by the receiver before it allocates or applies anything.
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -51,16 +61,17 @@ namespace strata::ps {
 
 /// What a request asks of a parameter server.
 enum class Operation : std::uint8_t {
-  create = 1,        ///< create a shard, or find the one of that name
-  pull = 2,          ///< read a shard's values
-  push = 3,          ///< apply a gradient (or add a delta) to a shard
-  push_pull = 4,     ///< push, then read the values after it, in one round trip
-  assign = 5,        ///< set a shard's values (its optimizer slots stay)
-  done = 6,          ///< the calling worker has finished
-  pull_state = 7,    ///< read a shard's optimizer state (slots and step)
-  assign_state = 8,  ///< set a shard's optimizer state
+  create = 1,         ///< create a shard, or find the one of that name
+  pull = 2,           ///< read a shard's values
+  push = 3,           ///< apply a gradient (or add a delta) to a shard
+  push_pull = 4,      ///< push, then read the values after it, in one round trip
+  assign = 5,         ///< set a shard's values (its optimizer slots stay)
+  done = 6,           ///< the calling worker has finished
+  pull_state = 7,     ///< read a shard's optimizer state (slots and step)
+  assign_state = 8,   ///< set a shard's optimizer state
+  attach_region = 9,  ///< share a memory region for the connection's values (same host only)
 };
-inline constexpr std::uint8_t kLastOperation = 8;
+inline constexpr std::uint8_t kLastOperation = 9;
 
 /// A reply's verdict.
 enum class Status : std::uint8_t {
@@ -137,6 +148,23 @@ struct CreateSpec {
 inline constexpr std::size_t kCreateSpecBytes = 24;
 /// The longest variable name a server takes.
 inline constexpr std::size_t kMaxNameBytes = 1024;
+
+/// An attach_region request's payload. The host and ticket bytes are
+/// transport::shm::HostIdentity's and transport::shm::HandoverTicket's (name, then secret).
+struct AttachSpec {
+  enum class Phase : std::uint8_t { probe = 0, collect = 1 };
+  Phase phase = Phase::probe;
+  std::uint64_t bytes = 0;             ///< collect: the region's size
+  std::array<std::byte, 64> host{};    ///< the worker's host
+  std::array<std::byte, 40> ticket{};  ///< collect: where the server collects the region
+  friend bool operator==(const AttachSpec&, const AttachSpec&) = default;
+};
+inline constexpr std::size_t kAttachSpecBytes = 120;
+/// The largest region a server maps.
+inline constexpr std::uint64_t kMaxRegionBytes = std::uint64_t{1} << 40;
+/// How long a server waits, at most, for the worker to hand its region over: the serving thread
+/// waits with it.
+inline constexpr std::chrono::seconds kHandoverWait{10};
 
 /// What a ps connection puts in the handshake's tunables field: ps connections and collective
 /// connections refuse each other (tunables_differ).
@@ -285,6 +313,35 @@ inline std::optional<StateSpec> decode_state(std::span<const std::byte> in) noex
   return spec;
 }
 
+inline std::array<std::byte, kAttachSpecBytes> encode(const AttachSpec& spec) noexcept {
+  std::array<std::byte, kAttachSpecBytes> out{};
+  out[0] = static_cast<std::byte>(spec.phase);
+  detail::store_le<std::uint64_t>(&out[8], spec.bytes);
+  std::copy(spec.host.begin(), spec.host.end(), out.begin() + 16);
+  std::copy(spec.ticket.begin(), spec.ticket.end(), out.begin() + 80);
+  return out;
+}
+
+/// The spec in `in`, or nothing when the bytes are not one (unknown phase, padding set, a
+/// collect of no bytes or more than kMaxRegionBytes, a probe that names a region).
+inline std::optional<AttachSpec> decode_attach(std::span<const std::byte> in) noexcept {
+  if (in.size() < kAttachSpecBytes) return std::nullopt;
+  const auto phase = static_cast<std::uint8_t>(in[0]);
+  if (phase > static_cast<std::uint8_t>(AttachSpec::Phase::collect)) return std::nullopt;
+  for (std::size_t i = 1; i < 8; ++i)
+    if (in[i] != std::byte{0}) return std::nullopt;
+  AttachSpec spec;
+  spec.phase = static_cast<AttachSpec::Phase>(phase);
+  spec.bytes = detail::load_le<std::uint64_t>(&in[8]);
+  std::copy_n(in.begin() + 16, spec.host.size(), spec.host.begin());
+  std::copy_n(in.begin() + 80, spec.ticket.size(), spec.ticket.begin());
+  const bool collect = spec.phase == AttachSpec::Phase::collect;
+  if (collect ? spec.bytes == 0 || spec.bytes > kMaxRegionBytes
+              : spec.bytes != 0 || spec.ticket != decltype(spec.ticket){})
+    return std::nullopt;
+  return spec;
+}
+
 /// Bytes of a name in a create payload: padded so that the values after it stay aligned.
 constexpr std::size_t padded_name_bytes(std::size_t name_bytes) noexcept {
   return (name_bytes + 7) / 8 * 8;
@@ -328,6 +385,8 @@ inline std::string_view to_string(Operation operation) noexcept {
       return "pull_state";
     case Operation::assign_state:
       return "assign_state";
+    case Operation::attach_region:
+      return "attach_region";
   }
   return "unknown operation";
 }

@@ -33,11 +33,14 @@ struct ServerOptions {
 
 /// What a server did, for logs and the benchmarks' load report.
 struct ServerReport {
-  std::size_t shards = 0;               ///< shards created
-  std::uint64_t shard_bytes = 0;        ///< bytes of values held (optimizer slots not counted)
-  std::uint64_t requests = 0;           ///< requests answered
-  std::uint64_t bytes_in = 0;           ///< payload bytes received
-  std::uint64_t bytes_out = 0;          ///< payload bytes sent
+  std::size_t shards = 0;         ///< shards created
+  std::uint64_t shard_bytes = 0;  ///< bytes of values held (optimizer slots not counted)
+  std::uint64_t requests = 0;     ///< requests answered
+  std::uint64_t bytes_in = 0;     ///< payload bytes received
+  std::uint64_t bytes_out = 0;    ///< payload bytes sent
+  /// Values read from and written to the shared regions of workers on this host, instead of
+  /// the sockets (ps/protocol.hpp, attach_region).
+  std::uint64_t region_bytes = 0;
   std::uint64_t refused = 0;            ///< connections refused or dropped (handshake, garbage)
   std::uint64_t stale_gradients = 0;    ///< synchronous gradients that came after their step
   std::chrono::nanoseconds cpu_time{};  ///< CPU time of the serving thread

@@ -94,9 +94,11 @@ inline void check_frame_header(std::span<const std::byte, transport::tcp::kFrame
   flag(FrameError::bad_collective) = !service && static_cast<unsigned>(in[4]) > 5;
   flag(FrameError::bad_element_type) = static_cast<unsigned>(in[5]) > 7;
   flag(FrameError::bad_op) = static_cast<unsigned>(in[6]) > 4;
-  // Data frames may set bit 0 (lent); control frames no bit.
+  // Data frames may set bit 0 (lent), requests and replies bit 1 (in_region); control frames
+  // no bit.
   const auto flags = static_cast<unsigned>(in[7]);
-  flag(FrameError::bad_flags) = type == 1 ? (flags & ~1u) != 0 : flags != 0;
+  const unsigned allowed = type == 1 ? 1u : service ? 2u : 0u;
+  flag(FrameError::bad_flags) = (flags & ~allowed) != 0;
   flag(FrameError::payload_too_large) = type_ok && payload > limit;
   bool valid = true;
   for (const bool d : defect)

@@ -77,6 +77,15 @@ inline void fuzz_ps_shard(std::span<const std::uint8_t> data) {
             "a state spec out of range was accepted");
   }
 
+  // And the attach spec decoder (attach_region's).
+  if (const auto attach = ps::decode_attach(bytes)) {
+    fuzz_detail::check_round_trip<ps::kAttachSpecBytes>(bytes, *attach);
+    const bool collect = attach->phase == ps::AttachSpec::Phase::collect;
+    require(collect ? attach->bytes >= 1 && attach->bytes <= ps::kMaxRegionBytes
+                    : attach->bytes == 0 && attach->ticket == decltype(attach->ticket){},
+            "an attach spec out of range was accepted");
+  }
+
   const std::size_t elements = 1 + static_cast<std::size_t>(data[0] % 8);
   detail::Shard shard;
   shard.name = "fuzzed";

@@ -140,7 +140,9 @@ int expected_outcome(const FrameBytes& valid, std::size_t offset, unsigned value
       static_cast<std::uint32_t>(valid[14]) << 16 | static_cast<std::uint32_t>(valid[15]) << 24;
   if (offset == 3) {
     if (value < 1 || value > 8) return static_cast<int>(FrameError::bad_type);
-    if (value >= 7 && valid[7] != std::byte{0}) return static_cast<int>(FrameError::bad_flags);
+    const unsigned allowed = value == 1 ? 1u : value >= 7 ? 2u : 0u;
+    if ((static_cast<unsigned>(valid[7]) & ~allowed) != 0)
+      return static_cast<int>(FrameError::bad_flags);
     const std::uint32_t limit = value == 1 || value >= 7 ? kLimit : kMaxControlPayload;
     return payload <= limit ? 0 : static_cast<int>(FrameError::payload_too_large);
   }
@@ -151,7 +153,8 @@ int expected_outcome(const FrameBytes& valid, std::size_t offset, unsigned value
   if (offset == 5) return value <= 7 ? 0 : static_cast<int>(FrameError::bad_element_type);
   if (offset == 6) return value <= 4 ? 0 : static_cast<int>(FrameError::bad_op);
   if (offset == 7) {
-    const unsigned allowed = valid[3] == std::byte{1} ? 1u : 0u;  // data frames: lent
+    // data frames: lent; requests and replies: in_region
+    const unsigned allowed = valid[3] == std::byte{1} ? 1u : valid[3] >= std::byte{7} ? 2u : 0u;
     return (value & ~allowed) == 0 ? 0 : static_cast<int>(FrameError::bad_flags);
   }
   if (offset >= 12 && offset < 16) {

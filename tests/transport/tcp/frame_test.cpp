@@ -323,7 +323,7 @@ TEST_CASE("every FrameError, with the output left untouched") {
     for (const unsigned op : {5u, 6u, 0xFFu})
       check_rejected(with_byte(valid, 6, op), kNoLimit, FrameError::bad_op);
   }
-  SUBCASE("flags: unknown bits on data frames, any bit on control frames") {
+  SUBCASE("flags: lent on data frames, in_region on requests and replies, none on control") {
     for (const unsigned flags : {2u, 3u, 0x80u, 0xFFu})
       check_rejected(with_byte(valid, 7, flags), kNoLimit, FrameError::bad_flags);
     FrameHeader out = kSentinel;
@@ -334,6 +334,13 @@ TEST_CASE("every FrameError, with the output left untouched") {
     CHECK(out.flags == 0);
     for (const unsigned flags : {1u, 2u, 0xFFu})
       check_rejected(with_byte(release, 7, flags), kNoLimit, FrameError::bad_flags);
+    for (const unsigned type : {7u, 8u}) {
+      const FrameBytes service = with_byte(valid, 3, type);
+      REQUIRE(!decode_into(with_byte(service, 7, 2), out, kNoLimit));
+      CHECK(out.flags == static_cast<std::uint8_t>(FrameFlag::in_region));
+      for (const unsigned flags : {1u, 3u, 4u, 0xFFu})
+        check_rejected(with_byte(service, 7, flags), kNoLimit, FrameError::bad_flags);
+    }
   }
   SUBCASE("data frame payload above max_payload") {
     check_rejected(valid, 0x11223343, FrameError::payload_too_large);
@@ -389,7 +396,7 @@ TEST_CASE("FrameError converts to std::error_code in the strata.frame category")
   CHECK(make_error_code(FrameError::payload_too_large).message() ==
         "payload length above the limit");
   CHECK(make_error_code(FrameError::bad_flags).message() ==
-        "unknown flags, or flags on a control frame");
+        "flags the frame's type does not allow");
   // A value outside the enum still has a message.
   CHECK(category.message(99) == "invalid frame");
   // Different categories do not compare equal even with the same value.

@@ -252,6 +252,46 @@ inline std::vector<void*> release_ready(SyncState& sync) {
 
 }  // namespace shard_detail
 
+/// The sync policy of the shard's first push, which every later push must name; the reason
+/// when this one names another. Records `rank` as the replica's worker.
+inline std::string meet_sync(Shard& shard, const SyncSpec& spec, int rank) {
+  SyncState& sync = shard.sync;
+  if (!sync.set) {
+    sync.set = true;
+    sync.spec = spec;
+    sync.spec.replica = 0;
+    sync.spec.step = 0;
+    sync.pushes.assign(spec.replicas, 0);
+    sync.owner.assign(spec.replicas, -1);
+    sync.arrived.assign(spec.replicas, false);
+    sync.done.assign(spec.replicas, false);
+  } else if (sync.spec.mode != spec.mode || sync.spec.aggregation != spec.aggregation ||
+             sync.spec.replicas != spec.replicas || sync.spec.bound != spec.bound) {
+    return fmt::format(
+        "workers disagree on how pushes meet variable '{}': mode {}, {} "
+        "replicas, bound {} first; mode {}, {} replicas, bound {} now",
+        shard.name, static_cast<int>(sync.spec.mode), sync.spec.replicas, sync.spec.bound,
+        static_cast<int>(spec.mode), spec.replicas, spec.bound);
+  }
+  sync.owner[spec.replica] = rank;
+  return {};
+}
+
+/// An asynchronous push (meet_sync passed), applied at once. With `pull`, a sum leaves the new
+/// values in `gradient` (`snapshot`): where it lies, in the connection's staging buffer or in a
+/// co-located worker's shared region, is where the reply is read from.
+template <std::floating_point T>
+PushOutcome push_asynchronous(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer,
+                              std::span<T> gradient, bool pull) {
+  PushOutcome outcome;
+  outcome.snapshot = pull && shard.update == UpdateRule::sum;
+  outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient),
+                           outcome.snapshot ? gradient : std::span<T>());
+  if (!outcome.why.empty()) return {PushOutcome::Kind::error, std::move(outcome.why), {}};
+  ++shard.version;
+  return outcome;
+}
+
 /// Applies, holds or drops a push of `caller` (worker `rank`) by the shard's sync policy.
 /// On `reply` the caller answers at once; on `wait` its reply goes when a later push (or a
 /// worker's `done`) releases it; `released` are the callers to answer now. A synchronous push
@@ -267,33 +307,11 @@ PushOutcome push(Shard& shard, Values<T>& values, const OptimizerSpec& optimizer
   const auto fail = [](std::string why) {
     return PushOutcome{PushOutcome::Kind::error, std::move(why), {}};
   };
-  if (!sync.set) {
-    sync.set = true;
-    sync.spec = spec;
-    sync.spec.replica = 0;
-    sync.spec.step = 0;
-    sync.pushes.assign(spec.replicas, 0);
-    sync.owner.assign(spec.replicas, -1);
-    sync.arrived.assign(spec.replicas, false);
-    sync.done.assign(spec.replicas, false);
-  } else if (sync.spec.mode != spec.mode || sync.spec.aggregation != spec.aggregation ||
-             sync.spec.replicas != spec.replicas || sync.spec.bound != spec.bound) {
-    return fail(
-        fmt::format("workers disagree on how pushes meet variable '{}': mode {}, {} "
-                    "replicas, bound {} first; mode {}, {} replicas, bound {} now",
-                    shard.name, static_cast<int>(sync.spec.mode), sync.spec.replicas,
-                    sync.spec.bound, static_cast<int>(spec.mode), spec.replicas, spec.bound));
-  }
-  sync.owner[spec.replica] = rank;
+  if (std::string why = meet_sync(shard, spec, rank); !why.empty()) return fail(std::move(why));
   PushOutcome outcome;
   switch (spec.mode) {
     case Mode::asynchronous:
-      outcome.snapshot = pull && shard.update == UpdateRule::sum;
-      outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient),
-                               outcome.snapshot ? std::span<T>(gradient) : std::span<T>());
-      if (!outcome.why.empty()) return fail(std::move(outcome.why));
-      ++shard.version;
-      return outcome;
+      return push_asynchronous(shard, values, optimizer, std::span<T>(gradient), pull);
     case Mode::bounded_staleness: {
       outcome.why = apply_push(shard, values, optimizer, std::span<const T>(gradient));
       if (!outcome.why.empty()) return fail(std::move(outcome.why));

@@ -1,14 +1,18 @@
 // strata/ps/impl/client.ipp — a worker's parameter-server client's definitions (ps/client.hpp).
 //
 // Each connection is a client of the servers' TCP service (transport/tcp/service_client.hpp).
+// A connection to a ps task on this host attaches a shared-memory region the first time a call
+// is large enough, and its large calls' values travel through it (attach_region, ps/protocol.hpp).
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -26,6 +30,9 @@
 #include <strata/core/error.hpp>
 #include <strata/ps/client.hpp>
 #include <strata/ps/protocol.hpp>
+#include <strata/transport/shm/handover.hpp>
+#include <strata/transport/shm/host.hpp>
+#include <strata/transport/shm/region.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/handshake.hpp>
 #include <strata/transport/tcp/service_client.hpp>
@@ -38,7 +45,17 @@ struct Connection {
   std::unique_ptr<transport::tcp::ServiceConnection> link;
   std::uint64_t sequence = 0;
   std::exception_ptr broken;  // why this connection can no longer be used
+  enum class Sharing : std::uint8_t { unknown, no, yes };
+  Sharing sharing = Sharing::unknown;  // whether the server shares this host
+  std::optional<transport::shm::Region> region;
+  bool in_region = false;  // the request in flight carries its values in the region
 };
+
+// The region a call of `bytes` attaches: a power of two from 1 MiB, so that a few growing calls
+// do not each attach a new one.
+inline std::size_t region_bytes_for(std::size_t bytes) {
+  return std::bit_ceil(std::max(bytes, std::size_t{1} << 20));
+}
 
 }  // namespace detail::client
 
@@ -140,6 +157,16 @@ struct Client::State {
 
   void send(Connection& connection, const ShardCall& call, const Deadline& deadline) {
     if (connection.broken) std::rethrow_exception(connection.broken);
+    connection.in_region = use_region(connection, call, deadline);
+    if (connection.in_region && !call.values.empty())
+      std::memcpy(connection.region->data(), call.values.data(), call.values.size());
+    send_frame(connection, call, deadline);
+  }
+
+  // The request of `call`; its values go in the payload unless the connection's region has them.
+  void send_frame(Connection& connection, const ShardCall& call, const Deadline& deadline) {
+    const std::span<const std::byte> values =
+        connection.in_region ? std::span<const std::byte>() : call.values;
     transport::tcp::FrameHeader header;
     header.type = transport::tcp::FrameType::request;
     header.kind = static_cast<Collective>(call.operation);
@@ -147,10 +174,120 @@ struct Client::State {
     header.root = static_cast<std::int32_t>(call.handle);
     header.sequence = ++connection.sequence;
     header.count = call.count;
-    header.payload_bytes = static_cast<std::uint32_t>(call.prefix.size() + call.values.size());
-    const std::array<std::span<const std::byte>, 2> parts{call.prefix, call.values};
+    header.flags =
+        connection.in_region ? static_cast<std::uint8_t>(transport::tcp::FrameFlag::in_region) : 0;
+    header.payload_bytes = static_cast<std::uint32_t>(call.prefix.size() + values.size());
+    const std::array<std::span<const std::byte>, 2> parts{call.prefix, values};
     const Io io = connection.link->send(header, parts, deadline.time_point());
     if (io != Io::done) fail(connection, call, io, deadline);
+  }
+
+  // ---- shared memory with a ps task on this host -----------------------------------------
+
+  // Whether `call` moves its values through the connection's region, attaching one first when
+  // the server shares this host and the region is missing or too small.
+  bool use_region(Connection& connection, const ShardCall& call, const Deadline& deadline) {
+    using Sharing = Connection::Sharing;
+    const bool carries_values =
+        call.operation == Operation::push || call.operation == Operation::push_pull ||
+        call.operation == Operation::pull || call.operation == Operation::assign;
+    const std::size_t bytes = std::max(call.values.size(), call.result.size());
+    if (!options.shared_memory || !carries_values || bytes < kRegionMinBytes ||
+        connection.sharing == Sharing::no)
+      return false;
+    if (connection.sharing == Sharing::unknown) {
+      AttachSpec probe;
+      probe.host = host().bytes;
+      connection.sharing = Sharing::no;
+      try {
+        if (host().known() && attach_request(connection, call.server, probe, deadline, [] {}) == 1)
+          connection.sharing = Sharing::yes;
+      } catch (const UsageError&) {  // a server without shared regions refused: TCP it is
+      }
+      if (connection.sharing == Sharing::no) return false;
+    }
+    if (!connection.region || connection.region->size() < bytes)
+      attach(connection, call.server, bytes, deadline);
+    return connection.region.has_value();
+  }
+
+  // A region of region_bytes_for(bytes), handed to the server. A system that refuses the
+  // region (memfd, Unix sockets), here or on the server, leaves the connection on TCP for good.
+  void attach(Connection& connection, int server, std::size_t bytes, const Deadline& deadline) {
+    connection.region.reset();
+    std::optional<transport::shm::Region> region;
+    std::optional<transport::shm::HandoverServer> handover;
+    try {
+      region.emplace(transport::shm::Region::create(detail::client::region_bytes_for(bytes), rank));
+      handover.emplace(rank);
+    } catch (const ConfigurationError&) {
+      connection.sharing = Connection::Sharing::no;
+      return;
+    }
+    AttachSpec spec;
+    spec.phase = AttachSpec::Phase::collect;
+    spec.bytes = region->size();
+    spec.host = host().bytes;
+    const auto& ticket = handover->ticket();
+    std::copy(ticket.name.begin(), ticket.name.end(), spec.ticket.begin());
+    std::copy(ticket.secret.begin(), ticket.secret.end(),
+              spec.ticket.begin() + static_cast<std::ptrdiff_t>(ticket.name.size()));
+    // The server collects the descriptor while this thread serves it, then replies. A server
+    // that fails to collect says so in its reply, which comes once the handover gives up: after
+    // as long as the server would wait at most.
+    const Deadline handover_deadline = deadline.time_point() - Clock::now() > kHandoverWait
+                                           ? Deadline::after(kHandoverWait)
+                                           : deadline;
+    std::uint64_t mapped = 0;
+    try {
+      mapped = attach_request(connection, server, spec, deadline,
+                              [&] { handover->serve(region->fd(), 1, handover_deadline); });
+    } catch (const UsageError&) {  // the server's refusal, the connection still in step
+      connection.sharing = Connection::Sharing::no;
+      return;
+    } catch (const ConfigurationError&) {  // the handover failed
+      connection.sharing = Connection::Sharing::no;
+      return;
+    }
+    if (mapped != region->size()) {
+      connection.broken = std::make_exception_ptr(PeerFailureError(
+          rank, "ps::attach_region",
+          fmt::format("{} broke the protocol: it mapped {} bytes of a region of {}", who(server),
+                      mapped, region->size()),
+          "check that every task runs the same strata version"));
+      std::rethrow_exception(connection.broken);
+    }
+    region->close_fd();
+    connection.region = std::move(region);
+  }
+
+  // One attach_region request and its reply's count; `while_waiting` runs between the two.
+  template <class F>
+  std::uint64_t attach_request(Connection& connection, int server, const AttachSpec& spec,
+                               const Deadline& deadline, F&& while_waiting) {
+    const auto bytes = encode(spec);
+    ShardCall call;
+    call.server = server;
+    call.operation = Operation::attach_region;
+    call.type = DataType::uint8;
+    call.prefix = bytes;
+    connection.in_region = false;
+    if (connection.broken) std::rethrow_exception(connection.broken);
+    send_frame(connection, call, deadline);
+    std::exception_ptr serving;
+    try {
+      while_waiting();
+    } catch (const ConfigurationError&) {
+      serving = std::current_exception();  // the reply says why, or the handover does
+    }
+    receive(connection, call, deadline);
+    if (serving) std::rethrow_exception(serving);
+    return call.version;
+  }
+
+  static const transport::shm::HostIdentity& host() {
+    static const transport::shm::HostIdentity identity = transport::shm::this_host();
+    return identity;
   }
 
   [[noreturn]] void fail(Connection& connection, const ShardCall& call, Io io,
@@ -189,9 +326,16 @@ struct Client::State {
                              call.operation == Operation::push_pull ||
                              call.operation == Operation::pull_state ||
                              (call.operation == Operation::create && header.payload_bytes != 0);
+    // The values of a request that carried them in the region come back there.
+    const bool in_region =
+        (header.flags & static_cast<std::uint8_t>(transport::tcp::FrameFlag::in_region)) != 0;
+    if (in_region != (connection.in_region && values_back))
+      protocol_error(in_region ? "values in the shared region nobody asked for there"
+                               : "values on the socket that belong in the shared region");
     // An optimizer state's size depends on its slot count: `result` holds the largest.
     const bool sized =
-        call.operation == Operation::pull_state
+        in_region ? header.payload_bytes == 0
+        : call.operation == Operation::pull_state
             ? header.payload_bytes >= kStateSpecBytes && header.payload_bytes <= call.result.size()
             : header.payload_bytes == call.result.size();
     if (values_back && (!sized || header.element_type != call.type))
@@ -200,7 +344,11 @@ struct Client::State {
                                  to_string(call.type)));
     if (!values_back && header.payload_bytes != 0) protocol_error("values nobody asked for");
     call.received = values_back ? header.payload_bytes : 0;
-    if (values_back) {
+    if (in_region) {
+      if (!call.result.empty())
+        std::memcpy(call.result.data(), connection.region->data(), call.result.size());
+      call.received = call.result.size();
+    } else if (values_back) {
       io = connection.link->receive(call.result.first(header.payload_bytes), deadline.time_point());
       if (io != Io::done) fail(connection, call, io, deadline);
     }

@@ -35,6 +35,7 @@
 #include <strata/ps/detail/shard.hpp>
 #include <strata/ps/protocol.hpp>
 #include <strata/ps/server.hpp>
+#include <strata/transport/shm/host.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/service_server.hpp>
 
@@ -192,6 +193,7 @@ struct Server::State : transport::tcp::ServiceHandler {
   std::vector<Shard> shards;  // the handle is the index
   std::map<std::string, std::uint32_t, std::less<>> by_name;
   ServerReport report;
+  transport::shm::HostIdentity host = transport::shm::this_host();  // for attach_region
   transport::tcp::ServiceServer service;  // last: its sessions use the members above
 };
 

@@ -1,16 +1,22 @@
 // strata/ps/impl/server_session.ipp — one worker connection of a parameter server
 // (ps/impl/server.ipp): its requests one at a time, each read in steps straight into where its
-// bytes go, checked, and only then applied. Included by ps/impl/server.ipp once Server::State is
+// bytes go, checked, and only then applied. A worker on the server's host may attach a
+// shared-memory region, through which its large calls' values then travel instead of the socket
+// (attach_region, ps/protocol.hpp). Included by ps/impl/server.ipp once Server::State is
 // complete, never on its own.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -18,13 +24,23 @@
 #include <fmt/format.h>
 
 #include <strata/core/data_type.hpp>
+#include <strata/core/deadline.hpp>
 #include <strata/core/error.hpp>
 #include <strata/ps/detail/shard.hpp>
 #include <strata/ps/protocol.hpp>
+#include <strata/transport/shm/handover.hpp>
+#include <strata/transport/shm/host.hpp>
+#include <strata/transport/shm/region.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/service_session.hpp>
 
 namespace strata::ps {
+
+static_assert(std::tuple_size_v<decltype(AttachSpec::host)> ==
+              transport::shm::HostIdentity::kBytes);
+static_assert(std::tuple_size_v<decltype(AttachSpec::ticket)> ==
+              transport::shm::HandoverTicket::kNameBytes +
+                  transport::shm::HandoverTicket::kSecretBytes);
 
 // One worker connection's requests, one at a time.
 class Server::State::Session : public transport::tcp::ServiceSession {
@@ -45,6 +61,18 @@ class Server::State::Session : public transport::tcp::ServiceSession {
     const auto operation = static_cast<std::uint8_t>(request.kind);
     if (operation < 1 || operation > kLastOperation)
       return error(Status::bad_request, fmt::format("unknown operation {}", operation));
+    if (in_region()) {
+      const auto op = static_cast<Operation>(operation);
+      if (op != Operation::push && op != Operation::push_pull && op != Operation::pull &&
+          op != Operation::assign)
+        return error(
+            Status::bad_request,
+            fmt::format("a {} request cannot carry its values in a shared region", to_string(op)));
+      if (!region_)
+        return error(Status::bad_request,
+                     "a request whose values are in a shared region, on a connection that "
+                     "attached none");
+    }
     switch (static_cast<Operation>(operation)) {
       case Operation::create:
         if (request.payload_bytes < kCreateSpecBytes)
@@ -55,6 +83,11 @@ class Server::State::Session : public transport::tcp::ServiceSession {
         if (request.payload_bytes != 0)
           return error(Status::bad_request, "a done request carries nothing");
         return state_.finished(rank_);
+      case Operation::attach_region:
+        if (request.payload_bytes != kAttachSpecBytes)
+          return error(Status::bad_request, "an attach_region request without its spec");
+        stage_ = Stage::attach_spec;
+        return read(std::span(prefix_.data(), kAttachSpecBytes));
       default:
         return on_shard_request();
     }
@@ -74,6 +107,8 @@ class Server::State::Session : public transport::tcp::ServiceSession {
         return on_state_spec();
       case Stage::state_slots:
         return on_state_slots();
+      case Stage::attach_spec:
+        return on_attach_spec();
     }
     return error(Status::bad_request, "a request out of order");
   }
@@ -102,8 +137,54 @@ class Server::State::Session : public transport::tcp::ServiceSession {
     create_values,
     push_values,
     state_spec,
-    state_slots
+    state_slots,
+    attach_spec
   };
+
+  bool in_region() const noexcept {
+    return (request_.flags & static_cast<std::uint8_t>(transport::tcp::FrameFlag::in_region)) != 0;
+  }
+
+  // The region's first `count` values of type T: where a co-located worker's call keeps them.
+  template <class T>
+  std::span<T> region_values(std::uint64_t count) const {
+    return std::span(reinterpret_cast<T*>(region_->data()), static_cast<std::size_t>(count));
+  }
+
+  // A worker asks whether it shares this server's host (probe), then hands over the region its
+  // large calls' values are to travel through (collect). Collecting blocks the serving thread
+  // until the worker hands the descriptor over, which it does as soon as its request is sent:
+  // the wait is bounded well below the timeout, for a worker that dies in between.
+  SessionStep on_attach_spec() {
+    const auto spec = decode_attach(std::span<const std::byte>(prefix_.data(), kAttachSpecBytes));
+    if (!spec) return error(Status::bad_request, "a malformed attach_region request");
+    transport::shm::HostIdentity theirs;
+    std::copy(spec->host.begin(), spec->host.end(), theirs.bytes.begin());
+    const bool same_host = theirs.known() && theirs == state_.host;
+    if (spec->phase == AttachSpec::Phase::probe) return ok(same_host ? 1 : 0);
+    if (!same_host)
+      return error(
+          Status::bad_request,
+          fmt::format("a shared region offered by a worker on another host than {}", state_.who()));
+    transport::shm::HandoverTicket ticket;
+    std::copy_n(spec->ticket.begin(), ticket.name.size(), ticket.name.begin());
+    std::copy_n(spec->ticket.begin() + static_cast<std::ptrdiff_t>(ticket.name.size()),
+                ticket.secret.size(), ticket.secret.begin());
+    try {
+      const Deadline deadline = Deadline::after(
+          std::min<std::chrono::milliseconds>(state_.options.timeout, kHandoverWait));
+      const int fd = transport::shm::collect_handover(ticket, -1, deadline);
+      region_.reset();
+      region_.emplace(transport::shm::Region::adopt(fd, spec->bytes, -1, rank_));
+      region_->close_fd();
+    } catch (const Error& e) {
+      region_.reset();
+      return error(
+          Status::bad_request,
+          fmt::format("{} could not map the worker's shared region: {}", state_.who(), e.what()));
+    }
+    return ok(spec->bytes);
+  }
 
   static SessionStep read(std::span<std::byte> into) { return ReadPayload{{into}}; }
   static SessionStep read(std::span<std::byte> first, std::span<std::byte> second) {
@@ -185,7 +266,7 @@ class Server::State::Session : public transport::tcp::ServiceSession {
                 payload <= kStateSpecBytes + kMaxSlotsPerElement * value_bytes;
         break;
       default:
-        sized = payload == (push ? kPushPrefixBytes : 0) + value_bytes;
+        sized = payload == (push ? kPushPrefixBytes : 0) + (in_region() ? 0 : value_bytes);
         break;
     }
     if (request_.element_type != shard.type || request_.count != shard.elements || !sized)
@@ -195,6 +276,12 @@ class Server::State::Session : public transport::tcp::ServiceSession {
                                to_string(operation), shard.name, state_.who(), shard.elements,
                                to_string(shard.type), request_.count,
                                to_string(request_.element_type), request_.payload_bytes));
+    if (in_region() && value_bytes > region_->size())
+      return error(Status::bad_request,
+                   fmt::format("{} of variable '{}' on {}: its {} bytes do not fit the {} bytes "
+                               "of the connection's shared region",
+                               to_string(operation), shard.name, state_.who(), value_bytes,
+                               region_->size()));
     handle_ = handle;
     if (operation == Operation::pull) return values_reply(handle, shard.version);
     if (operation == Operation::pull_state) return state_reply(handle);
@@ -203,6 +290,10 @@ class Server::State::Session : public transport::tcp::ServiceSession {
       return read(std::span(prefix_.data(), kStateSpecBytes));
     }
     stage_ = Stage::push_values;
+    if (in_region()) {  // the values are in the region: only a push's prefix comes on the socket
+      if (!push) return on_values();
+      return read(std::span(prefix_.data(), kPushPrefixBytes));
+    }
     const auto values = std::visit(
         [&](const auto& stored) {
           using T = typename std::decay_t<decltype(stored.values)>::value_type;
@@ -223,22 +314,39 @@ class Server::State::Session : public transport::tcp::ServiceSession {
         [&](auto& values) {
           using T = typename std::decay_t<decltype(values.values)>::value_type;
           auto& incoming = staging<T>();
+          const bool pull = operation == Operation::push_pull;
           if (operation == Operation::assign) {
-            std::copy(incoming.begin(), incoming.end(), values.values.begin());
+            const std::span<const T> from =
+                in_region() ? region_values<T>(shard.elements) : std::span<const T>(incoming);
+            std::copy(from.begin(), from.end(), values.values.begin());
+            if (in_region()) count_region_bytes(from.size_bytes());
             return;
           }
           const std::span<const std::byte> prefix(prefix_.data(), kPushPrefixBytes);
           const auto optimizer = decode_optimizer(prefix.first(kOptimizerSpecBytes));
           const auto sync = decode_sync(prefix.subspan(kOptimizerSpecBytes));
-          if (!optimizer || !sync)
+          if (!optimizer || !sync) {
             outcome = {detail::PushOutcome::Kind::error, "a push whose prefix is malformed", {}};
-          else if (operation == Operation::push && sync->mode != SyncSpec::Mode::asynchronous)
+          } else if (operation == Operation::push && sync->mode != SyncSpec::Mode::asynchronous) {
             outcome = {detail::PushOutcome::Kind::error,
                        "a push that waits for other replicas must pull (push_pull)",
                        {}};
-          else
-            outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this,
-                                   operation == Operation::push_pull);
+          } else if (in_region() && sync->mode == SyncSpec::Mode::asynchronous) {
+            // Applied where the worker left it; a sum's new values are written back over it.
+            const auto gradient = region_values<T>(shard.elements);
+            count_region_bytes(gradient.size_bytes());
+            if (std::string why = detail::meet_sync(shard, *sync, rank_); !why.empty())
+              outcome = {detail::PushOutcome::Kind::error, std::move(why), {}};
+            else
+              outcome = detail::push_asynchronous(shard, values, *optimizer, gradient, pull);
+          } else {
+            if (in_region()) {  // a push that may wait keeps its gradient: copied out
+              const auto gradient = region_values<T>(shard.elements);
+              incoming.assign(gradient.begin(), gradient.end());
+              count_region_bytes(gradient.size_bytes());
+            }
+            outcome = detail::push(shard, values, *optimizer, *sync, incoming, rank_, this, pull);
+          }
         },
         shard.data);
     state_.answer(outcome.released, handle_);
@@ -317,10 +425,24 @@ class Server::State::Session : public transport::tcp::ServiceSession {
   }
 
   // A snapshot of the shard's values: a later push must not tear the write. `staged`: the
-  // push just applied left it in the staging buffer already.
+  // push just applied left it where the reply is read from already (the staging buffer, or the
+  // shared region of a request that carried its values there).
   SessionStep values_reply(std::uint32_t handle, std::uint64_t count, bool staged = false) {
     SendReply reply = ok(count);
     reply.type = state_.shards[handle].type;
+    if (in_region()) {
+      reply.flags = static_cast<std::uint8_t>(transport::tcp::FrameFlag::in_region);
+      std::visit(
+          [&](const auto& stored) {
+            using T = typename std::decay_t<decltype(stored.values)>::value_type;
+            if (!staged)
+              std::copy(stored.values.begin(), stored.values.end(),
+                        region_values<T>(stored.values.size()).begin());
+            count_region_bytes(stored.values.size() * sizeof(T));
+          },
+          state_.shards[handle].data);
+      return reply;
+    }
     reply.payload = std::visit(
         [&](const auto& stored) {
           using T = typename std::decay_t<decltype(stored.values)>::value_type;
@@ -332,12 +454,14 @@ class Server::State::Session : public transport::tcp::ServiceSession {
     return reply;
   }
 
+  void count_region_bytes(std::uint64_t bytes) noexcept { state_.report.region_bytes += bytes; }
+
   State& state_;
   int rank_;
   transport::tcp::ServiceReplier replier_;
   transport::tcp::FrameHeader request_;
   Stage stage_ = Stage::create_spec;
-  std::array<std::byte, std::max(kPushPrefixBytes, kCreateSpecBytes)> prefix_{};
+  std::array<std::byte, std::max({kPushPrefixBytes, kCreateSpecBytes, kAttachSpecBytes})> prefix_{};
   CreateSpec spec_;
   std::string name_;
   std::uint32_t handle_ = 0;
@@ -346,6 +470,7 @@ class Server::State::Session : public transport::tcp::ServiceSession {
   StateSpec state_spec_;
   std::vector<std::byte> state_bytes_;
   std::string text_;
+  std::optional<transport::shm::Region> region_;  // a co-located worker's, once attached
 };
 
 }  // namespace strata::ps

@@ -9,7 +9,7 @@
 //   4       1     collective (Collective); a request or reply's operation (the service's)
 //   5       1     element type (DataType)
 //   6       1     reduce op (ReduceOp)
-//   7       1     flags (FrameFlag; data frames only, 0 on control frames)
+//   7       1     flags (FrameFlag: lent on data frames, in_region on requests and replies)
 //   8       4     root (int32)
 //   12      4     payload bytes (uint32)
 //   16      8     sequence number of the collective on the sending rank
@@ -69,15 +69,24 @@ constexpr bool is_service_frame(FrameType type) noexcept {
   return type == FrameType::request || type == FrameType::reply;
 }
 
-/// Bits of a data frame's flags byte.
+/// Bits of the flags byte; each frame type allows its own (allowed_flags).
 enum class FrameFlag : std::uint8_t {
-  /// The payload travels in the sender's own memory pages, not a copy (vmsplice(2) and
-  /// splice(2) on the sending side): the sender must not return from the collective, and so
+  /// Data frames: the payload travels in the sender's own memory pages, not a copy (vmsplice(2)
+  /// and splice(2) on the sending side): the sender must not return from the collective, and so
   /// let its caller overwrite that memory, before the receiver has read the payload. The
   /// receiver answers each such message, once read, with a release frame.
   lent = 0x01,
+  /// Request and reply frames: the call's values are in the shared-memory region the connection
+  /// attached (ps/protocol.hpp), not in the payload.
+  in_region = 0x02,
 };
-inline constexpr std::uint8_t kKnownFrameFlags = static_cast<std::uint8_t>(FrameFlag::lent);
+
+/// The flags frames of `type` may carry: none on control frames.
+constexpr std::uint8_t allowed_flags(FrameType type) noexcept {
+  if (type == FrameType::data) return static_cast<std::uint8_t>(FrameFlag::lent);
+  if (is_service_frame(type)) return static_cast<std::uint8_t>(FrameFlag::in_region);
+  return 0;
+}
 
 /// Why a group failed, carried by abort frames so that every rank raises the same error type.
 enum class FailureClass : std::uint8_t { peer_failure = 1, mismatch = 2, timeout = 3 };
@@ -126,7 +135,7 @@ inline std::string_view to_string(FrameError error) noexcept {
     case FrameError::bad_op:
       return "unknown reduce op";
     case FrameError::bad_flags:
-      return "unknown flags, or flags on a control frame";
+      return "flags the frame's type does not allow";
     case FrameError::payload_too_large:
       return "payload length above the limit";
   }
@@ -199,8 +208,7 @@ inline std::error_code decode(std::span<const std::byte, kFrameHeaderBytes> in, 
   if (op > static_cast<std::uint8_t>(ReduceOp::mean)) return FrameError::bad_op;
   const auto payload = detail::load_le<std::uint32_t>(&in[12]);
   const auto flags = static_cast<std::uint8_t>(in[7]);
-  if ((flags & ~kKnownFrameFlags) != 0 || (frame_type != FrameType::data && flags != 0))
-    return FrameError::bad_flags;
+  if ((flags & ~allowed_flags(frame_type)) != 0) return FrameError::bad_flags;
   const std::uint32_t limit = carries_data(frame_type) ? chunk_bytes : kMaxControlPayload;
   if (payload > limit) return FrameError::payload_too_large;
   out.type = frame_type;

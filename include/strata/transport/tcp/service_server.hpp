@@ -405,6 +405,7 @@ class ServiceServer {
     header.root = reply.status;
     header.count = reply.count;
     header.element_type = reply.type;
+    header.flags = reply.flags;
     header.payload_bytes = static_cast<std::uint32_t>(reply.payload.size());
     connection->reply_bytes = encode(header);
     ++stats_.requests;

@@ -27,6 +27,7 @@ struct SendReply {
   std::uint8_t status = 0;  ///< the frame's root
   std::uint64_t count = 0;
   DataType type = DataType::uint8;
+  std::uint8_t flags = 0;  ///< FrameFlag bits of a reply (in_region)
   /// Must stay valid and unchanged until the session's next call.
   std::span<const std::byte> payload{};
   /// Close every connection once this reply is written: the service is finished.
