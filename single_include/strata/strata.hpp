@@ -16548,6 +16548,12 @@ struct AttachSpec {
   friend bool operator==(const AttachSpec&, const AttachSpec&) = default;
 };
 inline constexpr std::size_t kAttachSpecBytes = 120;
+/// Whether a request of `operation` may carry its values in the attached region (in_region).
+constexpr bool may_use_region(Operation operation) noexcept {
+  return operation == Operation::push || operation == Operation::push_pull ||
+         operation == Operation::pull || operation == Operation::assign;
+}
+
 /// The largest region a server maps.
 inline constexpr std::uint64_t kMaxRegionBytes = std::uint64_t{1} << 40;
 /// How long a server waits, at most, for the worker to hand its region over: the serving thread
@@ -23710,11 +23716,8 @@ struct Client::State {
   // the server shares this host and the region is missing or too small.
   bool use_region(Connection& connection, const ShardCall& call, const Deadline& deadline) {
     using Sharing = Connection::Sharing;
-    const bool carries_values =
-        call.operation == Operation::push || call.operation == Operation::push_pull ||
-        call.operation == Operation::pull || call.operation == Operation::assign;
     const std::size_t bytes = std::max(call.values.size(), call.result.size());
-    if (!options.shared_memory || !carries_values || bytes < kRegionMinBytes ||
+    if (!options.shared_memory || !may_use_region(call.operation) || bytes < kRegionMinBytes ||
         connection.sharing == Sharing::no)
       return false;
     if (connection.sharing == Sharing::unknown) {
@@ -25759,8 +25762,7 @@ class Server::State::Session : public transport::tcp::ServiceSession {
       return error(Status::bad_request, fmt::format("unknown operation {}", operation));
     if (in_region()) {
       const auto op = static_cast<Operation>(operation);
-      if (op != Operation::push && op != Operation::push_pull && op != Operation::pull &&
-          op != Operation::assign)
+      if (!may_use_region(op))
         return error(
             Status::bad_request,
             fmt::format("a {} request cannot carry its values in a shared region", to_string(op)));
@@ -25870,7 +25872,6 @@ class Server::State::Session : public transport::tcp::ServiceSession {
       const Deadline deadline = Deadline::after(
           std::min<std::chrono::milliseconds>(state_.options.timeout, kHandoverWait));
       const int fd = transport::shm::collect_handover(ticket, -1, deadline);
-      region_.reset();
       region_.emplace(transport::shm::Region::adopt(fd, spec->bytes, -1, rank_));
       region_->close_fd();
     } catch (const Error& e) {

@@ -806,7 +806,8 @@ strata::ps::AttachSpec collect_spec(const strata::transport::shm::HandoverServer
   spec.host = strata::transport::shm::this_host().bytes;
   const auto& ticket = handover.ticket();
   std::copy(ticket.name.begin(), ticket.name.end(), spec.ticket.begin());
-  std::copy(ticket.secret.begin(), ticket.secret.end(), spec.ticket.begin() + 24);
+  std::copy(ticket.secret.begin(), ticket.secret.end(),
+            spec.ticket.begin() + static_cast<std::ptrdiff_t>(ticket.name.size()));
   return spec;
 }
 

@@ -160,6 +160,12 @@ struct AttachSpec {
   friend bool operator==(const AttachSpec&, const AttachSpec&) = default;
 };
 inline constexpr std::size_t kAttachSpecBytes = 120;
+/// Whether a request of `operation` may carry its values in the attached region (in_region).
+constexpr bool may_use_region(Operation operation) noexcept {
+  return operation == Operation::push || operation == Operation::push_pull ||
+         operation == Operation::pull || operation == Operation::assign;
+}
+
 /// The largest region a server maps.
 inline constexpr std::uint64_t kMaxRegionBytes = std::uint64_t{1} << 40;
 /// How long a server waits, at most, for the worker to hand its region over: the serving thread

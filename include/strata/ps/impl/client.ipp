@@ -188,11 +188,8 @@ struct Client::State {
   // the server shares this host and the region is missing or too small.
   bool use_region(Connection& connection, const ShardCall& call, const Deadline& deadline) {
     using Sharing = Connection::Sharing;
-    const bool carries_values =
-        call.operation == Operation::push || call.operation == Operation::push_pull ||
-        call.operation == Operation::pull || call.operation == Operation::assign;
     const std::size_t bytes = std::max(call.values.size(), call.result.size());
-    if (!options.shared_memory || !carries_values || bytes < kRegionMinBytes ||
+    if (!options.shared_memory || !may_use_region(call.operation) || bytes < kRegionMinBytes ||
         connection.sharing == Sharing::no)
       return false;
     if (connection.sharing == Sharing::unknown) {

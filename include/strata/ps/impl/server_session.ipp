@@ -63,8 +63,7 @@ class Server::State::Session : public transport::tcp::ServiceSession {
       return error(Status::bad_request, fmt::format("unknown operation {}", operation));
     if (in_region()) {
       const auto op = static_cast<Operation>(operation);
-      if (op != Operation::push && op != Operation::push_pull && op != Operation::pull &&
-          op != Operation::assign)
+      if (!may_use_region(op))
         return error(
             Status::bad_request,
             fmt::format("a {} request cannot carry its values in a shared region", to_string(op)));
@@ -174,7 +173,6 @@ class Server::State::Session : public transport::tcp::ServiceSession {
       const Deadline deadline = Deadline::after(
           std::min<std::chrono::milliseconds>(state_.options.timeout, kHandoverWait));
       const int fd = transport::shm::collect_handover(ticket, -1, deadline);
-      region_.reset();
       region_.emplace(transport::shm::Region::adopt(fd, spec->bytes, -1, rank_));
       region_->close_fd();
     } catch (const Error& e) {
