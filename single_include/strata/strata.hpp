@@ -16986,6 +16986,10 @@ struct ServiceIdentity {
   std::optional<std::string> token{};
 };
 
+/// The most a service connection reads from its socket in one recv(2) while it waits for a
+/// frame: a small frame, header and payload, arrives in one call.
+inline constexpr std::size_t kReadAhead = 4096;
+
 /// How a ServiceServer's `serve` ended.
 enum class ServiceEnd : std::uint8_t {
   finished,  ///< a reply asked to close
@@ -17069,12 +17073,25 @@ class ServiceServer {
     Mac mac{};
     std::array<std::byte, 1 + kHelloBytes + kMacBytes> verdict{};
     std::array<std::byte, 1> final_status{};
-    FrameBytes header_bytes{};
+    // Bytes read from the socket and not yet consumed: [inbox_begin, inbox_end).
+    std::array<std::byte, kReadAhead> inbox{};
+    std::size_t inbox_begin = 0;
+    std::size_t inbox_end = 0;
     FrameHeader request;
     std::uint64_t payload_left = 0;
+    bool timed = false;    // the request's timeout is armed
     bool waiting = false;  // for a deferred reply
     std::vector<std::byte> scratch;
     FrameBytes reply_bytes{};
+
+    std::size_t buffered() const noexcept { return inbox_end - inbox_begin; }
+    // Copies what the inbox holds of `out`'s start there; returns how much.
+    std::size_t take(std::span<std::byte> out) noexcept {
+      const std::size_t n = std::min(out.size(), buffered());
+      std::copy_n(inbox.begin() + static_cast<std::ptrdiff_t>(inbox_begin), n, out.begin());
+      inbox_begin += n;
+      return n;
+    }
   };
   using ConnectionPtr = std::shared_ptr<Connection>;
 
@@ -17229,6 +17246,11 @@ class ServiceServer {
   void established(const ConnectionPtr& connection) {
     if (pending_.erase(connection) == 0) return;  // its handshake timed out meanwhile
     connection->timer.cancel();
+    // Replies are written at once where they fit (send); a socket that cannot stop blocking
+    // could stall the one serving thread.
+    std::error_code ec;
+    connection->socket.non_blocking(true, ec);
+    if (ec) return refuse(connection);
     const std::weak_ptr<Connection> weak = connection;
     connection->session =
         handler_.open(connection->theirs.rank, [this, weak](const SendReply& reply) {
@@ -17239,32 +17261,61 @@ class ServiceServer {
         });
     established_.insert(connection);
     if (connected_++ == 0) idle_timer_.cancel();
-    read_request(connection);
+    read_header(connection);
   }
 
   // ---- requests ------------------------------------------------------------------------------
 
-  void read_request(const ConnectionPtr& connection) {
-    asio::async_read(connection->socket, asio::buffer(connection->header_bytes),
-                     [this, connection](std::error_code ec, std::size_t) {
-                       if (ec) return drop(connection);
-                       on_header(connection);
-                     });
+  // The next request: already in the inbox when the client sent it before this reply came (it
+  // runs after the events already waiting, so that no connection starves the others), or read.
+  void next_request(const ConnectionPtr& connection) {
+    if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
+    asio::post(io_, [this, connection] {
+      if (!closing_ && connection->socket.is_open()) on_header(connection);
+    });
+  }
+
+  // Reads into the inbox until a header is there: a small request arrives whole in one recv(2).
+  void read_header(const ConnectionPtr& connection) {
+    Connection& c = *connection;
+    if (c.inbox_begin != 0) {
+      std::copy(c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_begin),
+                c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_end), c.inbox.begin());
+      c.inbox_end -= c.inbox_begin;
+      c.inbox_begin = 0;
+    }
+    c.socket.async_read_some(
+        asio::buffer(c.inbox.data() + c.inbox_end, c.inbox.size() - c.inbox_end),
+        [this, connection](std::error_code ec, std::size_t n) {
+          if (ec) return drop(connection);
+          connection->inbox_end += n;
+          if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
+          on_header(connection);
+        });
   }
 
   void on_header(const ConnectionPtr& connection) {
-    FrameHeader& request = connection->request;
-    const std::error_code ec =
-        decode(std::span<const std::byte, kFrameHeaderBytes>(connection->header_bytes), request,
-               max_payload_);
+    Connection& c = *connection;
+    FrameHeader& request = c.request;
+    const std::error_code ec = decode(std::span<const std::byte, kFrameHeaderBytes>(
+                                          c.inbox.data() + c.inbox_begin, kFrameHeaderBytes),
+                                      request, max_payload_);
     if (ec || request.type != FrameType::request) return refuse(connection);
-    connection->payload_left = request.payload_bytes;
-    // Its payload must follow within the timeout.
+    c.inbox_begin += kFrameHeaderBytes;
+    c.payload_left = request.payload_bytes;
+    c.timed = false;
+    advance(connection, c.session->on_request(request));
+  }
+
+  // A request that has to wait for its payload must have it within the timeout. Requests that
+  // arrive whole never arm it: a timer costs a system call.
+  void arm_request_timeout(const ConnectionPtr& connection) {
+    if (connection->timed) return;
+    connection->timed = true;
     connection->timer.expires_after(request_timeout_);
     connection->timer.async_wait([this, connection](std::error_code timer_ec) {
       if (!timer_ec) refuse(connection);
     });
-    advance(connection, connection->session->on_request(request));
   }
 
   void advance(const ConnectionPtr& connection, SessionStep step) {
@@ -17293,26 +17344,37 @@ class ServiceServer {
       return;
     }
     auto& read = std::get<ReadPayload>(step);
-    std::vector<asio::mutable_buffer> buffers;
     std::uint64_t total = 0;
-    for (const auto& part : read.into) {
-      buffers.push_back(asio::buffer(part.data(), part.size()));
+    for (const auto& part : read.into)
       total += part.size();
-    }
     // A session that asks for more than the request carries would wait forever: it has a bug.
     if (total > connection->payload_left) return refuse(connection);
     connection->payload_left -= total;
     stats_.bytes_in += total;
-    asio::async_read(connection->socket, buffers,
-                     [this, connection](std::error_code ec, std::size_t) {
-                       if (ec) return drop(connection);
-                       advance(connection, connection->session->on_payload());
-                     });
+    // What the inbox holds first, then the socket, straight into the session's buffers.
+    std::vector<asio::mutable_buffer> rest;
+    for (const auto& part : read.into) {
+      const std::size_t taken = connection->take(part);
+      if (taken < part.size())
+        rest.push_back(asio::buffer(part.data() + taken, part.size() - taken));
+    }
+    if (rest.empty()) return advance(connection, connection->session->on_payload());
+    arm_request_timeout(connection);
+    asio::async_read(connection->socket, rest, [this, connection](std::error_code ec, std::size_t) {
+      if (ec) return drop(connection);
+      advance(connection, connection->session->on_payload());
+    });
   }
 
   // The payload the session left unread is dropped, then the reply goes out.
   void drop_rest(const ConnectionPtr& connection, SendReply reply) {
+    const auto buffered = static_cast<std::size_t>(
+        std::min<std::uint64_t>(connection->payload_left, connection->buffered()));
+    connection->inbox_begin += buffered;
+    connection->payload_left -= buffered;
+    stats_.bytes_in += buffered;
     if (connection->payload_left == 0) return send(connection, reply);
+    arm_request_timeout(connection);
     connection->scratch.resize(
         static_cast<std::size_t>(std::min<std::uint64_t>(connection->payload_left, 1 << 16)));
     connection->payload_left -= connection->scratch.size();
@@ -17338,16 +17400,32 @@ class ServiceServer {
     connection->reply_bytes = encode(header);
     ++stats_.requests;
     stats_.bytes_out += reply.payload.size();
-    const std::array<asio::const_buffer, 2> buffers{
+    std::array<asio::const_buffer, 2> buffers{
         asio::buffer(connection->reply_bytes),
         asio::buffer(reply.payload.data(), reply.payload.size())};
+    // Most replies fit in the socket's buffer: written at once, they need no trip through the
+    // event loop (the socket is non-blocking: what does not fit goes out asynchronously).
+    std::error_code ec;
+    std::size_t sent = connection->socket.send(buffers, 0, ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again)
+      return drop(connection);
+    if (sent == buffers[0].size() + buffers[1].size()) return replied(connection, reply.then_close);
+    for (auto& buffer : buffers) {
+      const std::size_t skipped = std::min(sent, buffer.size());
+      buffer += skipped;
+      sent -= skipped;
+    }
     asio::async_write(
         connection->socket, buffers,
-        [this, connection, close = reply.then_close](std::error_code ec, std::size_t) {
-          if (ec) return drop(connection);
-          if (close) return close_all(ServiceEnd::finished);
-          read_request(connection);
+        [this, connection, close = reply.then_close](std::error_code write_ec, std::size_t) {
+          if (write_ec) return drop(connection);
+          replied(connection, close);
         });
+  }
+
+  void replied(const ConnectionPtr& connection, bool then_close) {
+    if (then_close) return close_all(ServiceEnd::finished);
+    next_request(connection);
   }
 
   // ---- ending --------------------------------------------------------------------------------
@@ -17466,16 +17544,28 @@ class ServiceConnection {
     return ServiceIo::done;
   }
 
-  /// The socket, for a caller that polls several connections at once.
+  /// The socket, for a caller that polls several connections at once to learn which closed:
+  /// bytes already read ahead (receive) do not make it readable.
   int native_handle() noexcept { return socket_.native_handle(); }
 
-  /// Receives exactly `out.size()` bytes.
+  /// Receives exactly `out.size()` bytes. A small read takes what has arrived, up to kReadAhead
+  /// bytes, and keeps the rest for the next: a reply's header and small payload cost one
+  /// recv(2).
   ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
-    std::size_t got = 0;
+    std::size_t got = take_ahead(out);
     while (got < out.size()) {
-      const auto n = ::recv(fd(), out.data() + got, out.size() - got, MSG_DONTWAIT);
+      const std::size_t want = out.size() - got;
+      const bool ahead = want < kReadAhead;
+      const auto n = ahead ? ::recv(fd(), ahead_.data(), ahead_.size(), MSG_DONTWAIT)
+                           : ::recv(fd(), out.data() + got, want, MSG_DONTWAIT);
       if (n > 0) {
-        got += static_cast<std::size_t>(n);
+        if (!ahead) {
+          got += static_cast<std::size_t>(n);
+          continue;
+        }
+        ahead_begin_ = 0;
+        ahead_end_ = static_cast<std::size_t>(n);
+        got += take_ahead(out.subspan(got));
         continue;
       }
       if (n == 0) return ServiceIo::closed;
@@ -17492,6 +17582,13 @@ class ServiceConnection {
   ServiceConnection() = default;
 
   int fd() { return socket_.native_handle(); }
+
+  std::size_t take_ahead(std::span<std::byte> out) noexcept {
+    const std::size_t n = std::min(out.size(), ahead_end_ - ahead_begin_);
+    std::copy_n(ahead_.begin() + static_cast<std::ptrdiff_t>(ahead_begin_), n, out.begin());
+    ahead_begin_ += n;
+    return n;
+  }
 
   ServiceIo wait_for(short events, Clock::time_point until) {
     pollfd entry{fd(), events, 0};
@@ -17609,6 +17706,10 @@ class ServiceConnection {
 
   asio::io_context io_{1};
   tcp::socket socket_{io_};
+  // Bytes read and not yet received: [ahead_begin_, ahead_end_).
+  std::array<std::byte, kReadAhead> ahead_{};
+  std::size_t ahead_begin_ = 0;
+  std::size_t ahead_end_ = 0;
 };
 
 }  // namespace strata::transport::tcp

@@ -109,16 +109,28 @@ class ServiceConnection {
     return ServiceIo::done;
   }
 
-  /// The socket, for a caller that polls several connections at once.
+  /// The socket, for a caller that polls several connections at once to learn which closed:
+  /// bytes already read ahead (receive) do not make it readable.
   int native_handle() noexcept { return socket_.native_handle(); }
 
-  /// Receives exactly `out.size()` bytes.
+  /// Receives exactly `out.size()` bytes. A small read takes what has arrived, up to kReadAhead
+  /// bytes, and keeps the rest for the next: a reply's header and small payload cost one
+  /// recv(2).
   ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
-    std::size_t got = 0;
+    std::size_t got = take_ahead(out);
     while (got < out.size()) {
-      const auto n = ::recv(fd(), out.data() + got, out.size() - got, MSG_DONTWAIT);
+      const std::size_t want = out.size() - got;
+      const bool ahead = want < kReadAhead;
+      const auto n = ahead ? ::recv(fd(), ahead_.data(), ahead_.size(), MSG_DONTWAIT)
+                           : ::recv(fd(), out.data() + got, want, MSG_DONTWAIT);
       if (n > 0) {
-        got += static_cast<std::size_t>(n);
+        if (!ahead) {
+          got += static_cast<std::size_t>(n);
+          continue;
+        }
+        ahead_begin_ = 0;
+        ahead_end_ = static_cast<std::size_t>(n);
+        got += take_ahead(out.subspan(got));
         continue;
       }
       if (n == 0) return ServiceIo::closed;
@@ -135,6 +147,13 @@ class ServiceConnection {
   ServiceConnection() = default;
 
   int fd() { return socket_.native_handle(); }
+
+  std::size_t take_ahead(std::span<std::byte> out) noexcept {
+    const std::size_t n = std::min(out.size(), ahead_end_ - ahead_begin_);
+    std::copy_n(ahead_.begin() + static_cast<std::ptrdiff_t>(ahead_begin_), n, out.begin());
+    ahead_begin_ += n;
+    return n;
+  }
 
   ServiceIo wait_for(short events, Clock::time_point until) {
     pollfd entry{fd(), events, 0};
@@ -252,6 +271,10 @@ class ServiceConnection {
 
   asio::io_context io_{1};
   tcp::socket socket_{io_};
+  // Bytes read and not yet received: [ahead_begin_, ahead_end_).
+  std::array<std::byte, kReadAhead> ahead_{};
+  std::size_t ahead_begin_ = 0;
+  std::size_t ahead_end_ = 0;
 };
 
 }  // namespace strata::transport::tcp
