@@ -93,7 +93,10 @@ struct Server::State : transport::tcp::ServiceHandler {
     return spec;
   }
 
-  std::unique_ptr<transport::tcp::ServiceSession> open(
+  // Inline where declared: a virtual function declared without it and defined inline below
+  // would be State's key function, and every unit that includes strata would then emit State's
+  // vtable and the whole server behind it, used or not.
+  inline std::unique_ptr<transport::tcp::ServiceSession> open(
       int rank, transport::tcp::ServiceReplier replier) override;
 
   // How long a push waits for the other replicas before its worker hears who held it: a little
