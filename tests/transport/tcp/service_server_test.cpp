@@ -158,6 +158,13 @@ void expect_reply(tcp::ServiceConnection& connection, std::uint64_t sequence, st
   CHECK(std::equal(got.begin(), got.end(), payload.begin(), payload.end()));
 }
 
+// One echo request of `payload` and its reply.
+void echo_round_trip(tcp::ServiceConnection& connection, std::uint64_t sequence,
+                     std::uint64_t count, std::span<const std::byte> payload) {
+  send(connection, request(echo, sequence, count, payload.size()), payload);
+  expect_reply(connection, sequence, count + 1, payload);
+}
+
 // Writes `bytes` on the connection's socket as they are, bypassing the framing.
 void send_raw(tcp::ServiceConnection& connection, std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
@@ -201,18 +208,6 @@ const std::vector<std::size_t> kSizes = {0,
 
 }  // namespace
 
-TEST_CASE("every request gets its payload back, one at a time, at every size") {
-  Served served;
-  auto connection = connect(served);
-  std::uint64_t sequence = 0;
-  for (const std::size_t size : kSizes) {
-    CAPTURE(size);
-    const auto payload = payload_of(size, sequence);
-    send(*connection, request(echo, ++sequence, size, size), payload);
-    expect_reply(*connection, sequence, size + 1, payload);
-  }
-}
-
 TEST_CASE("requests sent before the replies are read are answered in order") {
   Served served;
   auto connection = connect(served);
@@ -252,18 +247,19 @@ TEST_CASE("a request that trickles in a byte at a time is served whole") {
   }
 }
 
-TEST_CASE("payload the service leaves unread is dropped, and the connection stays in step") {
+TEST_CASE("at every size a request gets its payload back, or has it dropped unread, in step") {
   Served served;
   auto connection = connect(served);
   std::uint64_t sequence = 0;
   for (const std::size_t size : kSizes) {
     CAPTURE(size);
+    ++sequence;
+    echo_round_trip(*connection, sequence, size, payload_of(size, sequence));
     const auto unread = payload_of(size, 1);
     send(*connection, request(leave_unread, ++sequence, 0, size), unread);
     expect_reply(*connection, sequence, size, {});
-    const auto payload = payload_of(17, sequence);
-    send(*connection, request(echo, ++sequence, 3, payload.size()), payload);
-    expect_reply(*connection, sequence, 4, payload);
+    ++sequence;
+    echo_round_trip(*connection, sequence, 3, payload_of(17, sequence));
   }
 }
 
@@ -278,9 +274,7 @@ TEST_CASE("a reply larger than the socket's buffers arrives whole") {
     expected[i] = pattern(i);
   expect_reply(*connection, 1, size, expected);
   // And the next request is served.
-  const auto payload = payload_of(3, 3);
-  send(*connection, request(echo, 2, 0, payload.size()), payload);
-  expect_reply(*connection, 2, 1, payload);
+  echo_round_trip(*connection, 2, 0, payload_of(3, 3));
 }
 
 TEST_CASE("a payload that stalls closes its connection at the request timeout; others go on") {
@@ -292,17 +286,14 @@ TEST_CASE("a payload that stalls closes its connection at the request timeout; o
   const auto payload = payload_of(100, 0);
   const auto bytes = framed(request(echo, 1, 0, payload.size()), payload);
   send_raw(*stalled, std::span(bytes).first(tcp::kFrameHeaderBytes + 10));
-  for (std::uint64_t sequence = 1; Clock::now() - start < 200ms; ++sequence) {
-    send(*healthy, request(echo, sequence, 0, payload.size()), payload);
-    expect_reply(*healthy, sequence, 1, payload);
-  }
+  for (std::uint64_t sequence = 1; Clock::now() - start < 200ms; ++sequence)
+    echo_round_trip(*healthy, sequence, 0, payload);
   std::byte byte{};
   CHECK(stalled->receive(std::span(&byte, 1), Clock::now() + 10s) == ServiceIo::closed);
   const auto waited = Clock::now() - start;
   CHECK(waited >= 300ms);
   CHECK(waited < 5s);
-  send(*healthy, request(echo, 99, 0, payload.size()), payload);
-  expect_reply(*healthy, 99, 1, payload);
+  echo_round_trip(*healthy, 99, 0, payload);
   served.stop();
   CHECK(served.server.stats().refused == 1);
 }
@@ -320,8 +311,7 @@ TEST_CASE("garbage after a good request: the request is answered, then the conne
   CHECK(connection->receive(std::span(&byte, 1), Clock::now() + 10s) == ServiceIo::closed);
   // The service serves a new connection as before.
   auto next = connect(served);
-  send(*next, request(echo, 1, 0, payload.size()), payload);
-  expect_reply(*next, 1, 1, payload);
+  echo_round_trip(*next, 1, 0, payload);
   served.stop();
   CHECK(served.server.stats().refused == 1);
 }
