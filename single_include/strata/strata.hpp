@@ -7828,6 +7828,10 @@ namespace strata::transport::tcp {
 inline constexpr std::uint16_t kFrameMagic = 0x5346;
 inline constexpr std::uint8_t kFrameVersion = 2;
 inline constexpr std::size_t kFrameHeaderBytes = 32;
+/// The most a reader of service frames (service_server.hpp, service_client.hpp) takes from its
+/// socket in one recv(2) while it waits for a frame: a small frame, header and payload, arrives
+/// in one call.
+inline constexpr std::size_t kReadAhead = 4096;
 /// Control frames carry at most this much text; longer messages are cut.
 inline constexpr std::uint32_t kMaxControlPayload = 4096;
 
@@ -16865,113 +16869,20 @@ std::error_code run_until(asio::io_context& io, asio::ip::tcp::socket& socket,
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/run_until.hpp ----
-// ---- begin strata/transport/tcp/service_server.hpp ----
-// strata/transport/tcp/service_server.hpp — serving requests over TCP: the accepting side of
-// the handshake, then request and reply frames, for a service above the transport (the
-// parameter servers of ps/) that knows nothing of sockets.
-//
-// One thread runs everything: the service sees one request at a time, to its end, so it needs
-// no lock. Per connection, the service's session says where each request's payload goes (in
-// steps, so that a payload can be read straight into the storage its first bytes select) and
-// then replies; payload it did not ask for is read and dropped before the reply goes out, so
-// an error reply never leaves the connection out of step. Bytes that are not strata frames, a
-// frame that is not a request, or a request whose payload stalls past the timeout close the
-// connection: the service never sees them.
+// ---- begin strata/transport/tcp/service_identity.hpp ----
+// strata/transport/tcp/service_identity.hpp — who may connect to a service, and what the
+// service answers them in the handshake (handshake.hpp): the admission rule and the accepting
+// side's verdict bytes. The service (service_server.hpp) judges with them; its clients
+// (service_client.hpp) name themselves with the same identity.
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <optional>
-#include <set>
 #include <span>
 #include <string>
-#include <system_error>
-#include <utility>
-#include <variant>
-#include <vector>
 
-#include <fmt/format.h>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-#include <asio/post.hpp>
-#include <asio/read.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/write.hpp>
-
-// ---- begin strata/transport/tcp/service_session.hpp ----
-// strata/transport/tcp/service_session.hpp — what a service above the TCP transport implements
-// (ServiceHandler, one ServiceSession per connection) and the steps a session answers a request
-// with: read more payload, reply, or wait and reply later. ServiceServer (service_server.hpp)
-// drives them; a session sees frames' headers and payload bytes, never a socket.
-
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <span>
-#include <variant>
-#include <vector>
-
-
-namespace strata::transport::tcp {
-
-/// What a session wants next: more payload read into `into` (in order; at most what the
-/// request has left), or the reply.
-struct ReadPayload {
-  std::vector<std::span<std::byte>> into;
-};
-struct SendReply {
-  std::uint8_t status = 0;  ///< the frame's root
-  std::uint64_t count = 0;
-  DataType type = DataType::uint8;
-  std::uint8_t flags = 0;  ///< FrameFlag bits of a reply (in_region)
-  /// Must stay valid and unchanged until the session's next call.
-  std::span<const std::byte> payload{};
-  /// Close every connection once this reply is written: the service is finished.
-  bool then_close = false;
-};
-/// The reply comes later, through the session's ServiceReplier (once other connections' requests
-/// have made it possible). The request's payload must have been read whole. After `hold` (when
-/// positive) the session's `on_hold_expired` answers instead; zero waits until the client gives
-/// up and closes.
-struct WaitForReply {
-  std::chrono::milliseconds hold{0};
-};
-using SessionStep = std::variant<ReadPayload, SendReply, WaitForReply>;
-
-/// Sends the reply a session deferred with WaitForReply. Call it on the serving thread (from
-/// another session's call); it does nothing once the connection is gone. The reply's payload
-/// must stay valid until the session's next call.
-using ServiceReplier = std::function<void(const SendReply&)>;
-
-/// One connection's conversation, as the service holds it.
-class ServiceSession {
- public:
-  virtual ~ServiceSession() = default;
-  /// A request's header arrived (a valid request frame); its payload is unread.
-  virtual SessionStep on_request(const FrameHeader& request) = 0;
-  /// The buffers of the last ReadPayload are filled.
-  virtual SessionStep on_payload() = 0;
-  /// A WaitForReply's hold ran out before the reply was sent; what to do now (by default, wait
-  /// on without a hold).
-  virtual SessionStep on_hold_expired() { return WaitForReply{}; }
-};
-
-/// The service: opens a session for each connection that passed the handshake, with the means
-/// to send the replies it defers.
-class ServiceHandler {
- public:
-  virtual ~ServiceHandler() = default;
-  virtual std::unique_ptr<ServiceSession> open(int rank, ServiceReplier replier) = 0;
-};
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/service_session.hpp ----
 
 namespace strata::transport::tcp {
 
@@ -16986,494 +16897,52 @@ struct ServiceIdentity {
   std::optional<std::string> token{};
 };
 
-/// The most a service connection reads from its socket in one recv(2) while it waits for a
-/// frame: a small frame, header and payload, arrives in one call.
-inline constexpr std::size_t kReadAhead = 4096;
+/// The service's verdict on a client's Hello (with a token, once the client has proven it).
+inline HandshakeStatus judge(const Hello& theirs, const ServiceIdentity& service) noexcept {
+  if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
+  if (theirs.tunables != service.tunables) return HandshakeStatus::tunables_differ;
+  if (theirs.cluster != service.cluster) return HandshakeStatus::other_cluster;
+  if (theirs.world_size != service.group_size) return HandshakeStatus::world_size_differs;
+  if (theirs.rank < 0 || theirs.rank >= service.group_size) return HandshakeStatus::unexpected_rank;
+  const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
+  if (service.token && !has_token) return HandshakeStatus::token_required;
+  if (!service.token && has_token) return HandshakeStatus::token_unexpected;
+  return HandshakeStatus::accepted;
+}
 
-/// How a ServiceServer's `serve` ended.
-enum class ServiceEnd : std::uint8_t {
-  finished,  ///< a reply asked to close
-  stopped,   ///< `stop()` was called
-  idle,      ///< no client was connected for the idle timeout
-};
+/// The most a verdict takes: its status, the service's Hello and, with a token, its MAC.
+inline constexpr std::size_t kVerdictBytes = 1 + kHelloBytes + kMacBytes;
 
-/// Counters of a ServiceServer.
-struct ServiceStats {
-  std::uint64_t requests = 0;
-  std::uint64_t bytes_in = 0;
-  std::uint64_t bytes_out = 0;
-  std::uint64_t refused = 0;  ///< connections refused in the handshake or dropped for garbage
-};
-
-/// Accepts clients on `address` and serves them until a reply closes, `stop()`, or no client
-/// has been connected for `idle_timeout`. Thread safety: `stop` from any thread; the rest from
-/// the serving one.
-class ServiceServer {
- public:
-  using tcp = asio::ip::tcp;
-
-  /// Binds `address`. `max_payload` bounds what a request may announce; `request_timeout` how
-  /// long a request's payload may take once its header has arrived.
-  /// @throws ConfigurationError naming `who` when the address cannot be bound.
-  ServiceServer(const cluster::Address& address, std::string who, ServiceIdentity identity,
-                ServiceHandler& handler, std::uint32_t max_payload,
-                std::chrono::milliseconds request_timeout)
-      : who_(std::move(who)),
-        identity_(std::move(identity)),
-        handler_(handler),
-        max_payload_(max_payload),
-        request_timeout_(request_timeout) {
-    random_bytes(std::as_writable_bytes(std::span(&incarnation_, 1)));
-    bind(address);
-  }
-  ServiceServer(const ServiceServer&) = delete;
-  ServiceServer& operator=(const ServiceServer&) = delete;
-
-  std::uint16_t port() const noexcept {
-    std::error_code ec;
-    const auto endpoint = acceptor_.local_endpoint(ec);
-    return ec ? 0 : endpoint.port();
-  }
-
-  const ServiceStats& stats() const noexcept { return stats_; }
-
-  ServiceEnd serve(std::chrono::milliseconds idle_timeout) {
-    idle_timeout_ = idle_timeout;
-    accept();
-    arm_idle_timer();
-    // Polls without sleeping for a while after each event, as the collectives do (busy_poll.hpp):
-    // a request's wake-up would otherwise cost more than serving it.
-    auto busy_until = Clock::now() + kBusyPoll;
-    while (!io_.stopped()) {
-      if (io_.poll() > 0) {
-        busy_until = Clock::now() + kBusyPoll;
-      } else if (Clock::now() < busy_until) {
-        ::sched_yield();
-      } else {
-        io_.run_one();
-        busy_until = Clock::now() + kBusyPoll;
-      }
-    }
-    return end_;
-  }
-
-  void stop() {
-    asio::post(io_, [this] { close_all(ServiceEnd::stopped); });
-  }
-
- private:
-  struct Connection {
-    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
-    tcp::socket socket;
-    asio::steady_timer timer;
-    std::unique_ptr<ServiceSession> session;
-    HelloBytes theirs_bytes{};
-    Hello theirs;
-    std::array<std::byte, kNonceBytes> challenge{};
-    Mac mac{};
-    std::array<std::byte, 1 + kHelloBytes + kMacBytes> verdict{};
-    std::array<std::byte, 1> final_status{};
-    // Bytes read from the socket and not yet consumed: [inbox_begin, inbox_end).
-    std::array<std::byte, kReadAhead> inbox{};
-    std::size_t inbox_begin = 0;
-    std::size_t inbox_end = 0;
-    FrameHeader request;
-    std::uint64_t payload_left = 0;
-    bool timed = false;    // the request's timeout is armed
-    bool waiting = false;  // for a deferred reply
-    std::vector<std::byte> scratch;
-    FrameBytes reply_bytes{};
-
-    std::size_t buffered() const noexcept { return inbox_end - inbox_begin; }
-    // Copies what the inbox holds of `out`'s start there; returns how much.
-    std::size_t take(std::span<std::byte> out) noexcept {
-      const std::size_t n = std::min(out.size(), buffered());
-      std::copy_n(inbox.begin() + static_cast<std::ptrdiff_t>(inbox_begin), n, out.begin());
-      inbox_begin += n;
-      return n;
-    }
-  };
-  using ConnectionPtr = std::shared_ptr<Connection>;
-
-  void bind(const cluster::Address& own) {
-    std::error_code ec;
-    const auto endpoints = resolve_endpoints<tcp>(own.host, own.port, ec);
-    if (ec || endpoints.empty())
-      throw ConfigurationError(-1, who_,
-                               fmt::format("cannot resolve {}: {}", own.to_string(), ec.message()),
-                               "give each task a host name or IP address of its own machine");
-    const tcp::endpoint endpoint = endpoints.front();
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-    if (ec == asio::error::address_in_use)
-      throw ConfigurationError(
-          -1, who_, fmt::format("cannot listen on {}: the port is in use", own.to_string()),
-          "stop the program holding it (a previous run?) or give this task "
-          "another port");
-    if (ec)
-      throw ConfigurationError(
-          -1, who_, fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
-          "check that the cluster spec gives this task an address of its "
-          "own host");
-  }
-
-  // ---- connections and the handshake ---------------------------------------------------------
-
-  void accept() {
-    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
-      if (closing_ || ec == asio::error::operation_aborted) return;
-      if (!ec) handshake(std::make_shared<Connection>(std::move(socket)));
-      accept();
-    });
-  }
-
-  void drop(const ConnectionPtr& connection) {
-    std::error_code ignored;
-    connection->timer.cancel();
-    connection->socket.close(ignored);
-    if (established_.erase(connection) != 0 && --connected_ == 0) arm_idle_timer();
-  }
-
-  void refuse(const ConnectionPtr& connection) {
-    ++stats_.refused;
-    drop(connection);
-  }
-
-  // A connection that fails its handshake is refused once.
-  void abandon(const ConnectionPtr& connection) {
-    if (pending_.erase(connection) != 0) refuse(connection);
-  }
-
-  void handshake(const ConnectionPtr& connection) {
-    std::error_code ignored;
-    connection->socket.set_option(tcp::no_delay(true), ignored);
-    choose_congestion_control(connection->socket, std::nullopt);
-    pending_.insert(connection);
-    connection->timer.expires_after(kHandshakeTimeout);
-    connection->timer.async_wait([this, connection](std::error_code ec) {
-      if (!ec) abandon(connection);
-    });
-    asio::async_read(connection->socket, asio::buffer(connection->theirs_bytes),
-                     [this, connection](std::error_code ec, std::size_t) {
-                       if (ec) return abandon(connection);
-                       on_hello(connection);
-                     });
-  }
-
-  HandshakeStatus judge(const Hello& theirs) const {
-    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
-    if (theirs.tunables != identity_.tunables) return HandshakeStatus::tunables_differ;
-    if (theirs.cluster != identity_.cluster) return HandshakeStatus::other_cluster;
-    if (theirs.world_size != identity_.group_size) return HandshakeStatus::world_size_differs;
-    if (theirs.rank < 0 || theirs.rank >= identity_.group_size)
-      return HandshakeStatus::unexpected_rank;
-    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
-    if (identity_.token && !has_token) return HandshakeStatus::token_required;
-    if (!identity_.token && has_token) return HandshakeStatus::token_unexpected;
-    return HandshakeStatus::accepted;
-  }
-
-  void on_hello(const ConnectionPtr& connection) {
-    if (!decode(std::span<const std::byte, kHelloBytes>(connection->theirs_bytes),
-                connection->theirs))
-      return abandon(connection);
-    const Hello& theirs = connection->theirs;
-    if (theirs.version != kProtocolVersion || !identity_.token)
-      return answer(connection, judge(theirs));
-    if ((theirs.flags & Hello::kHasToken) == 0)
-      return answer(connection, HandshakeStatus::token_required);
-    // With a token, nothing is judged before the connector has proven it.
-    random_bytes(connection->challenge);
-    connection->verdict[0] = static_cast<std::byte>(HandshakeStatus::challenge);
-    std::copy(connection->challenge.begin(), connection->challenge.end(),
-              connection->verdict.begin() + 1);
-    asio::async_write(
-        connection->socket, asio::buffer(connection->verdict.data(), 1 + kNonceBytes),
-        [this, connection](std::error_code ec, std::size_t) {
-          if (ec) return abandon(connection);
-          asio::async_read(connection->socket, asio::buffer(connection->mac),
-                           [this, connection](std::error_code read_ec, std::size_t) {
-                             if (read_ec) return abandon(connection);
-                             const bool authentic = same_mac(
-                                 connection->mac,
-                                 handshake_mac(*identity_.token, "strata-connect",
-                                               connection->theirs_bytes, connection->challenge));
-                             answer(connection, authentic ? judge(connection->theirs)
-                                                          : HandshakeStatus::authentication_failed);
-                           });
-        });
-  }
-
-  void answer(const ConnectionPtr& connection, HandshakeStatus status) {
-    std::size_t length = 1;
-    connection->verdict[0] = static_cast<std::byte>(status);
-    if (status == HandshakeStatus::accepted) {
-      Hello mine;
-      mine.connection = connection->theirs.connection;
-      mine.rank = identity_.rank;
-      mine.world_size = identity_.group_size;
-      mine.flags = identity_.token ? Hello::kHasToken : 0;
-      mine.cluster = identity_.cluster;
-      mine.tunables = identity_.tunables;
-      mine.incarnation = incarnation_;
-      if (identity_.token) mine.nonce = connection->challenge;
-      const HelloBytes mine_bytes = encode(mine);
-      std::copy(mine_bytes.begin(), mine_bytes.end(), connection->verdict.begin() + 1);
-      length += kHelloBytes;
-      if (identity_.token) {
-        const Mac mac =
-            handshake_mac(*identity_.token, "strata-accept", connection->theirs_bytes, mine_bytes);
-        std::copy(mac.begin(), mac.end(), connection->verdict.begin() + 1 + kHelloBytes);
-        length += kMacBytes;
-      }
-    }
-    asio::async_write(connection->socket, asio::buffer(connection->verdict.data(), length),
-                      [this, connection, status](std::error_code ec, std::size_t) {
-                        if (ec || status != HandshakeStatus::accepted) return abandon(connection);
-                        asio::async_read(
-                            connection->socket, asio::buffer(connection->final_status),
-                            [this, connection](std::error_code read_ec, std::size_t) {
-                              if (read_ec || connection->final_status[0] !=
-                                                 static_cast<std::byte>(HandshakeStatus::accepted))
-                                return abandon(connection);
-                              established(connection);
-                            });
-                      });
-  }
-
-  void established(const ConnectionPtr& connection) {
-    if (pending_.erase(connection) == 0) return;  // its handshake timed out meanwhile
-    connection->timer.cancel();
-    // Replies are written at once where they fit (send); a socket that cannot stop blocking
-    // could stall the one serving thread.
-    std::error_code ec;
-    connection->socket.non_blocking(true, ec);
-    if (ec) return refuse(connection);
-    const std::weak_ptr<Connection> weak = connection;
-    connection->session =
-        handler_.open(connection->theirs.rank, [this, weak](const SendReply& reply) {
-          const auto alive = weak.lock();
-          if (!alive || !alive->waiting || closing_) return;
-          alive->waiting = false;
-          send(alive, reply);
-        });
-    established_.insert(connection);
-    if (connected_++ == 0) idle_timer_.cancel();
-    read_header(connection);
-  }
-
-  // ---- requests ------------------------------------------------------------------------------
-
-  // The next request: already in the inbox when the client sent it before this reply came (it
-  // runs after the events already waiting, so that no connection starves the others), or read.
-  void next_request(const ConnectionPtr& connection) {
-    if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
-    asio::post(io_, [this, connection] {
-      if (!closing_ && connection->socket.is_open()) on_header(connection);
-    });
-  }
-
-  // Reads into the inbox until a header is there: a small request arrives whole in one recv(2).
-  void read_header(const ConnectionPtr& connection) {
-    Connection& c = *connection;
-    if (c.inbox_begin != 0) {
-      std::copy(c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_begin),
-                c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_end), c.inbox.begin());
-      c.inbox_end -= c.inbox_begin;
-      c.inbox_begin = 0;
-    }
-    c.socket.async_read_some(
-        asio::buffer(c.inbox.data() + c.inbox_end, c.inbox.size() - c.inbox_end),
-        [this, connection](std::error_code ec, std::size_t n) {
-          if (ec) return drop(connection);
-          connection->inbox_end += n;
-          if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
-          on_header(connection);
-        });
-  }
-
-  void on_header(const ConnectionPtr& connection) {
-    Connection& c = *connection;
-    FrameHeader& request = c.request;
-    const std::error_code ec = decode(std::span<const std::byte, kFrameHeaderBytes>(
-                                          c.inbox.data() + c.inbox_begin, kFrameHeaderBytes),
-                                      request, max_payload_);
-    if (ec || request.type != FrameType::request) return refuse(connection);
-    c.inbox_begin += kFrameHeaderBytes;
-    c.payload_left = request.payload_bytes;
-    c.timed = false;
-    advance(connection, c.session->on_request(request));
-  }
-
-  // A request that has to wait for its payload must have it within the timeout. Requests that
-  // arrive whole never arm it: a timer costs a system call.
-  void arm_request_timeout(const ConnectionPtr& connection) {
-    if (connection->timed) return;
-    connection->timed = true;
-    connection->timer.expires_after(request_timeout_);
-    connection->timer.async_wait([this, connection](std::error_code timer_ec) {
-      if (!timer_ec) refuse(connection);
-    });
-  }
-
-  void advance(const ConnectionPtr& connection, SessionStep step) {
-    if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
-    if (const auto* wait = std::get_if<WaitForReply>(&step)) {
-      // A session that waits before it read its request has a bug: the rest would be taken
-      // for the next request.
-      if (connection->payload_left != 0) return refuse(connection);
-      connection->timer.cancel();  // the client's deadline bounds the wait, or the hold does
-      connection->waiting = true;
-      if (wait->hold > std::chrono::milliseconds::zero()) {
-        connection->timer.expires_after(wait->hold);
-        connection->timer.async_wait([this, connection](std::error_code ec) {
-          if (ec || !connection->waiting || closing_) return;  // replied meanwhile
-          SessionStep next = connection->session->on_hold_expired();
-          if (std::holds_alternative<WaitForReply>(next)) return;  // on, without a hold
-          connection->waiting = false;
-          advance(connection, std::move(next));
-        });
-      }
-      // A client waits for its reply in silence: its connection turning readable now means it
-      // closed (the process died), and the session must end with it.
-      connection->socket.async_wait(tcp::socket::wait_read, [this, connection](std::error_code ec) {
-        if (!ec && connection->waiting && !closing_) drop(connection);
-      });
-      return;
-    }
-    auto& read = std::get<ReadPayload>(step);
-    std::uint64_t total = 0;
-    for (const auto& part : read.into)
-      total += part.size();
-    // A session that asks for more than the request carries would wait forever: it has a bug.
-    if (total > connection->payload_left) return refuse(connection);
-    connection->payload_left -= total;
-    stats_.bytes_in += total;
-    // What the inbox holds first, then the socket, straight into the session's buffers.
-    std::vector<asio::mutable_buffer> rest;
-    for (const auto& part : read.into) {
-      const std::size_t taken = connection->take(part);
-      if (taken < part.size())
-        rest.push_back(asio::buffer(part.data() + taken, part.size() - taken));
-    }
-    if (rest.empty()) return advance(connection, connection->session->on_payload());
-    arm_request_timeout(connection);
-    asio::async_read(connection->socket, rest, [this, connection](std::error_code ec, std::size_t) {
-      if (ec) return drop(connection);
-      advance(connection, connection->session->on_payload());
-    });
-  }
-
-  // The payload the session left unread is dropped, then the reply goes out.
-  void drop_rest(const ConnectionPtr& connection, SendReply reply) {
-    const auto buffered = static_cast<std::size_t>(
-        std::min<std::uint64_t>(connection->payload_left, connection->buffered()));
-    connection->inbox_begin += buffered;
-    connection->payload_left -= buffered;
-    stats_.bytes_in += buffered;
-    if (connection->payload_left == 0) return send(connection, reply);
-    arm_request_timeout(connection);
-    connection->scratch.resize(
-        static_cast<std::size_t>(std::min<std::uint64_t>(connection->payload_left, 1 << 16)));
-    connection->payload_left -= connection->scratch.size();
-    stats_.bytes_in += connection->scratch.size();
-    asio::async_read(connection->socket, asio::buffer(connection->scratch),
-                     [this, connection, reply](std::error_code ec, std::size_t) {
-                       if (ec) return drop(connection);
-                       drop_rest(connection, reply);
-                     });
-  }
-
-  void send(const ConnectionPtr& connection, const SendReply& reply) {
-    connection->timer.cancel();
-    FrameHeader header;
-    header.type = FrameType::reply;
-    header.kind = connection->request.kind;
-    header.sequence = connection->request.sequence;
-    header.root = reply.status;
-    header.count = reply.count;
-    header.element_type = reply.type;
-    header.flags = reply.flags;
-    header.payload_bytes = static_cast<std::uint32_t>(reply.payload.size());
-    connection->reply_bytes = encode(header);
-    ++stats_.requests;
-    stats_.bytes_out += reply.payload.size();
-    std::array<asio::const_buffer, 2> buffers{
-        asio::buffer(connection->reply_bytes),
-        asio::buffer(reply.payload.data(), reply.payload.size())};
-    // Most replies fit in the socket's buffer: written at once, they need no trip through the
-    // event loop (the socket is non-blocking: what does not fit goes out asynchronously).
-    std::error_code ec;
-    std::size_t sent = connection->socket.send(buffers, 0, ec);
-    if (ec && ec != asio::error::would_block && ec != asio::error::try_again)
-      return drop(connection);
-    if (sent == buffers[0].size() + buffers[1].size()) return replied(connection, reply.then_close);
-    for (auto& buffer : buffers) {
-      const std::size_t skipped = std::min(sent, buffer.size());
-      buffer += skipped;
-      sent -= skipped;
-    }
-    asio::async_write(
-        connection->socket, buffers,
-        [this, connection, close = reply.then_close](std::error_code write_ec, std::size_t) {
-          if (write_ec) return drop(connection);
-          replied(connection, close);
-        });
-  }
-
-  void replied(const ConnectionPtr& connection, bool then_close) {
-    if (then_close) return close_all(ServiceEnd::finished);
-    next_request(connection);
-  }
-
-  // ---- ending --------------------------------------------------------------------------------
-
-  void arm_idle_timer() {
-    if (closing_) return;
-    idle_timer_.expires_after(idle_timeout_);
-    idle_timer_.async_wait([this](std::error_code ec) {
-      if (!ec && connected_ == 0) close_all(ServiceEnd::idle);
-    });
-  }
-
-  void close_all(ServiceEnd end) {
-    if (closing_) return;
-    closing_ = true;
-    end_ = end;
-    std::error_code ignored;
-    acceptor_.close(ignored);
-    idle_timer_.cancel();
-    for (const auto* set : {&pending_, &established_})
-      for (const auto& connection : *set) {
-        connection->timer.cancel();
-        connection->socket.close(ignored);
-      }
-    pending_.clear();
-    established_.clear();
-  }
-
-  std::string who_;
-  ServiceIdentity identity_;
-  ServiceHandler& handler_;
-  std::uint32_t max_payload_;
-  std::chrono::milliseconds request_timeout_;
-  std::chrono::milliseconds idle_timeout_{};
-  std::uint64_t incarnation_ = 0;
-  asio::io_context io_{1};
-  tcp::acceptor acceptor_{io_};
-  asio::steady_timer idle_timer_{io_};
-  std::set<ConnectionPtr> pending_;      // in the handshake
-  std::set<ConnectionPtr> established_;  // serving
-  int connected_ = 0;
-  bool closing_ = false;
-  ServiceEnd end_ = ServiceEnd::stopped;
-  ServiceStats stats_;
-};
+/// Writes the verdict `status` on the client whose Hello arrived as `theirs_bytes` (decoded:
+/// `theirs`) into `out` and returns its length: the status alone, or when accepted the service's
+/// Hello too (on the client's connection index, with `incarnation`; with a token, echoing the
+/// `challenge` the client proved and followed by the MAC that proves the service knows it).
+inline std::size_t encode_verdict(HandshakeStatus status, const ServiceIdentity& service,
+                                  std::uint64_t incarnation, const Hello& theirs,
+                                  const HelloBytes& theirs_bytes,
+                                  const std::array<std::byte, kNonceBytes>& challenge,
+                                  std::span<std::byte, kVerdictBytes> out) {
+  out[0] = static_cast<std::byte>(status);
+  if (status != HandshakeStatus::accepted) return 1;
+  Hello mine;
+  mine.connection = theirs.connection;
+  mine.rank = service.rank;
+  mine.world_size = service.group_size;
+  mine.flags = service.token ? Hello::kHasToken : 0;
+  mine.cluster = service.cluster;
+  mine.tunables = service.tunables;
+  mine.incarnation = incarnation;
+  if (service.token) mine.nonce = challenge;
+  const HelloBytes mine_bytes = encode(mine);
+  std::copy(mine_bytes.begin(), mine_bytes.end(), out.begin() + 1);
+  if (!service.token) return 1 + kHelloBytes;
+  const Mac mac = handshake_mac(*service.token, "strata-accept", theirs_bytes, mine_bytes);
+  std::copy(mac.begin(), mac.end(), out.begin() + 1 + kHelloBytes);
+  return kVerdictBytes;
+}
 
 }  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/service_server.hpp ----
+// ---- end strata/transport/tcp/service_identity.hpp ----
 
 namespace strata::transport::tcp {
 
@@ -18697,6 +18166,567 @@ class WorkerServer {
 
 #include <fmt/format.h>
 
+// ---- begin strata/transport/tcp/service_server.hpp ----
+// strata/transport/tcp/service_server.hpp — serving requests over TCP: the accepting side of
+// the handshake, then request and reply frames, for a service above the transport (the
+// parameter servers of ps/) that knows nothing of sockets.
+//
+// One thread runs everything: the service sees one request at a time, to its end, so it needs
+// no lock. Per connection, the service's session says where each request's payload goes (in
+// steps, so that a payload can be read straight into the storage its first bytes select) and
+// then replies; payload it did not ask for is read and dropped before the reply goes out, so
+// an error reply never leaves the connection out of step. Bytes that are not strata frames, a
+// frame that is not a request, or a request whose payload stalls past the timeout close the
+// connection: the service never sees them.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+// ---- begin strata/transport/tcp/service_session.hpp ----
+// strata/transport/tcp/service_session.hpp — what a service above the TCP transport implements
+// (ServiceHandler, one ServiceSession per connection) and the steps a session answers a request
+// with: read more payload, reply, or wait and reply later. ServiceServer (service_server.hpp)
+// drives them; a session sees frames' headers and payload bytes, never a socket.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <variant>
+#include <vector>
+
+
+namespace strata::transport::tcp {
+
+/// What a session wants next: more payload read into `into` (in order; at most what the
+/// request has left), or the reply.
+struct ReadPayload {
+  std::vector<std::span<std::byte>> into;
+};
+struct SendReply {
+  std::uint8_t status = 0;  ///< the frame's root
+  std::uint64_t count = 0;
+  DataType type = DataType::uint8;
+  std::uint8_t flags = 0;  ///< FrameFlag bits of a reply (in_region)
+  /// Must stay valid and unchanged until the session's next call.
+  std::span<const std::byte> payload{};
+  /// Close every connection once this reply is written: the service is finished.
+  bool then_close = false;
+};
+/// The reply comes later, through the session's ServiceReplier (once other connections' requests
+/// have made it possible). The request's payload must have been read whole. After `hold` (when
+/// positive) the session's `on_hold_expired` answers instead; zero waits until the client gives
+/// up and closes.
+struct WaitForReply {
+  std::chrono::milliseconds hold{0};
+};
+using SessionStep = std::variant<ReadPayload, SendReply, WaitForReply>;
+
+/// Sends the reply a session deferred with WaitForReply. Call it on the serving thread (from
+/// another session's call); it does nothing once the connection is gone. The reply's payload
+/// must stay valid until the session's next call.
+using ServiceReplier = std::function<void(const SendReply&)>;
+
+/// One connection's conversation, as the service holds it.
+class ServiceSession {
+ public:
+  virtual ~ServiceSession() = default;
+  /// A request's header arrived (a valid request frame); its payload is unread.
+  virtual SessionStep on_request(const FrameHeader& request) = 0;
+  /// The buffers of the last ReadPayload are filled.
+  virtual SessionStep on_payload() = 0;
+  /// A WaitForReply's hold ran out before the reply was sent; what to do now (by default, wait
+  /// on without a hold).
+  virtual SessionStep on_hold_expired() { return WaitForReply{}; }
+};
+
+/// The service: opens a session for each connection that passed the handshake, with the means
+/// to send the replies it defers.
+class ServiceHandler {
+ public:
+  virtual ~ServiceHandler() = default;
+  virtual std::unique_ptr<ServiceSession> open(int rank, ServiceReplier replier) = 0;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/service_session.hpp ----
+
+namespace strata::transport::tcp {
+
+/// How a ServiceServer's `serve` ended.
+enum class ServiceEnd : std::uint8_t {
+  finished,  ///< a reply asked to close
+  stopped,   ///< `stop()` was called
+  idle,      ///< no client was connected for the idle timeout
+};
+
+/// Counters of a ServiceServer.
+struct ServiceStats {
+  std::uint64_t requests = 0;
+  std::uint64_t bytes_in = 0;
+  std::uint64_t bytes_out = 0;
+  std::uint64_t refused = 0;  ///< connections refused in the handshake or dropped for garbage
+};
+
+/// Accepts clients on `address` and serves them until a reply closes, `stop()`, or no client
+/// has been connected for `idle_timeout`. Thread safety: `stop` from any thread; the rest from
+/// the serving one.
+class ServiceServer {
+ public:
+  using tcp = asio::ip::tcp;
+
+  /// Binds `address`. `max_payload` bounds what a request may announce; `request_timeout` how
+  /// long a request's payload may take once its header has arrived.
+  /// @throws ConfigurationError naming `who` when the address cannot be bound.
+  ServiceServer(const cluster::Address& address, std::string who, ServiceIdentity identity,
+                ServiceHandler& handler, std::uint32_t max_payload,
+                std::chrono::milliseconds request_timeout)
+      : who_(std::move(who)),
+        identity_(std::move(identity)),
+        handler_(handler),
+        max_payload_(max_payload),
+        request_timeout_(request_timeout) {
+    random_bytes(std::as_writable_bytes(std::span(&incarnation_, 1)));
+    bind(address);
+  }
+  ServiceServer(const ServiceServer&) = delete;
+  ServiceServer& operator=(const ServiceServer&) = delete;
+
+  std::uint16_t port() const noexcept {
+    std::error_code ec;
+    const auto endpoint = acceptor_.local_endpoint(ec);
+    return ec ? 0 : endpoint.port();
+  }
+
+  const ServiceStats& stats() const noexcept { return stats_; }
+
+  ServiceEnd serve(std::chrono::milliseconds idle_timeout) {
+    idle_timeout_ = idle_timeout;
+    accept();
+    arm_idle_timer();
+    // Polls without sleeping for a while after each event, as the collectives do (busy_poll.hpp):
+    // a request's wake-up would otherwise cost more than serving it.
+    auto busy_until = Clock::now() + kBusyPoll;
+    while (!io_.stopped()) {
+      if (io_.poll() > 0) {
+        busy_until = Clock::now() + kBusyPoll;
+      } else if (Clock::now() < busy_until) {
+        ::sched_yield();
+      } else {
+        io_.run_one();
+        busy_until = Clock::now() + kBusyPoll;
+      }
+    }
+    return end_;
+  }
+
+  void stop() {
+    asio::post(io_, [this] { close_all(ServiceEnd::stopped); });
+  }
+
+ private:
+  struct Connection {
+    explicit Connection(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+    tcp::socket socket;
+    asio::steady_timer timer;
+    std::unique_ptr<ServiceSession> session;
+    HelloBytes theirs_bytes{};
+    Hello theirs;
+    std::array<std::byte, kNonceBytes> challenge{};
+    Mac mac{};
+    std::array<std::byte, kVerdictBytes> verdict{};
+    std::array<std::byte, 1> final_status{};
+    // Bytes read from the socket and not yet consumed: [inbox_begin, inbox_end).
+    std::array<std::byte, kReadAhead> inbox{};
+    std::size_t inbox_begin = 0;
+    std::size_t inbox_end = 0;
+    FrameHeader request;
+    std::uint64_t payload_left = 0;
+    bool timed = false;    // the request's timeout is armed
+    bool waiting = false;  // for a deferred reply
+    std::vector<std::byte> scratch;
+    FrameBytes reply_bytes{};
+
+    std::size_t buffered() const noexcept { return inbox_end - inbox_begin; }
+    // Copies what the inbox holds of `out`'s start there; returns how much.
+    std::size_t take(std::span<std::byte> out) noexcept {
+      const std::size_t n = std::min(out.size(), buffered());
+      std::copy_n(inbox.begin() + static_cast<std::ptrdiff_t>(inbox_begin), n, out.begin());
+      inbox_begin += n;
+      return n;
+    }
+  };
+  using ConnectionPtr = std::shared_ptr<Connection>;
+
+  void bind(const cluster::Address& own) {
+    std::error_code ec;
+    const auto endpoints = resolve_endpoints<tcp>(own.host, own.port, ec);
+    if (ec || endpoints.empty())
+      throw ConfigurationError(-1, who_,
+                               fmt::format("cannot resolve {}: {}", own.to_string(), ec.message()),
+                               "give each task a host name or IP address of its own machine");
+    const tcp::endpoint endpoint = endpoints.front();
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec == asio::error::address_in_use)
+      throw ConfigurationError(
+          -1, who_, fmt::format("cannot listen on {}: the port is in use", own.to_string()),
+          "stop the program holding it (a previous run?) or give this task "
+          "another port");
+    if (ec)
+      throw ConfigurationError(
+          -1, who_, fmt::format("cannot listen on {}: {}", own.to_string(), ec.message()),
+          "check that the cluster spec gives this task an address of its "
+          "own host");
+  }
+
+  // ---- connections and the handshake ---------------------------------------------------------
+
+  void accept() {
+    acceptor_.async_accept([this](std::error_code ec, tcp::socket socket) {
+      if (closing_ || ec == asio::error::operation_aborted) return;
+      if (!ec) handshake(std::make_shared<Connection>(std::move(socket)));
+      accept();
+    });
+  }
+
+  void drop(const ConnectionPtr& connection) {
+    std::error_code ignored;
+    connection->timer.cancel();
+    connection->socket.close(ignored);
+    if (established_.erase(connection) != 0 && --connected_ == 0) arm_idle_timer();
+  }
+
+  void refuse(const ConnectionPtr& connection) {
+    ++stats_.refused;
+    drop(connection);
+  }
+
+  // A connection that fails its handshake is refused once.
+  void abandon(const ConnectionPtr& connection) {
+    if (pending_.erase(connection) != 0) refuse(connection);
+  }
+
+  void handshake(const ConnectionPtr& connection) {
+    std::error_code ignored;
+    connection->socket.set_option(tcp::no_delay(true), ignored);
+    choose_congestion_control(connection->socket, std::nullopt);
+    pending_.insert(connection);
+    connection->timer.expires_after(kHandshakeTimeout);
+    connection->timer.async_wait([this, connection](std::error_code ec) {
+      if (!ec) abandon(connection);
+    });
+    asio::async_read(connection->socket, asio::buffer(connection->theirs_bytes),
+                     [this, connection](std::error_code ec, std::size_t) {
+                       if (ec) return abandon(connection);
+                       on_hello(connection);
+                     });
+  }
+
+  void on_hello(const ConnectionPtr& connection) {
+    if (!decode(std::span<const std::byte, kHelloBytes>(connection->theirs_bytes),
+                connection->theirs))
+      return abandon(connection);
+    const Hello& theirs = connection->theirs;
+    if (theirs.version != kProtocolVersion || !identity_.token)
+      return answer(connection, judge(theirs, identity_));
+    if ((theirs.flags & Hello::kHasToken) == 0)
+      return answer(connection, HandshakeStatus::token_required);
+    // With a token, nothing is judged before the connector has proven it.
+    random_bytes(connection->challenge);
+    connection->verdict[0] = static_cast<std::byte>(HandshakeStatus::challenge);
+    std::copy(connection->challenge.begin(), connection->challenge.end(),
+              connection->verdict.begin() + 1);
+    asio::async_write(
+        connection->socket, asio::buffer(connection->verdict.data(), 1 + kNonceBytes),
+        [this, connection](std::error_code ec, std::size_t) {
+          if (ec) return abandon(connection);
+          asio::async_read(connection->socket, asio::buffer(connection->mac),
+                           [this, connection](std::error_code read_ec, std::size_t) {
+                             if (read_ec) return abandon(connection);
+                             const bool authentic = same_mac(
+                                 connection->mac,
+                                 handshake_mac(*identity_.token, "strata-connect",
+                                               connection->theirs_bytes, connection->challenge));
+                             answer(connection, authentic ? judge(connection->theirs, identity_)
+                                                          : HandshakeStatus::authentication_failed);
+                           });
+        });
+  }
+
+  void answer(const ConnectionPtr& connection, HandshakeStatus status) {
+    const std::size_t length =
+        encode_verdict(status, identity_, incarnation_, connection->theirs,
+                       connection->theirs_bytes, connection->challenge, connection->verdict);
+    asio::async_write(connection->socket, asio::buffer(connection->verdict.data(), length),
+                      [this, connection, status](std::error_code ec, std::size_t) {
+                        if (ec || status != HandshakeStatus::accepted) return abandon(connection);
+                        asio::async_read(
+                            connection->socket, asio::buffer(connection->final_status),
+                            [this, connection](std::error_code read_ec, std::size_t) {
+                              if (read_ec || connection->final_status[0] !=
+                                                 static_cast<std::byte>(HandshakeStatus::accepted))
+                                return abandon(connection);
+                              established(connection);
+                            });
+                      });
+  }
+
+  void established(const ConnectionPtr& connection) {
+    if (pending_.erase(connection) == 0) return;  // its handshake timed out meanwhile
+    connection->timer.cancel();
+    // Replies are written at once where they fit (send); a socket that cannot stop blocking
+    // could stall the one serving thread.
+    std::error_code ec;
+    connection->socket.non_blocking(true, ec);
+    if (ec) return refuse(connection);
+    const std::weak_ptr<Connection> weak = connection;
+    connection->session =
+        handler_.open(connection->theirs.rank, [this, weak](const SendReply& reply) {
+          const auto alive = weak.lock();
+          if (!alive || !alive->waiting || closing_) return;
+          alive->waiting = false;
+          send(alive, reply);
+        });
+    established_.insert(connection);
+    if (connected_++ == 0) idle_timer_.cancel();
+    read_header(connection);
+  }
+
+  // ---- requests ------------------------------------------------------------------------------
+
+  // The next request: already in the inbox when the client sent it before this reply came (it
+  // runs after the events already waiting, so that no connection starves the others), or read.
+  void next_request(const ConnectionPtr& connection) {
+    if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
+    asio::post(io_, [this, connection] {
+      if (!closing_ && connection->socket.is_open()) on_header(connection);
+    });
+  }
+
+  // Reads into the inbox until a header is there: a small request arrives whole in one recv(2).
+  void read_header(const ConnectionPtr& connection) {
+    Connection& c = *connection;
+    if (c.inbox_begin != 0) {
+      std::copy(c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_begin),
+                c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_end), c.inbox.begin());
+      c.inbox_end -= c.inbox_begin;
+      c.inbox_begin = 0;
+    }
+    c.socket.async_read_some(
+        asio::buffer(c.inbox.data() + c.inbox_end, c.inbox.size() - c.inbox_end),
+        [this, connection](std::error_code ec, std::size_t n) {
+          if (ec) return drop(connection);
+          connection->inbox_end += n;
+          if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
+          on_header(connection);
+        });
+  }
+
+  void on_header(const ConnectionPtr& connection) {
+    Connection& c = *connection;
+    FrameHeader& request = c.request;
+    const std::error_code ec = decode(std::span<const std::byte, kFrameHeaderBytes>(
+                                          c.inbox.data() + c.inbox_begin, kFrameHeaderBytes),
+                                      request, max_payload_);
+    if (ec || request.type != FrameType::request) return refuse(connection);
+    c.inbox_begin += kFrameHeaderBytes;
+    c.payload_left = request.payload_bytes;
+    c.timed = false;
+    advance(connection, c.session->on_request(request));
+  }
+
+  // A request that has to wait for its payload must have it within the timeout. Requests that
+  // arrive whole never arm it: a timer costs a system call.
+  void arm_request_timeout(const ConnectionPtr& connection) {
+    if (connection->timed) return;
+    connection->timed = true;
+    connection->timer.expires_after(request_timeout_);
+    connection->timer.async_wait([this, connection](std::error_code timer_ec) {
+      if (!timer_ec) refuse(connection);
+    });
+  }
+
+  void advance(const ConnectionPtr& connection, SessionStep step) {
+    if (auto* reply = std::get_if<SendReply>(&step)) return drop_rest(connection, *reply);
+    if (const auto* wait = std::get_if<WaitForReply>(&step)) {
+      // A session that waits before it read its request has a bug: the rest would be taken
+      // for the next request.
+      if (connection->payload_left != 0) return refuse(connection);
+      connection->timer.cancel();  // the client's deadline bounds the wait, or the hold does
+      connection->waiting = true;
+      if (wait->hold > std::chrono::milliseconds::zero()) {
+        connection->timer.expires_after(wait->hold);
+        connection->timer.async_wait([this, connection](std::error_code ec) {
+          if (ec || !connection->waiting || closing_) return;  // replied meanwhile
+          SessionStep next = connection->session->on_hold_expired();
+          if (std::holds_alternative<WaitForReply>(next)) return;  // on, without a hold
+          connection->waiting = false;
+          advance(connection, std::move(next));
+        });
+      }
+      // A client waits for its reply in silence: its connection turning readable now means it
+      // closed (the process died), and the session must end with it.
+      connection->socket.async_wait(tcp::socket::wait_read, [this, connection](std::error_code ec) {
+        if (!ec && connection->waiting && !closing_) drop(connection);
+      });
+      return;
+    }
+    auto& read = std::get<ReadPayload>(step);
+    std::uint64_t total = 0;
+    for (const auto& part : read.into)
+      total += part.size();
+    // A session that asks for more than the request carries would wait forever: it has a bug.
+    if (total > connection->payload_left) return refuse(connection);
+    connection->payload_left -= total;
+    stats_.bytes_in += total;
+    // What the inbox holds first, then the socket, straight into the session's buffers.
+    std::vector<asio::mutable_buffer> rest;
+    for (const auto& part : read.into) {
+      const std::size_t taken = connection->take(part);
+      if (taken < part.size())
+        rest.push_back(asio::buffer(part.data() + taken, part.size() - taken));
+    }
+    if (rest.empty()) return advance(connection, connection->session->on_payload());
+    arm_request_timeout(connection);
+    asio::async_read(connection->socket, rest, [this, connection](std::error_code ec, std::size_t) {
+      if (ec) return drop(connection);
+      advance(connection, connection->session->on_payload());
+    });
+  }
+
+  // The payload the session left unread is dropped, then the reply goes out.
+  void drop_rest(const ConnectionPtr& connection, SendReply reply) {
+    const auto buffered = static_cast<std::size_t>(
+        std::min<std::uint64_t>(connection->payload_left, connection->buffered()));
+    connection->inbox_begin += buffered;
+    connection->payload_left -= buffered;
+    stats_.bytes_in += buffered;
+    if (connection->payload_left == 0) return send(connection, reply);
+    arm_request_timeout(connection);
+    connection->scratch.resize(
+        static_cast<std::size_t>(std::min<std::uint64_t>(connection->payload_left, 1 << 16)));
+    connection->payload_left -= connection->scratch.size();
+    stats_.bytes_in += connection->scratch.size();
+    asio::async_read(connection->socket, asio::buffer(connection->scratch),
+                     [this, connection, reply](std::error_code ec, std::size_t) {
+                       if (ec) return drop(connection);
+                       drop_rest(connection, reply);
+                     });
+  }
+
+  void send(const ConnectionPtr& connection, const SendReply& reply) {
+    connection->timer.cancel();
+    FrameHeader header;
+    header.type = FrameType::reply;
+    header.kind = connection->request.kind;
+    header.sequence = connection->request.sequence;
+    header.root = reply.status;
+    header.count = reply.count;
+    header.element_type = reply.type;
+    header.flags = reply.flags;
+    header.payload_bytes = static_cast<std::uint32_t>(reply.payload.size());
+    connection->reply_bytes = encode(header);
+    ++stats_.requests;
+    stats_.bytes_out += reply.payload.size();
+    std::array<asio::const_buffer, 2> buffers{
+        asio::buffer(connection->reply_bytes),
+        asio::buffer(reply.payload.data(), reply.payload.size())};
+    // Most replies fit in the socket's buffer: written at once, they need no trip through the
+    // event loop (the socket is non-blocking: what does not fit goes out asynchronously).
+    std::error_code ec;
+    std::size_t sent = connection->socket.send(buffers, 0, ec);
+    if (ec && ec != asio::error::would_block && ec != asio::error::try_again)
+      return drop(connection);
+    if (sent == buffers[0].size() + buffers[1].size()) return replied(connection, reply.then_close);
+    for (auto& buffer : buffers) {
+      const std::size_t skipped = std::min(sent, buffer.size());
+      buffer += skipped;
+      sent -= skipped;
+    }
+    asio::async_write(
+        connection->socket, buffers,
+        [this, connection, close = reply.then_close](std::error_code write_ec, std::size_t) {
+          if (write_ec) return drop(connection);
+          replied(connection, close);
+        });
+  }
+
+  void replied(const ConnectionPtr& connection, bool then_close) {
+    if (then_close) return close_all(ServiceEnd::finished);
+    next_request(connection);
+  }
+
+  // ---- ending --------------------------------------------------------------------------------
+
+  void arm_idle_timer() {
+    if (closing_) return;
+    idle_timer_.expires_after(idle_timeout_);
+    idle_timer_.async_wait([this](std::error_code ec) {
+      if (!ec && connected_ == 0) close_all(ServiceEnd::idle);
+    });
+  }
+
+  void close_all(ServiceEnd end) {
+    if (closing_) return;
+    closing_ = true;
+    end_ = end;
+    std::error_code ignored;
+    acceptor_.close(ignored);
+    idle_timer_.cancel();
+    for (const auto* set : {&pending_, &established_})
+      for (const auto& connection : *set) {
+        connection->timer.cancel();
+        connection->socket.close(ignored);
+      }
+    pending_.clear();
+    established_.clear();
+  }
+
+  std::string who_;
+  ServiceIdentity identity_;
+  ServiceHandler& handler_;
+  std::uint32_t max_payload_;
+  std::chrono::milliseconds request_timeout_;
+  std::chrono::milliseconds idle_timeout_{};
+  std::uint64_t incarnation_ = 0;
+  asio::io_context io_{1};
+  tcp::acceptor acceptor_{io_};
+  asio::steady_timer idle_timer_{io_};
+  std::set<ConnectionPtr> pending_;      // in the handshake
+  std::set<ConnectionPtr> established_;  // serving
+  int connected_ = 0;
+  bool closing_ = false;
+  ServiceEnd end_ = ServiceEnd::stopped;
+  ServiceStats stats_;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/service_server.hpp ----
 
 namespace strata::coordinator {
 

@@ -35,10 +35,11 @@
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/busy_poll.hpp>
 #include <strata/transport/tcp/congestion.hpp>
+#include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/handshake.hpp>
 #include <strata/transport/tcp/route.hpp>
 #include <strata/transport/tcp/run_until.hpp>
-#include <strata/transport/tcp/service_server.hpp>
+#include <strata/transport/tcp/service_identity.hpp>
 
 namespace strata::transport::tcp {
 

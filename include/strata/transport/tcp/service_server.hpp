@@ -16,7 +16,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -36,31 +35,16 @@
 #include <asio/write.hpp>
 
 #include <strata/cluster/address.hpp>
-#include <strata/core/data_type.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/busy_poll.hpp>
 #include <strata/transport/tcp/congestion.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/handshake.hpp>
 #include <strata/transport/tcp/route.hpp>
+#include <strata/transport/tcp/service_identity.hpp>
 #include <strata/transport/tcp/service_session.hpp>
 
 namespace strata::transport::tcp {
-
-/// Who may connect to a service, as the handshake checks it: clients are ranks
-/// [0, group_size) of the cluster with fingerprint `cluster`, speaking `tunables`, proving
-/// `token` when there is one. `rank` is the service's own identity in its Hello.
-struct ServiceIdentity {
-  std::uint64_t cluster = 0;
-  std::uint64_t tunables = 0;
-  int group_size = 0;
-  int rank = 0;
-  std::optional<std::string> token{};
-};
-
-/// The most a service connection reads from its socket in one recv(2) while it waits for a
-/// frame: a small frame, header and payload, arrives in one call.
-inline constexpr std::size_t kReadAhead = 4096;
 
 /// How a ServiceServer's `serve` ended.
 enum class ServiceEnd : std::uint8_t {
@@ -143,7 +127,7 @@ class ServiceServer {
     Hello theirs;
     std::array<std::byte, kNonceBytes> challenge{};
     Mac mac{};
-    std::array<std::byte, 1 + kHelloBytes + kMacBytes> verdict{};
+    std::array<std::byte, kVerdictBytes> verdict{};
     std::array<std::byte, 1> final_status{};
     // Bytes read from the socket and not yet consumed: [inbox_begin, inbox_end).
     std::array<std::byte, kReadAhead> inbox{};
@@ -234,26 +218,13 @@ class ServiceServer {
                      });
   }
 
-  HandshakeStatus judge(const Hello& theirs) const {
-    if (theirs.version != kProtocolVersion) return HandshakeStatus::bad_version;
-    if (theirs.tunables != identity_.tunables) return HandshakeStatus::tunables_differ;
-    if (theirs.cluster != identity_.cluster) return HandshakeStatus::other_cluster;
-    if (theirs.world_size != identity_.group_size) return HandshakeStatus::world_size_differs;
-    if (theirs.rank < 0 || theirs.rank >= identity_.group_size)
-      return HandshakeStatus::unexpected_rank;
-    const bool has_token = (theirs.flags & Hello::kHasToken) != 0;
-    if (identity_.token && !has_token) return HandshakeStatus::token_required;
-    if (!identity_.token && has_token) return HandshakeStatus::token_unexpected;
-    return HandshakeStatus::accepted;
-  }
-
   void on_hello(const ConnectionPtr& connection) {
     if (!decode(std::span<const std::byte, kHelloBytes>(connection->theirs_bytes),
                 connection->theirs))
       return abandon(connection);
     const Hello& theirs = connection->theirs;
     if (theirs.version != kProtocolVersion || !identity_.token)
-      return answer(connection, judge(theirs));
+      return answer(connection, judge(theirs, identity_));
     if ((theirs.flags & Hello::kHasToken) == 0)
       return answer(connection, HandshakeStatus::token_required);
     // With a token, nothing is judged before the connector has proven it.
@@ -272,35 +243,16 @@ class ServiceServer {
                                  connection->mac,
                                  handshake_mac(*identity_.token, "strata-connect",
                                                connection->theirs_bytes, connection->challenge));
-                             answer(connection, authentic ? judge(connection->theirs)
+                             answer(connection, authentic ? judge(connection->theirs, identity_)
                                                           : HandshakeStatus::authentication_failed);
                            });
         });
   }
 
   void answer(const ConnectionPtr& connection, HandshakeStatus status) {
-    std::size_t length = 1;
-    connection->verdict[0] = static_cast<std::byte>(status);
-    if (status == HandshakeStatus::accepted) {
-      Hello mine;
-      mine.connection = connection->theirs.connection;
-      mine.rank = identity_.rank;
-      mine.world_size = identity_.group_size;
-      mine.flags = identity_.token ? Hello::kHasToken : 0;
-      mine.cluster = identity_.cluster;
-      mine.tunables = identity_.tunables;
-      mine.incarnation = incarnation_;
-      if (identity_.token) mine.nonce = connection->challenge;
-      const HelloBytes mine_bytes = encode(mine);
-      std::copy(mine_bytes.begin(), mine_bytes.end(), connection->verdict.begin() + 1);
-      length += kHelloBytes;
-      if (identity_.token) {
-        const Mac mac =
-            handshake_mac(*identity_.token, "strata-accept", connection->theirs_bytes, mine_bytes);
-        std::copy(mac.begin(), mac.end(), connection->verdict.begin() + 1 + kHelloBytes);
-        length += kMacBytes;
-      }
-    }
+    const std::size_t length =
+        encode_verdict(status, identity_, incarnation_, connection->theirs,
+                       connection->theirs_bytes, connection->challenge, connection->verdict);
     asio::async_write(connection->socket, asio::buffer(connection->verdict.data(), length),
                       [this, connection, status](std::error_code ec, std::size_t) {
                         if (ec || status != HandshakeStatus::accepted) return abandon(connection);
