@@ -7828,10 +7828,6 @@ namespace strata::transport::tcp {
 inline constexpr std::uint16_t kFrameMagic = 0x5346;
 inline constexpr std::uint8_t kFrameVersion = 2;
 inline constexpr std::size_t kFrameHeaderBytes = 32;
-/// The most a reader of service frames (service_server.hpp, service_client.hpp) takes from its
-/// socket in one recv(2) while it waits for a frame: a small frame, header and payload, arrives
-/// in one call.
-inline constexpr std::size_t kReadAhead = 4096;
 /// Control frames carry at most this much text; longer messages are cut.
 inline constexpr std::uint32_t kMaxControlPayload = 4096;
 
@@ -16823,6 +16819,64 @@ inline std::string_view to_string(Operation operation) noexcept {
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+// ---- begin strata/transport/tcp/read_ahead.hpp ----
+// strata/transport/tcp/read_ahead.hpp — the bytes a service connection has read from its socket
+// and not yet consumed. Both ends of a service (service_server.hpp, service_client.hpp) read up
+// to kReadAhead bytes at once while they wait for a frame, so that a small frame, header and
+// payload, arrives in one recv(2); what belongs to later reads waits here.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <span>
+
+namespace strata::transport::tcp {
+
+/// The most a service connection reads from its socket in one recv(2) while it waits for a
+/// frame.
+inline constexpr std::size_t kReadAhead = 4096;
+
+class ReadAhead {
+ public:
+  std::size_t buffered() const noexcept { return end_ - begin_; }
+
+  /// The buffered bytes, oldest first.
+  std::span<const std::byte> bytes() const noexcept { return {data_.data() + begin_, buffered()}; }
+
+  /// Moves the oldest buffered bytes into `out`, as many as fit; returns how many.
+  std::size_t take(std::span<std::byte> out) noexcept {
+    const std::size_t n = std::min(out.size(), buffered());
+    std::copy_n(data_.begin() + static_cast<std::ptrdiff_t>(begin_), n, out.begin());
+    begin_ += n;
+    return n;
+  }
+
+  /// Drops the oldest `n` buffered bytes (at most buffered()).
+  void skip(std::size_t n) noexcept { begin_ += std::min(n, buffered()); }
+
+  /// Where the next recv(2) may write: the free space behind the buffered bytes, which move to
+  /// the front first. Empty when kReadAhead bytes are buffered.
+  std::span<std::byte> space() noexcept {
+    if (begin_ != 0) {
+      std::copy(data_.begin() + static_cast<std::ptrdiff_t>(begin_),
+                data_.begin() + static_cast<std::ptrdiff_t>(end_), data_.begin());
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    return {data_.data() + end_, data_.size() - end_};
+  }
+
+  /// `n` bytes were received into space().
+  void filled(std::size_t n) noexcept { end_ = std::min(end_ + n, data_.size()); }
+
+ private:
+  std::array<std::byte, kReadAhead> data_{};
+  std::size_t begin_ = 0;
+  std::size_t end_ = 0;
+};
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/read_ahead.hpp ----
 // ---- begin strata/transport/tcp/run_until.hpp ----
 // strata/transport/tcp/run_until.hpp — one asynchronous socket operation, run to completion
 // or to a deadline, for code that talks to one peer at a time (the address store, a parameter
@@ -17021,20 +17075,19 @@ class ServiceConnection {
   /// bytes, and keeps the rest for the next: a reply's header and small payload cost one
   /// recv(2).
   ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
-    std::size_t got = take_ahead(out);
+    std::size_t got = ahead_.take(out);
     while (got < out.size()) {
       const std::size_t want = out.size() - got;
       const bool ahead = want < kReadAhead;
-      const auto n = ahead ? ::recv(fd(), ahead_.data(), ahead_.size(), MSG_DONTWAIT)
-                           : ::recv(fd(), out.data() + got, want, MSG_DONTWAIT);
+      const std::span<std::byte> into = ahead ? ahead_.space() : out.subspan(got);
+      const auto n = ::recv(fd(), into.data(), into.size(), MSG_DONTWAIT);
       if (n > 0) {
         if (!ahead) {
           got += static_cast<std::size_t>(n);
-          continue;
+        } else {
+          ahead_.filled(static_cast<std::size_t>(n));
+          got += ahead_.take(out.subspan(got));
         }
-        ahead_begin_ = 0;
-        ahead_end_ = static_cast<std::size_t>(n);
-        got += take_ahead(out.subspan(got));
         continue;
       }
       if (n == 0) return ServiceIo::closed;
@@ -17051,13 +17104,6 @@ class ServiceConnection {
   ServiceConnection() = default;
 
   int fd() { return socket_.native_handle(); }
-
-  std::size_t take_ahead(std::span<std::byte> out) noexcept {
-    const std::size_t n = std::min(out.size(), ahead_end_ - ahead_begin_);
-    std::copy_n(ahead_.begin() + static_cast<std::ptrdiff_t>(ahead_begin_), n, out.begin());
-    ahead_begin_ += n;
-    return n;
-  }
 
   ServiceIo wait_for(short events, Clock::time_point until) {
     pollfd entry{fd(), events, 0};
@@ -17175,10 +17221,7 @@ class ServiceConnection {
 
   asio::io_context io_{1};
   tcp::socket socket_{io_};
-  // Bytes read and not yet received: [ahead_begin_, ahead_end_).
-  std::array<std::byte, kReadAhead> ahead_{};
-  std::size_t ahead_begin_ = 0;
-  std::size_t ahead_end_ = 0;
+  ReadAhead ahead_;  // read from the socket, not yet received
 };
 
 }  // namespace strata::transport::tcp
@@ -18358,25 +18401,13 @@ class ServiceServer {
     Mac mac{};
     std::array<std::byte, kVerdictBytes> verdict{};
     std::array<std::byte, 1> final_status{};
-    // Bytes read from the socket and not yet consumed: [inbox_begin, inbox_end).
-    std::array<std::byte, kReadAhead> inbox{};
-    std::size_t inbox_begin = 0;
-    std::size_t inbox_end = 0;
+    ReadAhead inbox;  // read from the socket, not yet consumed
     FrameHeader request;
     std::uint64_t payload_left = 0;
     bool timed = false;    // the request's timeout is armed
     bool waiting = false;  // for a deferred reply
     std::vector<std::byte> scratch;
     FrameBytes reply_bytes{};
-
-    std::size_t buffered() const noexcept { return inbox_end - inbox_begin; }
-    // Copies what the inbox holds of `out`'s start there; returns how much.
-    std::size_t take(std::span<std::byte> out) noexcept {
-      const std::size_t n = std::min(out.size(), buffered());
-      std::copy_n(inbox.begin() + static_cast<std::ptrdiff_t>(inbox_begin), n, out.begin());
-      inbox_begin += n;
-      return n;
-    }
   };
   using ConnectionPtr = std::shared_ptr<Connection>;
 
@@ -18522,7 +18553,7 @@ class ServiceServer {
   // The next request: already in the inbox when the client sent it before this reply came (it
   // runs after the events already waiting, so that no connection starves the others), or read.
   void next_request(const ConnectionPtr& connection) {
-    if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
+    if (connection->inbox.buffered() < kFrameHeaderBytes) return read_header(connection);
     asio::post(io_, [this, connection] {
       if (!closing_ && connection->socket.is_open()) on_header(connection);
     });
@@ -18530,31 +18561,24 @@ class ServiceServer {
 
   // Reads into the inbox until a header is there: a small request arrives whole in one recv(2).
   void read_header(const ConnectionPtr& connection) {
-    Connection& c = *connection;
-    if (c.inbox_begin != 0) {
-      std::copy(c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_begin),
-                c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_end), c.inbox.begin());
-      c.inbox_end -= c.inbox_begin;
-      c.inbox_begin = 0;
-    }
-    c.socket.async_read_some(
-        asio::buffer(c.inbox.data() + c.inbox_end, c.inbox.size() - c.inbox_end),
-        [this, connection](std::error_code ec, std::size_t n) {
-          if (ec) return drop(connection);
-          connection->inbox_end += n;
-          if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
-          on_header(connection);
-        });
+    const std::span<std::byte> space = connection->inbox.space();
+    connection->socket.async_read_some(asio::buffer(space.data(), space.size()),
+                                       [this, connection](std::error_code ec, std::size_t n) {
+                                         if (ec) return drop(connection);
+                                         connection->inbox.filled(n);
+                                         if (connection->inbox.buffered() < kFrameHeaderBytes)
+                                           return read_header(connection);
+                                         on_header(connection);
+                                       });
   }
 
   void on_header(const ConnectionPtr& connection) {
     Connection& c = *connection;
     FrameHeader& request = c.request;
-    const std::error_code ec = decode(std::span<const std::byte, kFrameHeaderBytes>(
-                                          c.inbox.data() + c.inbox_begin, kFrameHeaderBytes),
-                                      request, max_payload_);
+    const std::error_code ec =
+        decode(c.inbox.bytes().first<kFrameHeaderBytes>(), request, max_payload_);
     if (ec || request.type != FrameType::request) return refuse(connection);
-    c.inbox_begin += kFrameHeaderBytes;
+    c.inbox.skip(kFrameHeaderBytes);
     c.payload_left = request.payload_bytes;
     c.timed = false;
     advance(connection, c.session->on_request(request));
@@ -18607,7 +18631,7 @@ class ServiceServer {
     // What the inbox holds first, then the socket, straight into the session's buffers.
     std::vector<asio::mutable_buffer> rest;
     for (const auto& part : read.into) {
-      const std::size_t taken = connection->take(part);
+      const std::size_t taken = connection->inbox.take(part);
       if (taken < part.size())
         rest.push_back(asio::buffer(part.data() + taken, part.size() - taken));
     }
@@ -18622,8 +18646,8 @@ class ServiceServer {
   // The payload the session left unread is dropped, then the reply goes out.
   void drop_rest(const ConnectionPtr& connection, SendReply reply) {
     const auto buffered = static_cast<std::size_t>(
-        std::min<std::uint64_t>(connection->payload_left, connection->buffered()));
-    connection->inbox_begin += buffered;
+        std::min<std::uint64_t>(connection->payload_left, connection->inbox.buffered()));
+    connection->inbox.skip(buffered);
     connection->payload_left -= buffered;
     stats_.bytes_in += buffered;
     if (connection->payload_left == 0) return send(connection, reply);

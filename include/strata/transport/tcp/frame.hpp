@@ -43,10 +43,6 @@ namespace strata::transport::tcp {
 inline constexpr std::uint16_t kFrameMagic = 0x5346;
 inline constexpr std::uint8_t kFrameVersion = 2;
 inline constexpr std::size_t kFrameHeaderBytes = 32;
-/// The most a reader of service frames (service_server.hpp, service_client.hpp) takes from its
-/// socket in one recv(2) while it waits for a frame: a small frame, header and payload, arrives
-/// in one call.
-inline constexpr std::size_t kReadAhead = 4096;
 /// Control frames carry at most this much text; longer messages are cut.
 inline constexpr std::uint32_t kMaxControlPayload = 4096;
 

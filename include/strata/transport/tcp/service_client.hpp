@@ -37,6 +37,7 @@
 #include <strata/transport/tcp/congestion.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/handshake.hpp>
+#include <strata/transport/tcp/read_ahead.hpp>
 #include <strata/transport/tcp/route.hpp>
 #include <strata/transport/tcp/run_until.hpp>
 #include <strata/transport/tcp/service_identity.hpp>
@@ -118,20 +119,19 @@ class ServiceConnection {
   /// bytes, and keeps the rest for the next: a reply's header and small payload cost one
   /// recv(2).
   ServiceIo receive(std::span<std::byte> out, Clock::time_point until) {
-    std::size_t got = take_ahead(out);
+    std::size_t got = ahead_.take(out);
     while (got < out.size()) {
       const std::size_t want = out.size() - got;
       const bool ahead = want < kReadAhead;
-      const auto n = ahead ? ::recv(fd(), ahead_.data(), ahead_.size(), MSG_DONTWAIT)
-                           : ::recv(fd(), out.data() + got, want, MSG_DONTWAIT);
+      const std::span<std::byte> into = ahead ? ahead_.space() : out.subspan(got);
+      const auto n = ::recv(fd(), into.data(), into.size(), MSG_DONTWAIT);
       if (n > 0) {
         if (!ahead) {
           got += static_cast<std::size_t>(n);
-          continue;
+        } else {
+          ahead_.filled(static_cast<std::size_t>(n));
+          got += ahead_.take(out.subspan(got));
         }
-        ahead_begin_ = 0;
-        ahead_end_ = static_cast<std::size_t>(n);
-        got += take_ahead(out.subspan(got));
         continue;
       }
       if (n == 0) return ServiceIo::closed;
@@ -148,13 +148,6 @@ class ServiceConnection {
   ServiceConnection() = default;
 
   int fd() { return socket_.native_handle(); }
-
-  std::size_t take_ahead(std::span<std::byte> out) noexcept {
-    const std::size_t n = std::min(out.size(), ahead_end_ - ahead_begin_);
-    std::copy_n(ahead_.begin() + static_cast<std::ptrdiff_t>(ahead_begin_), n, out.begin());
-    ahead_begin_ += n;
-    return n;
-  }
 
   ServiceIo wait_for(short events, Clock::time_point until) {
     pollfd entry{fd(), events, 0};
@@ -272,10 +265,7 @@ class ServiceConnection {
 
   asio::io_context io_{1};
   tcp::socket socket_{io_};
-  // Bytes read and not yet received: [ahead_begin_, ahead_end_).
-  std::array<std::byte, kReadAhead> ahead_{};
-  std::size_t ahead_begin_ = 0;
-  std::size_t ahead_end_ = 0;
+  ReadAhead ahead_;  // read from the socket, not yet received
 };
 
 }  // namespace strata::transport::tcp

@@ -40,6 +40,7 @@
 #include <strata/transport/tcp/congestion.hpp>
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/handshake.hpp>
+#include <strata/transport/tcp/read_ahead.hpp>
 #include <strata/transport/tcp/route.hpp>
 #include <strata/transport/tcp/service_identity.hpp>
 #include <strata/transport/tcp/service_session.hpp>
@@ -129,25 +130,13 @@ class ServiceServer {
     Mac mac{};
     std::array<std::byte, kVerdictBytes> verdict{};
     std::array<std::byte, 1> final_status{};
-    // Bytes read from the socket and not yet consumed: [inbox_begin, inbox_end).
-    std::array<std::byte, kReadAhead> inbox{};
-    std::size_t inbox_begin = 0;
-    std::size_t inbox_end = 0;
+    ReadAhead inbox;  // read from the socket, not yet consumed
     FrameHeader request;
     std::uint64_t payload_left = 0;
     bool timed = false;    // the request's timeout is armed
     bool waiting = false;  // for a deferred reply
     std::vector<std::byte> scratch;
     FrameBytes reply_bytes{};
-
-    std::size_t buffered() const noexcept { return inbox_end - inbox_begin; }
-    // Copies what the inbox holds of `out`'s start there; returns how much.
-    std::size_t take(std::span<std::byte> out) noexcept {
-      const std::size_t n = std::min(out.size(), buffered());
-      std::copy_n(inbox.begin() + static_cast<std::ptrdiff_t>(inbox_begin), n, out.begin());
-      inbox_begin += n;
-      return n;
-    }
   };
   using ConnectionPtr = std::shared_ptr<Connection>;
 
@@ -293,7 +282,7 @@ class ServiceServer {
   // The next request: already in the inbox when the client sent it before this reply came (it
   // runs after the events already waiting, so that no connection starves the others), or read.
   void next_request(const ConnectionPtr& connection) {
-    if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
+    if (connection->inbox.buffered() < kFrameHeaderBytes) return read_header(connection);
     asio::post(io_, [this, connection] {
       if (!closing_ && connection->socket.is_open()) on_header(connection);
     });
@@ -301,31 +290,24 @@ class ServiceServer {
 
   // Reads into the inbox until a header is there: a small request arrives whole in one recv(2).
   void read_header(const ConnectionPtr& connection) {
-    Connection& c = *connection;
-    if (c.inbox_begin != 0) {
-      std::copy(c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_begin),
-                c.inbox.begin() + static_cast<std::ptrdiff_t>(c.inbox_end), c.inbox.begin());
-      c.inbox_end -= c.inbox_begin;
-      c.inbox_begin = 0;
-    }
-    c.socket.async_read_some(
-        asio::buffer(c.inbox.data() + c.inbox_end, c.inbox.size() - c.inbox_end),
-        [this, connection](std::error_code ec, std::size_t n) {
-          if (ec) return drop(connection);
-          connection->inbox_end += n;
-          if (connection->buffered() < kFrameHeaderBytes) return read_header(connection);
-          on_header(connection);
-        });
+    const std::span<std::byte> space = connection->inbox.space();
+    connection->socket.async_read_some(asio::buffer(space.data(), space.size()),
+                                       [this, connection](std::error_code ec, std::size_t n) {
+                                         if (ec) return drop(connection);
+                                         connection->inbox.filled(n);
+                                         if (connection->inbox.buffered() < kFrameHeaderBytes)
+                                           return read_header(connection);
+                                         on_header(connection);
+                                       });
   }
 
   void on_header(const ConnectionPtr& connection) {
     Connection& c = *connection;
     FrameHeader& request = c.request;
-    const std::error_code ec = decode(std::span<const std::byte, kFrameHeaderBytes>(
-                                          c.inbox.data() + c.inbox_begin, kFrameHeaderBytes),
-                                      request, max_payload_);
+    const std::error_code ec =
+        decode(c.inbox.bytes().first<kFrameHeaderBytes>(), request, max_payload_);
     if (ec || request.type != FrameType::request) return refuse(connection);
-    c.inbox_begin += kFrameHeaderBytes;
+    c.inbox.skip(kFrameHeaderBytes);
     c.payload_left = request.payload_bytes;
     c.timed = false;
     advance(connection, c.session->on_request(request));
@@ -378,7 +360,7 @@ class ServiceServer {
     // What the inbox holds first, then the socket, straight into the session's buffers.
     std::vector<asio::mutable_buffer> rest;
     for (const auto& part : read.into) {
-      const std::size_t taken = connection->take(part);
+      const std::size_t taken = connection->inbox.take(part);
       if (taken < part.size())
         rest.push_back(asio::buffer(part.data() + taken, part.size() - taken));
     }
@@ -393,8 +375,8 @@ class ServiceServer {
   // The payload the session left unread is dropped, then the reply goes out.
   void drop_rest(const ConnectionPtr& connection, SendReply reply) {
     const auto buffered = static_cast<std::size_t>(
-        std::min<std::uint64_t>(connection->payload_left, connection->buffered()));
-    connection->inbox_begin += buffered;
+        std::min<std::uint64_t>(connection->payload_left, connection->inbox.buffered()));
+    connection->inbox.skip(buffered);
     connection->payload_left -= buffered;
     stats_.bytes_in += buffered;
     if (connection->payload_left == 0) return send(connection, reply);
