@@ -2092,6 +2092,8 @@ STRATA_FOR_EVERY_ELEMENT(STRATA_REDUCE_KERNELS, extern)
 // waits for that send. Messages to and from one peer keep their order.
 
 #include <cstddef>
+#include <memory>
+#include <type_traits>
 
 namespace strata::transport {
 
@@ -2115,6 +2117,38 @@ struct RecvStep {
   std::size_t bytes = 0;
   std::ptrdiff_t after_send = -1;
   std::ptrdiff_t after_recv = -1;
+};
+
+/// What a link calls with receive j's index once it is handled (an algorithm's reduction),
+/// whatever callable the algorithm passes: a reference to it, not a copy, so it must outlive the
+/// transfer it is passed to. Being one type, it lets the transport's plan runner be compiled
+/// once rather than once per algorithm.
+class ReceiveHandler {
+ public:
+  template <class F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, ReceiveHandler> &&
+           std::is_invocable_v<F&, std::size_t>) ReceiveHandler(F&& handler)
+  noexcept {  // implicit: algorithms pass their lambdas
+    using Callable = std::remove_reference_t<F>;
+    if constexpr (std::is_function_v<Callable>) {
+      // A function: its address, through a function pointer type any other converts to and back.
+      target_.function = reinterpret_cast<void (*)()>(&handler);
+      call_ = [](Target target, std::size_t j) { reinterpret_cast<Callable*>(target.function)(j); };
+    } else {
+      target_.object = const_cast<void*>(static_cast<const void*>(std::addressof(handler)));
+      call_ = [](Target target, std::size_t j) { (*static_cast<Callable*>(target.object))(j); };
+    }
+  }
+
+  void operator()(std::size_t j) const { call_(target_, j); }
+
+ private:
+  union Target {
+    void* object;
+    void (*function)();
+  };
+  Target target_{};
+  void (*call_)(Target target, std::size_t j);
 };
 
 }  // namespace strata::transport
@@ -10097,7 +10131,7 @@ inline std::unique_ptr<Mesh> form_mesh(const MeshConfig& config, Deadline deadli
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <type_traits>
+#include <vector>
 
 // ---- begin strata/transport/tcp/plan_run.hpp ----
 // strata/transport/tcp/plan_run.hpp — running one plan (transport/plan.hpp) over the group's
@@ -10433,11 +10467,10 @@ inline constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
 /// One run of a plan: the channels' progress, which steps are done, and the loop that drives
 /// them. `on_received(j)` runs once receive j is complete and its `after_send` and `after_recv`
 /// are done.
-template <class OnReceived>
 class PlanRun {
  public:
   PlanRun(CallControl& control, std::span<const SendStep> sends, std::span<const RecvStep> recvs,
-          OnReceived& on_received)
+          ReceiveHandler on_received)
       : control_(control),
         group_(control.group()),
         sends_(sends),
@@ -10752,7 +10785,7 @@ class PlanRun {
   Group& group_;
   std::span<const SendStep> sends_;
   std::span<const RecvStep> recvs_;
-  OnReceived& on_received_;
+  ReceiveHandler on_received_;
   std::vector<Channel> channels_;
   std::vector<char> lend_;                // per send: lent (1) or copied (0)
   std::vector<std::uint64_t> read_lent_;  // per peer: payload bytes read out of its memory
@@ -10785,8 +10818,19 @@ class Link {
   Link(Group& group, const CollectiveCall& call, Deadline deadline)
       : group_(group), control_(group, call, group.next_sequence(), deadline) {}
 
-  int rank() const noexcept { return group_.rank(); }
-  int size() const noexcept { return group_.size(); }
+  /// Narrows what algorithms see to some of the group's ranks, `members` (group ranks, in the
+  /// order the algorithm numbers them; this rank is `members[index]`): a group that spans hosts
+  /// runs its collectives in stages (communicator/impl/tcp_shared_memory.ipp), the middle one an
+  /// ordinary algorithm among one rank per host. `members` must outlive the link.
+  void select(std::span<const int> members, int index) noexcept {
+    members_ = members;
+    index_ = index;
+  }
+
+  int rank() const noexcept { return members_.empty() ? group_.rank() : index_; }
+  int size() const noexcept {
+    return members_.empty() ? group_.size() : static_cast<int>(members_.size());
+  }
   std::uint64_t sequence() const noexcept { return control_.sequence(); }
   /// The largest message the algorithms cut a collective into (TcpOptions::chunk_bytes).
   std::size_t chunk_bytes() const noexcept { return group_.chunk_bytes(); }
@@ -10803,28 +10847,37 @@ class Link {
   /// @throws MismatchError when a peer's message describes another call; PeerFailureError when
   /// a peer closed its connections or failed; TimeoutError at the deadline, naming the ranks
   /// that did not answer. The group is failed before any of them propagates.
-  template <class OnReceived>
   void transfer(std::span<const transport::SendStep> sends,
-                std::span<const transport::RecvStep> recvs, OnReceived&& on_received);
+                std::span<const transport::RecvStep> recvs, ReceiveHandler on_received) {
+    if (group_.failed()) group_.raise_failure(control_.operation());
+    // A peer may have failed the group while this rank was away (a broadcast root returns
+    // without hearing from anyone): a plan that receives learns it from the closed data
+    // connections and, when it waits, from the control connections it polls; one that only
+    // sends asks now, rather than succeed on a failed group. (The question costs a system call,
+    // a visible share of a small all-reduce: only plans that receive nothing ask.)
+    if (recvs.empty()) control_.poll(0);
+    if (members_.empty()) {
+      PlanRun run(control_, sends, recvs, on_received);
+      run.run();
+      return;
+    }
+    // Numbered among the members: the plan's peers to group ranks.
+    std::vector<SendStep> group_sends(sends.begin(), sends.end());
+    std::vector<RecvStep> group_recvs(recvs.begin(), recvs.end());
+    for (auto& step : group_sends)
+      step.peer = members_[static_cast<std::size_t>(step.peer)];
+    for (auto& step : group_recvs)
+      step.peer = members_[static_cast<std::size_t>(step.peer)];
+    PlanRun run(control_, group_sends, group_recvs, on_received);
+    run.run();
+  }
 
  private:
   Group& group_;
   CallControl control_;
+  std::span<const int> members_;  // empty: every rank of the group, as the group numbers them
+  int index_ = 0;
 };
-
-template <class OnReceived>
-void Link::transfer(std::span<const transport::SendStep> sends,
-                    std::span<const transport::RecvStep> recvs, OnReceived&& on_received) {
-  if (group_.failed()) group_.raise_failure(control_.operation());
-  // A peer may have failed the group while this rank was away (a broadcast root returns
-  // without hearing from anyone): a plan that receives learns it from the closed data
-  // connections and, when it waits, from the control connections it polls; one that only
-  // sends asks now, rather than succeed on a failed group. (The question costs a system call,
-  // a visible share of a small all-reduce: only plans that receive nothing ask.)
-  if (recvs.empty()) control_.poll(0);
-  PlanRun<std::remove_reference_t<OnReceived>> run(control_, sends, recvs, on_received);
-  run.run();
-}
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/link.hpp ----
@@ -10933,55 +10986,6 @@ inline LoopbackListener listen_on_loopback() {
 
 }  // namespace strata::transport::tcp
 // ---- end strata/transport/tcp/route.hpp ----
-// ---- begin strata/transport/tcp/sub_link.hpp ----
-// strata/transport/tcp/sub_link.hpp — a MessageLink over some of a group's ranks.
-//
-// A group that spans hosts runs its collectives in stages (communicator/impl/tcp.ipp): the
-// ranks of each host through shared memory, then one rank per host over TCP. That middle stage
-// is an ordinary algorithm on a smaller group: this link numbers the chosen ranks 0..m-1 for
-// the algorithm and maps its plans back onto the mesh.
-
-#include <cstddef>
-#include <span>
-#include <vector>
-
-
-namespace strata::transport::tcp {
-
-/// The MessageLink (algorithms/link.hpp) of `members[index]`, which must be this rank, among
-/// `members` (ranks of the group, in the order the algorithm numbers them).
-class SubLink {
- public:
-  SubLink(Link& link, std::span<const int> members, int index) noexcept
-      : link_(link), members_(members), index_(index) {}
-
-  int rank() const noexcept { return index_; }
-  int size() const noexcept { return static_cast<int>(members_.size()); }
-  std::size_t chunk_bytes() const noexcept { return link_.chunk_bytes(); }
-  int channels_per_peer() const noexcept { return link_.channels_per_peer(); }
-  std::byte* scratch(std::size_t bytes) { return link_.scratch(bytes); }
-
-  template <class OnReceived>
-  void transfer(std::span<const SendStep> sends, std::span<const RecvStep> recvs,
-                OnReceived&& on_received) {
-    std::vector<SendStep> mapped_sends(sends.begin(), sends.end());
-    std::vector<RecvStep> mapped_recvs(recvs.begin(), recvs.end());
-    for (auto& step : mapped_sends)
-      step.peer = members_[static_cast<std::size_t>(step.peer)];
-    for (auto& step : mapped_recvs)
-      step.peer = members_[static_cast<std::size_t>(step.peer)];
-    link_.transfer(std::span<const SendStep>(mapped_sends), std::span<const RecvStep>(mapped_recvs),
-                   on_received);
-  }
-
- private:
-  Link& link_;
-  std::span<const int> members_;
-  int index_;
-};
-
-}  // namespace strata::transport::tcp
-// ---- end strata/transport/tcp/sub_link.hpp ----
 
 namespace strata::communicator {
 
@@ -11062,10 +11066,10 @@ inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const Collective
              : TcpAllReduce::ring;
 }
 
-/// Runs `call` on `link` (a Link, or a SubLink of one rank per host) with the TCP algorithm
-/// the options choose.
-template <class MessageLink>
-void run_algorithm(MessageLink& link, const CollectiveCall& call, const TcpOptions& tcp) {
+/// Runs `call` on `link` (of the whole group, or of one rank per host: Link::select) with the
+/// TCP algorithm the options choose.
+inline void run_algorithm(transport::tcp::Link& link, const CollectiveCall& call,
+                          const TcpOptions& tcp) {
   switch (call.kind) {
     case Collective::all_reduce:
       switch (all_reduce_algorithm(tcp, call, link.size())) {
@@ -12060,6 +12064,7 @@ STRATA_DECL void TcpCommunicator::execute_across_hosts(State& state, const Colle
   if (call.kind == Collective::all_gather || call.kind == Collective::reduce_scatter)
     between.count = widest * call.count;
   transport::tcp::Link link(group, between, deadline);
+  if (across) link.select(members, static_cast<int>(host));  // what the algorithms see
   detail::tcp_communicator::SharedMemoryWatch watch{link.control()};
 
   auto stage = [&](std::size_t bytes) {
@@ -12083,8 +12088,7 @@ STRATA_DECL void TcpCommunicator::execute_across_hosts(State& state, const Colle
     CollectiveCall part = between;
     part.send = send;
     part.recv = recv;
-    transport::tcp::SubLink sub(link, members, static_cast<int>(host));
-    detail::tcp_communicator::run_algorithm(sub, part, state.tcp);
+    detail::tcp_communicator::run_algorithm(link, part, state.tcp);
   };
   auto finish_mean = [&](void* data, std::size_t count) {
     if (call.op == ReduceOp::mean && count != 0)

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <type_traits>
 
 namespace strata::transport {
 
@@ -31,6 +33,38 @@ struct RecvStep {
   std::size_t bytes = 0;
   std::ptrdiff_t after_send = -1;
   std::ptrdiff_t after_recv = -1;
+};
+
+/// What a link calls with receive j's index once it is handled (an algorithm's reduction),
+/// whatever callable the algorithm passes: a reference to it, not a copy, so it must outlive the
+/// transfer it is passed to. Being one type, it lets the transport's plan runner be compiled
+/// once rather than once per algorithm.
+class ReceiveHandler {
+ public:
+  template <class F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, ReceiveHandler> &&
+           std::is_invocable_v<F&, std::size_t>) ReceiveHandler(F&& handler)
+  noexcept {  // implicit: algorithms pass their lambdas
+    using Callable = std::remove_reference_t<F>;
+    if constexpr (std::is_function_v<Callable>) {
+      // A function: its address, through a function pointer type any other converts to and back.
+      target_.function = reinterpret_cast<void (*)()>(&handler);
+      call_ = [](Target target, std::size_t j) { reinterpret_cast<Callable*>(target.function)(j); };
+    } else {
+      target_.object = const_cast<void*>(static_cast<const void*>(std::addressof(handler)));
+      call_ = [](Target target, std::size_t j) { (*static_cast<Callable*>(target.object))(j); };
+    }
+  }
+
+  void operator()(std::size_t j) const { call_(target_, j); }
+
+ private:
+  union Target {
+    void* object;
+    void (*function)();
+  };
+  Target target_{};
+  void (*call_)(Target target, std::size_t j);
 };
 
 }  // namespace strata::transport

@@ -41,7 +41,6 @@
 #include <strata/transport/tcp/group.hpp>
 #include <strata/transport/tcp/link.hpp>
 #include <strata/transport/tcp/route.hpp>
-#include <strata/transport/tcp/sub_link.hpp>
 
 namespace strata::communicator {
 
@@ -122,10 +121,10 @@ inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const Collective
              : TcpAllReduce::ring;
 }
 
-/// Runs `call` on `link` (a Link, or a SubLink of one rank per host) with the TCP algorithm
-/// the options choose.
-template <class MessageLink>
-void run_algorithm(MessageLink& link, const CollectiveCall& call, const TcpOptions& tcp) {
+/// Runs `call` on `link` (of the whole group, or of one rank per host: Link::select) with the
+/// TCP algorithm the options choose.
+inline void run_algorithm(transport::tcp::Link& link, const CollectiveCall& call,
+                          const TcpOptions& tcp) {
   switch (call.kind) {
     case Collective::all_reduce:
       switch (all_reduce_algorithm(tcp, call, link.size())) {

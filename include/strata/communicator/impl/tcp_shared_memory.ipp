@@ -198,6 +198,7 @@ STRATA_DECL void TcpCommunicator::execute_across_hosts(State& state, const Colle
   if (call.kind == Collective::all_gather || call.kind == Collective::reduce_scatter)
     between.count = widest * call.count;
   transport::tcp::Link link(group, between, deadline);
+  if (across) link.select(members, static_cast<int>(host));  // what the algorithms see
   detail::tcp_communicator::SharedMemoryWatch watch{link.control()};
 
   auto stage = [&](std::size_t bytes) {
@@ -221,8 +222,7 @@ STRATA_DECL void TcpCommunicator::execute_across_hosts(State& state, const Colle
     CollectiveCall part = between;
     part.send = send;
     part.recv = recv;
-    transport::tcp::SubLink sub(link, members, static_cast<int>(host));
-    detail::tcp_communicator::run_algorithm(sub, part, state.tcp);
+    detail::tcp_communicator::run_algorithm(link, part, state.tcp);
   };
   auto finish_mean = [&](void* data, std::size_t count) {
     if (call.op == ReduceOp::mean && count != 0)

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <type_traits>
+#include <vector>
 
 #include <strata/core/collective.hpp>
 #include <strata/core/deadline.hpp>
@@ -40,8 +40,19 @@ class Link {
   Link(Group& group, const CollectiveCall& call, Deadline deadline)
       : group_(group), control_(group, call, group.next_sequence(), deadline) {}
 
-  int rank() const noexcept { return group_.rank(); }
-  int size() const noexcept { return group_.size(); }
+  /// Narrows what algorithms see to some of the group's ranks, `members` (group ranks, in the
+  /// order the algorithm numbers them; this rank is `members[index]`): a group that spans hosts
+  /// runs its collectives in stages (communicator/impl/tcp_shared_memory.ipp), the middle one an
+  /// ordinary algorithm among one rank per host. `members` must outlive the link.
+  void select(std::span<const int> members, int index) noexcept {
+    members_ = members;
+    index_ = index;
+  }
+
+  int rank() const noexcept { return members_.empty() ? group_.rank() : index_; }
+  int size() const noexcept {
+    return members_.empty() ? group_.size() : static_cast<int>(members_.size());
+  }
   std::uint64_t sequence() const noexcept { return control_.sequence(); }
   /// The largest message the algorithms cut a collective into (TcpOptions::chunk_bytes).
   std::size_t chunk_bytes() const noexcept { return group_.chunk_bytes(); }
@@ -58,27 +69,36 @@ class Link {
   /// @throws MismatchError when a peer's message describes another call; PeerFailureError when
   /// a peer closed its connections or failed; TimeoutError at the deadline, naming the ranks
   /// that did not answer. The group is failed before any of them propagates.
-  template <class OnReceived>
   void transfer(std::span<const transport::SendStep> sends,
-                std::span<const transport::RecvStep> recvs, OnReceived&& on_received);
+                std::span<const transport::RecvStep> recvs, ReceiveHandler on_received) {
+    if (group_.failed()) group_.raise_failure(control_.operation());
+    // A peer may have failed the group while this rank was away (a broadcast root returns
+    // without hearing from anyone): a plan that receives learns it from the closed data
+    // connections and, when it waits, from the control connections it polls; one that only
+    // sends asks now, rather than succeed on a failed group. (The question costs a system call,
+    // a visible share of a small all-reduce: only plans that receive nothing ask.)
+    if (recvs.empty()) control_.poll(0);
+    if (members_.empty()) {
+      PlanRun run(control_, sends, recvs, on_received);
+      run.run();
+      return;
+    }
+    // Numbered among the members: the plan's peers to group ranks.
+    std::vector<SendStep> group_sends(sends.begin(), sends.end());
+    std::vector<RecvStep> group_recvs(recvs.begin(), recvs.end());
+    for (auto& step : group_sends)
+      step.peer = members_[static_cast<std::size_t>(step.peer)];
+    for (auto& step : group_recvs)
+      step.peer = members_[static_cast<std::size_t>(step.peer)];
+    PlanRun run(control_, group_sends, group_recvs, on_received);
+    run.run();
+  }
 
  private:
   Group& group_;
   CallControl control_;
+  std::span<const int> members_;  // empty: every rank of the group, as the group numbers them
+  int index_ = 0;
 };
-
-template <class OnReceived>
-void Link::transfer(std::span<const transport::SendStep> sends,
-                    std::span<const transport::RecvStep> recvs, OnReceived&& on_received) {
-  if (group_.failed()) group_.raise_failure(control_.operation());
-  // A peer may have failed the group while this rank was away (a broadcast root returns
-  // without hearing from anyone): a plan that receives learns it from the closed data
-  // connections and, when it waits, from the control connections it polls; one that only
-  // sends asks now, rather than succeed on a failed group. (The question costs a system call,
-  // a visible share of a small all-reduce: only plans that receive nothing ask.)
-  if (recvs.empty()) control_.poll(0);
-  PlanRun<std::remove_reference_t<OnReceived>> run(control_, sends, recvs, on_received);
-  run.run();
-}
 
 }  // namespace strata::transport::tcp

@@ -44,11 +44,10 @@ inline constexpr std::size_t kYieldAfterSendBytes = std::size_t{64} << 10;
 /// One run of a plan: the channels' progress, which steps are done, and the loop that drives
 /// them. `on_received(j)` runs once receive j is complete and its `after_send` and `after_recv`
 /// are done.
-template <class OnReceived>
 class PlanRun {
  public:
   PlanRun(CallControl& control, std::span<const SendStep> sends, std::span<const RecvStep> recvs,
-          OnReceived& on_received)
+          ReceiveHandler on_received)
       : control_(control),
         group_(control.group()),
         sends_(sends),
@@ -363,7 +362,7 @@ class PlanRun {
   Group& group_;
   std::span<const SendStep> sends_;
   std::span<const RecvStep> recvs_;
-  OnReceived& on_received_;
+  ReceiveHandler on_received_;
   std::vector<Channel> channels_;
   std::vector<char> lend_;                // per send: lent (1) or copied (0)
   std::vector<std::uint64_t> read_lent_;  // per peer: payload bytes read out of its memory
