@@ -41,10 +41,11 @@ struct RecvStep {
 /// once rather than once per algorithm.
 class ReceiveHandler {
  public:
+  // Implicit, as algorithms pass their lambdas; not for another ReceiveHandler (copied as is).
   template <class F>
-  requires(!std::is_same_v<std::remove_cvref_t<F>, ReceiveHandler> &&
-           std::is_invocable_v<F&, std::size_t>) ReceiveHandler(F&& handler)
-  noexcept {  // implicit: algorithms pass their lambdas
+  ReceiveHandler(F&& handler) noexcept
+      requires(!std::is_same_v<std::remove_cvref_t<F>, ReceiveHandler> &&
+               std::is_invocable_v<F&, std::size_t>) {
     using Callable = std::remove_reference_t<F>;
     if constexpr (std::is_function_v<Callable>) {
       // A function: its address, through a function pointer type any other converts to and back.
