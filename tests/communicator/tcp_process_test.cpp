@@ -73,7 +73,7 @@ TEST_CASE(
     std::vector<std::string> scenario{"loop", "1000000", "262144"};
     if (lend) scenario.emplace_back("lend");
     Workers workers(loopback_cluster(n), scenario,
-                    {{"STRATA_TIMEOUT", "2s"}, {"STRATA_TEST_SHARED_MEMORY", shared ? "1" : "0"}});
+                    {{"STRATA_TIMEOUT", "4s"}, {"STRATA_TEST_SHARED_MEMORY", shared ? "1" : "0"}});
     REQUIRE(workers.wait_for_output("ready", 10s));
     for (auto& worker : workers.processes)
       REQUIRE(worker.output().find(shared ? "transport shm" : "transport tcp") !=
@@ -87,7 +87,7 @@ TEST_CASE(
       if (r == victim) continue;
       CAPTURE(r);
       auto& survivor = workers.processes[static_cast<std::size_t>(r)];
-      const bool ended = survivor.wait_for(5s).has_value();
+      const bool ended = survivor.wait_for(8s).has_value();
       REQUIRE_MESSAGE(ended, "survivor hangs: ", survivor.output());
       const auto took = std::chrono::steady_clock::now() - killed_at;
       const std::string output = survivor.output();
@@ -100,8 +100,9 @@ TEST_CASE(
       CHECK_MESSAGE(output.find("failed the group") == std::string::npos, output);
       CHECK_MESSAGE(output.find("strata: ") == output.rfind("strata: "), output);
       CHECK_MESSAGE(output.find("restart the job") == output.rfind("restart the job"), output);
-      // Well within the 2 s deadline: a dead peer is seen, not waited for.
-      CHECK(took < 1500ms);
+      // Well within the 4 s deadline: a dead peer is seen, not waited for (the margin is for
+      // sanitizer builds on a loaded machine, where a survivor takes long to exit).
+      CHECK(took < 2500ms);
     }
   }
 }
@@ -137,7 +138,7 @@ TEST_CASE("SIGSTOP of one worker: the others raise a timeout naming it") {
     CAPTURE(shared);
     // 1 Mi floats: 4 MiB, several chunks of shared memory; the stop lands inside a call.
     Workers workers(loopback_cluster(3), {"loop", "1000000", "1048576"},
-                    {{"STRATA_TIMEOUT", "2s"}, {"STRATA_TEST_SHARED_MEMORY", shared ? "1" : "0"}});
+                    {{"STRATA_TIMEOUT", "4s"}, {"STRATA_TEST_SHARED_MEMORY", shared ? "1" : "0"}});
     REQUIRE(workers.wait_for_output("ready", 10s));
     REQUIRE(workers.processes[0].output().find(shared ? "transport shm" : "transport tcp") !=
             std::string::npos);
