@@ -164,7 +164,10 @@ TrainResult train(Strategy& strategy, const Problem& problem, const TrainConfig&
   strata::checkpoint::Checkpoint checkpoint;
   // Asynchronous workers do not wait for each other: one that restored late would set the
   // servers' variables back under the others' updates, so only the chief restores them there.
-  if (Strategy::sync_type::kWaitsForAllReplicas || strategy.is_chief()) {
+  // Copies a worker holds itself (Mirrored, under every sync policy) are restored everywhere.
+  constexpr bool kOnServers =
+      Strategy::placement_type::kUpdateSite == strata::placement::UpdateSite::servers;
+  if (!kOnServers || Strategy::sync_type::kWaitsForAllReplicas || strategy.is_chief()) {
     checkpoint.track("w", w);
     checkpoint.track("b", b);
   }

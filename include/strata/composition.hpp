@@ -76,11 +76,12 @@ struct Composition {
                 "strata::Strategy: this placement runs exactly one replica, so a communicator "
                 "between replicas would never carry anything; use SelfCommunicator (as "
                 "OneDeviceStrategy and DefaultStrategy do).");
-  static_assert(P::kUpdateSite != placement::UpdateSite::every_replica || S::kWaitsForAllReplicas,
+  static_assert(P::kUpdateSite != placement::UpdateSite::every_replica || S::kWaitsForAllReplicas ||
+                    sync::kAveragesCopies<S>,
                 "strata::Strategy: a placement with a copy per replica (Mirrored) stays "
                 "consistent only if every update waits for all replicas, which this sync policy "
-                "does not; use Synchronous, or a ParameterServer placement for asynchronous "
-                "training.");
+                "does not, or if the policy averages the copies itself; use Synchronous, "
+                "LocalSgd, or a ParameterServer placement for asynchronous training.");
   static_assert(P::kUpdateSite != placement::UpdateSite::one_replica || S::kWaitsForAllReplicas,
                 "strata::Strategy: a placement with one copy that every replica reads "
                 "(CentralStorage, OneDevice) would be written by one replica while others read "

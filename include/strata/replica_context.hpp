@@ -21,6 +21,7 @@
 #include <strata/optim/optimizer.hpp>
 #include <strata/placement/adopted_variable.hpp>
 #include <strata/sync/detail/step_readiness.hpp>
+#include <strata/sync/sync.hpp>
 
 namespace strata {
 
@@ -102,17 +103,20 @@ class ReplicaContext {
   using sync_type = typename StrategyType::sync_type;
   template <std::floating_point T>
   using variable_type = typename placement_type::template variable_type<T>;
+  using sync_state_type = sync::ReplicaState<sync_type>;
 
   /// `local_replica`: this replica's index among the replicas of this process (which copy of
   /// a mirrored variable it owns); `replica` and `num_replicas` place it in the whole cluster.
   /// `fusion`: the buckets this replica keeps from step to step for the list form of
   /// apply_gradients and all_reduce_fused (none: made for each call). `worker` and
-  /// `num_workers`: this process among the cluster's training processes.
+  /// `num_workers`: this process among the cluster's training processes. `sync_state`: what
+  /// the sync policy keeps for this replica from step to step (none: kept by this context).
   ReplicaContext(communicator_type& communicator, int local_replica, int replica, int num_replicas,
                  fusion::FusedAllReduce<communicator_type>* fusion = nullptr, int worker = 0,
-                 int num_workers = 1) noexcept
+                 int num_workers = 1, sync_state_type* sync_state = nullptr) noexcept
       : communicator_(&communicator),
         fusion_(fusion),
+        sync_state_(sync_state),
         replica_(replica),
         num_replicas_(num_replicas),
         local_replica_(local_replica),
@@ -165,6 +169,14 @@ class ReplicaContext {
     static_assert(!communicator::kDeviceMemory<communicator_type>,
                   "strata: fused buckets live in host memory");
     return fused_all_reduce().buckets(*communicator_, gradients, op);
+  }
+
+  /// What the sync policy keeps for this replica from step to step (`sync::ReplicaState`):
+  /// the strategy's, which lasts as long as it does.
+  sync_state_type& sync_state() {
+    if (sync_state_ != nullptr) return *sync_state_;
+    if (!own_sync_state_) own_sync_state_ = std::make_unique<sync_state_type>();
+    return *own_sync_state_;
   }
 
   /// Sets `data` on every replica to replica `root`'s (e.g. the initial parameters of a model
@@ -372,6 +384,8 @@ class ReplicaContext {
   fusion::FusedAllReduce<communicator_type>* fusion_;
   // Buckets for a context made without the strategy's (kept for this context's lifetime).
   std::unique_ptr<fusion::FusedAllReduce<communicator_type>> own_fusion_;
+  sync_state_type* sync_state_;
+  std::unique_ptr<sync_state_type> own_sync_state_;  // as own_fusion_
   int replica_;
   int num_replicas_;
   int local_replica_;

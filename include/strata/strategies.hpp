@@ -33,6 +33,7 @@
 #include <strata/strategy.hpp>
 #include <strata/sync/asynchronous.hpp>
 #include <strata/sync/bounded_staleness.hpp>
+#include <strata/sync/local_sgd.hpp>
 #include <strata/sync/synchronous.hpp>
 #include <strata/sync/synchronous_with_backups.hpp>
 

@@ -188,7 +188,7 @@ class Strategy {
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
       context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync(),
-                           &fusion_[r], worker_id(), num_workers());
+                           &fusion_[r], worker_id(), num_workers(), &sync_states_[r]);
       try {
         [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)
@@ -460,6 +460,9 @@ class Strategy {
   std::vector<C> communicators_;
   // Each replica's fused buckets, kept from step to step (one thread each).
   std::vector<fusion::FusedAllReduce<C>> fusion_;
+  // What the sync policy keeps for each replica from step to step.
+  std::vector<sync::ReplicaState<S>> sync_states_ =
+      std::vector<sync::ReplicaState<S>>(communicators_.size());
   std::vector<int> devices_ = devices_of(communicators_);
   placement::SessionHolder<P> session_;
   detail::ReplicaPool pool_;

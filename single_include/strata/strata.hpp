@@ -27541,6 +27541,71 @@ class StepReadiness {
 
 }  // namespace strata::sync::detail
 // ---- end strata/sync/detail/step_readiness.hpp ----
+// ---- begin strata/sync/sync.hpp ----
+// strata/sync/sync.hpp — the Sync concept: when and how updates meet the variables.
+
+#include <concepts>
+#include <string_view>
+
+namespace strata::sync {
+
+/// S models Sync if:
+///   1. `S::kName` (convertible to std::string_view) names it in messages;
+///   2. `S::kWaitsForAllReplicas` (bool) says whether an update waits until every replica
+///      has contributed its gradient: Mirrored copies stay identical only if it does, so a
+///      strategy rejects a per-replica-copy placement with a sync that does not;
+///   3. `S::apply_gradients(context, optimizer, gradient, variable)` and
+///      `S::assign(context, variable, value)` are static function templates that decide when
+///      and how gradients and values meet the variables for any `ReplicaContext` (checked where
+///      a strategy uses them: they are templates over the context). They use only what the
+///      Placement concept states (`kUpdateSite`, `apply`, `write_target`) and the context's
+///      communicator, never which placement they got, so a new placement needs no new sync
+///      policy and a new sync policy works with every placement.
+/// Optionally, `S::apply_gradients_list(context, optimizer, entries)` and a class template
+/// `S::ListStep<Context, O, Entry>` take the list form of apply_gradients (Synchronous fuses its
+/// collectives); without them a context runs the one-variable form for each entry. A policy
+/// that keeps something per replica from step to step names it `S::ReplicaState` (default
+/// constructible; the strategy keeps one per replica, `context.sync_state()`), and one whose
+/// updates do not wait for all replicas but that brings a per-replica placement's copies back
+/// to equal values on its own schedule says so with `S::kAveragesCopies` (LocalSgd).
+/// It leaves out the transport (the communicator's job) and the storage (the placement's).
+template <class S>
+concept Sync = requires {
+  { S::kName } -> std::convertible_to<std::string_view>;
+  { S::kWaitsForAllReplicas } -> std::convertible_to<bool>;
+};
+
+namespace detail {
+struct NoReplicaState {};
+template <class S>
+struct ReplicaStateOf {
+  using type = NoReplicaState;
+};
+template <class S>
+requires requires {
+  typename S::ReplicaState;
+}
+struct ReplicaStateOf<S> {
+  using type = typename S::ReplicaState;
+};
+}  // namespace detail
+
+/// What sync policy S keeps per replica from step to step: `S::ReplicaState`, or nothing.
+template <class S>
+using ReplicaState = typename detail::ReplicaStateOf<S>::type;
+
+/// Whether S, whose updates need not wait for every replica, averages the copies of a
+/// per-replica placement back to equal values itself (`S::kAveragesCopies`).
+template <class S>
+inline constexpr bool kAveragesCopies = [] {
+  if constexpr (requires { S::kAveragesCopies; })
+    return static_cast<bool>(S::kAveragesCopies);
+  else
+    return false;
+}();
+
+}  // namespace strata::sync
+// ---- end strata/sync/sync.hpp ----
 
 namespace strata {
 
@@ -27622,17 +27687,20 @@ class ReplicaContext {
   using sync_type = typename StrategyType::sync_type;
   template <std::floating_point T>
   using variable_type = typename placement_type::template variable_type<T>;
+  using sync_state_type = sync::ReplicaState<sync_type>;
 
   /// `local_replica`: this replica's index among the replicas of this process (which copy of
   /// a mirrored variable it owns); `replica` and `num_replicas` place it in the whole cluster.
   /// `fusion`: the buckets this replica keeps from step to step for the list form of
   /// apply_gradients and all_reduce_fused (none: made for each call). `worker` and
-  /// `num_workers`: this process among the cluster's training processes.
+  /// `num_workers`: this process among the cluster's training processes. `sync_state`: what
+  /// the sync policy keeps for this replica from step to step (none: kept by this context).
   ReplicaContext(communicator_type& communicator, int local_replica, int replica, int num_replicas,
                  fusion::FusedAllReduce<communicator_type>* fusion = nullptr, int worker = 0,
-                 int num_workers = 1) noexcept
+                 int num_workers = 1, sync_state_type* sync_state = nullptr) noexcept
       : communicator_(&communicator),
         fusion_(fusion),
+        sync_state_(sync_state),
         replica_(replica),
         num_replicas_(num_replicas),
         local_replica_(local_replica),
@@ -27685,6 +27753,14 @@ class ReplicaContext {
     static_assert(!communicator::kDeviceMemory<communicator_type>,
                   "strata: fused buckets live in host memory");
     return fused_all_reduce().buckets(*communicator_, gradients, op);
+  }
+
+  /// What the sync policy keeps for this replica from step to step (`sync::ReplicaState`):
+  /// the strategy's, which lasts as long as it does.
+  sync_state_type& sync_state() {
+    if (sync_state_ != nullptr) return *sync_state_;
+    if (!own_sync_state_) own_sync_state_ = std::make_unique<sync_state_type>();
+    return *own_sync_state_;
   }
 
   /// Sets `data` on every replica to replica `root`'s (e.g. the initial parameters of a model
@@ -27892,6 +27968,8 @@ class ReplicaContext {
   fusion::FusedAllReduce<communicator_type>* fusion_;
   // Buckets for a context made without the strategy's (kept for this context's lifetime).
   std::unique_ptr<fusion::FusedAllReduce<communicator_type>> own_fusion_;
+  sync_state_type* sync_state_;
+  std::unique_ptr<sync_state_type> own_sync_state_;  // as own_fusion_
   int replica_;
   int num_replicas_;
   int local_replica_;
@@ -27963,38 +28041,6 @@ class ReplicaContext {
 
 #include <concepts>
 
-// ---- begin strata/sync/sync.hpp ----
-// strata/sync/sync.hpp — the Sync concept: when and how updates meet the variables.
-
-#include <concepts>
-#include <string_view>
-
-namespace strata::sync {
-
-/// S models Sync if:
-///   1. `S::kName` (convertible to std::string_view) names it in messages;
-///   2. `S::kWaitsForAllReplicas` (bool) says whether an update waits until every replica
-///      has contributed its gradient: Mirrored copies stay identical only if it does, so a
-///      strategy rejects a per-replica-copy placement with a sync that does not;
-///   3. `S::apply_gradients(context, optimizer, gradient, variable)` and
-///      `S::assign(context, variable, value)` are static function templates that decide when
-///      and how gradients and values meet the variables for any `ReplicaContext` (checked where
-///      a strategy uses them: they are templates over the context). They use only what the
-///      Placement concept states (`kUpdateSite`, `apply`, `write_target`) and the context's
-///      communicator, never which placement they got, so a new placement needs no new sync
-///      policy and a new sync policy works with every placement.
-/// Optionally, `S::apply_gradients_list(context, optimizer, entries)` and a class template
-/// `S::ListStep<Context, O, Entry>` take the list form of apply_gradients (Synchronous fuses its
-/// collectives); without them a context runs the one-variable form for each entry.
-/// It leaves out the transport (the communicator's job) and the storage (the placement's).
-template <class S>
-concept Sync = requires {
-  { S::kName } -> std::convertible_to<std::string_view>;
-  { S::kWaitsForAllReplicas } -> std::convertible_to<bool>;
-};
-
-}  // namespace strata::sync
-// ---- end strata/sync/sync.hpp ----
 
 namespace strata {
 
@@ -28063,11 +28109,12 @@ struct Composition {
                 "strata::Strategy: this placement runs exactly one replica, so a communicator "
                 "between replicas would never carry anything; use SelfCommunicator (as "
                 "OneDeviceStrategy and DefaultStrategy do).");
-  static_assert(P::kUpdateSite != placement::UpdateSite::every_replica || S::kWaitsForAllReplicas,
+  static_assert(P::kUpdateSite != placement::UpdateSite::every_replica || S::kWaitsForAllReplicas ||
+                    sync::kAveragesCopies<S>,
                 "strata::Strategy: a placement with a copy per replica (Mirrored) stays "
                 "consistent only if every update waits for all replicas, which this sync policy "
-                "does not; use Synchronous, or a ParameterServer placement for asynchronous "
-                "training.");
+                "does not, or if the policy averages the copies itself; use Synchronous, "
+                "LocalSgd, or a ParameterServer placement for asynchronous training.");
   static_assert(P::kUpdateSite != placement::UpdateSite::one_replica || S::kWaitsForAllReplicas,
                 "strata::Strategy: a placement with one copy that every replica reads "
                 "(CentralStorage, OneDevice) would be written by one replica while others read "
@@ -28320,7 +28367,7 @@ class Strategy {
     auto body = [&](int replica) {
       const auto r = static_cast<std::size_t>(replica);
       context_type context(communicators_[r], replica, replica_id(r), num_replicas_in_sync(),
-                           &fusion_[r], worker_id(), num_workers());
+                           &fusion_[r], worker_id(), num_workers(), &sync_states_[r]);
       try {
         [[maybe_unused]] const auto scope = enter_replica(replica);
         if constexpr (std::is_void_v<Result>)
@@ -28592,6 +28639,9 @@ class Strategy {
   std::vector<C> communicators_;
   // Each replica's fused buckets, kept from step to step (one thread each).
   std::vector<fusion::FusedAllReduce<C>> fusion_;
+  // What the sync policy keeps for each replica from step to step.
+  std::vector<sync::ReplicaState<S>> sync_states_ =
+      std::vector<sync::ReplicaState<S>>(communicators_.size());
   std::vector<int> devices_ = devices_of(communicators_);
   placement::SessionHolder<P> session_;
   detail::ReplicaPool pool_;
@@ -28616,7 +28666,7 @@ class Strategy {
 #include <vector>
 
 // ---- begin strata/sync/detail/check_size.hpp ----
-// strata/sync/detail/check_size.hpp — the check every sync policy makes before an update.
+// strata/sync/detail/check_size.hpp — the checks sync policies make before an update.
 
 #include <cstddef>
 #include <string_view>
@@ -28634,6 +28684,19 @@ void check_size(Context& context, std::string_view operation, std::size_t size,
   throw UsageError(context.replica_id_in_sync_group(), operation,
                    fmt::format("got {} elements for a variable of {}", size, variable_size),
                    "pass one value per element of the variable");
+}
+
+/// @throws UsageError naming the replica when a variable of aggregation `none` is updated by
+///         more than one replica: there is no one value to give them.
+template <class Context>
+void require_aggregation(Context& context, std::string_view operation,
+                         placement::VariableAggregation aggregation) {
+  if (aggregation != placement::VariableAggregation::none) return;
+  throw UsageError(context.replica_id_in_sync_group(), operation,
+                   fmt::format("the variable has aggregation 'none' but {} replicas update it",
+                               context.num_replicas_in_sync()),
+                   "create the variable with VariableAggregation::mean, sum or "
+                   "only_first_replica");
 }
 
 }  // namespace strata::sync::detail
@@ -28821,6 +28884,17 @@ struct BoundedStaleness {
 
 }  // namespace strata::sync
 // ---- end strata/sync/bounded_staleness.hpp ----
+// ---- begin strata/sync/local_sgd.hpp ----
+// strata/sync/local_sgd.hpp — each replica steps on its own gradients, and the copies are
+// averaged every few steps (local SGD, periodic model averaging).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
 // ---- begin strata/sync/synchronous.hpp ----
 // strata/sync/synchronous.hpp — every step, every replica's gradient reaches the variables.
 
@@ -28916,7 +28990,7 @@ struct Synchronous {
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
-    if (many) require_aggregation(context, "apply_gradients", aggregation);
+    if (many) detail::require_aggregation(context, "apply_gradients", aggregation);
     if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
       P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
                server_sync(context, variable));
@@ -28982,7 +29056,7 @@ struct Synchronous {
                            entry.variable->size());
         if (!many) continue;
         const auto aggregation = entry.variable->aggregation();
-        require_aggregation(context, "apply_gradients", aggregation);
+        detail::require_aggregation(context, "apply_gradients", aggregation);
         if (!kFusible || aggregation == placement::VariableAggregation::only_first_replica)
           continue;
         const int group = aggregation == placement::VariableAggregation::sum ? 0 : 1;
@@ -29113,7 +29187,7 @@ struct Synchronous {
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
-    if (many) require_aggregation(context, "assign", aggregation);
+    if (many) detail::require_aggregation(context, "assign", aggregation);
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
       // The servers hold one value: the replicas write it (the last writer wins); only the
@@ -29152,21 +29226,156 @@ struct Synchronous {
   static ReduceOp reduce_op(placement::VariableAggregation aggregation) noexcept {
     return aggregation == placement::VariableAggregation::sum ? ReduceOp::sum : ReduceOp::mean;
   }
-
-  template <class Context>
-  static void require_aggregation(Context& context, std::string_view operation,
-                                  placement::VariableAggregation aggregation) {
-    if (aggregation != placement::VariableAggregation::none) return;
-    throw UsageError(context.replica_id_in_sync_group(), operation,
-                     fmt::format("the variable has aggregation 'none' but {} replicas update it",
-                                 context.num_replicas_in_sync()),
-                     "create the variable with VariableAggregation::mean, sum or "
-                     "only_first_replica");
-  }
 };
 
 }  // namespace strata::sync
 // ---- end strata/sync/synchronous.hpp ----
+
+namespace strata::sync {
+
+/// Local SGD (Lin et al., 2018; Stich, 2018; PyTorch's PeriodicModelAverager): every replica
+/// applies its own gradient to its own copy of each variable, with no communication, and every
+/// `kPeriod` updates of a variable the replicas average their copies (an all-reduce of the
+/// values instead of one of the gradients every step: kPeriod times fewer collectives, at the
+/// cost of copies that drift apart between averagings). `LocalSgd<1>` with plain SGD computes
+/// what Synchronous does with averaged gradients, up to rounding.
+///
+/// Needs a placement with a copy per replica (Mirrored, GpuMirrored). Optimizer slots stay each
+/// replica's own. Updates are counted per variable and per replica, from the strategy's
+/// creation: every replica must update a variable as many times as the others (as under
+/// Synchronous). By the variable's aggregation: a `mean` gradient is each replica's estimate of
+/// the whole gradient, and a `sum` one its share of it, which the replica scales by the number
+/// of replicas before its step (in place, on host memory; a GPU placement takes `mean` ones);
+/// both kinds of copies are averaged. `only_first_replica` copies take replica 0's, and `none`
+/// is refused with more than one replica. Between averagings the copies differ: read the values
+/// (a checkpoint, the cross-replica `Variable::read`) right after a step that averaged, or
+/// average them with `average_now`.
+template <int kPeriod>
+struct LocalSgd {
+  static_assert(kPeriod >= 1, "strata::sync::LocalSgd: the period is a number of updates >= 1");
+  static constexpr std::string_view kName = "LocalSgd";
+  static constexpr bool kWaitsForAllReplicas = false;
+  static constexpr bool kAveragesCopies = true;
+  static constexpr int kAveragingPeriod = kPeriod;
+
+  /// Each variable's updates by this replica, by its address.
+  struct ReplicaState {
+    std::unordered_map<const void*, std::uint64_t> updates;
+  };
+
+  template <class Context, class O, class Variable, class T>
+  static void apply_gradients(Context& context, const O& optimizer, std::span<T> gradient,
+                              Variable& variable) {
+    require_copies<Context>();
+    sync::detail::check_size(context, "apply_gradients", gradient.size(), variable.size());
+    check_aggregation(context, variable.aggregation());
+    scale_share(context, gradient, variable.aggregation());
+    using P = typename Context::placement_type;
+    P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient));
+    if (count_update(context, variable)) average_now(context, variable);
+  }
+
+  /// The list form: every variable updated, then those due averaged together, fused into
+  /// buckets on host memory.
+  template <class Context, class O, class Entry>
+  static void apply_gradients_list(Context& context, const O& optimizer,
+                                   std::span<const Entry> list) {
+    require_copies<Context>();
+    using P = typename Context::placement_type;
+    using T = typename decltype(Entry::gradient)::element_type;
+    const bool many = context.num_replicas_in_sync() > 1;
+    // Every entry checked before any is applied: a refused list changes no variable.
+    for (const Entry& entry : list) {
+      sync::detail::check_size(context, "apply_gradients", entry.gradient.size(),
+                               entry.variable->size());
+      check_aggregation(context, entry.variable->aggregation());
+    }
+    std::vector<fusion::GradientRef> averaged;
+    for (const Entry& entry : list) {
+      scale_share(context, entry.gradient, entry.variable->aggregation());
+      P::apply(*entry.variable, context.local_replica_id(), optimizer,
+               std::span<const T>(entry.gradient));
+      if (!count_update(context, *entry.variable) || !many) continue;
+      const std::span<T> copy = P::write_target(*entry.variable, context.local_replica_id());
+      if (entry.variable->aggregation() == placement::VariableAggregation::only_first_replica)
+        context.communicator().broadcast(copy, 0);
+      else if constexpr (kOnDevice<Context>)
+        context.communicator().all_reduce(copy, ReduceOp::mean);
+      else
+        averaged.push_back(fusion::gradient(copy));
+    }
+    if (!averaged.empty()) context.all_reduce_fused(ReduceOp::mean, averaged);
+  }
+
+  /// Sets `variable` to the aggregation of every replica's `value`, as Synchronous does: the
+  /// copies are equal afterwards.
+  template <class Context, class Variable, class T>
+  static void assign(Context& context, Variable& variable, std::span<const T> value) {
+    require_copies<Context>();
+    Synchronous::assign(context, variable, value);
+  }
+
+  /// Averages this replica's copy of `variable` with the others' now (every replica calls it),
+  /// outside the schedule: before reading or saving the values mid-period.
+  template <class Context, class Variable>
+  static void average_now(Context& context, Variable& variable) {
+    require_copies<Context>();
+    if (context.num_replicas_in_sync() == 1) return;
+    using P = typename Context::placement_type;
+    const auto copy = P::write_target(variable, context.local_replica_id());
+    if (variable.aggregation() == placement::VariableAggregation::only_first_replica)
+      context.communicator().broadcast(copy, 0);
+    else
+      context.communicator().all_reduce(copy, ReduceOp::mean);
+  }
+
+ private:
+  template <class Context>
+  static constexpr void require_copies() {
+    static_assert(Context::placement_type::kUpdateSite == placement::UpdateSite::every_replica,
+                  "strata::sync::LocalSgd: each replica steps its own copy of the variables "
+                  "between averagings; use a placement with a copy per replica (Mirrored).");
+  }
+
+  template <class Context>
+  static constexpr bool kOnDevice =
+      communicator::kDeviceMemory<typename Context::communicator_type>;
+
+  /// @throws UsageError for an aggregation LocalSgd cannot give several replicas.
+  template <class Context>
+  static void check_aggregation(Context& context, placement::VariableAggregation aggregation) {
+    if (context.num_replicas_in_sync() == 1) return;
+    sync::detail::require_aggregation(context, "apply_gradients", aggregation);
+    if (kOnDevice<Context> && aggregation == placement::VariableAggregation::sum)
+      throw UsageError(context.replica_id_in_sync_group(), "apply_gradients",
+                       "LocalSgd on device memory takes mean gradients, and this variable "
+                       "sums them",
+                       "create the variable with VariableAggregation::mean and pass each "
+                       "replica's mean gradient");
+  }
+
+  /// A `sum` gradient is this replica's share of the whole: times the replicas, it estimates
+  /// the whole, as a `mean` one does (check_aggregation keeps device memory out).
+  template <class Context, class T>
+  static void scale_share(Context& context, std::span<T> gradient,
+                          placement::VariableAggregation aggregation) {
+    const int replicas = context.num_replicas_in_sync();
+    if (aggregation != placement::VariableAggregation::sum || replicas == 1) return;
+    if constexpr (!kOnDevice<Context>)
+      for (T& value : gradient)
+        value *= static_cast<T>(replicas);
+  }
+
+  /// Counts an update of `variable` by this replica; true when it completes a period.
+  template <class Context, class Variable>
+  static bool count_update(Context& context, const Variable& variable) {
+    std::uint64_t& updates = context.sync_state().updates[&variable];
+    return ++updates % static_cast<std::uint64_t>(kPeriod) == 0;
+  }
+};
+
+}  // namespace strata::sync
+// ---- end strata/sync/local_sgd.hpp ----
 // ---- begin strata/sync/synchronous_with_backups.hpp ----
 // strata/sync/synchronous_with_backups.hpp — synchronous training over parameter servers that
 // does not wait for the slowest replicas (TF1's SyncReplicasOptimizer with backup workers).

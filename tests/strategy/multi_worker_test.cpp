@@ -54,6 +54,23 @@ TEST_CASE("multi-worker training equals single-process training on the same glob
   }
 }
 
+TEST_CASE("local SGD across processes: copies averaged every step train as synchronous SGD") {
+  // 2 workers of 2 replicas; the example trains with plain SGD, so LocalSgd<1> lands where
+  // synchronous training does, up to rounding, and every worker holds the same bits.
+  strata::testing::Workers run(kWorker, strata::testing::loopback_cluster(2),
+                               {"train", "2", "10", "local-sgd"}, {{"STRATA_TIMEOUT", "30s"}});
+  std::string params;
+  for (auto& process : run.processes) {
+    REQUIRE(process.wait_for(120s));
+    const std::string output = process.output();
+    CHECK_MESSAGE(process.exit_code() == 0, output);
+    CHECK(strata::testing::line_after(output, "replicas") == "4");
+    CHECK_MESSAGE(std::stod(strata::testing::line_after(output, "drift")) < 1e-4, output);
+    if (params.empty()) params = strata::testing::line_after(output, "params");
+    CHECK(strata::testing::line_after(output, "params") == params);
+  }
+}
+
 TEST_CASE("a one-worker cluster behaves as MirroredStrategy") {
   // Nothing in the environment: a valid one-worker cluster.
   strata::MultiWorkerMirroredStrategy multi({.num_replicas = 3});

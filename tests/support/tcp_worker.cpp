@@ -14,6 +14,7 @@
 //                           MultiWorkerMirroredStrategy (K local replicas) and with
 //                           OneDeviceStrategy; prints "replicas N", "drift D" (largest
 //                           parameter difference) and "params" with the exact bits.
+//   train K EPOCHS local-sgd   the same under sync::LocalSgd<1> (copies averaged every step).
 //   raise K WORKER          MultiWorkerMirroredStrategy (K local replicas) running steps of
 //                           all-reduces; in step 3 the last replica of worker WORKER throws
 //                           std::runtime_error("loss is NaN at step 3").
@@ -79,9 +80,17 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// train K EPOCHS: MultiWorkerMirroredStrategy against OneDeviceStrategy on the same problem.
+// Every worker's replicas step alone and average their copies after every step: with plain
+// SGD, synchronous training up to rounding.
+using LocalSgdMultiWorkerStrategy =
+    strata::Strategy<strata::placement::Mirrored, strata::communicator::HierarchicalCommunicator<>,
+                     strata::sync::LocalSgd<1>>;
+
+// train K EPOCHS [local-sgd]: MultiWorkerMirroredStrategy (or LocalSgdMultiWorkerStrategy)
+// against OneDeviceStrategy on the same problem.
+template <class Strategy>
 int train(std::span<const std::string_view> args) {
-  strata::MultiWorkerMirroredStrategy strategy({.num_replicas = std::stoi(std::string(args[1]))});
+  Strategy strategy({.num_replicas = std::stoi(std::string(args[1]))});
   example::TrainConfig config;
   config.epochs = std::stoul(std::string(args[2]));
   const auto problem = example::make_problem(1024, 8);
@@ -334,16 +343,19 @@ int group_scenario(std::span<const std::string_view> args,
 int main(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + 1, argv + argc);
   if (args.empty()) {
-    fmt::print(
-        stderr,
-        "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | train K EPOCHS | "
-        "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3|sync|backup [DIR]] | "
-        "ps-ssp 0|2|async|backup0|backup1 STEPS SLOW_WORKER SLOW_MS\n");
+    fmt::print(stderr,
+               "usage: strata_test_tcp_worker loop N COUNT [lend] | mismatch | join | "
+               "train K EPOCHS [local-sgd] | "
+               "raise K WORKER | conformance [LARGE] | ps-train K EPOCHS [3|sync|backup [DIR]] | "
+               "ps-ssp 0|2|async|backup0|backup1 STEPS SLOW_WORKER SLOW_MS\n");
     return 2;
   }
   auto began = Clock::now();
   return strata::testing::exit_code_of(began, [&] {
-    if (args[0] == "train" && args.size() == 3) return train(args);
+    if (args[0] == "train" && args.size() == 3)
+      return train<strata::MultiWorkerMirroredStrategy>(args);
+    if (args[0] == "train" && args.size() == 4 && args[3] == "local-sgd")
+      return train<LocalSgdMultiWorkerStrategy>(args);
     if (args[0] == "raise" && args.size() == 3) return raise_in_replica(args);
     if (args[0] == "ps-train" && args.size() == 3)
       return ps_train<strata::ParameterServerStrategy>(args);

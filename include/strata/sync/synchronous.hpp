@@ -58,7 +58,7 @@ struct Synchronous {
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
-    if (many) require_aggregation(context, "apply_gradients", aggregation);
+    if (many) detail::require_aggregation(context, "apply_gradients", aggregation);
     if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
       P::apply(variable, context.local_replica_id(), optimizer, std::span<const T>(gradient),
                server_sync(context, variable));
@@ -124,7 +124,7 @@ struct Synchronous {
                            entry.variable->size());
         if (!many) continue;
         const auto aggregation = entry.variable->aggregation();
-        require_aggregation(context, "apply_gradients", aggregation);
+        detail::require_aggregation(context, "apply_gradients", aggregation);
         if (!kFusible || aggregation == placement::VariableAggregation::only_first_replica)
           continue;
         const int group = aggregation == placement::VariableAggregation::sum ? 0 : 1;
@@ -255,7 +255,7 @@ struct Synchronous {
     const bool many = context.num_replicas_in_sync() > 1;
     auto& communicator = context.communicator();
     const auto aggregation = variable.aggregation();
-    if (many) require_aggregation(context, "assign", aggregation);
+    if (many) detail::require_aggregation(context, "assign", aggregation);
     const bool first_only = aggregation == placement::VariableAggregation::only_first_replica;
     if constexpr (P::kUpdateSite == placement::UpdateSite::servers) {
       // The servers hold one value: the replicas write it (the last writer wins); only the
@@ -293,17 +293,6 @@ struct Synchronous {
 
   static ReduceOp reduce_op(placement::VariableAggregation aggregation) noexcept {
     return aggregation == placement::VariableAggregation::sum ? ReduceOp::sum : ReduceOp::mean;
-  }
-
-  template <class Context>
-  static void require_aggregation(Context& context, std::string_view operation,
-                                  placement::VariableAggregation aggregation) {
-    if (aggregation != placement::VariableAggregation::none) return;
-    throw UsageError(context.replica_id_in_sync_group(), operation,
-                     fmt::format("the variable has aggregation 'none' but {} replicas update it",
-                                 context.num_replicas_in_sync()),
-                     "create the variable with VariableAggregation::mean, sum or "
-                     "only_first_replica");
   }
 };
 

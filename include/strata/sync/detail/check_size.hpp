@@ -1,4 +1,4 @@
-// strata/sync/detail/check_size.hpp — the check every sync policy makes before an update.
+// strata/sync/detail/check_size.hpp — the checks sync policies make before an update.
 #pragma once
 
 #include <cstddef>
@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <strata/core/error.hpp>
+#include <strata/placement/variable.hpp>
 
 namespace strata::sync::detail {
 
@@ -18,6 +19,19 @@ void check_size(Context& context, std::string_view operation, std::size_t size,
   throw UsageError(context.replica_id_in_sync_group(), operation,
                    fmt::format("got {} elements for a variable of {}", size, variable_size),
                    "pass one value per element of the variable");
+}
+
+/// @throws UsageError naming the replica when a variable of aggregation `none` is updated by
+///         more than one replica: there is no one value to give them.
+template <class Context>
+void require_aggregation(Context& context, std::string_view operation,
+                         placement::VariableAggregation aggregation) {
+  if (aggregation != placement::VariableAggregation::none) return;
+  throw UsageError(context.replica_id_in_sync_group(), operation,
+                   fmt::format("the variable has aggregation 'none' but {} replicas update it",
+                               context.num_replicas_in_sync()),
+                   "create the variable with VariableAggregation::mean, sum or "
+                   "only_first_replica");
 }
 
 }  // namespace strata::sync::detail
