@@ -5,7 +5,8 @@
 //   - the same gradients give the same bits on GPU replicas as on CPU replicas (MirroredStrategy)
 //     for every optimizer: reductions and updates round as the host's do;
 //   - mirrored copies stay identical; assignment in replica context; the default of one replica
-//     per GPU; more NCCL replicas than GPUs is a usage error.
+//     per GPU; more NCCL replicas than GPUs is a usage error;
+//   - sync::LocalSgd on GPU copies gives the CPU copies' bits.
 // Without a CUDA device the test is skipped (exit 77).
 #include <cmath>
 #include <cstdio>
@@ -45,6 +46,13 @@ using strata::transport::cuda::DeviceBuffer;
 using GpuMirroredReduceToOne =
     strata::Strategy<strata::placement::GpuMirrored, strata::communicator::ReduceToOneDevice,
                      strata::sync::Synchronous>;
+// Local SGD on GPU copies and on CPU copies, averaged every second update.
+using GpuLocalSgd =
+    strata::Strategy<strata::placement::GpuMirrored, strata::communicator::ReduceToOneDevice,
+                     strata::sync::LocalSgd<2>>;
+using CpuLocalSgd =
+    strata::Strategy<strata::placement::Mirrored, strata::communicator::LocalCommunicator<>,
+                     strata::sync::LocalSgd<2>>;
 
 void need_a_device() {
   if (strata::transport::cuda::device_count() == 0) skip("no CUDA device");
@@ -80,15 +88,15 @@ std::vector<T> gradient_of(int replica, int step, std::size_t n) {
 }
 
 // Five updates of `optimizer` with the same per-replica gradients under a CPU and a GPU
-// strategy; returns both models.
-template <class GpuStrategy, class T, class O>
+// strategy; returns both models (replica 0's copy).
+template <class GpuStrategy, class T, class CpuStrategy = strata::MirroredStrategy, class O>
 std::pair<std::vector<T>, std::vector<T>> cpu_and_gpu(const O& optimizer, int replicas,
                                                       std::size_t n) {
   std::vector<T> initial(n);
   for (std::size_t i = 0; i < n; ++i)
     initial[i] = static_cast<T>(0.01 * double(i % 97) - 0.3);
-  strata::MirroredStrategy cpu({.num_replicas = replicas});
-  auto cpu_w = cpu.create_variable<T>(initial);
+  CpuStrategy cpu({.num_replicas = replicas});
+  auto cpu_w = cpu.template create_variable<T>(initial);
   GpuStrategy gpu({.num_replicas = replicas});
   auto gpu_w = gpu.template create_variable<T>(initial);
   for (int step = 0; step < 5; ++step) {
@@ -178,6 +186,23 @@ TEST_CASE("GPU replicas compute the same bits as CPU replicas, for every optimiz
       check_same_bits(cpu, gpu);
     }
   }
+}
+
+TEST_CASE("LocalSgd on GPU copies computes the CPU copies' bits; summed gradients are refused") {
+  need_a_device();
+  // Five updates: two averagings, then a step of each replica alone.
+  const auto [cpu, gpu] = cpu_and_gpu<GpuLocalSgd, float, CpuLocalSgd>(
+      strata::optim::Momentum{.learning_rate = 0.1f, .momentum = 0.9f}, 3, 1000);
+  check_same_bits(cpu, gpu);
+  GpuLocalSgd strategy({.num_replicas = 2});
+  auto w = strategy.create_variable<float>(std::vector<float>(4, 1.0f),
+                                           strata::placement::VariableAggregation::sum);
+  CHECK_THROWS_AS(strategy.run([&](auto& replica) {
+    DeviceBuffer<float> g(4);
+    g.copy_from(std::span<const float>(std::vector<float>(4, 1.0f)));
+    replica.apply_gradients(strata::optim::Sgd{}, g.span(), w);
+  }),
+                  strata::UsageError);
 }
 
 TEST_CASE("mirrored GPU copies stay identical; assignment in replica context and from the host") {
