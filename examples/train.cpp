@@ -1,8 +1,9 @@
 // examples/train.cpp — the demo: logistic regression trained data-parallel with strata.
 //
-//   strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|
-//                                    parameter-server-sync|parameter-server-backup|coordinator|
-//                                    one|default|gpu-mirrored|gpu-multi-worker|gpu-central]
+//   strata_example_train [--strategy mirrored|multi-worker|multi-worker-local-sgd|central|
+//                                    parameter-server|parameter-server-sync|
+//                                    parameter-server-backup|coordinator|one|default|
+//                                    gpu-mirrored|gpu-multi-worker|gpu-central]
 //                        [--replicas N]
 //                        [--epochs E] [--batch B] [--checkpoint-dir DIR [--checkpoint-every N]]
 //
@@ -16,6 +17,9 @@
 // multi-worker runs one process per worker, with the cluster from TF_CONFIG (or torchrun,
 // OpenMPI, SLURM); only the chief prints:
 //   strata-launch -n 4 -- strata_example_train --strategy multi-worker
+// multi-worker-local-sgd is the same cluster under sync::LocalSgd<4>: every replica steps on its
+// own gradients and the copies are averaged every fourth step, so it lands near the solution,
+// not on single-process training's parameters (checked against the solution only).
 // parameter-server runs the same program on every task of a cluster with ps tasks: those serve
 // the variables, the workers train asynchronously (so only the distance to the solution is
 // checked, not the difference from single-process training):
@@ -55,16 +59,18 @@ struct Arguments {
 };
 
 constexpr std::string_view kUsage =
-    "usage: strata_example_train [--strategy mirrored|multi-worker|central|parameter-server|\n"
-    "                                        parameter-server-sync|parameter-server-backup|\n"
-    "                                        coordinator|one|default|gpu-mirrored|\n"
-    "                                        gpu-multi-worker|gpu-central]\n"
+    "usage: strata_example_train [--strategy mirrored|multi-worker|multi-worker-local-sgd|\n"
+    "                                        central|parameter-server|parameter-server-sync|\n"
+    "                                        parameter-server-backup|coordinator|one|default|\n"
+    "                                        gpu-mirrored|gpu-multi-worker|gpu-central]\n"
     "                            [--replicas N] [--epochs E] [--batch B]\n"
     "                            [--checkpoint-dir DIR [--checkpoint-every N]]\n"
     "\n"
     "Trains a logistic regression under the strategy and checks it against training on one\n"
     "replica. multi-worker reads its cluster from TF_CONFIG (strata-launch sets it), torchrun,\n"
-    "OpenMPI or SLURM; parameter-server from TF_CONFIG with ps tasks (strata-launch --ps M),\n"
+    "OpenMPI or SLURM, as multi-worker-local-sgd does (local SGD: copies averaged every fourth\n"
+    "step, checked against the solution only); parameter-server from TF_CONFIG with ps tasks\n"
+    "(strata-launch --ps M),\n"
     "which serve while the workers train asynchronously (checked against the solution only;\n"
     "parameter-server-sync: synchronously, checked as the synchronous strategies are;\n"
     "parameter-server-backup: synchronously but for the last gradient of each step).\n"
@@ -127,9 +133,12 @@ int run(const Arguments& args, int replicas) {
   if (chief)
     fmt::print("strategy {} with {} replica(s) in sync, global batch {}\n", args.strategy,
                strategy.num_replicas_in_sync(), args.config.global_batch);
-  // Workers of a parameter-server cluster never wait for each other, so each reduces the loss
-  // of its own replicas: its share of the batch's.
-  const char* share = Strategy::sync_type::kWaitsForAllReplicas ? "" : " (this worker's share)";
+  // Asynchronous workers of a parameter-server cluster never wait for each other, so each
+  // reduces the loss of its own replicas: its share of the batch's.
+  constexpr bool kOwnShare =
+      Strategy::placement_type::kUpdateSite == strata::placement::UpdateSite::servers &&
+      !Strategy::sync_type::kWaitsForAllReplicas;
+  const char* share = kOwnShare ? " (this worker's share)" : "";
   const auto result =
       example::train(strategy, problem, args.config, [&](std::size_t epoch, double loss) {
         if (chief) fmt::print("epoch {:3}  loss {:.6f}{}\n", epoch, loss, share);
@@ -194,6 +203,10 @@ int main(int argc, char** argv) {
     if (args.strategy == "mirrored") return run<strata::MirroredStrategy>(args, local);
     if (args.strategy == "multi-worker")
       return run<strata::MultiWorkerMirroredStrategy>(args, args.replicas);
+    if (args.strategy == "multi-worker-local-sgd")
+      return run<strata::Strategy<strata::placement::Mirrored,
+                                  strata::communicator::HierarchicalCommunicator<>,
+                                  strata::sync::LocalSgd<4>>>(args, args.replicas);
     if (args.strategy == "central") return run<strata::CentralStorageStrategy>(args, local);
     if (args.strategy == "parameter-server" || args.strategy == "parameter-server-sync" ||
         args.strategy == "parameter-server-backup") {
