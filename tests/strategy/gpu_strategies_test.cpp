@@ -195,6 +195,22 @@ TEST_CASE("LocalSgd on GPU copies computes the CPU copies' bits; summed gradient
       strata::optim::Momentum{.learning_rate = 0.1f, .momentum = 0.9f}, 3, 1000);
   check_same_bits(cpu, gpu);
   GpuLocalSgd strategy({.num_replicas = 2});
+  // The list form averages each variable on its own on device memory.
+  auto a = strategy.create_variable<float>(std::vector<float>(3, 1.0f));
+  auto b = strategy.create_variable<float>(std::vector<float>(2, 1.0f));
+  for (int step = 0; step < 2; ++step)
+    strategy.run([&](auto& replica) {
+      const float value = float(replica.replica_id_in_sync_group() + 1);  // 1, 2
+      DeviceBuffer<float> ga(3);
+      DeviceBuffer<float> gb(2);
+      ga.copy_from(std::span<const float>(std::vector<float>(3, value)));
+      gb.copy_from(std::span<const float>(std::vector<float>(2, value)));
+      replica.apply_gradients(strata::optim::Sgd{1.0f}, {strata::gradient_for(a, ga.span()),
+                                                         strata::gradient_for(b, gb.span())});
+    });
+  // Each copy stepped twice by its replica's gradient, then the copies were averaged.
+  CHECK(a.read()[0] == -2.0f);
+  CHECK(b.read()[1] == -2.0f);
   auto w = strategy.create_variable<float>(std::vector<float>(4, 1.0f),
                                            strata::placement::VariableAggregation::sum);
   CHECK_THROWS_AS(strategy.run([&](auto& replica) {

@@ -83,15 +83,18 @@ struct LocalSgd {
       P::apply(*entry.variable, context.local_replica_id(), optimizer,
                std::span<const T>(entry.gradient));
       if (!count_update(context, *entry.variable) || !many) continue;
-      const std::span<T> copy = P::write_target(*entry.variable, context.local_replica_id());
-      if (entry.variable->aggregation() == placement::VariableAggregation::only_first_replica)
-        context.communicator().broadcast(copy, 0);
-      else if constexpr (kOnDevice<Context>)
-        context.communicator().all_reduce(copy, ReduceOp::mean);
-      else
-        averaged.push_back(fusion::gradient(copy));
+      // Fused buckets live in host memory: on a GPU each variable is averaged on its own.
+      if constexpr (!kOnDevice<Context>) {
+        if (entry.variable->aggregation() != placement::VariableAggregation::only_first_replica) {
+          averaged.push_back(
+              fusion::gradient(P::write_target(*entry.variable, context.local_replica_id())));
+          continue;
+        }
+      }
+      average_now(context, *entry.variable);
     }
-    if (!averaged.empty()) context.all_reduce_fused(ReduceOp::mean, averaged);
+    if constexpr (!kOnDevice<Context>)
+      if (!averaged.empty()) context.all_reduce_fused(ReduceOp::mean, averaged);
   }
 
   /// Sets `variable` to the aggregation of every replica's `value`, as Synchronous does: the
