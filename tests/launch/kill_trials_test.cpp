@@ -79,7 +79,10 @@ bool contains(const std::string& text, std::string_view part) {
 
 // The summary line of `rank` ("strata-launch:   rank R: ...").
 std::string summary_line(const std::string& err, int rank) {
-  const std::string prefix = "strata-launch:   rank " + std::to_string(rank) + ": ";
+  // Appended, not `"..." + std::string`: g++ 12 at -O3 warns falsely (-Wrestrict) on that.
+  std::string prefix = "strata-launch:   rank ";
+  prefix += std::to_string(rank);
+  prefix += ": ";
   const auto at = err.find(prefix);
   if (at == std::string::npos) return "";
   return err.substr(at + prefix.size(), err.find('\n', at) - at - prefix.size());
@@ -88,7 +91,9 @@ std::string summary_line(const std::string& err, int rank) {
 // Every line worker `rank` printed on stderr (strata-launch prefixes them "[rank] ").
 std::vector<std::string> lines_of(const std::string& err, int rank) {
   std::vector<std::string> lines;
-  const std::string prefix = "[" + std::to_string(rank) + "] ";
+  std::string prefix = "[";
+  prefix += std::to_string(rank);
+  prefix += "] ";
   std::istringstream in(err);
   for (std::string line; std::getline(in, line);)
     if (line.starts_with(prefix)) lines.push_back(line.substr(prefix.size()));
