@@ -79,3 +79,62 @@ TEST_CASE_TEMPLATE("16-bit float blocks convert as each element does", Half, str
     }
   }
 }
+
+TEST_CASE_TEMPLATE(
+    "16-bit float blocks of megabytes, at every alignment, convert as each element "
+    "does",
+    Half, strata::bfloat16, strata::float16) {
+  // Above kStreamingBytes the conversions store past the cache, from the first aligned element;
+  // half of the values are a gradient's (no subnormals: whole blocks convert at once), half of
+  // every kind.
+  const std::size_t n = strata::detail::kStreamingBytes / sizeof(Half) + 1037;
+  auto values = values_of_every_kind(n / 2, 7);
+  std::mt19937 random(11);
+  std::normal_distribution<float> gradient(0.0f, 1e-3f);
+  while (values.size() < n + 3)
+    values.push_back(gradient(random));
+  for (std::size_t offset = 0; offset < 4; ++offset) {
+    CAPTURE(offset);
+    const float* in = values.data() + offset;
+    std::vector<Half> narrow(n + offset);
+    strata::detail::narrow(narrow.data() + offset, in, n);
+    std::vector<float> wide(n + offset);
+    strata::detail::widen(wide.data() + offset, narrow.data() + offset, n);
+    std::size_t narrowed_wrong = 0;
+    std::size_t widened_wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const Half half = narrow[offset + i];
+      narrowed_wrong += half.bits() != Half(in[i]).bits();
+      const float want = static_cast<float>(half);
+      widened_wrong +=
+          std::isnan(want) ? !std::isnan(wide[offset + i]) : !same_bits(wide[offset + i], want);
+    }
+    CHECK(narrowed_wrong == 0);
+    CHECK(widened_wrong == 0);
+  }
+}
+
+#if STRATA_REDUCE_DISPATCH
+TEST_CASE("bfloat16 narrows alike through every conversion this CPU runs") {
+  // narrow() picks one; the others run on the CPUs of other users.
+  if (strata::detail::best_isa() == strata::detail::Isa::baseline) return;
+  using Narrow = void (*)(strata::bfloat16*, const float*, std::size_t) noexcept;
+  std::vector<Narrow> conversions{strata::detail::narrow_bfloat16_avx2};
+  if (strata::detail::has_avx512_bf16())
+    conversions.push_back(strata::detail::narrow_bfloat16_avx512_bf16);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{33},
+                              std::size_t{1021}, strata::detail::kStreamingBytes / 2 + 5}) {
+    CAPTURE(n);
+    const auto in = values_of_every_kind(n, static_cast<unsigned>(n));
+    for (std::size_t c = 0; c < conversions.size(); ++c) {
+      CAPTURE(c);
+      std::vector<strata::bfloat16> out(n + 1);
+      conversions[c](out.data() + 1, in.data(), n);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        wrong += out[i + 1].bits() != strata::bfloat16(in[i]).bits();
+      CHECK(wrong == 0);
+    }
+  }
+}
+#endif
