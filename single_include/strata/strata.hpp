@@ -14603,7 +14603,8 @@ class BucketPlan {
 // ---- begin strata/core/detail/convert_blocks.hpp ----
 // strata/core/detail/convert_blocks.hpp — arrays of float narrowed to the 16-bit floats and
 // widened back, at the widest instruction set the CPU runs (reduce_isa.hpp), bit for bit the
-// element conversions of bfloat16.hpp and float16.hpp.
+// element conversions of bfloat16.hpp and float16.hpp; large outputs with streaming stores, as
+// streaming_copy.hpp says why.
 //
 // What compressed gradient buckets (fusion/gradient_buckets.hpp) spend their CPU on: one element
 // at a time, narrowing ResNet-50's 25.6 M gradients costs more than the bytes it saves on the wire.
@@ -14611,6 +14612,68 @@ class BucketPlan {
 #include <cstddef>
 #include <cstdint>
 
+// ---- begin strata/core/detail/streaming_copy.hpp ----
+// strata/core/detail/streaming_copy.hpp — copies into or out of gradient buckets of megabytes,
+// with streaming stores where the destination is large.
+//
+// A bucket's bytes leave the cache before anyone reads them (the transfer reads a bucket after
+// the whole of it is filled; the optimizer reads a gradient after every bucket is copied out), so
+// a plain store's read of each line, only to overwrite it, is a third of the copy's memory
+// traffic for nothing.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+
+#if STRATA_REDUCE_DISPATCH
+#include <immintrin.h>
+#endif
+
+namespace strata::detail {
+
+/// Outputs at least this large are written with streaming stores (see the file comment).
+inline constexpr std::size_t kStreamingBytes = std::size_t{64} << 10;
+
+#if STRATA_REDUCE_DISPATCH
+[[gnu::target("avx2"), gnu::noinline]] inline void streaming_copy_avx2(
+    std::byte* __restrict out, const std::byte* __restrict in, std::size_t bytes) noexcept {
+  // Bytes copied plainly until `out` is aligned as a streaming store needs.
+  const std::size_t head =
+      std::min(bytes, (32 - reinterpret_cast<std::uintptr_t>(out) % 32) % std::size_t{32});
+  std::memcpy(out, in, head);
+  std::size_t i = head;
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 64));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 96), d);
+  }
+  _mm_sfence();
+  std::memcpy(out + i, in + i, bytes - i);
+}
+#endif
+
+/// memcpy(out, in, bytes) for buffers that do not overlap; streaming stores from
+/// kStreamingBytes where the CPU has AVX2.
+inline void streaming_copy(void* __restrict out, const void* __restrict in,
+                           std::size_t bytes) noexcept {
+  if (bytes == 0) return;
+#if STRATA_REDUCE_DISPATCH
+  if (bytes >= kStreamingBytes && best_isa() != Isa::baseline)
+    return streaming_copy_avx2(static_cast<std::byte*>(out), static_cast<const std::byte*>(in),
+                               bytes);
+#endif
+  std::memcpy(out, in, bytes);
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/streaming_copy.hpp ----
 
 #if STRATA_REDUCE_DISPATCH
 #include <cpuid.h>
@@ -14618,11 +14681,6 @@ class BucketPlan {
 #endif
 
 namespace strata::detail {
-
-/// Outputs at least this large are written with streaming stores: a tensor this large is
-/// converted into or out of a gradient bucket of megabytes, whose bytes leave the cache before
-/// anyone reads them, and a streaming store skips reading each line only to overwrite it.
-inline constexpr std::size_t kStreamingBytes = std::size_t{64} << 10;
 
 #if STRATA_REDUCE_DISPATCH
 // Whether the CPU converts float to bfloat16 itself (AVX512_BF16: CPUID leaf 7, subleaf 1,
@@ -14908,7 +14966,8 @@ class GradientBuckets {
       narrow(reinterpret_cast<const float*>(from), wire_[b].data() + slot.offset * 2, slot.count);
     } else if (!refs_.empty() && !in_place(b) && slot.count > 0) {
       const std::size_t element = size_of(specs_[i].type);
-      std::memcpy(storage_[b].data() + slot.offset * element, refs_[i].data, slot.count * element);
+      strata::detail::streaming_copy(storage_[b].data() + slot.offset * element, refs_[i].data,
+                                     slot.count * element);
     }
     ++filled_[b];
     try {
@@ -15098,8 +15157,9 @@ class GradientBuckets {
     const std::size_t element = size_of(plan_.buckets()[b].type);
     for (const BucketSlot& slot : plan_.buckets()[b].slots) {
       if (slot.count > 0) {
-        std::memcpy(refs_[slot.gradient].data, storage_[b].data() + slot.offset * element,
-                    slot.count * element);
+        strata::detail::streaming_copy(refs_[slot.gradient].data,
+                                       storage_[b].data() + slot.offset * element,
+                                       slot.count * element);
       }
     }
   }

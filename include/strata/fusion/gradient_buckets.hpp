@@ -41,6 +41,7 @@
 #include <strata/core/collective.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/detail/convert_blocks.hpp>
+#include <strata/core/detail/streaming_copy.hpp>
 #include <strata/core/error.hpp>
 #include <strata/core/float16.hpp>
 #include <strata/core/reduce_kernels.hpp>
@@ -147,7 +148,8 @@ class GradientBuckets {
       narrow(reinterpret_cast<const float*>(from), wire_[b].data() + slot.offset * 2, slot.count);
     } else if (!refs_.empty() && !in_place(b) && slot.count > 0) {
       const std::size_t element = size_of(specs_[i].type);
-      std::memcpy(storage_[b].data() + slot.offset * element, refs_[i].data, slot.count * element);
+      strata::detail::streaming_copy(storage_[b].data() + slot.offset * element, refs_[i].data,
+                                     slot.count * element);
     }
     ++filled_[b];
     try {
@@ -337,8 +339,9 @@ class GradientBuckets {
     const std::size_t element = size_of(plan_.buckets()[b].type);
     for (const BucketSlot& slot : plan_.buckets()[b].slots) {
       if (slot.count > 0) {
-        std::memcpy(refs_[slot.gradient].data, storage_[b].data() + slot.offset * element,
-                    slot.count * element);
+        strata::detail::streaming_copy(refs_[slot.gradient].data,
+                                       storage_[b].data() + slot.offset * element,
+                                       slot.count * element);
       }
     }
   }

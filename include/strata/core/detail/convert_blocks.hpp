@@ -1,6 +1,7 @@
 // strata/core/detail/convert_blocks.hpp — arrays of float narrowed to the 16-bit floats and
 // widened back, at the widest instruction set the CPU runs (reduce_isa.hpp), bit for bit the
-// element conversions of bfloat16.hpp and float16.hpp.
+// element conversions of bfloat16.hpp and float16.hpp; large outputs with streaming stores, as
+// streaming_copy.hpp says why.
 //
 // What compressed gradient buckets (fusion/gradient_buckets.hpp) spend their CPU on: one element
 // at a time, narrowing ResNet-50's 25.6 M gradients costs more than the bytes it saves on the wire.
@@ -12,6 +13,7 @@
 #include <strata/core/bfloat16.hpp>
 #include <strata/core/detail/reduce_half_blocks.hpp>
 #include <strata/core/detail/reduce_isa.hpp>
+#include <strata/core/detail/streaming_copy.hpp>
 #include <strata/core/float16.hpp>
 
 #if STRATA_REDUCE_DISPATCH
@@ -20,11 +22,6 @@
 #endif
 
 namespace strata::detail {
-
-/// Outputs at least this large are written with streaming stores: a tensor this large is
-/// converted into or out of a gradient bucket of megabytes, whose bytes leave the cache before
-/// anyone reads them, and a streaming store skips reading each line only to overwrite it.
-inline constexpr std::size_t kStreamingBytes = std::size_t{64} << 10;
 
 #if STRATA_REDUCE_DISPATCH
 // Whether the CPU converts float to bfloat16 itself (AVX512_BF16: CPUID leaf 7, subleaf 1,
