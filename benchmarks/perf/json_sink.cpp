@@ -35,6 +35,7 @@ nlohmann::json settings_of(const RunInfo& info) {
   if (o.congestion) j["congestion"] = *o.congestion;
   if (o.lend_from && *o.lend_from != SIZE_MAX) j["lend_from_bytes"] = *o.lend_from;
   if (o.transport == Transport::ps) j["ps_shared_memory"] = o.ps_shared_memory;
+  if (o.transport == Transport::shm) j["shared_buffers"] = o.shared_buffers;
   return j;
 }
 

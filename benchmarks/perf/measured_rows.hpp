@@ -37,6 +37,7 @@
 
 #include <strata/communicator/collective.hpp>
 #include <strata/communicator/replica_group.hpp>
+#include <strata/communicator/shared_buffer.hpp>
 #include <strata/config.hpp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/reduce_op.hpp>
@@ -63,8 +64,22 @@ class MeasuredRows {
       // In place, reduce_scatter reduces its whole input in the output buffer.
       recv = std::max({recv, point.sizes.recv_count, point.sizes.send_count});
     }
-    send_.resize(send);
-    recv_.resize(recv + kGuard);
+    bool allocated = false;
+    if constexpr (requires { comm.allocate_shared(std::size_t{}); }) {
+      if (options.shared_buffers) {
+        shared_send_ = comm.allocate_shared(send * sizeof(T));
+        shared_recv_ = comm.allocate_shared((recv + kGuard) * sizeof(T));
+        send_ = shared_send_.template as<T>().first(send);
+        recv_ = shared_recv_.template as<T>().first(recv + kGuard);
+        allocated = true;
+      }
+    }
+    if (!allocated) {
+      send_storage_.resize(send);
+      recv_storage_.resize(recv + kGuard);
+      send_ = send_storage_;
+      recv_ = recv_storage_;
+    }
     if constexpr (kDevice) {
       device_send_ = DeviceBuffer(send_.size());
       device_recv_ = DeviceBuffer(recv_.size());
@@ -288,8 +303,13 @@ class MeasuredRows {
   const Options& options_;
   Progress* progress_;
   std::size_t points_;
-  std::vector<T> send_;
-  std::vector<T> recv_;
+  // The buffers: vectors, or the arena's with --shared-buffers.
+  std::vector<T> send_storage_;
+  std::vector<T> recv_storage_;
+  communicator::SharedBuffer shared_send_;
+  communicator::SharedBuffer shared_recv_;
+  std::span<T> send_;
+  std::span<T> recv_;
   // Device memory of the rank's device, for a communicator of device memory.
   DeviceBuffer device_send_;
   DeviceBuffer device_recv_;

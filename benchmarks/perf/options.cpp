@@ -222,6 +222,9 @@ bool parse_group_flag(Options& options, Flag& flag, Given& given) {
     options.congestion = std::string(flag.value());
   } else if (flag.is("", "--lend-from")) {
     set_lend_from(options, name, flag.value());
+  } else if (flag.is("", "--shared-buffers")) {
+    flag.no_value();
+    options.shared_buffers = true;
   } else if (flag.is("", "--bind")) {
     set_binding(options, flag.value());
   } else {
@@ -347,6 +350,8 @@ void check_transport_settings(const Options& options) {
     fail("--congestion sets strata's TCP connections: use it with --transport tcp");
   if (options.lend_from && (local || nccl || ps) && !options.compare)
     fail("--lend-from sets strata's TCP connections: use it with --transport tcp");
+  if (options.shared_buffers && options.transport != Transport::shm && !options.compare)
+    fail("--shared-buffers puts the buffers in shared memory: use it with --transport shm");
 }
 
 // --transport ps: what the parameter servers hold and how they update it.

@@ -108,6 +108,9 @@ struct Options {
   std::optional<std::string> congestion{};
   /// tcp: TcpOptions::lend_from_bytes; unset: strata's default (never lend).
   std::optional<std::size_t> lend_from{};
+  /// shm: the buffers come from the ranks' arenas (TcpCommunicator::allocate_shared), which the
+  /// co-located processes read in place (--shared-buffers).
+  bool shared_buffers = false;
   /// Where the ranks strata-perf starts itself run (bind.hpp): mpirun's default placement.
   Binding bind = Binding::core;
   /// A path, or "-" for stdout (the table then goes to stderr).

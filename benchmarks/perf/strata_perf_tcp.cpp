@@ -24,7 +24,8 @@
 namespace strata::perf {
 namespace {
 
-communicator::TcpOptions tcp_options(const Options& options) {
+// `size` ranks in all.
+communicator::TcpOptions tcp_options(const Options& options, int size) {
   communicator::TcpOptions tcp;
   switch (options.algorithm) {
     case Algorithm::ring:
@@ -44,6 +45,11 @@ communicator::TcpOptions tcp_options(const Options& options) {
   tcp.shared_memory = options.transport == Transport::shm;
   tcp.congestion_control = options.congestion;
   if (options.lend_from) tcp.lend_from_bytes = *options.lend_from;
+  // Room for the largest call's buffers: an all-gather's output holds every rank's input, a
+  // reduce-scatter's input every rank's output. Pages are only taken as they are written.
+  if (options.shared_buffers)
+    tcp.shared_buffer_bytes =
+        (static_cast<std::size_t>(size) + 2) * options.max_bytes + (std::size_t{1} << 20);
   return tcp;
 }
 
@@ -77,7 +83,7 @@ int run_worker(const Options& options, const WorkerEnvironment& worker) {
                   describe_affinity());
   communicator::TcpCommunicator comm(
       communicator::TcpMembership{worker.rank, worker.addresses, 0, worker.listen_fd},
-      tcp_options(options));
+      tcp_options(options, size));
   return run_tcp_rank(comm, options, where, worker.group_cpus);
 }
 
@@ -89,7 +95,7 @@ int run_member(const Options& options, cluster::ResolvedCluster& resolved) {
       fmt::format("tcp {} ({}), {}",
                   membership.addresses[static_cast<std::size_t>(membership.rank)].to_string(),
                   resolved.source, describe_affinity());
-  communicator::TcpCommunicator comm(std::move(membership), tcp_options(options));
+  communicator::TcpCommunicator comm(std::move(membership), tcp_options(options, resolved.size));
   return run_tcp_rank(comm, options, where);
 }
 

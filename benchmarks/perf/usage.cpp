@@ -58,6 +58,10 @@ COLLECTIVE: all_reduce | all_gather | reduce_scatter | broadcast | reduce | push
       --lend-from SIZE|off tcp: calls that send SIZE bytes or more lend their messages of 64K
                            and up instead of copying them (TcpOptions::lend_from_bytes; 0:
                            every call; default off)
+      --shared-buffers     shm: the buffers come from each rank's arena of the region
+                           (TcpCommunicator::allocate_shared, TcpOptions::shared_buffer_bytes),
+                           which the processes of a host read in place: an all-reduce stages
+                           nothing
       --bind core|none     core (default): each rank strata-perf starts runs on a CPU of
                            its own, or with more ranks than CPUs, consecutive ranks share one
                            (as mpirun --map-by ppr:K:core); none: wherever the scheduler puts

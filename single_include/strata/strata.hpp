@@ -7093,6 +7093,59 @@ concept ReplicaGroup = Communicator<C> && detail::HasMaxSize<C> &&
 #include <string_view>
 #include <vector>
 
+// ---- begin strata/communicator/shared_buffer.hpp ----
+// strata/communicator/shared_buffer.hpp — memory for collective buffers that the other ranks
+// of a host read in place (TcpCommunicator::allocate_shared).
+//
+// Co-located processes cannot read each other's ordinary memory, so an all-reduce between them
+// stages every byte through a shared region and copies every result byte out. Buffers in the
+// region itself need neither: the processes run the threads' algorithm on them.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <utility>
+
+namespace strata::communicator {
+
+/// A buffer of a communicator's arena, or ordinary memory where its rank shares no host.
+/// Move-only; the memory stays valid while the buffer lives, also past the communicator.
+class SharedBuffer {
+ public:
+  SharedBuffer() = default;
+  /// `owner` frees the memory when the buffer goes; `shared`: the peers map it.
+  SharedBuffer(std::span<std::byte> bytes, std::shared_ptr<void> owner, bool shared) noexcept
+      : bytes_(bytes), owner_(std::move(owner)), shared_(shared) {}
+  SharedBuffer(SharedBuffer&& other) noexcept
+      : bytes_(std::exchange(other.bytes_, {})),
+        owner_(std::move(other.owner_)),
+        shared_(std::exchange(other.shared_, false)) {}
+  SharedBuffer& operator=(SharedBuffer&& other) noexcept {
+    bytes_ = std::exchange(other.bytes_, {});
+    owner_ = std::move(other.owner_);
+    shared_ = std::exchange(other.shared_, false);
+    return *this;
+  }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+
+  std::span<std::byte> bytes() const noexcept { return bytes_; }
+  /// The buffer as elements of T, as many as fit (it starts on a 64-byte boundary).
+  template <class T>
+  std::span<T> as() const noexcept {
+    return {reinterpret_cast<T*>(bytes_.data()), bytes_.size() / sizeof(T)};
+  }
+  /// Whether the other ranks of this host map it (false: ordinary memory).
+  bool shared() const noexcept { return shared_; }
+
+ private:
+  std::span<std::byte> bytes_;
+  std::shared_ptr<void> owner_;
+  bool shared_ = false;
+};
+
+}  // namespace strata::communicator
+// ---- end strata/communicator/shared_buffer.hpp ----
 
 namespace strata::cluster {
 struct ResolvedCluster;  // cluster/resolve.hpp
@@ -7160,6 +7213,11 @@ struct TcpOptions {
   /// there; false keeps every byte on TCP. The TCP connections stay either way: they
   /// authenticate the ranks, hand the memory over and tell when a peer dies.
   bool shared_memory = true;
+  /// With shared memory, each rank of a host gets an arena of this many bytes (rounded up to
+  /// pages) in the region, for `allocate_shared`: an all-reduce whose buffers all lie in the
+  /// arenas is reduced in place by the processes, with no staging copy. Pages are only taken
+  /// as they are written. 0 (the default): no arena.
+  std::size_t shared_buffer_bytes = 0;
   /// Shared secret proving membership (HMAC challenge–response in the handshake; it never
   /// crosses the wire). Unset: STRATA_CLUSTER_TOKEN when set, else no authentication.
   std::optional<std::string> cluster_token{};
@@ -7242,6 +7300,12 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   /// Whether collectives move data through shared memory (TcpOptions::shared_memory, and
   /// every rank on this host), rather than over TCP.
   STRATA_DECL bool uses_shared_memory() const noexcept;
+  /// `bytes` of this rank's arena (TcpOptions::shared_buffer_bytes), for the buffers of its
+  /// collectives: an all-reduce for which every co-located rank passes such buffers (send and
+  /// recv, or one in place) runs on them in place, as threads do. Ordinary memory where this
+  /// rank shares memory with nobody (uses_shared_memory() is false). Any thread may allocate.
+  /// @throws ConfigurationError when the arena has no free range of `bytes`.
+  STRATA_DECL SharedBuffer allocate_shared(std::size_t bytes);
 
   // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
   // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).
@@ -7301,17 +7365,36 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
 
 #include <fmt/format.h>
 
+// ---- begin strata/transport/shm/arena.hpp ----
+// strata/transport/shm/arena.hpp — carving a rank's arena of the region (Layout::arena_bytes)
+// into the buffers its user asks for: first fit over the free ranges, neighbours merged again
+// on release.
+//
+// The arena is what lets co-located processes run the threads' all-reduce: a peer reads a
+// buffer in it where its owner left it, with no staging copy (collectives.hpp). Any thread may
+// allocate and release; the arena keeps its group, and so the mapping, alive for as long as a
+// buffer of it exists.
+
+#include <cstddef>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+
 // ---- begin strata/transport/shm/group.hpp ----
 // strata/transport/shm/group.hpp — co-located ranks meeting in one shared region: layout, steps,
 // waits, failure.
 //
 // Each rank owns a block of the region: its step counter, the descriptors of its calls, its
 // small calls' boxes and its staging buffers (two of each, alternating, so a rank may fill the
-// next while its peers still read the last). A rank writes only its own block and publishes what
-// it wrote by raising its step counter (and, for a small call, its box's step first); its peers
-// wait for the step, then read. Every rank passes the same steps in the same order (the
-// collectives' schedules depend only on the agreed call), so "peer q reached step s" is the
-// whole protocol: no locks, no shared counters that ranks contend for.
+// next while its peers still read the last), then its arena, where it allocates buffers that its
+// peers read in place (arena.hpp; none unless TcpOptions::shared_buffer_bytes asks). A rank writes
+// only its own block and publishes what it wrote by raising its step counter (and, for a small
+// call, its box's step first); its peers wait for the step, then read. Every rank passes the same
+// steps in the same order (the collectives' schedules depend only on the agreed call), so "peer q
+// reached step s" is the whole protocol: no locks, no shared counters that ranks contend for.
 //
 // Waits poll briefly, then sleep on a futex on the awaited counter, in slices: between slices
 // the caller's watch looks at the peers (their TCP control connections say when one died or
@@ -7479,12 +7562,14 @@ struct Layout {
   static constexpr std::size_t kBoxBytes = (kBoxData + kSmallBytes + 63) / 64 * 64;
 
   int size = 1;
-  std::size_t slot_bytes = 0;  // a multiple of 64
+  std::size_t slot_bytes = 0;   // a multiple of 64
+  std::size_t arena_bytes = 0;  // a multiple of 4096
 
   std::size_t chunks_offset() const noexcept { return kSmall + 2 * kBoxBytes; }
-  std::size_t block_bytes() const noexcept {
+  std::size_t arena_offset() const noexcept {
     return (chunks_offset() + 2 * slot_bytes + 4095) / 4096 * 4096;
   }
+  std::size_t block_bytes() const noexcept { return arena_offset() + arena_bytes; }
   std::size_t total_bytes() const noexcept {
     return kHeaderBytes + static_cast<std::size_t>(size) * block_bytes();
   }
@@ -7508,22 +7593,47 @@ class Group {
     const std::uint64_t magic = Layout::kMagic;
     const auto size = static_cast<std::uint64_t>(layout.size);
     const auto slot = static_cast<std::uint64_t>(layout.slot_bytes);
+    const auto arena = static_cast<std::uint64_t>(layout.arena_bytes);
     std::memcpy(header, &magic, 8);
     std::memcpy(header + 8, &size, 8);
     std::memcpy(header + 16, &slot, 8);
+    std::memcpy(header + 24, &arena, 8);
   }
 
   /// Whether an adopted region's header says what this rank expects.
   static bool describes(const Region& region, const Layout& layout) noexcept {
-    std::uint64_t fields[3];
+    std::uint64_t fields[4];
     std::memcpy(fields, region.data(), sizeof fields);
     return fields[0] == Layout::kMagic && fields[1] == static_cast<std::uint64_t>(layout.size) &&
-           fields[2] == static_cast<std::uint64_t>(layout.slot_bytes);
+           fields[2] == static_cast<std::uint64_t>(layout.slot_bytes) &&
+           fields[3] == static_cast<std::uint64_t>(layout.arena_bytes);
   }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return layout_.size; }
   std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
+  std::size_t arena_bytes() const noexcept { return layout_.arena_bytes; }
+
+  /// Rank `r`'s arena (Layout::arena_bytes): the buffers it allocated for its calls.
+  std::byte* arena(int r) const noexcept { return block(r) + layout_.arena_offset(); }
+
+  /// What a rank posts for a buffer outside its arena.
+  static constexpr std::uint64_t kNotInArena = UINT64_MAX;
+
+  /// Where `bytes` from `p` lie in this rank's arena, or kNotInArena.
+  std::uint64_t arena_offset_of(const void* p, std::size_t bytes) const noexcept {
+    const auto begin = reinterpret_cast<std::uintptr_t>(arena(rank_));
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    if (at < begin || at - begin > layout_.arena_bytes ||
+        bytes > layout_.arena_bytes - (at - begin))
+      return kNotInArena;
+    return at - begin;
+  }
+
+  /// Whether `bytes` from `offset` (as a peer posted it) lie inside an arena.
+  bool fits_arena(std::uint64_t offset, std::size_t bytes) const noexcept {
+    return offset <= layout_.arena_bytes && bytes <= layout_.arena_bytes - offset;
+  }
 
   /// Rank `r`'s staging buffer for the small call (one that fits kSmallBytes) published at
   /// `step`: the data of its box.
@@ -7599,6 +7709,22 @@ class Group {
     return read_posted(descriptor(r, call_number));
   }
 
+  /// Where a call's send and recv buffers lie in the arena (arena_offset_of), posted after
+  /// `post` for the same call.
+  struct Buffers {
+    std::uint64_t send = kNotInArena;
+    std::uint64_t recv = kNotInArena;
+  };
+  void post_buffers(std::uint64_t call_number, Buffers buffers) noexcept {
+    std::memcpy(descriptor(rank_, call_number) + kBuffersAt, &buffers, sizeof buffers);
+  }
+  /// What rank `r` posted with `post_buffers`: offsets it claims, for the caller to check.
+  Buffers posted_buffers(int r, std::uint64_t call_number) const noexcept {
+    Buffers buffers;
+    std::memcpy(&buffers, descriptor(r, call_number) + kBuffersAt, sizeof buffers);
+    return buffers;
+  }
+
   /// Posts this rank's calls into its box of the next step, for `publish_small`.
   void post_small(const CollectiveCall& call, const CollectiveCall& user) noexcept {
     write_posted(box(rank_, step_ + 1) + Layout::kBoxDescriptors, call, user);
@@ -7655,6 +7781,10 @@ class Group {
     call.count = static_cast<std::size_t>(count);
     return call;
   }
+
+  // In a descriptor slot: the two descriptors, 16 bytes each, then the call's Buffers.
+  static constexpr std::size_t kBuffersAt = 32;
+  static_assert(kBuffersAt + sizeof(Buffers) <= Layout::kDescriptorBytes);
 
   // The two descriptors, 16 bytes each, as read_posted reads them.
   static void write_posted(std::byte* out, const CollectiveCall& call,
@@ -7744,6 +7874,88 @@ class Group {
 
 }  // namespace strata::transport::shm
 // ---- end strata/transport/shm/group.hpp ----
+
+namespace strata::transport::shm {
+
+class Arena {
+ public:
+  /// Every buffer starts on a cache line of its own.
+  static constexpr std::size_t kAlignment = 64;
+
+  explicit Arena(std::shared_ptr<const Group> group)
+      : group_(std::move(group)), data_(group_->arena(group_->rank())) {
+    if (group_->arena_bytes() > 0) free_.emplace(0, group_->arena_bytes());
+  }
+
+  std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return group_->arena_bytes(); }
+
+  /// The offset of `bytes` (at least one cache line) nobody else holds, or nullopt when no free
+  /// range is that large.
+  std::optional<std::size_t> allocate(std::size_t bytes) {
+    const std::size_t rounded = round_up(bytes);
+    if (rounded < bytes) return std::nullopt;  // overflowed
+    std::lock_guard lock(mutex_);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < rounded) continue;
+      const auto [offset, length] = *it;
+      free_.erase(it);
+      if (length > rounded) free_.emplace(offset + rounded, length - rounded);
+      used_.emplace(offset, rounded);
+      return offset;
+    }
+    return std::nullopt;
+  }
+
+  /// Gives back what `allocate` returned at `offset`.
+  void release(std::size_t offset) noexcept {
+    std::lock_guard lock(mutex_);
+    const auto used = used_.find(offset);
+    if (used == used_.end()) return;
+    std::size_t begin = offset;
+    std::size_t length = used->second;
+    used_.erase(used);
+    const auto next = free_.lower_bound(begin);
+    if (next != free_.end() && next->first == begin + length) {
+      length += next->second;
+      free_.erase(next);
+    }
+    const auto after = free_.lower_bound(begin);
+    if (after != free_.begin()) {
+      const auto before = std::prev(after);
+      if (before->first + before->second == begin) {
+        begin = before->first;
+        length += before->second;
+        free_.erase(before);
+      }
+    }
+    free_.emplace(begin, length);
+  }
+
+  /// Bytes that no buffer holds.
+  std::size_t free_bytes() const {
+    std::lock_guard lock(mutex_);
+    std::size_t bytes = 0;
+    for (const auto& [offset, length] : free_)
+      bytes += length;
+    return bytes;
+  }
+
+ private:
+  static std::size_t round_up(std::size_t bytes) noexcept {
+    const std::size_t at_least = bytes == 0 ? 1 : bytes;
+    return (at_least + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
+  std::shared_ptr<const Group> group_;
+  std::byte* data_;
+  mutable std::mutex mutex_;
+  std::map<std::size_t, std::size_t> free_;  // offset → bytes
+  std::map<std::size_t, std::size_t> used_;  // offset → bytes
+};
+
+}  // namespace strata::transport::shm
+// ---- end strata/transport/shm/arena.hpp ----
 // ---- begin strata/transport/tcp/control.hpp ----
 // strata/transport/tcp/control.hpp — one call's side of the control connections: what the
 // peers say while the call runs, and the call's failures explained.
@@ -10998,7 +11210,9 @@ struct TcpCommunicator::State {
   TcpOptions tcp;
   std::unique_ptr<transport::tcp::Group> group;
   // The region of this host's ranks; null when shared memory is off or this rank is alone.
-  std::unique_ptr<transport::shm::Group> shm;
+  std::shared_ptr<transport::shm::Group> shm;
+  // This rank's arena of the region, when TcpOptions::shared_buffer_bytes asked for one.
+  std::shared_ptr<transport::shm::Arena> arena;
   std::uint64_t shm_calls = 0;  // calls on the region, numbered alike by the host's ranks
   // When the group spans hosts and some share one: each host's ranks, ascending, hosts in the
   // order of their lowest rank; empty otherwise.
@@ -11033,6 +11247,9 @@ inline void validate(const TcpOptions& tcp, int rank) {
   if (tcp.cluster_token && tcp.cluster_token->empty())
     bad("cluster_token is empty: anyone could compute its MACs",
         "set a secret shared by every rank, or leave it unset for no authentication");
+  if (tcp.shared_buffer_bytes > (std::size_t{1} << 40))
+    bad(fmt::format("shared_buffer_bytes {} is over 2^40", tcp.shared_buffer_bytes),
+        "use an arena of at most 1 TiB per rank");
   if (tcp.all_reduce > TcpAllReduce::halving_doubling)
     bad("all_reduce is not a TcpAllReduce value",
         "use automatic, ring, recursive_doubling or halving_doubling");
@@ -11052,8 +11269,9 @@ inline std::uint64_t fingerprint_of(const std::vector<cluster::Address>& address
 inline std::uint64_t tunables_hash(const TcpOptions& tcp) {
   return strata::detail::fnv1a(
       strata::detail::kFnv1aBasis,
-      fmt::format("{}/{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
-                  to_string(tcp.all_reduce), tcp.small_message_bytes, tcp.shared_memory));
+      fmt::format("{}/{}/{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
+                  to_string(tcp.all_reduce), tcp.small_message_bytes, tcp.shared_memory,
+                  tcp.shared_buffer_bytes));
 }
 
 inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,
@@ -11295,7 +11513,10 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <optional>
+#include <span>
 #include <vector>
 
 // ---- begin strata/transport/shm/collectives.hpp ----
@@ -11310,6 +11531,10 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
 //   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
 //                    the own slice from the n staged copies (the own input in place) into the
 //                    output and the own staging buffer; step; copy the other slices out.
+//                    Where every rank's buffers lie in its arena (arena.hpp), nothing is
+//                    staged: post the buffers; step; reduce the own slice straight from the
+//                    peers' inputs; step; copy the other slices from their owners' outputs;
+//                    step (a peer may still read this rank's output until then).
 //   reduce           the same, only the root copies out.
 //   broadcast        per chunk: the root stages, the others copy out; one step.
 //   all_gather       per chunk of the block: every rank stages its block, all copy out.
@@ -11475,10 +11700,11 @@ void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& u
   }
 }
 
-// all_reduce and reduce, chunk by chunk (see the file comment).
+// all_reduce and reduce, chunk by chunk (see the file comment). `opened`: the call's first step
+// has been taken (run_all_reduce_in_arenas), so the first chunk is a plain step.
 template <class Watch>
 void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-                   std::uint64_t number, Watch& watch) {
+                   std::uint64_t number, Watch& watch, bool opened = false) {
   const int n = group.size();
   const int r = group.rank();
   const std::size_t element = size_of(call.type);
@@ -11499,7 +11725,7 @@ void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCal
       const auto s = slice(q);
       copy_bytes(own_slot + s.begin * element, in + (base + s.begin) * element, s.size() * element);
     }
-    exchange_chunk(group, base == 0, call, user, number, watch);
+    exchange_chunk(group, base == 0 && !opened, call, user, number, watch);
     const auto own = slice(r);
     if (own.size() != 0) {
       for (int q = 0; q < n; ++q)
@@ -11520,6 +11746,70 @@ void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCal
                  s.size() * element);
     }
   }
+}
+
+// An all-reduce in a group with arenas: the call's first step posts where each rank's buffers
+// lie; in the arenas on every rank, the threads' algorithm (AllReduceScatterGather) runs on
+// them in place, else the staged one.
+template <class Watch>
+void run_all_reduce_in_arenas(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                              std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t bytes = call.count * element;
+  group.post(call, user, number);
+  group.post_buffers(
+      number, {group.arena_offset_of(call.send, bytes), group.arena_offset_of(call.recv, bytes)});
+  group.publish();
+  group.wait_all(group.step(), watch);
+  check_agreement(group, user, [&](int q) { return group.posted(q, number); });
+  std::vector<Group::Buffers> buffers(static_cast<std::size_t>(n));
+  bool in_arenas = true;
+  for (int q = 0; q < n; ++q) {
+    const Group::Buffers posted = group.posted_buffers(q, number);
+    for (const std::uint64_t offset : {posted.send, posted.recv}) {
+      if (offset == Group::kNotInArena) {
+        in_arenas = false;
+      } else if (!group.fits_arena(offset, bytes)) {
+        // Every rank reads the same posts, so every rank raises this.
+        throw PeerFailureError(
+            group.group_rank(r), to_string(user.kind),
+            RootCause{group.group_rank(q),
+                      fmt::format("rank {} posted a buffer of {} bytes at offset {} of an arena "
+                                  "of {}",
+                                  group.group_rank(q), bytes, offset, group.arena_bytes())},
+            "every rank of a host must run the same strata version and options");
+      }
+    }
+    buffers[static_cast<std::size_t>(q)] = posted;
+  }
+  if (!in_arenas) {
+    run_reduction(group, call, user, number, watch, /*opened=*/true);
+    return;
+  }
+  auto input = [&](int q, std::size_t at) -> const std::byte* {
+    return group.arena(q) + buffers[static_cast<std::size_t>(q)].send + at;
+  };
+  const auto own = strata::detail::slice_of(call.count, element, n, r);
+  if (own.size() != 0) {
+    std::vector<const void*> inputs(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q)
+      inputs[static_cast<std::size_t>(q)] = input(q, own.begin * element);
+    kernels_of(call).reduce_n(bytes_of(call.recv) + own.begin * element, inputs.data(),
+                              inputs.size(), own.size(), call.op);
+  }
+  group.publish();
+  group.wait_all(group.step(), watch);
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
+    const auto s = strata::detail::slice_of(call.count, element, n, q);
+    copy_bytes(bytes_of(call.recv) + s.begin * element,
+               group.arena(q) + buffers[static_cast<std::size_t>(q)].recv + s.begin * element,
+               s.size() * element);
+  }
+  group.publish();
+  group.wait_all(group.step(), watch);
 }
 
 template <class Watch>
@@ -11606,6 +11896,12 @@ void run(Group& group, const CollectiveCall& call, const CollectiveCall& user, s
   }
   switch (call.kind) {
     case Collective::all_reduce:
+      if (group.arena_bytes() > 0) {
+        detail::run_all_reduce_in_arenas(group, call, user, number, watch);
+        return;
+      }
+      detail::run_reduction(group, call, user, number, watch);
+      return;
     case Collective::reduce:
       detail::run_reduction(group, call, user, number, watch);
       return;
@@ -11896,6 +12192,11 @@ inline std::size_t shared_slot_bytes(const TcpOptions& tcp) noexcept {
   return bytes / 64 * 64;
 }
 
+/// Each rank's arena (TcpOptions::shared_buffer_bytes), in whole pages.
+inline std::size_t arena_bytes(const TcpOptions& tcp) noexcept {
+  return (tcp.shared_buffer_bytes + 4095) / 4096 * 4096;
+}
+
 /// What a shared-memory call does while it waits: reads the peers' control connections (a
 /// dead peer closed them, a failed one said why) and keeps the deadline.
 struct SharedMemoryWatch {
@@ -11956,7 +12257,8 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
       hosts[static_cast<std::size_t>(host_of[static_cast<std::size_t>(r)])];
   const int local_size = static_cast<int>(mine.size());
   const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
-  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp)};
+  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp),
+                           detail::tcp_communicator::arena_bytes(state_->tcp)};
   // The lowest rank of each host with company creates its region; every rank learns where its
   // own host's is collected. A rank the system refuses says so, and the group stays on TCP.
   using Offer = std::array<std::byte, 1 + sizeof(shm::HandoverTicket)>;
@@ -12001,14 +12303,38 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
   if (std::find(all_ready.begin(), all_ready.end(), std::uint8_t{0}) != all_ready.end()) return;
   if (region) {
     region->close_fd();
-    state_->shm = std::make_unique<shm::Group>(std::move(*region), layout, local_rank,
+    state_->shm = std::make_shared<shm::Group>(std::move(*region), layout, local_rank,
                                                !state_->group->ranks_share_cpus());
     state_->shm->name_ranks(mine);
+    if (layout.arena_bytes > 0) state_->arena = std::make_shared<shm::Arena>(state_->shm);
   }
   if (hosts.size() > 1) {
     state_->hosts = std::move(hosts);
     state_->host_of = std::move(host_of);
   }
+}
+
+STRATA_DECL SharedBuffer TcpCommunicator::allocate_shared(std::size_t bytes) {
+  if (!state_->shm) {
+    // No rank to share with: ordinary memory, aligned as the arena's.
+    constexpr std::align_val_t alignment{transport::shm::Arena::kAlignment};
+    void* memory = ::operator new(std::max<std::size_t>(bytes, 1), alignment);
+    std::shared_ptr<void> owner(memory, [](void* p) { ::operator delete(p, alignment); });
+    return SharedBuffer(std::span(static_cast<std::byte*>(memory), bytes), std::move(owner), false);
+  }
+  const std::size_t arena = state_->arena ? state_->arena->size() : 0;
+  const std::optional<std::size_t> offset =
+      state_->arena ? state_->arena->allocate(bytes) : std::nullopt;
+  if (!offset)
+    throw ConfigurationError(
+        rank(), "allocate_shared",
+        fmt::format("{} bytes asked of an arena of {} bytes with {} free", bytes, arena,
+                    state_->arena ? state_->arena->free_bytes() : 0),
+        "raise TcpOptions::shared_buffer_bytes (every rank of a host gets an arena that large)");
+  std::byte* data = state_->arena->data() + *offset;
+  std::shared_ptr<void> owner(data,
+                              [arena = state_->arena, at = *offset](void*) { arena->release(at); });
+  return SharedBuffer(std::span(data, bytes), std::move(owner), true);
 }
 
 STRATA_DECL void TcpCommunicator::execute_shared(State& state, const CollectiveCall& call,

@@ -11,7 +11,10 @@
 //     the one-step and the chunked path;
 //   - small and chunked calls interleaved while ranks run ahead or sleep: each small call's
 //     box read for its own call;
-//   - the region is a memfd: nothing in /dev/shm, and no mapping left once the group is gone.
+//   - the region is a memfd: nothing in /dev/shm, and no mapping left once the group is gone;
+//   - buffers in the ranks' arenas (allocate_shared): all-reduces on them bit for bit the
+//     staged ones, for three element types, four ops, in place and not, guards intact; the
+//     staged path when one rank's buffer is not in its arena; the arena's allocator.
 // Failure semantics run over both transports in tcp_failure_test.cpp; processes (SIGKILL,
 // SIGSTOP, conformance) in tcp_process_test.cpp; two network namespaces in
 // tcp_netns_test.cpp.
@@ -21,6 +24,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -293,4 +298,165 @@ TEST_CASE("shared memory: small and chunked calls interleaved, ranks out of step
     CAPTURE(r);
     CHECK(wrong[static_cast<std::size_t>(r)] == 0);
   }
+}
+
+namespace {
+
+// Runs `body(rank)` on a thread per rank of `group`; rethrows the first rank's exception.
+template <class Body>
+void on_every_rank(std::vector<TcpCommunicator>& group, Body body) {
+  std::vector<std::exception_ptr> errors(group.size());
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t r = 0; r < group.size(); ++r)
+      threads.emplace_back([&, r] {
+        try {
+          body(static_cast<int>(r));
+        } catch (...) {
+          errors[r] = std::current_exception();
+        }
+      });
+  }
+  for (const auto& error : errors)
+    if (error) std::rethrow_exception(error);
+}
+
+TcpOptions with_arena(std::size_t bytes) {
+  TcpOptions tcp = kSmallest;  // many chunks on the staged path it is compared with
+  tcp.shared_buffer_bytes = bytes;
+  return tcp;
+}
+
+// Element i of rank r's input: spread magnitudes for floats, small integers otherwise.
+template <class T>
+T input_value(int rank, std::size_t i) {
+  if constexpr (std::is_floating_point_v<T>)
+    return static_cast<T>(spread_value(rank, i));
+  else
+    return static_cast<T>(
+        static_cast<int>(reference::mix64(i * 31 + static_cast<std::size_t>(rank)) % 7) - 3);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("shared buffers: an all-reduce in the arenas is bit for bit the staged one", T,
+                   float, double, std::int32_t) {
+  // The staged path is checked against the collective reference above; the in-place one must
+  // give the same bits on every rank, in place and not, for every op, with guards intact.
+  constexpr std::size_t kGuard = 64 / sizeof(T);
+  for (const int size : {2, 3, 4}) {
+    CAPTURE(size);
+    auto group = TcpCommunicator::create(size, {}, with_arena(std::size_t{40} << 20));
+    for (const auto& rank : group)
+      REQUIRE(rank.uses_shared_memory());
+    for (const std::size_t count : {std::size_t{4097}, std::size_t{65539}, std::size_t{1048579}}) {
+      for (const ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max, ReduceOp::product}) {
+        for (const bool in_place : {true, false}) {
+          CAPTURE(count);
+          CAPTURE(op);
+          CAPTURE(in_place);
+          std::vector<std::size_t> differ(static_cast<std::size_t>(size), 0);
+          std::vector<std::size_t> guards(static_cast<std::size_t>(size), 0);
+          on_every_rank(group, [&](int r) {
+            auto& rank = group[static_cast<std::size_t>(r)];
+            // Guards on both sides of the buffers, inside the arena.
+            strata::communicator::SharedBuffer send_buffer =
+                rank.allocate_shared((count + 2 * kGuard) * sizeof(T));
+            strata::communicator::SharedBuffer recv_buffer =
+                rank.allocate_shared((count + 2 * kGuard) * sizeof(T));
+            REQUIRE(send_buffer.shared());
+            const std::span<T> send = send_buffer.as<T>().subspan(kGuard, count);
+            const std::span<T> recv = recv_buffer.as<T>().subspan(kGuard, count);
+            for (auto b : {send_buffer.bytes(), recv_buffer.bytes()})
+              std::memset(b.data(), 0x5a, b.size());
+            std::vector<T> staged(count);
+            for (std::size_t i = 0; i < count; ++i)
+              send[i] = staged[i] = input_value<T>(r, i);
+            rank.all_reduce(std::span(staged), op);
+            if (in_place)
+              rank.all_reduce(send, op);
+            else
+              rank.all_reduce(std::span<const T>(send), recv, op);
+            const std::span<T> result = in_place ? send : recv;
+            for (std::size_t i = 0; i < count; ++i)
+              differ[static_cast<std::size_t>(r)] +=
+                  std::memcmp(&result[i], &staged[i], sizeof(T)) != 0 ? 1 : 0;
+            for (auto b : {send_buffer.bytes(), recv_buffer.bytes()}) {
+              for (std::size_t g = 0; g < kGuard * sizeof(T); ++g) {
+                guards[static_cast<std::size_t>(r)] += b[g] != std::byte{0x5a} ? 1 : 0;
+                guards[static_cast<std::size_t>(r)] +=
+                    b[b.size() - 1 - g] != std::byte{0x5a} ? 1 : 0;
+              }
+            }
+          });
+          for (int r = 0; r < size; ++r) {
+            CAPTURE(r);
+            CHECK(differ[static_cast<std::size_t>(r)] == 0);
+            CHECK(guards[static_cast<std::size_t>(r)] == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("shared buffers: the sum in rank order, and the staged path when one rank's are not") {
+  constexpr int kSize = 3;
+  constexpr std::size_t kCount = 300007;
+  auto group = TcpCommunicator::create(kSize, {}, with_arena(std::size_t{8} << 20));
+  // Round 0: every rank's buffer in its arena; round 1: rank 1's in ordinary memory, so all
+  // stage; round 2: in the arenas again.
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    std::vector<std::size_t> wrong(kSize, 0);
+    on_every_rank(group, [&](int r) {
+      auto& rank = group[static_cast<std::size_t>(r)];
+      strata::communicator::SharedBuffer buffer = rank.allocate_shared(kCount * sizeof(float));
+      std::vector<float> ordinary(kCount);
+      const std::span<float> data =
+          round == 1 && r == 1 ? std::span(ordinary) : buffer.as<float>().first(kCount);
+      for (std::size_t i = 0; i < kCount; ++i)
+        data[i] = spread_value(r, i);
+      rank.all_reduce(data, ReduceOp::sum);
+      for (std::size_t i = 0; i < kCount; ++i) {
+        float sum = spread_value(0, i);
+        for (int q = 1; q < kSize; ++q)
+          sum += spread_value(q, i);
+        wrong[static_cast<std::size_t>(r)] +=
+            reference::bits_of(data[i]) != reference::bits_of(sum) ? 1 : 0;
+      }
+    });
+    for (int r = 0; r < kSize; ++r) {
+      CAPTURE(r);
+      CHECK(wrong[static_cast<std::size_t>(r)] == 0);
+    }
+  }
+}
+
+TEST_CASE("shared buffers: the arena hands out disjoint buffers and takes them back") {
+  auto group = TcpCommunicator::create(2, {}, with_arena(std::size_t{1} << 20));
+  auto& rank = group[0];
+  std::vector<strata::communicator::SharedBuffer> buffers;
+  for (int i = 0; i < 16; ++i)
+    buffers.push_back(rank.allocate_shared(64 << 10));  // the whole arena
+  for (std::size_t i = 1; i < buffers.size(); ++i)
+    CHECK(buffers[i - 1].bytes().data() + (64 << 10) <= buffers[i].bytes().data());
+  for (const auto& buffer : buffers)
+    CHECK(reinterpret_cast<std::uintptr_t>(buffer.bytes().data()) % 64 == 0);
+  CHECK_THROWS_AS(rank.allocate_shared(1), strata::ConfigurationError);
+  buffers.erase(buffers.begin() + 3, buffers.begin() + 6);  // three neighbours merge again
+  CHECK_NOTHROW(buffers.push_back(rank.allocate_shared(3 * (64 << 10))));
+  CHECK_THROWS_AS(rank.allocate_shared(std::size_t{2} << 20), strata::ConfigurationError);
+  // Without an arena: the error says which option to raise; alone on its host, ordinary memory.
+  auto plain = TcpCommunicator::create(2);
+  try {
+    (void)plain[0].allocate_shared(4096);
+    FAIL("no arena, no error");
+  } catch (const strata::ConfigurationError& error) {
+    CHECK(std::string_view(error.what()).find("shared_buffer_bytes") != std::string_view::npos);
+  }
+  auto alone = TcpCommunicator::create(1, {}, with_arena(std::size_t{1} << 20));
+  const auto buffer = alone[0].allocate_shared(1000);
+  CHECK_FALSE(buffer.shared());
+  CHECK(buffer.bytes().size() == 1000);
 }

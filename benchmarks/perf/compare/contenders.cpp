@@ -63,6 +63,9 @@ std::vector<Contender> strata_contenders(const Options& options, const std::stri
       {"strata over TCP", command({self}, shared, tcp_tail), "strata tcp", false, true, true},
       {"strata over shared memory", command({self}, shared, {"--transport", "shm"}), "strata shm",
        false, true, false},
+      {"strata over shared memory, buffers in its arenas",
+       command({self}, shared, {"--transport", "shm", "--shared-buffers"}), "strata shm arena",
+       false, true, false},
       {"strata in process", command({self}, shared, {"--transport", "local"}), "strata local",
        false, true, false},
   };

@@ -19,6 +19,7 @@
 #include <strata/communicator/collective.hpp>
 #include <strata/communicator/detail/collective_api.hpp>
 #include <strata/communicator/options.hpp>
+#include <strata/communicator/shared_buffer.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/config.hpp>
 #include <strata/core/deadline.hpp>
@@ -90,6 +91,11 @@ struct TcpOptions {
   /// there; false keeps every byte on TCP. The TCP connections stay either way: they
   /// authenticate the ranks, hand the memory over and tell when a peer dies.
   bool shared_memory = true;
+  /// With shared memory, each rank of a host gets an arena of this many bytes (rounded up to
+  /// pages) in the region, for `allocate_shared`: an all-reduce whose buffers all lie in the
+  /// arenas is reduced in place by the processes, with no staging copy. Pages are only taken
+  /// as they are written. 0 (the default): no arena.
+  std::size_t shared_buffer_bytes = 0;
   /// Shared secret proving membership (HMAC challenge–response in the handshake; it never
   /// crosses the wire). Unset: STRATA_CLUSTER_TOKEN when set, else no authentication.
   std::optional<std::string> cluster_token{};
@@ -172,6 +178,12 @@ class TcpCommunicator : public detail::CollectiveApi<TcpCommunicator> {
   /// Whether collectives move data through shared memory (TcpOptions::shared_memory, and
   /// every rank on this host), rather than over TCP.
   STRATA_DECL bool uses_shared_memory() const noexcept;
+  /// `bytes` of this rank's arena (TcpOptions::shared_buffer_bytes), for the buffers of its
+  /// collectives: an all-reduce for which every co-located rank passes such buffers (send and
+  /// recv, or one in place) runs on them in place, as threads do. Ordinary memory where this
+  /// rank shares memory with nobody (uses_shared_memory() is false). Any thread may allocate.
+  /// @throws ConfigurationError when the arena has no free range of `bytes`.
+  STRATA_DECL SharedBuffer allocate_shared(std::size_t bytes);
 
   // all_reduce, broadcast, reduce, all_gather, reduce_scatter, barrier and their _async twins
   // come from detail::CollectiveApi (communicator/detail/collective_api.hpp).

@@ -35,6 +35,7 @@
 #include <strata/core/detail/fnv1a.hpp>
 #include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
+#include <strata/transport/shm/arena.hpp>
 #include <strata/transport/shm/group.hpp>
 #include <strata/transport/tcp/control.hpp>
 #include <strata/transport/tcp/form_mesh.hpp>
@@ -52,7 +53,9 @@ struct TcpCommunicator::State {
   TcpOptions tcp;
   std::unique_ptr<transport::tcp::Group> group;
   // The region of this host's ranks; null when shared memory is off or this rank is alone.
-  std::unique_ptr<transport::shm::Group> shm;
+  std::shared_ptr<transport::shm::Group> shm;
+  // This rank's arena of the region, when TcpOptions::shared_buffer_bytes asked for one.
+  std::shared_ptr<transport::shm::Arena> arena;
   std::uint64_t shm_calls = 0;  // calls on the region, numbered alike by the host's ranks
   // When the group spans hosts and some share one: each host's ranks, ascending, hosts in the
   // order of their lowest rank; empty otherwise.
@@ -87,6 +90,9 @@ inline void validate(const TcpOptions& tcp, int rank) {
   if (tcp.cluster_token && tcp.cluster_token->empty())
     bad("cluster_token is empty: anyone could compute its MACs",
         "set a secret shared by every rank, or leave it unset for no authentication");
+  if (tcp.shared_buffer_bytes > (std::size_t{1} << 40))
+    bad(fmt::format("shared_buffer_bytes {} is over 2^40", tcp.shared_buffer_bytes),
+        "use an arena of at most 1 TiB per rank");
   if (tcp.all_reduce > TcpAllReduce::halving_doubling)
     bad("all_reduce is not a TcpAllReduce value",
         "use automatic, ring, recursive_doubling or halving_doubling");
@@ -106,8 +112,9 @@ inline std::uint64_t fingerprint_of(const std::vector<cluster::Address>& address
 inline std::uint64_t tunables_hash(const TcpOptions& tcp) {
   return strata::detail::fnv1a(
       strata::detail::kFnv1aBasis,
-      fmt::format("{}/{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
-                  to_string(tcp.all_reduce), tcp.small_message_bytes, tcp.shared_memory));
+      fmt::format("{}/{}/{}/{}/{}/{}", tcp.chunk_bytes, tcp.connections_per_peer,
+                  to_string(tcp.all_reduce), tcp.small_message_bytes, tcp.shared_memory,
+                  tcp.shared_buffer_bytes));
 }
 
 inline TcpAllReduce all_reduce_algorithm(const TcpOptions& tcp, const CollectiveCall& call,

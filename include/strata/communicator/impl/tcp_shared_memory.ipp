@@ -8,9 +8,13 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <optional>
+#include <span>
 #include <vector>
 
+#include <strata/transport/shm/arena.hpp>
 #include <strata/transport/shm/collectives.hpp>
 #include <strata/transport/shm/group.hpp>
 #include <strata/transport/shm/handover.hpp>
@@ -27,6 +31,11 @@ inline std::size_t shared_slot_bytes(const TcpOptions& tcp) noexcept {
   const std::size_t bytes =
       std::clamp<std::size_t>(tcp.chunk_bytes / 2, std::size_t{32} << 10, std::size_t{16} << 20);
   return bytes / 64 * 64;
+}
+
+/// Each rank's arena (TcpOptions::shared_buffer_bytes), in whole pages.
+inline std::size_t arena_bytes(const TcpOptions& tcp) noexcept {
+  return (tcp.shared_buffer_bytes + 4095) / 4096 * 4096;
 }
 
 /// What a shared-memory call does while it waits: reads the peers' control connections (a
@@ -89,7 +98,8 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
       hosts[static_cast<std::size_t>(host_of[static_cast<std::size_t>(r)])];
   const int local_size = static_cast<int>(mine.size());
   const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
-  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp)};
+  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp),
+                           detail::tcp_communicator::arena_bytes(state_->tcp)};
   // The lowest rank of each host with company creates its region; every rank learns where its
   // own host's is collected. A rank the system refuses says so, and the group stays on TCP.
   using Offer = std::array<std::byte, 1 + sizeof(shm::HandoverTicket)>;
@@ -134,14 +144,38 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
   if (std::find(all_ready.begin(), all_ready.end(), std::uint8_t{0}) != all_ready.end()) return;
   if (region) {
     region->close_fd();
-    state_->shm = std::make_unique<shm::Group>(std::move(*region), layout, local_rank,
+    state_->shm = std::make_shared<shm::Group>(std::move(*region), layout, local_rank,
                                                !state_->group->ranks_share_cpus());
     state_->shm->name_ranks(mine);
+    if (layout.arena_bytes > 0) state_->arena = std::make_shared<shm::Arena>(state_->shm);
   }
   if (hosts.size() > 1) {
     state_->hosts = std::move(hosts);
     state_->host_of = std::move(host_of);
   }
+}
+
+STRATA_DECL SharedBuffer TcpCommunicator::allocate_shared(std::size_t bytes) {
+  if (!state_->shm) {
+    // No rank to share with: ordinary memory, aligned as the arena's.
+    constexpr std::align_val_t alignment{transport::shm::Arena::kAlignment};
+    void* memory = ::operator new(std::max<std::size_t>(bytes, 1), alignment);
+    std::shared_ptr<void> owner(memory, [](void* p) { ::operator delete(p, alignment); });
+    return SharedBuffer(std::span(static_cast<std::byte*>(memory), bytes), std::move(owner), false);
+  }
+  const std::size_t arena = state_->arena ? state_->arena->size() : 0;
+  const std::optional<std::size_t> offset =
+      state_->arena ? state_->arena->allocate(bytes) : std::nullopt;
+  if (!offset)
+    throw ConfigurationError(
+        rank(), "allocate_shared",
+        fmt::format("{} bytes asked of an arena of {} bytes with {} free", bytes, arena,
+                    state_->arena ? state_->arena->free_bytes() : 0),
+        "raise TcpOptions::shared_buffer_bytes (every rank of a host gets an arena that large)");
+  std::byte* data = state_->arena->data() + *offset;
+  std::shared_ptr<void> owner(data,
+                              [arena = state_->arena, at = *offset](void*) { arena->release(at); });
+  return SharedBuffer(std::span(data, bytes), std::move(owner), true);
 }
 
 STRATA_DECL void TcpCommunicator::execute_shared(State& state, const CollectiveCall& call,

@@ -9,6 +9,10 @@
 //   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
 //                    the own slice from the n staged copies (the own input in place) into the
 //                    output and the own staging buffer; step; copy the other slices out.
+//                    Where every rank's buffers lie in its arena (arena.hpp), nothing is
+//                    staged: post the buffers; step; reduce the own slice straight from the
+//                    peers' inputs; step; copy the other slices from their owners' outputs;
+//                    step (a peer may still read this rank's output until then).
 //   reduce           the same, only the root copies out.
 //   broadcast        per chunk: the root stages, the others copy out; one step.
 //   all_gather       per chunk of the block: every rank stages its block, all copy out.
@@ -180,10 +184,11 @@ void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& u
   }
 }
 
-// all_reduce and reduce, chunk by chunk (see the file comment).
+// all_reduce and reduce, chunk by chunk (see the file comment). `opened`: the call's first step
+// has been taken (run_all_reduce_in_arenas), so the first chunk is a plain step.
 template <class Watch>
 void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCall& user,
-                   std::uint64_t number, Watch& watch) {
+                   std::uint64_t number, Watch& watch, bool opened = false) {
   const int n = group.size();
   const int r = group.rank();
   const std::size_t element = size_of(call.type);
@@ -204,7 +209,7 @@ void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCal
       const auto s = slice(q);
       copy_bytes(own_slot + s.begin * element, in + (base + s.begin) * element, s.size() * element);
     }
-    exchange_chunk(group, base == 0, call, user, number, watch);
+    exchange_chunk(group, base == 0 && !opened, call, user, number, watch);
     const auto own = slice(r);
     if (own.size() != 0) {
       for (int q = 0; q < n; ++q)
@@ -225,6 +230,70 @@ void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCal
                  s.size() * element);
     }
   }
+}
+
+// An all-reduce in a group with arenas: the call's first step posts where each rank's buffers
+// lie; in the arenas on every rank, the threads' algorithm (AllReduceScatterGather) runs on
+// them in place, else the staged one.
+template <class Watch>
+void run_all_reduce_in_arenas(Group& group, const CollectiveCall& call, const CollectiveCall& user,
+                              std::uint64_t number, Watch& watch) {
+  const int n = group.size();
+  const int r = group.rank();
+  const std::size_t element = size_of(call.type);
+  const std::size_t bytes = call.count * element;
+  group.post(call, user, number);
+  group.post_buffers(
+      number, {group.arena_offset_of(call.send, bytes), group.arena_offset_of(call.recv, bytes)});
+  group.publish();
+  group.wait_all(group.step(), watch);
+  check_agreement(group, user, [&](int q) { return group.posted(q, number); });
+  std::vector<Group::Buffers> buffers(static_cast<std::size_t>(n));
+  bool in_arenas = true;
+  for (int q = 0; q < n; ++q) {
+    const Group::Buffers posted = group.posted_buffers(q, number);
+    for (const std::uint64_t offset : {posted.send, posted.recv}) {
+      if (offset == Group::kNotInArena) {
+        in_arenas = false;
+      } else if (!group.fits_arena(offset, bytes)) {
+        // Every rank reads the same posts, so every rank raises this.
+        throw PeerFailureError(
+            group.group_rank(r), to_string(user.kind),
+            RootCause{group.group_rank(q),
+                      fmt::format("rank {} posted a buffer of {} bytes at offset {} of an arena "
+                                  "of {}",
+                                  group.group_rank(q), bytes, offset, group.arena_bytes())},
+            "every rank of a host must run the same strata version and options");
+      }
+    }
+    buffers[static_cast<std::size_t>(q)] = posted;
+  }
+  if (!in_arenas) {
+    run_reduction(group, call, user, number, watch, /*opened=*/true);
+    return;
+  }
+  auto input = [&](int q, std::size_t at) -> const std::byte* {
+    return group.arena(q) + buffers[static_cast<std::size_t>(q)].send + at;
+  };
+  const auto own = strata::detail::slice_of(call.count, element, n, r);
+  if (own.size() != 0) {
+    std::vector<const void*> inputs(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q)
+      inputs[static_cast<std::size_t>(q)] = input(q, own.begin * element);
+    kernels_of(call).reduce_n(bytes_of(call.recv) + own.begin * element, inputs.data(),
+                              inputs.size(), own.size(), call.op);
+  }
+  group.publish();
+  group.wait_all(group.step(), watch);
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
+    const auto s = strata::detail::slice_of(call.count, element, n, q);
+    copy_bytes(bytes_of(call.recv) + s.begin * element,
+               group.arena(q) + buffers[static_cast<std::size_t>(q)].recv + s.begin * element,
+               s.size() * element);
+  }
+  group.publish();
+  group.wait_all(group.step(), watch);
 }
 
 template <class Watch>
@@ -311,6 +380,12 @@ void run(Group& group, const CollectiveCall& call, const CollectiveCall& user, s
   }
   switch (call.kind) {
     case Collective::all_reduce:
+      if (group.arena_bytes() > 0) {
+        detail::run_all_reduce_in_arenas(group, call, user, number, watch);
+        return;
+      }
+      detail::run_reduction(group, call, user, number, watch);
+      return;
     case Collective::reduce:
       detail::run_reduction(group, call, user, number, watch);
       return;

@@ -3,11 +3,12 @@
 //
 // Each rank owns a block of the region: its step counter, the descriptors of its calls, its
 // small calls' boxes and its staging buffers (two of each, alternating, so a rank may fill the
-// next while its peers still read the last). A rank writes only its own block and publishes what
-// it wrote by raising its step counter (and, for a small call, its box's step first); its peers
-// wait for the step, then read. Every rank passes the same steps in the same order (the
-// collectives' schedules depend only on the agreed call), so "peer q reached step s" is the
-// whole protocol: no locks, no shared counters that ranks contend for.
+// next while its peers still read the last), then its arena, where it allocates buffers that its
+// peers read in place (arena.hpp; none unless TcpOptions::shared_buffer_bytes asks). A rank writes
+// only its own block and publishes what it wrote by raising its step counter (and, for a small
+// call, its box's step first); its peers wait for the step, then read. Every rank passes the same
+// steps in the same order (the collectives' schedules depend only on the agreed call), so "peer q
+// reached step s" is the whole protocol: no locks, no shared counters that ranks contend for.
 //
 // Waits poll briefly, then sleep on a futex on the awaited counter, in slices: between slices
 // the caller's watch looks at the peers (their TCP control connections say when one died or
@@ -64,12 +65,14 @@ struct Layout {
   static constexpr std::size_t kBoxBytes = (kBoxData + kSmallBytes + 63) / 64 * 64;
 
   int size = 1;
-  std::size_t slot_bytes = 0;  // a multiple of 64
+  std::size_t slot_bytes = 0;   // a multiple of 64
+  std::size_t arena_bytes = 0;  // a multiple of 4096
 
   std::size_t chunks_offset() const noexcept { return kSmall + 2 * kBoxBytes; }
-  std::size_t block_bytes() const noexcept {
+  std::size_t arena_offset() const noexcept {
     return (chunks_offset() + 2 * slot_bytes + 4095) / 4096 * 4096;
   }
+  std::size_t block_bytes() const noexcept { return arena_offset() + arena_bytes; }
   std::size_t total_bytes() const noexcept {
     return kHeaderBytes + static_cast<std::size_t>(size) * block_bytes();
   }
@@ -93,22 +96,47 @@ class Group {
     const std::uint64_t magic = Layout::kMagic;
     const auto size = static_cast<std::uint64_t>(layout.size);
     const auto slot = static_cast<std::uint64_t>(layout.slot_bytes);
+    const auto arena = static_cast<std::uint64_t>(layout.arena_bytes);
     std::memcpy(header, &magic, 8);
     std::memcpy(header + 8, &size, 8);
     std::memcpy(header + 16, &slot, 8);
+    std::memcpy(header + 24, &arena, 8);
   }
 
   /// Whether an adopted region's header says what this rank expects.
   static bool describes(const Region& region, const Layout& layout) noexcept {
-    std::uint64_t fields[3];
+    std::uint64_t fields[4];
     std::memcpy(fields, region.data(), sizeof fields);
     return fields[0] == Layout::kMagic && fields[1] == static_cast<std::uint64_t>(layout.size) &&
-           fields[2] == static_cast<std::uint64_t>(layout.slot_bytes);
+           fields[2] == static_cast<std::uint64_t>(layout.slot_bytes) &&
+           fields[3] == static_cast<std::uint64_t>(layout.arena_bytes);
   }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return layout_.size; }
   std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
+  std::size_t arena_bytes() const noexcept { return layout_.arena_bytes; }
+
+  /// Rank `r`'s arena (Layout::arena_bytes): the buffers it allocated for its calls.
+  std::byte* arena(int r) const noexcept { return block(r) + layout_.arena_offset(); }
+
+  /// What a rank posts for a buffer outside its arena.
+  static constexpr std::uint64_t kNotInArena = UINT64_MAX;
+
+  /// Where `bytes` from `p` lie in this rank's arena, or kNotInArena.
+  std::uint64_t arena_offset_of(const void* p, std::size_t bytes) const noexcept {
+    const auto begin = reinterpret_cast<std::uintptr_t>(arena(rank_));
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    if (at < begin || at - begin > layout_.arena_bytes ||
+        bytes > layout_.arena_bytes - (at - begin))
+      return kNotInArena;
+    return at - begin;
+  }
+
+  /// Whether `bytes` from `offset` (as a peer posted it) lie inside an arena.
+  bool fits_arena(std::uint64_t offset, std::size_t bytes) const noexcept {
+    return offset <= layout_.arena_bytes && bytes <= layout_.arena_bytes - offset;
+  }
 
   /// Rank `r`'s staging buffer for the small call (one that fits kSmallBytes) published at
   /// `step`: the data of its box.
@@ -184,6 +212,22 @@ class Group {
     return read_posted(descriptor(r, call_number));
   }
 
+  /// Where a call's send and recv buffers lie in the arena (arena_offset_of), posted after
+  /// `post` for the same call.
+  struct Buffers {
+    std::uint64_t send = kNotInArena;
+    std::uint64_t recv = kNotInArena;
+  };
+  void post_buffers(std::uint64_t call_number, Buffers buffers) noexcept {
+    std::memcpy(descriptor(rank_, call_number) + kBuffersAt, &buffers, sizeof buffers);
+  }
+  /// What rank `r` posted with `post_buffers`: offsets it claims, for the caller to check.
+  Buffers posted_buffers(int r, std::uint64_t call_number) const noexcept {
+    Buffers buffers;
+    std::memcpy(&buffers, descriptor(r, call_number) + kBuffersAt, sizeof buffers);
+    return buffers;
+  }
+
   /// Posts this rank's calls into its box of the next step, for `publish_small`.
   void post_small(const CollectiveCall& call, const CollectiveCall& user) noexcept {
     write_posted(box(rank_, step_ + 1) + Layout::kBoxDescriptors, call, user);
@@ -240,6 +284,10 @@ class Group {
     call.count = static_cast<std::size_t>(count);
     return call;
   }
+
+  // In a descriptor slot: the two descriptors, 16 bytes each, then the call's Buffers.
+  static constexpr std::size_t kBuffersAt = 32;
+  static_assert(kBuffersAt + sizeof(Buffers) <= Layout::kDescriptorBytes);
 
   // The two descriptors, 16 bytes each, as read_posted reads them.
   static void write_posted(std::byte* out, const CollectiveCall& call,
