@@ -242,12 +242,10 @@ void run_all_reduce_in_arenas(Group& group, const CollectiveCall& call, const Co
   const int r = group.rank();
   const std::size_t element = size_of(call.type);
   const std::size_t bytes = call.count * element;
-  group.post(call, user, number);
+  // Beside the descriptors, which open_call posts (they do not overlap).
   group.post_buffers(
       number, {group.arena_offset_of(call.send, bytes), group.arena_offset_of(call.recv, bytes)});
-  group.publish();
-  group.wait_all(group.step(), watch);
-  check_agreement(group, user, [&](int q) { return group.posted(q, number); });
+  open_call(group, call, user, number, watch);
   std::vector<Group::Buffers> buffers(static_cast<std::size_t>(n));
   bool in_arenas = true;
   for (int q = 0; q < n; ++q) {
