@@ -4,8 +4,10 @@
 // floor fusion can reach. Lists: ResNet-50 (161 tensors, 102 MB), BERT-base (199 tensors,
 // 438 MB), and 10,000 gradients of 1 KiB. Every rank is a thread of this process with its own
 // TcpCommunicator on 127.0.0.1, moving the data over loopback TCP (shm:0) or through the shared
-// memory co-located ranks use by default (shm:1); a step makes every gradient ready in backward
-// order, then waits.
+// memory co-located ranks use by default (shm:1), or through shared memory with an arena per
+// rank (TcpOptions::shared_buffer_bytes, shm:2) that holds the buckets (and the one all-reduce's
+// buffer), all-reduced there in place; a step makes every gradient ready in backward order, then
+// waits.
 // BM_Overlap adds a simulated backward pass, against which the all-reduce overlaps or not.
 //
 // Run (see benchmarks/RESULTS.md): strata_bench_fusion_fused_all_reduce_bench
@@ -39,10 +41,14 @@ using strata::fusion::GradientSpec;
 
 enum class Mode { fused, fused_in_buckets, one_all_reduce, one_per_gradient };
 
-// The ranks (argument 0), over TCP or through shared memory (argument 1).
-std::vector<TcpCommunicator> make_group(const benchmark::State& state) {
+// The ranks (argument 0), over TCP or through shared memory, with arenas that hold `list`'s
+// buckets for shm:2 (argument 1).
+std::vector<TcpCommunicator> make_group(const benchmark::State& state,
+                                        const std::vector<GradientSpec>& list) {
   strata::communicator::TcpOptions tcp;
   tcp.shared_memory = state.range(1) != 0;
+  if (state.range(1) == 2)  // every bucket rounds up to the arena's 64-byte alignment
+    tcp.shared_buffer_bytes = strata::bench::total_count(list) * sizeof(float) + 64 * list.size();
   return TcpCommunicator::create(static_cast<int>(state.range(0)), {}, tcp);
 }
 
@@ -56,15 +62,19 @@ void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(),
   const auto list = model();
   const std::size_t n = static_cast<std::size_t>(state.range(0));
   const std::size_t total = strata::bench::total_count(list);
-  auto group = make_group(state);
+  auto group = make_group(state, list);
 
-  // Every rank's gradients: one buffer per gradient, or one buffer for all of them.
+  // Every rank's gradients: one buffer per gradient, or one buffer for all of them (in the
+  // arena where there is one).
   std::vector<std::vector<std::vector<float>>> gradients(n);
-  std::vector<std::vector<float>> flat(n);
+  std::vector<strata::communicator::SharedBuffer> flat(n);
   std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>> buckets(n);
   for (std::size_t r = 0; r < n; ++r) {
     if (mode == Mode::one_all_reduce) {
-      flat[r].assign(total, 1.0f);
+      flat[r] = state.range(1) == 2
+                    ? group[r].allocate_shared(total * sizeof(float))
+                    : strata::communicator::SharedBuffer::ordinary(total * sizeof(float));
+      std::ranges::fill(flat[r].as<float>(), 1.0f);
       continue;
     }
     if (mode == Mode::fused_in_buckets) {
@@ -95,7 +105,7 @@ void BM_Gradients(benchmark::State& state, std::vector<GradientSpec> (*model)(),
         buckets[r]->wait();
         break;
       case Mode::one_all_reduce:
-        group[r].all_reduce(std::span(flat[r]), ReduceOp::sum);
+        group[r].all_reduce(flat[r].as<float>(), ReduceOp::sum);
         break;
       case Mode::one_per_gradient:
         for (auto& gradient : gradients[r])
@@ -124,7 +134,7 @@ void BM_Overlap(benchmark::State& state, bool overlap) {
   const auto list = strata::bench::resnet50_gradients();
   const auto costs = strata::bench::resnet50_backward_costs();
   const std::size_t n = static_cast<std::size_t>(state.range(0));
-  auto group = make_group(state);
+  auto group = make_group(state, list);
   std::vector<std::vector<std::vector<float>>> gradients(n);
   std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>> buckets(n);
   for (std::size_t r = 0; r < n; ++r) {
@@ -142,8 +152,8 @@ void BM_Overlap(benchmark::State& state, bool overlap) {
   };
 
   // The budget, once per number of ranks and transport, shared by both variants.
-  static std::map<std::pair<std::size_t, bool>, Clock::duration> budgets;
-  const std::pair<std::size_t, bool> key{n, state.range(1) != 0};
+  static std::map<std::pair<std::size_t, std::int64_t>, Clock::duration> budgets;
+  const std::pair<std::size_t, std::int64_t> key{n, state.range(1)};
   if (!budgets.contains(key)) {
     std::vector<Clock::duration> times;
     std::vector<std::thread> helpers;
@@ -192,14 +202,14 @@ void BM_Overlap(benchmark::State& state, bool overlap) {
 
 void two_ranks(benchmark::internal::Benchmark* benchmark) {
   benchmark->ArgNames({"ranks", "shm"})
-      ->ArgsProduct({{2}, {0, 1}})
+      ->ArgsProduct({{2}, {0, 1, 2}})
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 }
 
 void ranks(benchmark::internal::Benchmark* benchmark) {
   two_ranks(benchmark);
-  benchmark->ArgsProduct({{4}, {0, 1}});
+  benchmark->ArgsProduct({{4}, {0, 1, 2}});
 }
 
 using strata::bench::bert_base_gradients;

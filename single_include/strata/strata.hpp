@@ -7102,7 +7102,9 @@ concept ReplicaGroup = Communicator<C> && detail::HasMaxSize<C> &&
 // region itself need neither: the processes run the threads' algorithm on them.
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <span>
 #include <utility>
 
@@ -7129,6 +7131,16 @@ class SharedBuffer {
   SharedBuffer(const SharedBuffer&) = delete;
   SharedBuffer& operator=(const SharedBuffer&) = delete;
 
+  /// `bytes` of ordinary memory, zeroed, aligned as an arena's buffers: what a rank that shares
+  /// memory with nobody gets, and a buffer's stand-in where the arena has no room.
+  static SharedBuffer ordinary(std::size_t bytes) {
+    if (bytes == 0) return {};
+    void* memory = ::operator new(bytes, kAlignment);
+    std::memset(memory, 0, bytes);
+    std::shared_ptr<void> owner(memory, [](void* p) { ::operator delete(p, kAlignment); });
+    return SharedBuffer(std::span(static_cast<std::byte*>(memory), bytes), std::move(owner), false);
+  }
+
   std::span<std::byte> bytes() const noexcept { return bytes_; }
   /// The buffer as elements of T, as many as fit (it starts on a 64-byte boundary).
   template <class T>
@@ -7139,6 +7151,8 @@ class SharedBuffer {
   bool shared() const noexcept { return shared_; }
 
  private:
+  static constexpr std::align_val_t kAlignment{64};
+
   std::span<std::byte> bytes_;
   std::shared_ptr<void> owner_;
   bool shared_ = false;
@@ -11532,9 +11546,9 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
 //                    the own slice from the n staged copies (the own input in place) into the
 //                    output and the own staging buffer; step; copy the other slices out.
 //                    Where every rank's buffers lie in its arena (arena.hpp), nothing is
-//                    staged: post the buffers; step; reduce the own slice straight from the
-//                    peers' inputs; step; copy the other slices from their owners' outputs;
-//                    step (a peer may still read this rank's output until then).
+//                    staged: post the buffers; step; per chunk, reduce the own slice straight
+//                    from the peers' inputs, step, copy the other slices from their owners'
+//                    outputs; a last step (a peer may still read this rank's output until then).
 //   reduce           the same, only the root copies out.
 //   broadcast        per chunk: the root stages, the others copy out; one step.
 //   all_gather       per chunk of the block: every rank stages its block, all copy out.
@@ -11789,22 +11803,29 @@ void run_all_reduce_in_arenas(Group& group, const CollectiveCall& call, const Co
   auto input = [&](int q, std::size_t at) -> const std::byte* {
     return group.arena(q) + buffers[static_cast<std::size_t>(q)].send + at;
   };
-  const auto own = strata::detail::slice_of(call.count, element, n, r);
-  if (own.size() != 0) {
-    std::vector<const void*> inputs(static_cast<std::size_t>(n));
-    for (int q = 0; q < n; ++q)
-      inputs[static_cast<std::size_t>(q)] = input(q, own.begin * element);
-    kernels_of(call).reduce_n(bytes_of(call.recv) + own.begin * element, inputs.data(),
-                              inputs.size(), own.size(), call.op);
-  }
-  group.publish();
-  group.wait_all(group.step(), watch);
-  for (int q = 0; q < n; ++q) {
-    if (q == r) continue;
-    const auto s = strata::detail::slice_of(call.count, element, n, q);
-    copy_bytes(bytes_of(call.recv) + s.begin * element,
-               group.arena(q) + buffers[static_cast<std::size_t>(q)].recv + s.begin * element,
-               s.size() * element);
+  // Chunk by chunk, so that the peers' results are copied while they are still in cache.
+  const std::size_t per_chunk = group.slot_bytes() / element;
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  for (std::size_t base = 0; base < call.count; base += per_chunk) {
+    const std::size_t m = std::min(per_chunk, call.count - base);
+    auto slice = [&](int q) { return strata::detail::slice_of(m, element, n, q); };
+    const auto own = slice(r);
+    if (own.size() != 0) {
+      for (int q = 0; q < n; ++q)
+        inputs[static_cast<std::size_t>(q)] = input(q, (base + own.begin) * element);
+      kernels_of(call).reduce_n(bytes_of(call.recv) + (base + own.begin) * element, inputs.data(),
+                                inputs.size(), own.size(), call.op);
+    }
+    group.publish();
+    group.wait_all(group.step(), watch);
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const auto s = slice(q);
+      const std::size_t at = (base + s.begin) * element;
+      copy_bytes(bytes_of(call.recv) + at,
+                 group.arena(q) + buffers[static_cast<std::size_t>(q)].recv + at,
+                 s.size() * element);
+    }
   }
   group.publish();
   group.wait_all(group.step(), watch);
@@ -12313,13 +12334,7 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
 }
 
 STRATA_DECL SharedBuffer TcpCommunicator::allocate_shared(std::size_t bytes) {
-  if (!state_->shm) {
-    // No rank to share with: ordinary memory, aligned as the arena's.
-    constexpr std::align_val_t alignment{transport::shm::Arena::kAlignment};
-    void* memory = ::operator new(std::max<std::size_t>(bytes, 1), alignment);
-    std::shared_ptr<void> owner(memory, [](void* p) { ::operator delete(p, alignment); });
-    return SharedBuffer(std::span(static_cast<std::byte*>(memory), bytes), std::move(owner), false);
-  }
+  if (!state_->shm) return SharedBuffer::ordinary(bytes);  // no rank to share with
   const std::size_t arena = state_->arena ? state_->arena->size() : 0;
   const std::optional<std::size_t> offset =
       state_->arena ? state_->arena->allocate(bytes) : std::nullopt;
@@ -14911,6 +14926,7 @@ class BucketPlan {
 // the end of `wait()` gradient i's buffer belongs to strata.
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -15231,6 +15247,15 @@ class GradientBuckets {
   /// What the buckets reduce with, and through which communicator.
   ReduceOp op() const noexcept { return op_; }
   const Comm& communicator() const noexcept { return *comm_; }
+  /// How many of the buckets' bytes lie in the communicator's arena, where co-located ranks
+  /// all-reduce them in place (TcpOptions::shared_buffer_bytes); the rest are staged.
+  std::size_t shared_bytes() const noexcept {
+    std::size_t bytes = 0;
+    for (const auto* buffers : {&storage_, &wire_})
+      for (const communicator::SharedBuffer& buffer : *buffers)
+        bytes += buffer.shared() ? buffer.bytes().size() : 0;
+    return bytes;
+  }
 
   /// Gradient i's place in its bucket (gradients that live in the buckets). Valid for the
   /// object's lifetime; between `ready(i)` and the end of `wait()` it belongs to the collective.
@@ -15244,7 +15269,7 @@ class GradientBuckets {
                        "ask for the element type the gradient was registered with");
     }
     const BucketSlot& slot = plan_.slot_of(i);
-    auto* base = reinterpret_cast<T*>(storage_[plan_.bucket_of(i)].data());
+    auto* base = reinterpret_cast<T*>(storage_[plan_.bucket_of(i)].bytes().data());
     return {base + slot.offset, slot.count};
   }
 
@@ -15286,12 +15311,13 @@ class GradientBuckets {
     const BucketSlot& slot = plan_.slot_of(i);
     if (compressed(b)) {
       const std::byte* from =
-          refs_.empty() ? storage_[b].data() + slot.offset * sizeof(float) : refs_[i].data;
-      narrow(reinterpret_cast<const float*>(from), wire_[b].data() + slot.offset * 2, slot.count);
+          refs_.empty() ? storage_[b].bytes().data() + slot.offset * sizeof(float) : refs_[i].data;
+      narrow(reinterpret_cast<const float*>(from), wire_[b].bytes().data() + slot.offset * 2,
+             slot.count);
     } else if (!refs_.empty() && !in_place(b) && slot.count > 0) {
       const std::size_t element = size_of(specs_[i].type);
-      strata::detail::streaming_copy(storage_[b].data() + slot.offset * element, refs_[i].data,
-                                     slot.count * element);
+      strata::detail::streaming_copy(storage_[b].bytes().data() + slot.offset * element,
+                                     refs_[i].data, slot.count * element);
     }
     ++filled_[b];
     try {
@@ -15363,7 +15389,7 @@ class GradientBuckets {
         filled_(plan_.buckets().size(), 0),
         works_(plan_.buckets().size()) {
     storage_.reserve(plan_.buckets().size());
-    wire_.resize(plan_.buckets().size());
+    wire_.reserve(plan_.buckets().size());
     kernels_.reserve(plan_.buckets().size());
     for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
       const Bucket& bucket = plan_.buckets()[b];
@@ -15377,9 +15403,29 @@ class GradientBuckets {
       // compressed bucket is narrowed from the trainer's buffers straight into its wire bytes:
       // neither needs storage of its own.
       const bool own_storage = refs_.empty() || !(in_place(b) || compressed(b));
-      storage_.emplace_back(own_storage ? plan_.buckets()[b].bytes() : 0);
-      if (compressed(b)) wire_[b].resize(plan_.buckets()[b].count * 2);
+      storage_.push_back(allocate(own_storage ? plan_.buckets()[b].bytes() : 0));
+      wire_.push_back(allocate(compressed(b) ? plan_.buckets()[b].count * 2 : 0));
     }
+  }
+
+  /// A bucket's bytes, zeroed: in the communicator's arena where it has one with room
+  /// (TcpCommunicator::allocate_shared), so that co-located ranks all-reduce the bucket in
+  /// place; else ordinary memory. Ranks whose buckets land differently still agree: the
+  /// all-reduce then stages them.
+  communicator::SharedBuffer allocate(std::size_t bytes) {
+    if constexpr (requires(Comm & c) {
+                    { c.allocate_shared(bytes) } -> std::same_as<communicator::SharedBuffer>;
+                  }) {
+      if (bytes != 0) {
+        try {
+          communicator::SharedBuffer buffer = comm_->allocate_shared(bytes);
+          std::memset(buffer.bytes().data(), 0, bytes);
+          return buffer;
+        } catch (const ConfigurationError&) {  // no arena, or no room in it: ordinary memory
+        }
+      }
+    }
+    return communicator::SharedBuffer::ordinary(bytes);
   }
 
   static std::vector<const ReduceKernels*> kernels_of_refs(
@@ -15439,10 +15485,10 @@ class GradientBuckets {
   void widen_out(std::size_t b) {
     const bool bf16 = plan_.options().compression == Compression::bfloat16;
     for (const BucketSlot& slot : plan_.buckets()[b].slots) {
-      std::byte* target = refs_.empty() ? storage_[b].data() + slot.offset * sizeof(float)
+      std::byte* target = refs_.empty() ? storage_[b].bytes().data() + slot.offset * sizeof(float)
                                         : refs_[slot.gradient].data;
       auto* out = reinterpret_cast<float*>(target);
-      const std::byte* wire = wire_[b].data() + slot.offset * 2;
+      const std::byte* wire = wire_[b].bytes().data() + slot.offset * 2;
       if (bf16)
         strata::detail::widen(out, reinterpret_cast<const bfloat16*>(wire), slot.count);
       else
@@ -15482,7 +15528,7 @@ class GradientBuckets {
     for (const BucketSlot& slot : plan_.buckets()[b].slots) {
       if (slot.count > 0) {
         strata::detail::streaming_copy(refs_[slot.gradient].data,
-                                       storage_[b].data() + slot.offset * element,
+                                       storage_[b].bytes().data() + slot.offset * element,
                                        slot.count * element);
       }
     }
@@ -15508,9 +15554,9 @@ class GradientBuckets {
         checked_ = true;
       }
       const Bucket& bucket = buckets[next_];
-      std::byte* bytes =
-          in_place(next_) ? refs_[bucket.slots.front().gradient].data : storage_[next_].data();
-      if (compressed(next_)) bytes = wire_[next_].data();
+      std::byte* bytes = in_place(next_) ? refs_[bucket.slots.front().gradient].data
+                                         : storage_[next_].bytes().data();
+      if (compressed(next_)) bytes = wire_[next_].bytes().data();
       works_[next_] = all_reduce_async(bytes, bucket.count, *kernels_[next_]);
       ++next_;
     }
@@ -15606,9 +15652,9 @@ class GradientBuckets {
   BucketPlan plan_;
   ReduceOp op_;
   std::vector<GradientRef> refs_;
-  std::vector<std::vector<std::byte>> storage_;
-  std::vector<std::vector<std::byte>> wire_;   // compressed buckets: their 16-bit values
-  std::vector<const ReduceKernels*> kernels_;  // each bucket's, of its type on the wire
+  std::vector<communicator::SharedBuffer> storage_;
+  std::vector<communicator::SharedBuffer> wire_;  // compressed buckets: their 16-bit values
+  std::vector<const ReduceKernels*> kernels_;     // each bucket's, of its type on the wire
   std::vector<bool> ready_;
   std::vector<std::size_t> filled_;
   std::vector<communicator::Work> works_;

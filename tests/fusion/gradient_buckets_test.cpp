@@ -222,6 +222,120 @@ TEST_CASE("fused steps give the bits of one all-reduce per gradient (TCP, 2 rank
   }
 }
 
+// TCP ranks of one host whose buckets go into their arenas (TcpOptions::shared_buffer_bytes):
+// the buckets take the arena, and the steps give the bits of the staged path and of one
+// all-reduce per gradient, with the gradients in the trainer's buffers or in the buckets. An
+// arena too small for the buckets leaves them in ordinary memory, with the same results.
+TEST_CASE("buckets in the arenas of co-located TCP ranks (shared_buffer_bytes)") {
+  const std::vector<GradientSpec> list{{DataType::float32, 70001}, {DataType::float64, 4099},
+                                       {DataType::float32, 0},     {DataType::int32, 65537},
+                                       {DataType::float32, 1},     {DataType::float32, 300007},
+                                       {DataType::float32, 5003},  {DataType::float64, 17},
+                                       {DataType::int32, 12},      {DataType::float32, 3}};
+  const BucketOptions options{.bucket_bytes = 1 << 20, .first_bucket_bytes = 1 << 16};
+  const auto team_with_arena = [](std::size_t arena) {
+    return strata::testing::RankTeam<TcpCommunicator>(
+        3, {}, [arena](int size, const CommunicatorOptions& o) {
+          strata::communicator::TcpOptions tcp;
+          tcp.shared_buffer_bytes = arena;
+          return TcpCommunicator::create(size, o, tcp);
+        });
+  };
+  auto arenas = team_with_arena(std::size_t{4} << 20);
+  auto small_arenas = team_with_arena(std::size_t{16} << 10);
+  strata::testing::RankTeam<TcpCommunicator> staged(3);
+  constexpr int n = 3;
+  for (const bool in_buckets : {false, true}) {
+    CAPTURE(in_buckets);
+    std::vector<Gradients> grads(n, Gradients(list));
+    std::vector<Gradients> small(n, Gradients(list));
+    std::vector<Gradients> unfused(n, Gradients(list));
+    std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>> in_arena(n);
+    std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>> beside(n);
+    for (int r = 0; r < n; ++r) {
+      const auto at = static_cast<std::size_t>(r);
+      in_arena[at] =
+          in_buckets ? std::make_unique<GradientBuckets<TcpCommunicator>>(arenas[r], list, options)
+                     : std::make_unique<GradientBuckets<TcpCommunicator>>(
+                           arenas[r], grads[at].refs(), options);
+      beside[at] = std::make_unique<GradientBuckets<TcpCommunicator>>(small_arenas[r],
+                                                                      small[at].refs(), options);
+      // Every bucket with storage of its own lies in the arena: all of them when the gradients
+      // live in the buckets, else those of more than one gradient.
+      std::size_t expected = 0;
+      for (const auto& bucket : in_arena[at]->plan().buckets())
+        expected += in_buckets || bucket.slots.size() > 1 ? bucket.bytes() : 0;
+      CHECK(expected > 0);
+      CHECK(in_arena[at]->shared_bytes() == expected);
+      CHECK(beside[at]->shared_bytes() < expected);
+    }
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      arenas.run_or_throw([&](int rank) {
+        auto& mine = grads[static_cast<std::size_t>(rank)];
+        auto& buckets = *in_arena[static_cast<std::size_t>(rank)];
+        mine.fill(rank, step);
+        for (std::size_t g = list.size(); g-- > 0;) {
+          if (in_buckets) {
+            switch (list[g].type) {
+              case DataType::float32:
+                std::copy(mine.f32[g].begin(), mine.f32[g].end(), buckets.buffer<float>(g).begin());
+                break;
+              case DataType::float64:
+                std::copy(mine.f64[g].begin(), mine.f64[g].end(),
+                          buckets.buffer<double>(g).begin());
+                break;
+              default:
+                std::copy(mine.i32[g].begin(), mine.i32[g].end(),
+                          buckets.buffer<std::int32_t>(g).begin());
+                break;
+            }
+          }
+          buckets.ready(g);
+        }
+        buckets.wait();
+        if (!in_buckets) return;
+        for (std::size_t g = 0; g < list.size(); ++g) {
+          const auto back = [](auto from, auto& to) {
+            std::copy(from.begin(), from.end(), to.begin());
+          };
+          switch (list[g].type) {
+            case DataType::float32:
+              back(buckets.buffer<float>(g), mine.f32[g]);
+              break;
+            case DataType::float64:
+              back(buckets.buffer<double>(g), mine.f64[g]);
+              break;
+            default:
+              back(buckets.buffer<std::int32_t>(g), mine.i32[g]);
+              break;
+          }
+        }
+      });
+      small_arenas.run_or_throw([&](int rank) {
+        auto& mine = small[static_cast<std::size_t>(rank)];
+        mine.fill(rank, step);
+        for (std::size_t g = 0; g < list.size(); ++g)
+          beside[static_cast<std::size_t>(rank)]->ready(g);
+        beside[static_cast<std::size_t>(rank)]->wait();
+      });
+      staged.run_or_throw([&](int rank) {
+        auto& mine = unfused[static_cast<std::size_t>(rank)];
+        mine.fill(rank, step);
+        mine.all_reduce_each(staged[rank]);
+      });
+      for (int r = 0; r < n; ++r) {
+        CAPTURE(r);
+        CHECK(grads[static_cast<std::size_t>(r)].same_bits(unfused[static_cast<std::size_t>(r)]));
+        CHECK(small[static_cast<std::size_t>(r)].same_bits(unfused[static_cast<std::size_t>(r)]));
+      }
+      // Integers against sums computed here: sum over ranks of k·(r+1) + step.
+      for (std::size_t k = 0; k < list[3].count; ++k)
+        REQUIRE(grads[0].i32[3][k] == static_cast<std::int32_t>(k) * n * (n + 1) / 2 + step * n);
+    }
+  }
+}
+
 TEST_CASE("gradients that live in the buckets") {
   strata::testing::RankTeam<Local> team(3);
   const std::vector<GradientSpec> list{{DataType::float32, 5},

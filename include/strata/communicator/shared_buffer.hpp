@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <span>
 #include <utility>
 
@@ -34,6 +36,16 @@ class SharedBuffer {
   SharedBuffer(const SharedBuffer&) = delete;
   SharedBuffer& operator=(const SharedBuffer&) = delete;
 
+  /// `bytes` of ordinary memory, zeroed, aligned as an arena's buffers: what a rank that shares
+  /// memory with nobody gets, and a buffer's stand-in where the arena has no room.
+  static SharedBuffer ordinary(std::size_t bytes) {
+    if (bytes == 0) return {};
+    void* memory = ::operator new(bytes, kAlignment);
+    std::memset(memory, 0, bytes);
+    std::shared_ptr<void> owner(memory, [](void* p) { ::operator delete(p, kAlignment); });
+    return SharedBuffer(std::span(static_cast<std::byte*>(memory), bytes), std::move(owner), false);
+  }
+
   std::span<std::byte> bytes() const noexcept { return bytes_; }
   /// The buffer as elements of T, as many as fit (it starts on a 64-byte boundary).
   template <class T>
@@ -44,6 +56,8 @@ class SharedBuffer {
   bool shared() const noexcept { return shared_; }
 
  private:
+  static constexpr std::align_val_t kAlignment{64};
+
   std::span<std::byte> bytes_;
   std::shared_ptr<void> owner_;
   bool shared_ = false;

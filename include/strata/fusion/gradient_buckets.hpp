@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -36,6 +37,7 @@
 
 #include <strata/communicator/communicator.hpp>
 #include <strata/communicator/detail/collective_api.hpp>
+#include <strata/communicator/shared_buffer.hpp>
 #include <strata/communicator/work.hpp>
 #include <strata/core/bfloat16.hpp>
 #include <strata/core/collective.hpp>
@@ -89,6 +91,15 @@ class GradientBuckets {
   /// What the buckets reduce with, and through which communicator.
   ReduceOp op() const noexcept { return op_; }
   const Comm& communicator() const noexcept { return *comm_; }
+  /// How many of the buckets' bytes lie in the communicator's arena, where co-located ranks
+  /// all-reduce them in place (TcpOptions::shared_buffer_bytes); the rest are staged.
+  std::size_t shared_bytes() const noexcept {
+    std::size_t bytes = 0;
+    for (const auto* buffers : {&storage_, &wire_})
+      for (const communicator::SharedBuffer& buffer : *buffers)
+        bytes += buffer.shared() ? buffer.bytes().size() : 0;
+    return bytes;
+  }
 
   /// Gradient i's place in its bucket (gradients that live in the buckets). Valid for the
   /// object's lifetime; between `ready(i)` and the end of `wait()` it belongs to the collective.
@@ -102,7 +113,7 @@ class GradientBuckets {
                        "ask for the element type the gradient was registered with");
     }
     const BucketSlot& slot = plan_.slot_of(i);
-    auto* base = reinterpret_cast<T*>(storage_[plan_.bucket_of(i)].data());
+    auto* base = reinterpret_cast<T*>(storage_[plan_.bucket_of(i)].bytes().data());
     return {base + slot.offset, slot.count};
   }
 
@@ -144,12 +155,13 @@ class GradientBuckets {
     const BucketSlot& slot = plan_.slot_of(i);
     if (compressed(b)) {
       const std::byte* from =
-          refs_.empty() ? storage_[b].data() + slot.offset * sizeof(float) : refs_[i].data;
-      narrow(reinterpret_cast<const float*>(from), wire_[b].data() + slot.offset * 2, slot.count);
+          refs_.empty() ? storage_[b].bytes().data() + slot.offset * sizeof(float) : refs_[i].data;
+      narrow(reinterpret_cast<const float*>(from), wire_[b].bytes().data() + slot.offset * 2,
+             slot.count);
     } else if (!refs_.empty() && !in_place(b) && slot.count > 0) {
       const std::size_t element = size_of(specs_[i].type);
-      strata::detail::streaming_copy(storage_[b].data() + slot.offset * element, refs_[i].data,
-                                     slot.count * element);
+      strata::detail::streaming_copy(storage_[b].bytes().data() + slot.offset * element,
+                                     refs_[i].data, slot.count * element);
     }
     ++filled_[b];
     try {
@@ -221,7 +233,7 @@ class GradientBuckets {
         filled_(plan_.buckets().size(), 0),
         works_(plan_.buckets().size()) {
     storage_.reserve(plan_.buckets().size());
-    wire_.resize(plan_.buckets().size());
+    wire_.reserve(plan_.buckets().size());
     kernels_.reserve(plan_.buckets().size());
     for (std::size_t b = 0; b < plan_.buckets().size(); ++b) {
       const Bucket& bucket = plan_.buckets()[b];
@@ -235,9 +247,29 @@ class GradientBuckets {
       // compressed bucket is narrowed from the trainer's buffers straight into its wire bytes:
       // neither needs storage of its own.
       const bool own_storage = refs_.empty() || !(in_place(b) || compressed(b));
-      storage_.emplace_back(own_storage ? plan_.buckets()[b].bytes() : 0);
-      if (compressed(b)) wire_[b].resize(plan_.buckets()[b].count * 2);
+      storage_.push_back(allocate(own_storage ? plan_.buckets()[b].bytes() : 0));
+      wire_.push_back(allocate(compressed(b) ? plan_.buckets()[b].count * 2 : 0));
     }
+  }
+
+  /// A bucket's bytes, zeroed: in the communicator's arena where it has one with room
+  /// (TcpCommunicator::allocate_shared), so that co-located ranks all-reduce the bucket in
+  /// place; else ordinary memory. Ranks whose buckets land differently still agree: the
+  /// all-reduce then stages them.
+  communicator::SharedBuffer allocate(std::size_t bytes) {
+    if constexpr (requires(Comm & c) {
+                    { c.allocate_shared(bytes) } -> std::same_as<communicator::SharedBuffer>;
+                  }) {
+      if (bytes != 0) {
+        try {
+          communicator::SharedBuffer buffer = comm_->allocate_shared(bytes);
+          std::memset(buffer.bytes().data(), 0, bytes);
+          return buffer;
+        } catch (const ConfigurationError&) {  // no arena, or no room in it: ordinary memory
+        }
+      }
+    }
+    return communicator::SharedBuffer::ordinary(bytes);
   }
 
   static std::vector<const ReduceKernels*> kernels_of_refs(
@@ -297,10 +329,10 @@ class GradientBuckets {
   void widen_out(std::size_t b) {
     const bool bf16 = plan_.options().compression == Compression::bfloat16;
     for (const BucketSlot& slot : plan_.buckets()[b].slots) {
-      std::byte* target = refs_.empty() ? storage_[b].data() + slot.offset * sizeof(float)
+      std::byte* target = refs_.empty() ? storage_[b].bytes().data() + slot.offset * sizeof(float)
                                         : refs_[slot.gradient].data;
       auto* out = reinterpret_cast<float*>(target);
-      const std::byte* wire = wire_[b].data() + slot.offset * 2;
+      const std::byte* wire = wire_[b].bytes().data() + slot.offset * 2;
       if (bf16)
         strata::detail::widen(out, reinterpret_cast<const bfloat16*>(wire), slot.count);
       else
@@ -340,7 +372,7 @@ class GradientBuckets {
     for (const BucketSlot& slot : plan_.buckets()[b].slots) {
       if (slot.count > 0) {
         strata::detail::streaming_copy(refs_[slot.gradient].data,
-                                       storage_[b].data() + slot.offset * element,
+                                       storage_[b].bytes().data() + slot.offset * element,
                                        slot.count * element);
       }
     }
@@ -366,9 +398,9 @@ class GradientBuckets {
         checked_ = true;
       }
       const Bucket& bucket = buckets[next_];
-      std::byte* bytes =
-          in_place(next_) ? refs_[bucket.slots.front().gradient].data : storage_[next_].data();
-      if (compressed(next_)) bytes = wire_[next_].data();
+      std::byte* bytes = in_place(next_) ? refs_[bucket.slots.front().gradient].data
+                                         : storage_[next_].bytes().data();
+      if (compressed(next_)) bytes = wire_[next_].bytes().data();
       works_[next_] = all_reduce_async(bytes, bucket.count, *kernels_[next_]);
       ++next_;
     }
@@ -464,9 +496,9 @@ class GradientBuckets {
   BucketPlan plan_;
   ReduceOp op_;
   std::vector<GradientRef> refs_;
-  std::vector<std::vector<std::byte>> storage_;
-  std::vector<std::vector<std::byte>> wire_;   // compressed buckets: their 16-bit values
-  std::vector<const ReduceKernels*> kernels_;  // each bucket's, of its type on the wire
+  std::vector<communicator::SharedBuffer> storage_;
+  std::vector<communicator::SharedBuffer> wire_;  // compressed buckets: their 16-bit values
+  std::vector<const ReduceKernels*> kernels_;     // each bucket's, of its type on the wire
   std::vector<bool> ready_;
   std::vector<std::size_t> filled_;
   std::vector<communicator::Work> works_;

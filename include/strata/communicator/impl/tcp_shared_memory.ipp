@@ -156,13 +156,7 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
 }
 
 STRATA_DECL SharedBuffer TcpCommunicator::allocate_shared(std::size_t bytes) {
-  if (!state_->shm) {
-    // No rank to share with: ordinary memory, aligned as the arena's.
-    constexpr std::align_val_t alignment{transport::shm::Arena::kAlignment};
-    void* memory = ::operator new(std::max<std::size_t>(bytes, 1), alignment);
-    std::shared_ptr<void> owner(memory, [](void* p) { ::operator delete(p, alignment); });
-    return SharedBuffer(std::span(static_cast<std::byte*>(memory), bytes), std::move(owner), false);
-  }
+  if (!state_->shm) return SharedBuffer::ordinary(bytes);  // no rank to share with
   const std::size_t arena = state_->arena ? state_->arena->size() : 0;
   const std::optional<std::size_t> offset =
       state_->arena ? state_->arena->allocate(bytes) : std::nullopt;
