@@ -14924,6 +14924,8 @@ class BucketPlan {
 // are copied out once it completes (by a `ready` while a later bucket runs, else by `wait`), except
 // for a bucket of one gradient, all-reduced in the trainer's buffer. Either way, from `ready(i)` to
 // the end of `wait()` gradient i's buffer belongs to strata.
+// Over a TcpCommunicator with an arena (TcpOptions::shared_buffer_bytes) the buckets live in it,
+// and co-located processes all-reduce them in place instead of staging them.
 
 #include <algorithm>
 #include <concepts>
@@ -15403,7 +15405,10 @@ class GradientBuckets {
       // compressed bucket is narrowed from the trainer's buffers straight into its wire bytes:
       // neither needs storage of its own.
       const bool own_storage = refs_.empty() || !(in_place(b) || compressed(b));
-      storage_.push_back(allocate(own_storage ? plan_.buckets()[b].bytes() : 0));
+      // What the all-reduce runs on (the wire bytes of a compressed bucket) goes to the arena.
+      const std::size_t bytes = own_storage ? plan_.buckets()[b].bytes() : 0;
+      storage_.push_back(compressed(b) ? communicator::SharedBuffer::ordinary(bytes)
+                                       : allocate(bytes));
       wire_.push_back(allocate(compressed(b) ? plan_.buckets()[b].count * 2 : 0));
     }
   }

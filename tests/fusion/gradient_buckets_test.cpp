@@ -222,6 +222,16 @@ TEST_CASE("fused steps give the bits of one all-reduce per gradient (TCP, 2 rank
   }
 }
 
+// Ranks of one host (threads, each with its own mapping) with an arena of `arena` bytes each.
+strata::testing::RankTeam<TcpCommunicator> team_with_arena(int size, std::size_t arena) {
+  return strata::testing::RankTeam<TcpCommunicator>(size, {},
+                                                    [arena](int n, const CommunicatorOptions& o) {
+                                                      strata::communicator::TcpOptions tcp;
+                                                      tcp.shared_buffer_bytes = arena;
+                                                      return TcpCommunicator::create(n, o, tcp);
+                                                    });
+}
+
 // TCP ranks of one host whose buckets go into their arenas (TcpOptions::shared_buffer_bytes):
 // the buckets take the arena, and the steps give the bits of the staged path and of one
 // all-reduce per gradient, with the gradients in the trainer's buffers or in the buckets. An
@@ -233,16 +243,8 @@ TEST_CASE("buckets in the arenas of co-located TCP ranks (shared_buffer_bytes)")
                                        {DataType::float32, 5003},  {DataType::float64, 17},
                                        {DataType::int32, 12},      {DataType::float32, 3}};
   const BucketOptions options{.bucket_bytes = 1 << 20, .first_bucket_bytes = 1 << 16};
-  const auto team_with_arena = [](std::size_t arena) {
-    return strata::testing::RankTeam<TcpCommunicator>(
-        3, {}, [arena](int size, const CommunicatorOptions& o) {
-          strata::communicator::TcpOptions tcp;
-          tcp.shared_buffer_bytes = arena;
-          return TcpCommunicator::create(size, o, tcp);
-        });
-  };
-  auto arenas = team_with_arena(std::size_t{4} << 20);
-  auto small_arenas = team_with_arena(std::size_t{16} << 10);
+  auto arenas = team_with_arena(3, std::size_t{4} << 20);
+  auto small_arenas = team_with_arena(3, std::size_t{16} << 10);
   strata::testing::RankTeam<TcpCommunicator> staged(3);
   constexpr int n = 3;
   for (const bool in_buckets : {false, true}) {
@@ -333,6 +335,56 @@ TEST_CASE("buckets in the arenas of co-located TCP ranks (shared_buffer_bytes)")
       for (std::size_t k = 0; k < list[3].count; ++k)
         REQUIRE(grads[0].i32[3][k] == static_cast<std::int32_t>(k) * n * (n + 1) / 2 + step * n);
     }
+  }
+}
+
+// A compressed bucket's wire bytes go to the arena, its float32 values do not: the arena's
+// all-reduce of the 16-bit values gives the bits of the staged one.
+TEST_CASE("compressed buckets in the arenas: their wire bytes, the staged path's bits") {
+  const std::vector<GradientSpec> list{{DataType::float32, 70001},
+                                       {DataType::float64, 4099},
+                                       {DataType::float32, 5003},
+                                       {DataType::float32, 3}};
+  const BucketOptions options{.bucket_bytes = 1 << 20,
+                              .first_bucket_bytes = 1 << 16,
+                              .compression = strata::fusion::Compression::bfloat16};
+  constexpr int n = 2;
+  auto arenas = team_with_arena(n, std::size_t{2} << 20);
+  strata::testing::RankTeam<TcpCommunicator> staged(n);
+  std::vector<Gradients> in_arena(n, Gradients(list));
+  std::vector<Gradients> beside(n, Gradients(list));
+  std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>> a(n);
+  std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>> b(n);
+  for (int r = 0; r < n; ++r) {
+    const auto at = static_cast<std::size_t>(r);
+    a[at] =
+        std::make_unique<GradientBuckets<TcpCommunicator>>(arenas[r], in_arena[at].refs(), options);
+    b[at] =
+        std::make_unique<GradientBuckets<TcpCommunicator>>(staged[r], beside[at].refs(), options);
+    std::size_t expected = 0;
+    for (const auto& bucket : a[at]->plan().buckets())
+      expected += bucket.type == DataType::float32 ? bucket.count * 2
+                  : bucket.slots.size() > 1        ? bucket.bytes()
+                                                   : 0;
+    CHECK(expected > 0);
+    CHECK(a[at]->shared_bytes() == expected);
+    CHECK(b[at]->shared_bytes() == 0);
+  }
+  for (int step = 0; step < 2; ++step) {
+    const auto run = [&](strata::testing::RankTeam<TcpCommunicator>& team,
+                         std::vector<Gradients>& grads,
+                         std::vector<std::unique_ptr<GradientBuckets<TcpCommunicator>>>& buckets) {
+      team.run_or_throw([&](int rank) {
+        grads[static_cast<std::size_t>(rank)].fill(rank, step);
+        for (std::size_t g = 0; g < list.size(); ++g)
+          buckets[static_cast<std::size_t>(rank)]->ready(g);
+        buckets[static_cast<std::size_t>(rank)]->wait();
+      });
+    };
+    run(arenas, in_arena, a);
+    run(staged, beside, b);
+    for (int r = 0; r < n; ++r)
+      CHECK(in_arena[static_cast<std::size_t>(r)].same_bits(beside[static_cast<std::size_t>(r)]));
   }
 }
 
