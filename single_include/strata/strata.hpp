@@ -11547,8 +11547,7 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
 //                    output and the own staging buffer; step; copy the other slices out.
 //                    Where every rank's buffers lie in its arena (arena.hpp), nothing is
 //                    staged: post the buffers; step; per chunk, reduce the own slice straight
-//                    from the peers' inputs, step, copy the other slices from their owners'
-//                    outputs; a last step (a peer may still read this rank's output until then).
+//                    from the peers' inputs and write it into every rank's output; step.
 //   reduce           the same, only the root copies out.
 //   broadcast        per chunk: the root stages, the others copy out; one step.
 //   all_gather       per chunk of the block: every rank stages its block, all copy out.
@@ -11803,29 +11802,24 @@ void run_all_reduce_in_arenas(Group& group, const CollectiveCall& call, const Co
   auto input = [&](int q, std::size_t at) -> const std::byte* {
     return group.arena(q) + buffers[static_cast<std::size_t>(q)].send + at;
   };
-  // Chunk by chunk, so that the peers' results are copied while they are still in cache.
+  // Chunk by chunk, each rank reduces its slice straight from the peers' inputs and writes the
+  // result into every rank's output while it is in cache. In place, slice q of a buffer is read
+  // and then written by rank q alone; after the last step nobody touches another's buffers.
   const std::size_t per_chunk = group.slot_bytes() / element;
   std::vector<const void*> inputs(static_cast<std::size_t>(n));
   for (std::size_t base = 0; base < call.count; base += per_chunk) {
     const std::size_t m = std::min(per_chunk, call.count - base);
-    auto slice = [&](int q) { return strata::detail::slice_of(m, element, n, q); };
-    const auto own = slice(r);
-    if (own.size() != 0) {
-      for (int q = 0; q < n; ++q)
-        inputs[static_cast<std::size_t>(q)] = input(q, (base + own.begin) * element);
-      kernels_of(call).reduce_n(bytes_of(call.recv) + (base + own.begin) * element, inputs.data(),
-                                inputs.size(), own.size(), call.op);
-    }
-    group.publish();
-    group.wait_all(group.step(), watch);
-    for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      const auto s = slice(q);
-      const std::size_t at = (base + s.begin) * element;
-      copy_bytes(bytes_of(call.recv) + at,
-                 group.arena(q) + buffers[static_cast<std::size_t>(q)].recv + at,
-                 s.size() * element);
-    }
+    const auto own = strata::detail::slice_of(m, element, n, r);
+    if (own.size() == 0) continue;
+    const std::size_t at = (base + own.begin) * element;
+    for (int q = 0; q < n; ++q)
+      inputs[static_cast<std::size_t>(q)] = input(q, at);
+    std::byte* result = bytes_of(call.recv) + at;
+    kernels_of(call).reduce_n(result, inputs.data(), inputs.size(), own.size(), call.op);
+    for (int q = 0; q < n; ++q)
+      if (q != r)
+        copy_bytes(group.arena(q) + buffers[static_cast<std::size_t>(q)].recv + at, result,
+                   own.size() * element);
   }
   group.publish();
   group.wait_all(group.step(), watch);
