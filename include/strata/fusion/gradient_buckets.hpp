@@ -51,6 +51,7 @@
 #include <strata/core/reduce_kernels.hpp>
 #include <strata/core/reduce_op.hpp>
 #include <strata/fusion/bucket_plan.hpp>
+#include <strata/fusion/detail/same_gradients.hpp>
 #include <strata/fusion/gradient_ref.hpp>
 
 namespace strata::fusion {
@@ -184,7 +185,7 @@ class GradientBuckets {
     if (!checked_) {
       // A rank with no bucket to start (an empty list) still takes part in the check.
       try {
-        check_same_gradients();
+        detail::check_same_gradients(*comm_, specs_, plan_.options());
       } catch (...) {
         failure_ = std::current_exception();
         throw;
@@ -399,7 +400,7 @@ class GradientBuckets {
     const auto& buckets = plan_.buckets();
     while (next_ < buckets.size() && filled_[next_] == buckets[next_].slots.size()) {
       if (!checked_) {
-        check_same_gradients();
+        detail::check_same_gradients(*comm_, specs_, plan_.options());
         checked_ = true;
       }
       const Bucket& bucket = buckets[next_];
@@ -428,73 +429,6 @@ class GradientBuckets {
       });
     }
   }
-
-  /// Every rank compares its list (and options) with rank 0's; all agree on the first
-  /// difference, so all throw, naming the same gradient.
-  void check_same_gradients() {
-    const int rank = comm_->rank();
-    const BucketOptions& options = plan_.options();
-    std::vector<std::int64_t> mine;
-    mine.reserve(kHeader + 2 * specs_.size());
-    mine.push_back(static_cast<std::int64_t>(specs_.size()));
-    mine.push_back(static_cast<std::int64_t>(options.bucket_bytes));
-    mine.push_back(static_cast<std::int64_t>(options.first_bucket_bytes));
-    mine.push_back(static_cast<std::int64_t>(options.compression));
-    for (const GradientSpec& spec : specs_) {
-      mine.push_back(static_cast<std::int64_t>(spec.type));
-      mine.push_back(static_cast<std::int64_t>(spec.count));
-    }
-    std::int64_t rank0_size = mine[0];
-    comm_->broadcast(std::span(&rank0_size, 1), 0);
-    std::vector<std::int64_t> rank0(kHeader + 2 * static_cast<std::size_t>(rank0_size));
-    if (rank == 0) rank0 = mine;
-    comm_->broadcast(std::span(rank0), 0);
-
-    constexpr std::int64_t kSame = std::numeric_limits<std::int64_t>::max();
-    constexpr std::int64_t kOptions = -1;
-    std::int64_t differs = kSame;
-    if (!std::equal(rank0.begin() + 1, rank0.begin() + kHeader, mine.begin() + 1)) {
-      differs = kOptions;
-    } else {
-      const std::size_t common = std::min(specs_.size(), static_cast<std::size_t>(rank0_size));
-      for (std::size_t i = 0; i < common && differs == kSame; ++i) {
-        if (rank0[kHeader + 2 * i] != mine[kHeader + 2 * i] ||
-            rank0[kHeader + 1 + 2 * i] != mine[kHeader + 1 + 2 * i]) {
-          differs = static_cast<std::int64_t>(i);
-        }
-      }
-      if (differs == kSame && specs_.size() != static_cast<std::size_t>(rank0_size)) {
-        differs = static_cast<std::int64_t>(common);
-      }
-    }
-    // The smallest over the ranks, gathered rather than all-reduced: no int64 kernels.
-    std::vector<std::int64_t> all_differ(static_cast<std::size_t>(comm_->size()));
-    comm_->all_gather(std::span<const std::int64_t>(&differs, 1), std::span(all_differ));
-    differs = *std::min_element(all_differ.begin(), all_differ.end());
-    if (differs == kSame) return;
-
-    if (differs == kOptions) {
-      throw MismatchError(rank, "fusion::GradientBuckets",
-                          "the bucket options differ between ranks (bucket_bytes, "
-                          "first_bucket_bytes, compression)",
-                          "give every rank the same BucketOptions");
-    }
-    const auto i = static_cast<std::size_t>(differs);
-    const auto describe = [](const std::vector<std::int64_t>& list, std::size_t at) {
-      if (at >= static_cast<std::size_t>(list[0])) return std::string("no such gradient");
-      return fmt::format("{}[{}]", to_string(static_cast<DataType>(list[kHeader + 2 * at])),
-                         list[kHeader + 1 + 2 * at]);
-    };
-    throw MismatchError(
-        rank, "fusion::GradientBuckets",
-        fmt::format("the ranks registered different gradients: gradient {} is {} on rank 0 "
-                    "and {} here ({} gradients on rank 0, {} here)",
-                    i, describe(rank0, i), describe(mine, i), rank0_size, specs_.size()),
-        "register the same gradients, in the same order, on every rank");
-  }
-
-  // What the first step exchanges before the gradients: the count and the three options.
-  static constexpr std::size_t kHeader = 4;
 
   Comm* comm_;
   std::vector<GradientSpec> specs_;
