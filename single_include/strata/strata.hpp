@@ -1064,9 +1064,8 @@ inline std::chrono::milliseconds default_timeout() {
 //              are also compiled for AVX2 and AVX-512 and the widest set the CPU has runs, with
 //              the same bits. Integers, float and double run at memory speed for large counts
 //              (two-input sum: about memcpy's bytes/s; benchmarks/core/reduce_bench.cpp).
-//              float16 converts in blocks with F16C's instructions where the CPU has AVX2
-//              (the same bits as the portable conversions); bfloat16 converts in integer
-//              vector code.
+//              float16 and bfloat16 convert a block at a time (F16C for float16), with the
+//              same bits as the portable conversions.
 
 #include <cstddef>
 #include <cstdint>
@@ -1091,15 +1090,29 @@ inline std::chrono::milliseconds default_timeout() {
 #include <fmt/format.h>
 
 // ---- begin strata/core/detail/reduce_half_blocks.hpp ----
-// strata/core/detail/reduce_half_blocks.hpp — float16 reduction converting whole blocks with
-// F16C.
+// strata/core/detail/reduce_half_blocks.hpp — float16 and bfloat16 reduction converting whole
+// blocks.
 //
-// Where the kernels run AVX2 or AVX-512, a float16 block is widened and narrowed with F16C's
-// vector conversions instead of element by element, with the same bits.
+// Every instruction set reduces a 16-bit float block by widening each input's block to float
+// once (half_conversions.hpp), combining the floats in the portable loops' order and narrowing
+// the result once: the same bits as element by element, and one conversion loop per set
+// instead of one inlined into each operator's loops.
 
 #include <cstddef>
+
+// ---- begin strata/core/detail/half_conversions.hpp ----
+// strata/core/detail/half_conversions.hpp — arrays of float16 and bfloat16 widened to float and
+// narrowed back, compiled for each instruction set of the reduction kernels (reduce_isa.hpp),
+// bit for bit the element conversions of float16.hpp and bfloat16.hpp.
+//
+// The kernels convert a block at a time through these (reduce_half_blocks.hpp) and the
+// compressed gradient buckets whole arrays (convert_blocks.hpp): one out-of-line loop per set
+// instead of a conversion inlined into every loop of every operator, which is both faster and
+// far cheaper to compile. Large outputs go through streaming stores, as streaming_copy.hpp says.
+
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 // ---- begin strata/core/detail/reduce_convert.hpp ----
 // strata/core/detail/reduce_convert.hpp — the kernels' conversions between an element and the
@@ -1296,6 +1309,328 @@ inline void run_on(Isa isa, const Kernel& kernel) {
 
 }  // namespace strata::detail
 // ---- end strata/core/detail/reduce_isa.hpp ----
+// ---- begin strata/core/detail/streaming_copy.hpp ----
+// strata/core/detail/streaming_copy.hpp — copies into or out of gradient buckets of megabytes,
+// with streaming stores where the destination is large.
+//
+// A bucket's bytes leave the cache before anyone reads them (the transfer reads a bucket after
+// the whole of it is filled; the optimizer reads a gradient after every bucket is copied out), so
+// a plain store's read of each line, only to overwrite it, is a third of the copy's memory
+// traffic for nothing.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+
+#if STRATA_REDUCE_DISPATCH
+#include <immintrin.h>
+#endif
+
+namespace strata::detail {
+
+/// Outputs at least this large are written with streaming stores (see the file comment).
+inline constexpr std::size_t kStreamingBytes = std::size_t{64} << 10;
+
+#if STRATA_REDUCE_DISPATCH
+[[gnu::target("avx2"), gnu::noinline]] inline void streaming_copy_avx2(
+    std::byte* __restrict out, const std::byte* __restrict in, std::size_t bytes) noexcept {
+  // Bytes copied plainly until `out` is aligned as a streaming store needs.
+  const std::size_t head =
+      std::min(bytes, (32 - reinterpret_cast<std::uintptr_t>(out) % 32) % std::size_t{32});
+  std::memcpy(out, in, head);
+  std::size_t i = head;
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 64));
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 96), d);
+  }
+  _mm_sfence();
+  std::memcpy(out + i, in + i, bytes - i);
+}
+#endif
+
+/// memcpy(out, in, bytes) for buffers that do not overlap; streaming stores from
+/// kStreamingBytes where the CPU has AVX2.
+inline void streaming_copy(void* __restrict out, const void* __restrict in,
+                           std::size_t bytes) noexcept {
+  if (bytes == 0) return;
+#if STRATA_REDUCE_DISPATCH
+  if (bytes >= kStreamingBytes && best_isa() != Isa::baseline)
+    return streaming_copy_avx2(static_cast<std::byte*>(out), static_cast<const std::byte*>(in),
+                               bytes);
+#endif
+  std::memcpy(out, in, bytes);
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/streaming_copy.hpp ----
+
+#if STRATA_REDUCE_DISPATCH
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+// The conversions are out of line: an intrinsic needs its target in every function it is
+// inlined into, and a call per block costs nothing next to converting 1024 elements. g++ also
+// keeps them out of its interprocedural constant propagation, whose clones for a block's
+// constant length make g++ 12 warn falsely (-Waggressive-loop-optimizations) at -O3.
+#if defined(__clang__)
+#define STRATA_OUT_OF_LINE gnu::noinline
+#else
+#define STRATA_OUT_OF_LINE gnu::noipa
+#endif
+
+namespace strata::detail {
+
+#if STRATA_REDUCE_DISPATCH
+// The 512-bit conversions are the masked forms with a zero source: g++ 12 warns
+// (-Wmaybe-uninitialized) about the unmasked forms' undefined one.
+[[gnu::target("avx2,f16c"), STRATA_OUT_OF_LINE]] inline void widen_halves_avx2(
+    float* __restrict out, const float16* __restrict in, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  if (i < n) {  // the last 1-7 through a zero-padded vector, so that every element converts alike
+    float16 padded[8] = {};
+    float wide[8];
+    std::memcpy(padded, in + i, (n - i) * sizeof(float16));
+    _mm256_storeu_ps(wide, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i*>(padded))));
+    std::memcpy(out + i, wide, (n - i) * sizeof(float));
+  }
+}
+
+[[gnu::target("avx2,f16c"), STRATA_OUT_OF_LINE]] inline void narrow_halves_avx2(
+    float16* __restrict out, const float* __restrict in, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  if (i < n) {
+    float padded[8] = {};
+    float16 narrow[8];
+    std::memcpy(padded, in + i, (n - i) * sizeof(float));
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(padded), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(narrow), h);
+    std::memcpy(out + i, narrow, (n - i) * sizeof(float16));
+  }
+}
+
+[[gnu::target("avx2,f16c,avx512f"), STRATA_OUT_OF_LINE]] inline void widen_halves_avx512(
+    float* __restrict out, const float16* __restrict in, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps(0xffff, h));
+  }
+  widen_halves_avx2(out + i, in + i, n - i);
+}
+
+[[gnu::target("avx2,f16c,avx512f"), STRATA_OUT_OF_LINE]] inline void narrow_halves_avx512(
+    float16* __restrict out, const float* __restrict in, std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h =
+        _mm512_maskz_cvtps_ph(0xffff, _mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
+  }
+  narrow_halves_avx2(out + i, in + i, n - i);
+}
+// Whether the CPU converts float to bfloat16 itself (AVX512_BF16: CPUID leaf 7, subleaf 1,
+// EAX bit 5), beside the AVX-512 the kernels need.
+inline bool has_avx512_bf16() noexcept {
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return best_isa() == Isa::avx512 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 &&
+           (eax & (1u << 5)) != 0;
+  }();
+  return has;
+}
+
+// Elements converted one at a time until `out + i` is aligned to `alignment` bytes, as a
+// streaming store needs: returns that i (n when it never is).
+template <class To, class From>
+inline std::size_t convert_until_aligned(To* out, const From* in, std::size_t n,
+                                         std::size_t alignment) noexcept {
+  std::size_t i = 0;
+  while (i < n && reinterpret_cast<std::uintptr_t>(out + i) % alignment != 0) {
+    out[i] = To(in[i]);
+    ++i;
+  }
+  return i;
+}
+
+// bfloat16's rounding in 32-bit lanes: (x + 0x7fff + lsb) >> 16, where lsb is bit 16 of x; a NaN
+// keeps its top bits and is quieted.
+[[gnu::target("avx2"), STRATA_OUT_OF_LINE]] inline void narrow_bfloat16_avx2(
+    bfloat16* __restrict out, const float* __restrict in, std::size_t n) noexcept {
+  const bool streaming = n * sizeof(bfloat16) >= kStreamingBytes;
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i bias = _mm256_set1_epi32(0x7fff);
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+  const __m256i infinity = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x0040);
+  std::size_t i = streaming ? convert_until_aligned(out, in, n, 16) : 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m256i high = _mm256_srli_epi32(x, 16);
+    const __m256i odd = _mm256_and_si256(high, one);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, bias), odd), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, magnitude), infinity);
+    const __m256i bits = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet), nan);
+    // Every lane holds a value below 2^16, so the saturating pack keeps it; the pack works per
+    // 128-bit half, and the permute brings the two halves' results together.
+    const __m128i packed =
+        _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0b1000));
+    if (streaming)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), packed);
+    else
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
+  }
+  if (streaming) _mm_sfence();
+  for (; i < n; ++i)
+    out[i] = bfloat16(in[i]);
+}
+
+// The CPU's own conversion (VCVTNE2PS2BF16) rounds as bfloat16.hpp does, and quiets a NaN the
+// same way, but flushes subnormals to zero: a block holding one converts element by element.
+[[gnu::target("avx2,avx512f,avx512bw,avx512vl,avx512bf16"), STRATA_OUT_OF_LINE]] inline void
+narrow_bfloat16_avx512_bf16(bfloat16* __restrict out, const float* __restrict in,
+                            std::size_t n) noexcept {
+  const bool streaming = n * sizeof(bfloat16) >= kStreamingBytes;
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+  const __m512i fraction = _mm512_set1_epi32(0x007fffff);
+  std::size_t i = streaming ? convert_until_aligned(out, in, n, 64) : 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i low = _mm512_loadu_si512(in + i);
+    const __m512i high = _mm512_loadu_si512(in + i + 16);
+    const __mmask16 subnormal_low =
+        _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(low, exponent), low, fraction);
+    const __mmask16 subnormal_high =
+        _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(high, exponent), high, fraction);
+    if ((subnormal_low | subnormal_high) != 0) {
+      for (std::size_t j = i; j < i + 32; ++j)
+        out[j] = bfloat16(in[j]);
+      continue;
+    }
+    // A vector cast: the same 64 bytes, now as integers to store.
+    const auto packed =
+        (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(high), _mm512_castsi512_ps(low));
+    if (streaming)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + i), packed);
+    else
+      _mm512_storeu_si512(out + i, packed);
+  }
+  if (streaming) _mm_sfence();
+  for (; i < n; ++i)
+    out[i] = bfloat16(in[i]);
+}
+
+[[gnu::target("avx2"), STRATA_OUT_OF_LINE]] inline void widen_bfloat16_avx2(
+    float* __restrict out, const bfloat16* __restrict in, std::size_t n) noexcept {
+  const bool streaming = n * sizeof(float) >= kStreamingBytes;
+  std::size_t i = streaming ? convert_until_aligned(out, in, n, 32) : 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m256i wide = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    if (streaming)
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), wide);
+    else
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), wide);
+  }
+  if (streaming) _mm_sfence();
+  for (; i < n; ++i)
+    out[i] = static_cast<float>(in[i]);
+}
+
+[[gnu::target("avx2,avx512f,avx512bw,avx512vl"), STRATA_OUT_OF_LINE]] inline void
+widen_bfloat16_avx512(float* __restrict out, const bfloat16* __restrict in,
+                      std::size_t n) noexcept {
+  const bool streaming = n * sizeof(float) >= kStreamingBytes;
+  std::size_t i = streaming ? convert_until_aligned(out, in, n, 64) : 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    // The masked forms with a zero source, as in widen_halves_avx512.
+    const __m512i wide =
+        _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16);
+    if (streaming)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + i), wide);
+    else
+      _mm512_storeu_si512(out + i, wide);
+  }
+  if (streaming) _mm_sfence();
+  for (; i < n; ++i)
+    out[i] = static_cast<float>(in[i]);
+}
+#endif
+
+/// `out[i] = float(in[i])` for n float16 or bfloat16, with `kIsa`'s vector conversions (F16C's
+/// for float16; the portable, branch-free ones at baseline).
+template <Isa kIsa>
+inline void widen_halves(float* __restrict out, const float16* __restrict in, std::size_t n) {
+#if STRATA_REDUCE_DISPATCH
+  if constexpr (kIsa == Isa::avx512) {
+    return widen_halves_avx512(out, in, n);
+  } else if constexpr (kIsa == Isa::avx2) {
+    return widen_halves_avx2(out, in, n);
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = half_bits_to_float(in[i].bits());
+}
+
+template <Isa kIsa>
+inline void widen_halves(float* __restrict out, const bfloat16* __restrict in, std::size_t n) {
+#if STRATA_REDUCE_DISPATCH
+  if constexpr (kIsa == Isa::avx512) {
+    return widen_bfloat16_avx512(out, in, n);
+  } else if constexpr (kIsa == Isa::avx2) {
+    return widen_bfloat16_avx2(out, in, n);
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = widen<bfloat16>(in[i]);
+}
+
+/// `out[i] = T(in[i])` for n floats, rounding to nearest even, for T float16 or bfloat16.
+template <Isa kIsa>
+inline void narrow_halves(float16* __restrict out, const float* __restrict in, std::size_t n) {
+#if STRATA_REDUCE_DISPATCH
+  if constexpr (kIsa == Isa::avx512) {
+    return narrow_halves_avx512(out, in, n);
+  } else if constexpr (kIsa == Isa::avx2) {
+    return narrow_halves_avx2(out, in, n);
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = float16::from_bits(float_to_half_bits(in[i]));
+}
+
+template <Isa kIsa>
+inline void narrow_halves(bfloat16* __restrict out, const float* __restrict in, std::size_t n) {
+#if STRATA_REDUCE_DISPATCH
+  if constexpr (kIsa == Isa::avx512) {
+    if (has_avx512_bf16()) return narrow_bfloat16_avx512_bf16(out, in, n);
+    return narrow_bfloat16_avx2(out, in, n);
+  } else if constexpr (kIsa == Isa::avx2) {
+    return narrow_bfloat16_avx2(out, in, n);
+  }
+#endif
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = narrow<bfloat16>(in[i]);
+}
+
+}  // namespace strata::detail
+// ---- end strata/core/detail/half_conversions.hpp ----
 // ---- begin strata/core/detail/reduce_kernels.hpp ----
 // strata/core/detail/reduce_kernels.hpp — the portable block loops of reduce_n, accumulate and
 // divide.
@@ -1566,107 +1901,7 @@ template <class F>
 }  // namespace strata::detail
 // ---- end strata/core/detail/reduce_ops.hpp ----
 
-#if STRATA_REDUCE_DISPATCH
-#include <immintrin.h>
-#endif
-
 namespace strata::detail {
-
-/// float16 converts in blocks with F16C where the kernels run AVX2 or wider (those sets require
-/// it): bit for bit the portable conversions (round to nearest even, NaNs quieted with their
-/// top payload bits), except that a signalling NaN widens to the quiet one; every operation
-/// quiets it anyway, and which payload a NaN result carries is not promised.
-template <Isa kIsa, class T>
-inline constexpr bool kHalvesInBlocks = (kIsa != Isa::baseline) && std::is_same_v<T, float16>;
-
-#if STRATA_REDUCE_DISPATCH
-// Out of line: an intrinsic needs its target in every function it is inlined into, and a call
-// per block costs nothing next to converting 1024 elements. The 512-bit conversions are the
-// masked forms with a zero source: g++ 12 warns (-Wmaybe-uninitialized) about the unmasked
-// forms' undefined one.
-[[gnu::target("avx2,f16c"), gnu::noinline]] inline void widen_halves_avx2(
-    float* __restrict out, const float16* __restrict in, std::size_t n) noexcept {
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-  }
-  if (i < n) {  // the last 1-7 through a zero-padded vector, so that every element converts alike
-    float16 padded[8] = {};
-    float wide[8];
-    std::memcpy(padded, in + i, (n - i) * sizeof(float16));
-    _mm256_storeu_ps(wide, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<__m128i*>(padded))));
-    std::memcpy(out + i, wide, (n - i) * sizeof(float));
-  }
-}
-
-[[gnu::target("avx2,f16c"), gnu::noinline]] inline void narrow_halves_avx2(
-    float16* __restrict out, const float* __restrict in, std::size_t n) noexcept {
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-  }
-  if (i < n) {
-    float padded[8] = {};
-    float16 narrow[8];
-    std::memcpy(padded, in + i, (n - i) * sizeof(float));
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(padded), _MM_FROUND_TO_NEAREST_INT);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(narrow), h);
-    std::memcpy(out + i, narrow, (n - i) * sizeof(float16));
-  }
-}
-
-[[gnu::target("avx2,f16c,avx512f"), gnu::noinline]] inline void widen_halves_avx512(
-    float* __restrict out, const float16* __restrict in, std::size_t n) noexcept {
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
-    _mm512_storeu_ps(out + i, _mm512_maskz_cvtph_ps(0xffff, h));
-  }
-  widen_halves_avx2(out + i, in + i, n - i);
-}
-
-[[gnu::target("avx2,f16c,avx512f"), gnu::noinline]] inline void narrow_halves_avx512(
-    float16* __restrict out, const float* __restrict in, std::size_t n) noexcept {
-  std::size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256i h =
-        _mm512_maskz_cvtps_ph(0xffff, _mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), h);
-  }
-  narrow_halves_avx2(out + i, in + i, n - i);
-}
-#endif
-
-/// `out[i] = float(in[i])` for n float16, with F16C's instructions at `kIsa`'s width (the
-/// portable conversion at baseline).
-template <Isa kIsa>
-inline void widen_halves(float* __restrict out, const float16* __restrict in, std::size_t n) {
-#if STRATA_REDUCE_DISPATCH
-  if constexpr (kIsa == Isa::avx512) {
-    return widen_halves_avx512(out, in, n);
-  } else if constexpr (kIsa == Isa::avx2) {
-    return widen_halves_avx2(out, in, n);
-  }
-#endif
-  for (std::size_t i = 0; i < n; ++i)
-    out[i] = half_bits_to_float(in[i].bits());
-}
-
-/// `out[i] = float16(in[i])` for n floats, rounding to nearest even.
-template <Isa kIsa>
-inline void narrow_halves(float16* __restrict out, const float* __restrict in, std::size_t n) {
-#if STRATA_REDUCE_DISPATCH
-  if constexpr (kIsa == Isa::avx512) {
-    return narrow_halves_avx512(out, in, n);
-  } else if constexpr (kIsa == Isa::avx2) {
-    return narrow_halves_avx2(out, in, n);
-  }
-#endif
-  for (std::size_t i = 0; i < n; ++i)
-    out[i] = float16::from_bits(float_to_half_bits(in[i]));
-}
 
 /// What `Fin` does before its rounding to T, on a float.
 template <class T>
@@ -1679,11 +1914,12 @@ inline float before_rounding(NarrowMean<T> mean, float value) noexcept {
   return value / mean.divisor;
 }
 
-/// reduce_blocks for float16 converting in blocks: each input's block is widened once, the
-/// operator runs on floats in the same order as the portable loops, and the result is narrowed
-/// once. Any input may be `out` (it is read before `out` is written).
-template <Isa kIsa, class F, class Fin>
-inline void reduce_half_blocks(float16* out, const float16* const* inputs, std::size_t k,
+/// reduce_blocks for float16 and bfloat16: each input's block is widened once, the operator
+/// runs on floats in the same order as the portable loops, and the result is narrowed once.
+/// Any input may be `out` (it is read before `out` is written).
+template <Isa kIsa, class Half, class F, class Fin>
+requires is_half_precision_v<Half>
+inline void reduce_half_blocks(Half* out, const Half* const* inputs, std::size_t k,
                                std::size_t count, F f, Fin fin) {
   alignas(64) float acc[kReduceBlock];
   alignas(64) float next[kReduceBlock];
@@ -1710,7 +1946,7 @@ template <Isa kIsa, class T, class F, class Fin>
 [[gnu::always_inline]] inline void reduce_blocks(T* out, const T* const* inputs, std::size_t k,
                                                  std::size_t count, F f, Fin fin,
                                                  bool integer_mean) {
-  if constexpr (kHalvesInBlocks<kIsa, T>) {
+  if constexpr (is_half_precision_v<T>) {
     reduce_half_blocks<kIsa>(out, inputs, k, count, f, fin);
   } else {
     reduce_elementwise(out, inputs, k, count, f, fin, integer_mean);
@@ -1804,7 +2040,7 @@ void accumulate_on(Isa isa, std::span<T> inout, std::span<const T> in, ReduceOp 
         constexpr Isa kSet = decltype(set)::value;
         with_reduce_fn(
             op, [&](auto f) __attribute__((always_inline)) {
-              if constexpr (kHalvesInBlocks<kSet, T>) {
+              if constexpr (is_half_precision_v<T>) {
                 // The two-input reduce_n into inout: one rounding, as below.
                 const T* const inputs[] = {p, q};
                 reduce_half_blocks<kSet>(p, inputs, 2, count, f, Narrow<T>{});
@@ -1834,7 +2070,7 @@ void divide_on(Isa isa, std::span<T> data, std::size_t divisor) {
   run_on(
       isa, [&](auto set) __attribute__((always_inline)) {
         constexpr Isa kSet = decltype(set)::value;
-        if constexpr (kHalvesInBlocks<kSet, T>) {
+        if constexpr (is_half_precision_v<T>) {
           const T* const inputs[] = {p};
           const NarrowMean<T> quotient{static_cast<ReduceAcc<T>>(divisor)};
           reduce_half_blocks<kSet>(p, inputs, 1, count, SumFn{}, quotient);
@@ -14938,9 +15174,8 @@ class BucketPlan {
 
 // ---- begin strata/core/detail/convert_blocks.hpp ----
 // strata/core/detail/convert_blocks.hpp — arrays of float narrowed to the 16-bit floats and
-// widened back, at the widest instruction set the CPU runs (reduce_isa.hpp), bit for bit the
-// element conversions of bfloat16.hpp and float16.hpp; large outputs with streaming stores, as
-// streaming_copy.hpp says why.
+// widened back, at the widest instruction set the CPU runs (half_conversions.hpp holds each
+// set's loops), bit for bit the element conversions of bfloat16.hpp and float16.hpp.
 //
 // What compressed gradient buckets (fusion/gradient_buckets.hpp) spend their CPU on: one element
 // at a time, narrowing ResNet-50's 25.6 M gradients costs more than the bytes it saves on the wire.
@@ -14948,203 +15183,17 @@ class BucketPlan {
 #include <cstddef>
 #include <cstdint>
 
-// ---- begin strata/core/detail/streaming_copy.hpp ----
-// strata/core/detail/streaming_copy.hpp — copies into or out of gradient buckets of megabytes,
-// with streaming stores where the destination is large.
-//
-// A bucket's bytes leave the cache before anyone reads them (the transfer reads a bucket after
-// the whole of it is filled; the optimizer reads a gradient after every bucket is copied out), so
-// a plain store's read of each line, only to overwrite it, is a third of the copy's memory
-// traffic for nothing.
-
-#include <algorithm>
-#include <cstddef>
-#include <cstdint>
-#include <cstring>
-
-
-#if STRATA_REDUCE_DISPATCH
-#include <immintrin.h>
-#endif
 
 namespace strata::detail {
-
-/// Outputs at least this large are written with streaming stores (see the file comment).
-inline constexpr std::size_t kStreamingBytes = std::size_t{64} << 10;
-
-#if STRATA_REDUCE_DISPATCH
-[[gnu::target("avx2"), gnu::noinline]] inline void streaming_copy_avx2(
-    std::byte* __restrict out, const std::byte* __restrict in, std::size_t bytes) noexcept {
-  // Bytes copied plainly until `out` is aligned as a streaming store needs.
-  const std::size_t head =
-      std::min(bytes, (32 - reinterpret_cast<std::uintptr_t>(out) % 32) % std::size_t{32});
-  std::memcpy(out, in, head);
-  std::size_t i = head;
-  for (; i + 128 <= bytes; i += 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 32));
-    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 64));
-    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + 96));
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), a);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 32), b);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 64), c);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + 96), d);
-  }
-  _mm_sfence();
-  std::memcpy(out + i, in + i, bytes - i);
-}
-#endif
-
-/// memcpy(out, in, bytes) for buffers that do not overlap; streaming stores from
-/// kStreamingBytes where the CPU has AVX2.
-inline void streaming_copy(void* __restrict out, const void* __restrict in,
-                           std::size_t bytes) noexcept {
-  if (bytes == 0) return;
-#if STRATA_REDUCE_DISPATCH
-  if (bytes >= kStreamingBytes && best_isa() != Isa::baseline)
-    return streaming_copy_avx2(static_cast<std::byte*>(out), static_cast<const std::byte*>(in),
-                               bytes);
-#endif
-  std::memcpy(out, in, bytes);
-}
-
-}  // namespace strata::detail
-// ---- end strata/core/detail/streaming_copy.hpp ----
-
-#if STRATA_REDUCE_DISPATCH
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
-
-namespace strata::detail {
-
-#if STRATA_REDUCE_DISPATCH
-// Whether the CPU converts float to bfloat16 itself (AVX512_BF16: CPUID leaf 7, subleaf 1,
-// EAX bit 5), beside the AVX-512 the kernels need.
-inline bool has_avx512_bf16() noexcept {
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return best_isa() == Isa::avx512 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 &&
-           (eax & (1u << 5)) != 0;
-  }();
-  return has;
-}
-
-// Elements converted one at a time until `out + i` is aligned to `alignment` bytes, as a
-// streaming store needs: returns that i (n when it never is).
-template <class To, class From>
-inline std::size_t convert_until_aligned(To* out, const From* in, std::size_t n,
-                                         std::size_t alignment) noexcept {
-  std::size_t i = 0;
-  while (i < n && reinterpret_cast<std::uintptr_t>(out + i) % alignment != 0) {
-    out[i] = To(in[i]);
-    ++i;
-  }
-  return i;
-}
-
-// bfloat16's rounding in 32-bit lanes: (x + 0x7fff + lsb) >> 16, where lsb is bit 16 of x; a NaN
-// keeps its top bits and is quieted. Out of line, as reduce_half_blocks.hpp's conversions.
-[[gnu::target("avx2"), gnu::noinline]] inline void narrow_bfloat16_avx2(bfloat16* __restrict out,
-                                                                        const float* __restrict in,
-                                                                        std::size_t n) noexcept {
-  const bool streaming = n * sizeof(bfloat16) >= kStreamingBytes;
-  const __m256i one = _mm256_set1_epi32(1);
-  const __m256i bias = _mm256_set1_epi32(0x7fff);
-  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
-  const __m256i infinity = _mm256_set1_epi32(0x7f800000);
-  const __m256i quiet = _mm256_set1_epi32(0x0040);
-  std::size_t i = streaming ? convert_until_aligned(out, in, n, 16) : 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
-    const __m256i high = _mm256_srli_epi32(x, 16);
-    const __m256i odd = _mm256_and_si256(high, one);
-    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, bias), odd), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, magnitude), infinity);
-    const __m256i bits = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet), nan);
-    // Every lane holds a value below 2^16, so the saturating pack keeps it; the pack works per
-    // 128-bit half, and the permute brings the two halves' results together.
-    const __m128i packed =
-        _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0b1000));
-    if (streaming)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), packed);
-    else
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), packed);
-  }
-  if (streaming) _mm_sfence();
-  for (; i < n; ++i)
-    out[i] = bfloat16(in[i]);
-}
-
-// The CPU's own conversion (VCVTNE2PS2BF16) rounds as bfloat16.hpp does, and quiets a NaN the
-// same way, but flushes subnormals to zero: a block holding one converts element by element.
-[[gnu::target("avx2,avx512f,avx512bw,avx512vl,avx512bf16"), gnu::noinline]] inline void
-narrow_bfloat16_avx512_bf16(bfloat16* __restrict out, const float* __restrict in,
-                            std::size_t n) noexcept {
-  const bool streaming = n * sizeof(bfloat16) >= kStreamingBytes;
-  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
-  const __m512i fraction = _mm512_set1_epi32(0x007fffff);
-  std::size_t i = streaming ? convert_until_aligned(out, in, n, 64) : 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512i low = _mm512_loadu_si512(in + i);
-    const __m512i high = _mm512_loadu_si512(in + i + 16);
-    const __mmask16 subnormal_low =
-        _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(low, exponent), low, fraction);
-    const __mmask16 subnormal_high =
-        _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(high, exponent), high, fraction);
-    if ((subnormal_low | subnormal_high) != 0) {
-      for (std::size_t j = i; j < i + 32; ++j)
-        out[j] = bfloat16(in[j]);
-      continue;
-    }
-    // A vector cast: the same 64 bytes, now as integers to store.
-    const auto packed =
-        (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(high), _mm512_castsi512_ps(low));
-    if (streaming)
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + i), packed);
-    else
-      _mm512_storeu_si512(out + i, packed);
-  }
-  if (streaming) _mm_sfence();
-  for (; i < n; ++i)
-    out[i] = bfloat16(in[i]);
-}
-
-[[gnu::target("avx2"), gnu::noinline]] inline void widen_bfloat16_avx2(
-    float* __restrict out, const bfloat16* __restrict in, std::size_t n) noexcept {
-  const bool streaming = n * sizeof(float) >= kStreamingBytes;
-  std::size_t i = streaming ? convert_until_aligned(out, in, n, 32) : 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
-    const __m256i wide = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
-    if (streaming)
-      _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), wide);
-    else
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), wide);
-  }
-  if (streaming) _mm_sfence();
-  for (; i < n; ++i)
-    out[i] = static_cast<float>(in[i]);
-}
-#endif
 
 /// `out[i] = bfloat16(in[i])` for n floats.
-inline void narrow(bfloat16* __restrict out, const float* __restrict in, std::size_t n) noexcept {
-#if STRATA_REDUCE_DISPATCH
-  if (has_avx512_bf16()) return narrow_bfloat16_avx512_bf16(out, in, n);
-  if (best_isa() != Isa::baseline) return narrow_bfloat16_avx2(out, in, n);
-#endif
-  for (std::size_t i = 0; i < n; ++i)
-    out[i] = bfloat16(in[i]);
+inline void narrow(bfloat16* __restrict out, const float* __restrict in, std::size_t n) {
+  run_on(best_isa(), [&](auto isa) { narrow_halves<decltype(isa)::value>(out, in, n); });
 }
 
 /// `out[i] = float(in[i])` for n bfloat16.
-inline void widen(float* __restrict out, const bfloat16* __restrict in, std::size_t n) noexcept {
-#if STRATA_REDUCE_DISPATCH
-  if (best_isa() != Isa::baseline) return widen_bfloat16_avx2(out, in, n);
-#endif
-  for (std::size_t i = 0; i < n; ++i)
-    out[i] = static_cast<float>(in[i]);
+inline void widen(float* __restrict out, const bfloat16* __restrict in, std::size_t n) {
+  run_on(best_isa(), [&](auto isa) { widen_halves<decltype(isa)::value>(out, in, n); });
 }
 
 /// `out[i] = float16(in[i])` for n floats, with F16C where the CPU has it.

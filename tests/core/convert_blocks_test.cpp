@@ -137,4 +137,31 @@ TEST_CASE("bfloat16 narrows alike through every conversion this CPU runs") {
     }
   }
 }
+
+TEST_CASE("bfloat16 widens alike through every conversion this CPU runs") {
+  using strata::detail::Isa;
+  if (strata::detail::best_isa() == Isa::baseline) return;
+  using Widen = void (*)(float*, const strata::bfloat16*, std::size_t) noexcept;
+  std::vector<Widen> conversions{strata::detail::widen_bfloat16_avx2};
+  if (strata::detail::best_isa() == Isa::avx512)
+    conversions.push_back(strata::detail::widen_bfloat16_avx512);
+  // Every bit pattern, through each tail length and past kStreamingBytes.
+  std::vector<strata::bfloat16> in(std::size_t{1} << 16);
+  for (std::size_t h = 0; h < in.size(); ++h)
+    in[h] = strata::bfloat16::from_bits(static_cast<std::uint16_t>(h));
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{15}, std::size_t{17},
+                              std::size_t{1021}, in.size() - 3}) {
+    CAPTURE(n);
+    for (std::size_t c = 0; c < conversions.size(); ++c) {
+      CAPTURE(c);
+      std::vector<float> out(n + 1, 7.0f);
+      conversions[c](out.data() + 1, in.data(), n);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        wrong += !same_bits(out[i + 1], static_cast<float>(in[i]));
+      CHECK(wrong == 0);
+      CHECK(out[0] == 7.0f);
+    }
+  }
+}
 #endif

@@ -621,6 +621,72 @@ TEST_CASE("16-bit types accumulate in float and round once") {
   CHECK(static_cast<float>(bout[0]) == 52.0f);
 }
 
+// The 16-bit kernels' promise, element by element with the types' own conversions: widen every
+// input, combine in float in the order given, round once (accumulate: once per call). Every bit
+// pattern meets every op at every instruction set the CPU has, through a tail of a block.
+float combine_in_float(ReduceOp op, float a, float b) {
+  switch (op) {
+    case ReduceOp::product:
+      return a * b;
+    case ReduceOp::min:
+      return b < a ? b : a;
+    case ReduceOp::max:
+      return a < b ? b : a;
+    case ReduceOp::sum:
+    case ReduceOp::mean:
+      break;
+  }
+  return a + b;
+}
+
+TEST_CASE_TEMPLATE("16-bit kernels give the bits of combining in float and rounding once", T,
+                   float16, bfloat16) {
+  const std::size_t count = (std::size_t{1} << 16) - 7;  // ends inside a block
+  std::vector<std::vector<T>> storage(3, std::vector<T>(count));
+  for (std::size_t i = 0; i < count; ++i) {
+    storage[0][i] = T::from_bits(static_cast<std::uint16_t>(i));
+    storage[1][i] = T::from_bits(static_cast<std::uint16_t>(i * 40503u + 17));
+    storage[2][i] = T::from_bits(static_cast<std::uint16_t>(i * 9973u + 4099));
+  }
+  for (const auto isa : isas_here()) {
+    CAPTURE(strata::detail::name_of(isa));
+    for (const ReduceOp op : strata::kAllReduceOps) {
+      CAPTURE(op);
+      for (const std::size_t k : {std::size_t{2}, std::size_t{3}}) {
+        CAPTURE(k);
+        std::vector<T> want(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          float acc = static_cast<float>(storage[0][i]);
+          for (std::size_t j = 1; j < k; ++j)
+            acc = combine_in_float(op, acc, static_cast<float>(storage[j][i]));
+          if (op == ReduceOp::mean) acc /= static_cast<float>(k);
+          want[i] = T(acc);
+        }
+        std::vector<T> got(count);
+        std::vector<const T*> inputs;
+        for (std::size_t j = 0; j < k; ++j)
+          inputs.push_back(storage[j].data());
+        strata::detail::reduce_n_on<T>(isa, got, inputs, op);
+        CHECK(first_difference_but_nan_payload<T>(got, want) == "");
+      }
+      std::vector<T> inout = storage[0];
+      strata::detail::accumulate_on<T>(isa, inout, storage[1], op);
+      std::vector<T> want(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        want[i] = T(combine_in_float(op, static_cast<float>(storage[0][i]),
+                                     static_cast<float>(storage[1][i])));
+      }
+      CHECK(first_difference_but_nan_payload<T>(inout, want) == "");
+    }
+    std::vector<T> quotient = storage[2];
+    strata::detail::divide_on<T>(isa, quotient, 3);
+    std::vector<T> want(count);
+    for (std::size_t i = 0; i < count; ++i)
+      want[i] = T(static_cast<float>(storage[2][i]) / 3.0f);
+    CHECK(first_difference_but_nan_payload<T>(quotient, want) == "");
+  }
+}
+
 TEST_CASE("the branch-free 16-bit conversions are bit-identical to float16 and bfloat16") {
   for (std::uint32_t h = 0; h <= 0xffff; ++h) {
     const auto bits = static_cast<std::uint16_t>(h);

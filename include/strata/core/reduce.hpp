@@ -18,9 +18,8 @@
 //              are also compiled for AVX2 and AVX-512 and the widest set the CPU has runs, with
 //              the same bits. Integers, float and double run at memory speed for large counts
 //              (two-input sum: about memcpy's bytes/s; benchmarks/core/reduce_bench.cpp).
-//              float16 converts in blocks with F16C's instructions where the CPU has AVX2
-//              (the same bits as the portable conversions); bfloat16 converts in integer
-//              vector code.
+//              float16 and bfloat16 convert a block at a time (F16C for float16), with the
+//              same bits as the portable conversions.
 #pragma once
 
 #include <cstddef>

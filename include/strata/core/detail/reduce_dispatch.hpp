@@ -28,7 +28,7 @@ template <Isa kIsa, class T, class F, class Fin>
 [[gnu::always_inline]] inline void reduce_blocks(T* out, const T* const* inputs, std::size_t k,
                                                  std::size_t count, F f, Fin fin,
                                                  bool integer_mean) {
-  if constexpr (kHalvesInBlocks<kIsa, T>) {
+  if constexpr (is_half_precision_v<T>) {
     reduce_half_blocks<kIsa>(out, inputs, k, count, f, fin);
   } else {
     reduce_elementwise(out, inputs, k, count, f, fin, integer_mean);
@@ -122,7 +122,7 @@ void accumulate_on(Isa isa, std::span<T> inout, std::span<const T> in, ReduceOp 
         constexpr Isa kSet = decltype(set)::value;
         with_reduce_fn(
             op, [&](auto f) __attribute__((always_inline)) {
-              if constexpr (kHalvesInBlocks<kSet, T>) {
+              if constexpr (is_half_precision_v<T>) {
                 // The two-input reduce_n into inout: one rounding, as below.
                 const T* const inputs[] = {p, q};
                 reduce_half_blocks<kSet>(p, inputs, 2, count, f, Narrow<T>{});
@@ -152,7 +152,7 @@ void divide_on(Isa isa, std::span<T> data, std::size_t divisor) {
   run_on(
       isa, [&](auto set) __attribute__((always_inline)) {
         constexpr Isa kSet = decltype(set)::value;
-        if constexpr (kHalvesInBlocks<kSet, T>) {
+        if constexpr (is_half_precision_v<T>) {
           const T* const inputs[] = {p};
           const NarrowMean<T> quotient{static_cast<ReduceAcc<T>>(divisor)};
           reduce_half_blocks<kSet>(p, inputs, 1, count, SumFn{}, quotient);
