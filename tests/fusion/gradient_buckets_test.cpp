@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -80,46 +81,52 @@ struct Gradients {
     }
   }
 
+  // f(values) with gradient g's vector, of its type.
+  template <class F>
+  void visit(std::size_t g, F&& f) {
+    switch (specs[g].type) {
+      case DataType::float32:
+        return f(f32[g]);
+      case DataType::float64:
+        return f(f64[g]);
+      case DataType::bfloat16:
+        return f(bf16[g]);
+      default:
+        return f(i32[g]);
+    }
+  }
+
   std::vector<GradientRef> refs() {
     std::vector<GradientRef> out;
-    for (std::size_t g = 0; g < specs.size(); ++g) {
-      switch (specs[g].type) {
-        case DataType::float32:
-          out.push_back(strata::fusion::gradient(std::span(f32[g])));
-          break;
-        case DataType::float64:
-          out.push_back(strata::fusion::gradient(std::span(f64[g])));
-          break;
-        case DataType::bfloat16:
-          out.push_back(strata::fusion::gradient(std::span(bf16[g])));
-          break;
-        default:
-          out.push_back(strata::fusion::gradient(std::span(i32[g])));
-          break;
-      }
-    }
+    for (std::size_t g = 0; g < specs.size(); ++g)
+      visit(g, [&](auto& values) { out.push_back(strata::fusion::gradient(std::span(values))); });
     return out;
   }
 
   // One all-reduce per gradient: the unfused reference.
   template <class Comm>
   void all_reduce_each(Comm& comm) {
-    for (std::size_t g = 0; g < specs.size(); ++g) {
-      switch (specs[g].type) {
-        case DataType::float32:
-          comm.all_reduce(std::span(f32[g]), ReduceOp::sum);
-          break;
-        case DataType::float64:
-          comm.all_reduce(std::span(f64[g]), ReduceOp::sum);
-          break;
-        case DataType::bfloat16:
-          comm.all_reduce(std::span(bf16[g]), ReduceOp::sum);
-          break;
-        default:
-          comm.all_reduce(std::span(i32[g]), ReduceOp::sum);
-          break;
-      }
-    }
+    for (std::size_t g = 0; g < specs.size(); ++g)
+      visit(g, [&](auto& values) { comm.all_reduce(std::span(values), ReduceOp::sum); });
+  }
+
+  // Gradient g written into its bucket buffer, as a trainer computing it there does.
+  template <class Buckets>
+  void write_into(Buckets& buckets, std::size_t g) {
+    visit(g, [&](auto& values) {
+      using T = typename std::remove_reference_t<decltype(values)>::value_type;
+      std::copy(values.begin(), values.end(), buckets.template buffer<T>(g).begin());
+    });
+  }
+
+  // Gradient g's reduced values read back from its bucket buffer.
+  template <class Buckets>
+  void read_from(Buckets& buckets, std::size_t g) {
+    visit(g, [&](auto& values) {
+      using T = typename std::remove_reference_t<decltype(values)>::value_type;
+      const auto from = buckets.template buffer<T>(g);
+      std::copy(from.begin(), from.end(), values.begin());
+    });
   }
 
   bool same_bits(const Gradients& other) const {
@@ -278,41 +285,13 @@ TEST_CASE("buckets in the arenas of co-located TCP ranks (shared_buffer_bytes)")
         auto& buckets = *in_arena[static_cast<std::size_t>(rank)];
         mine.fill(rank, step);
         for (std::size_t g = list.size(); g-- > 0;) {
-          if (in_buckets) {
-            switch (list[g].type) {
-              case DataType::float32:
-                std::copy(mine.f32[g].begin(), mine.f32[g].end(), buckets.buffer<float>(g).begin());
-                break;
-              case DataType::float64:
-                std::copy(mine.f64[g].begin(), mine.f64[g].end(),
-                          buckets.buffer<double>(g).begin());
-                break;
-              default:
-                std::copy(mine.i32[g].begin(), mine.i32[g].end(),
-                          buckets.buffer<std::int32_t>(g).begin());
-                break;
-            }
-          }
+          if (in_buckets) mine.write_into(buckets, g);
           buckets.ready(g);
         }
         buckets.wait();
         if (!in_buckets) return;
-        for (std::size_t g = 0; g < list.size(); ++g) {
-          const auto back = [](auto from, auto& to) {
-            std::copy(from.begin(), from.end(), to.begin());
-          };
-          switch (list[g].type) {
-            case DataType::float32:
-              back(buckets.buffer<float>(g), mine.f32[g]);
-              break;
-            case DataType::float64:
-              back(buckets.buffer<double>(g), mine.f64[g]);
-              break;
-            default:
-              back(buckets.buffer<std::int32_t>(g), mine.i32[g]);
-              break;
-          }
-        }
+        for (std::size_t g = 0; g < list.size(); ++g)
+          mine.read_from(buckets, g);
       });
       small_arenas.run_or_throw([&](int rank) {
         auto& mine = small[static_cast<std::size_t>(rank)];
@@ -562,43 +541,14 @@ void check_compressed(strata::fusion::Compression compression, bool in_buckets) 
       auto& fused = *buckets[static_cast<std::size_t>(rank)];
       mine.fill(rank, step);
       for (std::size_t g = list.size(); g-- > 0;) {
-        if (in_buckets) {
-          // The trainer writes its gradient into the bucket, then reads the result there.
-          const auto copy = [&](auto& values, auto target) {
-            std::copy(values.begin(), values.end(), target.begin());
-          };
-          switch (list[g].type) {
-            case DataType::float32:
-              copy(mine.f32[g], fused.buffer<float>(g));
-              break;
-            case DataType::float64:
-              copy(mine.f64[g], fused.buffer<double>(g));
-              break;
-            default:
-              copy(mine.i32[g], fused.buffer<std::int32_t>(g));
-              break;
-          }
-        }
+        // The trainer writes its gradient into the bucket, then reads the result there.
+        if (in_buckets) mine.write_into(fused, g);
         fused.ready(g);
       }
       fused.wait();
       if (in_buckets) {
-        for (std::size_t g = 0; g < list.size(); ++g) {
-          const auto back = [&](auto source, auto& values) {
-            std::copy(source.begin(), source.end(), values.begin());
-          };
-          switch (list[g].type) {
-            case DataType::float32:
-              back(fused.buffer<float>(g), mine.f32[g]);
-              break;
-            case DataType::float64:
-              back(fused.buffer<double>(g), mine.f64[g]);
-              break;
-            default:
-              back(fused.buffer<std::int32_t>(g), mine.i32[g]);
-              break;
-          }
-        }
+        for (std::size_t g = 0; g < list.size(); ++g)
+          mine.read_from(fused, g);
       }
     });
     // The reference, from each rank's inputs.
