@@ -26,11 +26,12 @@ namespace strata::communicator {
 namespace detail::tcp_communicator {
 
 /// Staging buffers of shared memory: half a TCP chunk (TcpOptions::chunk_bytes), within what a
-/// region of many ranks can hold.
-inline std::size_t shared_slot_bytes(const TcpOptions& tcp) noexcept {
+/// region of many ranks can hold, and at least a cache line for each of the host's `ranks` (the
+/// collectives stage a slice per rank).
+inline std::size_t shared_slot_bytes(const TcpOptions& tcp, int ranks) noexcept {
   const std::size_t bytes =
       std::clamp<std::size_t>(tcp.chunk_bytes / 2, std::size_t{32} << 10, std::size_t{16} << 20);
-  return bytes / 64 * 64;
+  return std::max(bytes / 64 * 64, std::size_t{64} * static_cast<std::size_t>(ranks));
 }
 
 /// Each rank's arena (TcpOptions::shared_buffer_bytes), in whole pages.
@@ -98,7 +99,8 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
       hosts[static_cast<std::size_t>(host_of[static_cast<std::size_t>(r)])];
   const int local_size = static_cast<int>(mine.size());
   const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
-  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp),
+  const shm::Layout layout{local_size,
+                           detail::tcp_communicator::shared_slot_bytes(state_->tcp, local_size),
                            detail::tcp_communicator::arena_bytes(state_->tcp)};
   // The lowest rank of each host with company creates its region; every rank learns where its
   // own host's is collected. A rank the system refuses says so, and the group stays on TCP.
