@@ -11778,9 +11778,10 @@ STRATA_DECL void TcpCommunicator::execute(State& state, const CollectiveCall& ca
 //   small calls      (a rank's contribution fits Layout::kSmallBytes) one step: every rank
 //                    stages its data and descriptor in its box, waits for all, and reads what
 //                    it needs; an all-reduce reduces all n staged inputs itself, in rank order.
-//   all_reduce       per chunk of slot_bytes: stage the slices other ranks reduce; step; reduce
-//                    the own slice from the n staged copies (the own input in place) into the
-//                    output and the own staging buffer; step; copy the other slices out.
+//   all_reduce       per chunk of slot_bytes: reduce the own slice from the n staged copies (the
+//                    own input in place) into the output and the own staging buffer, and stage
+//                    the next chunk's slices other ranks reduce; step; copy the other slices
+//                    out (a step per chunk, after one that stages the first).
 //                    Where every rank's buffers lie in its arena (arena.hpp), nothing is
 //                    staged: post the buffers; step; per chunk, reduce the own slice straight
 //                    from the peers' inputs and write it into every rank's output; step.
@@ -11951,48 +11952,68 @@ void run_small(Group& group, const CollectiveCall& call, const CollectiveCall& u
 
 // all_reduce and reduce, chunk by chunk (see the file comment). `opened`: the call's first step
 // has been taken (run_all_reduce_in_arenas), so the first chunk is a plain step.
+//
+// One step per chunk: in step c a rank reduces its slice of chunk c and stages chunk c+1 in its
+// other buffer, then (after the step) copies the peers' results of chunk c out. That other buffer
+// held chunk c-1, whose result slice the peers may still be copying out during step c; staging
+// writes only the other slices of it, so every slice of a chunk has the same place in a buffer,
+// whatever the chunk's size (a chunk's slices fit: it has `slice_lines` cache lines per rank).
 template <class Watch>
 void run_reduction(Group& group, const CollectiveCall& call, const CollectiveCall& user,
                    std::uint64_t number, Watch& watch, bool opened = false) {
   const int n = group.size();
   const int r = group.rank();
   const std::size_t element = size_of(call.type);
-  const std::size_t per_chunk = group.slot_bytes() / element;
+  const std::size_t slice_lines = group.slot_bytes() / 64 / static_cast<std::size_t>(n);
+  const std::size_t per_chunk = slice_lines * static_cast<std::size_t>(n) * (64 / element);
+  const std::size_t chunks = (call.count + per_chunk - 1) / per_chunk;
   const bool all = call.kind == Collective::all_reduce;
   const bool copies_out = all || r == call.root;
   const std::byte* in = bytes_of(call.send);
   std::byte* out = bytes_of(call.recv);
   const ReduceKernels& kernels = kernels_of(call);
-  std::vector<const void*> inputs(static_cast<std::size_t>(n));
-  for (std::size_t base = 0; base < call.count; base += per_chunk) {
-    const std::size_t m = std::min(per_chunk, call.count - base);
-    const std::uint64_t parity = group.next_chunk();
-    std::byte* own_slot = group.chunk(r, parity);
-    auto slice = [&](int q) { return strata::detail::slice_of(m, element, n, q); };
+  auto slice = [&](std::size_t c, int q) {
+    return strata::detail::slice_of(std::min(per_chunk, call.count - c * per_chunk), element, n, q);
+  };
+  auto staged = [&](int q, std::uint64_t parity, int slice_rank) {
+    return group.chunk(q, parity) + static_cast<std::size_t>(slice_rank) * slice_lines * 64;
+  };
+  auto stage = [&](std::size_t c, std::uint64_t parity) {  // the slices the peers reduce
     for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      const auto s = slice(q);
-      copy_bytes(own_slot + s.begin * element, in + (base + s.begin) * element, s.size() * element);
+      const auto s = slice(c, q);
+      if (q != r)
+        copy_bytes(staged(r, parity, q), in + (c * per_chunk + s.begin) * element,
+                   s.size() * element);
     }
-    exchange_chunk(group, base == 0 && !opened, call, user, number, watch);
-    const auto own = slice(r);
+  };
+  std::vector<const void*> inputs(static_cast<std::size_t>(n));
+  std::uint64_t parity = group.next_chunk();
+  stage(0, parity);
+  exchange_chunk(group, !opened, call, user, number, watch);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const std::size_t base = c * per_chunk;
+    const auto own = slice(c, r);
     if (own.size() != 0) {
       for (int q = 0; q < n; ++q)
-        inputs[static_cast<std::size_t>(q)] = q == r ? in + (base + own.begin) * element
-                                                     : group.chunk(q, parity) + own.begin * element;
-      std::byte* staged = own_slot + own.begin * element;
-      std::byte* target = copies_out ? out + (base + own.begin) * element : staged;
+        inputs[static_cast<std::size_t>(q)] =
+            q == r ? in + (base + own.begin) * element : staged(q, parity, r);
+      std::byte* target = copies_out ? out + (base + own.begin) * element : staged(r, parity, r);
       kernels.reduce_n(target, inputs.data(), inputs.size(), own.size(), call.op);
-      if (all) copy_bytes(staged, target, own.size() * element);  // a reduce's root reads no slot
+      // A reduce's root reads no buffer of its own.
+      if (all) copy_bytes(staged(r, parity, r), target, own.size() * element);
+    }
+    const std::uint64_t reduced = parity;
+    if (c + 1 < chunks) {
+      parity = group.next_chunk();
+      stage(c + 1, parity);
     }
     group.publish();
-    if (!copies_out) continue;
     group.wait_all(group.step(), watch);
+    if (!copies_out) continue;
     for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      const auto s = slice(q);
-      copy_bytes(out + (base + s.begin) * element, group.chunk(q, parity) + s.begin * element,
-                 s.size() * element);
+      const auto s = slice(c, q);
+      if (q != r)
+        copy_bytes(out + (base + s.begin) * element, staged(q, reduced, q), s.size() * element);
     }
   }
 }
@@ -12434,11 +12455,12 @@ namespace strata::communicator {
 namespace detail::tcp_communicator {
 
 /// Staging buffers of shared memory: half a TCP chunk (TcpOptions::chunk_bytes), within what a
-/// region of many ranks can hold.
-inline std::size_t shared_slot_bytes(const TcpOptions& tcp) noexcept {
+/// region of many ranks can hold, and at least a cache line for each of the host's `ranks` (the
+/// collectives stage a slice per rank).
+inline std::size_t shared_slot_bytes(const TcpOptions& tcp, int ranks) noexcept {
   const std::size_t bytes =
       std::clamp<std::size_t>(tcp.chunk_bytes / 2, std::size_t{32} << 10, std::size_t{16} << 20);
-  return bytes / 64 * 64;
+  return std::max(bytes / 64 * 64, std::size_t{64} * static_cast<std::size_t>(ranks));
 }
 
 /// Each rank's arena (TcpOptions::shared_buffer_bytes), in whole pages.
@@ -12506,7 +12528,8 @@ STRATA_DECL void TcpCommunicator::share_memory(const CommunicatorOptions& option
       hosts[static_cast<std::size_t>(host_of[static_cast<std::size_t>(r)])];
   const int local_size = static_cast<int>(mine.size());
   const int local_rank = static_cast<int>(std::find(mine.begin(), mine.end(), r) - mine.begin());
-  const shm::Layout layout{local_size, detail::tcp_communicator::shared_slot_bytes(state_->tcp),
+  const shm::Layout layout{local_size,
+                           detail::tcp_communicator::shared_slot_bytes(state_->tcp, local_size),
                            detail::tcp_communicator::arena_bytes(state_->tcp)};
   // The lowest rank of each host with company creates its region; every rank learns where its
   // own host's is collected. A rank the system refuses says so, and the group stays on TCP.
