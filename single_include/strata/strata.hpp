@@ -16554,6 +16554,7 @@ class ClusterCoordinator {
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -16887,8 +16888,8 @@ struct Adam {
     detail::check_unit_interval(kOperation, "beta2", beta2, /*one_allowed=*/false);
     detail::check_hyperparameter(kOperation, "epsilon", epsilon,
                                  std::isfinite(epsilon) && epsilon >= 0.0, "finite and >= 0");
-    const auto t = static_cast<double>(step + 1);
-    const double bias1 = 1.0 - std::pow(beta1, t);  // > 0 because beta1 < 1 and t >= 1
+    const double t = static_cast<double>(step) + 1.0;  // step + 1 overflows at the largest step
+    const double bias1 = 1.0 - std::pow(beta1, t);     // > 0 because beta1 < 1 and t >= 1
     const double bias2 = 1.0 - std::pow(beta2, t);
     f(AdamRule<T>{static_cast<T>(learning_rate * std::sqrt(bias2) / bias1),
                   static_cast<T>(1.0 - beta1), static_cast<T>(1.0 - beta2),
@@ -17293,7 +17294,7 @@ inline std::array<std::byte, kStateSpecBytes> encode(const StateSpec& spec) noex
 }
 
 /// The spec in `in`, or nothing when the bytes are not one (padding set, slots beyond
-/// kMaxSlotsPerElement, a negative step, or slots and a step without a state).
+/// kMaxSlotsPerElement, a negative step or the largest, or slots and a step without a state).
 inline std::optional<StateSpec> decode_state(std::span<const std::byte> in) noexcept {
   if (in.size() < kStateSpecBytes) return std::nullopt;
   const auto present = static_cast<std::uint8_t>(in[0]);
@@ -17304,7 +17305,9 @@ inline std::optional<StateSpec> decode_state(std::span<const std::byte> in) noex
   spec.present = present == 1;
   spec.slots_per_element = detail::load_le<std::uint32_t>(&in[4]);
   spec.step = static_cast<std::int64_t>(detail::load_le<std::uint64_t>(&in[8]));
-  if (spec.slots_per_element > kMaxSlotsPerElement || spec.step < 0) return std::nullopt;
+  if (spec.slots_per_element > kMaxSlotsPerElement || spec.step < 0 ||
+      spec.step == std::numeric_limits<std::int64_t>::max())  // no update could follow it
+    return std::nullopt;
   if (!spec.present && (spec.slots_per_element != 0 || spec.step != 0)) return std::nullopt;
   return spec;
 }
@@ -19603,6 +19606,7 @@ inline bool serve_if_worker(const Functions& functions, WorkerOptions options = 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -19939,6 +19943,47 @@ STRATA_DECL Header parse_header(std::string_view json, std::uint64_t data_bytes,
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+// ---- begin strata/checkpoint/impl/json.ipp ----
+// strata/checkpoint/impl/json.ipp — how the checkpoint readers parse the JSON of a file (a
+// safetensors header, a sampler's entry, the manager's index): without the parser's exceptions,
+// whose messages quote the input, and with a depth cap, because nested brackets cost the parser
+// memory per level (a 16 MB header of '[' took 11 GB) and a damaged file must not exhaust it.
+
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace strata::checkpoint::detail {
+
+/// The deepest nesting a checkpoint's JSON has is 3 (header, tensor, shape); this leaves room
+/// for what other safetensors writers add.
+inline constexpr int kMaxJsonDepth = 16;
+
+struct ParsedJson {
+  nlohmann::json value;  // discarded when the text is not JSON or nests too deep
+  bool too_deep = false;
+};
+
+inline ParsedJson parse_json(std::string_view text) {
+  struct TooDeep {};
+  ParsedJson parsed;
+  try {
+    parsed.value = nlohmann::json::parse(
+        text,
+        [](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+          if (depth > kMaxJsonDepth) throw TooDeep{};  // stops the parse, unlike returning false
+          return true;
+        },
+        /*allow_exceptions=*/false);
+  } catch (const TooDeep&) {
+    parsed.value = nlohmann::json(nlohmann::json::value_t::discarded);
+    parsed.too_deep = true;
+  }
+  return parsed;
+}
+
+}  // namespace strata::checkpoint::detail
+// ---- end strata/checkpoint/impl/json.ipp ----
 
 namespace strata::checkpoint {
 
@@ -20023,8 +20068,10 @@ STRATA_DECL Header parse_header(std::string_view json, std::uint64_t data_bytes,
     return detail::safetensors::not_safetensors(-1, "checkpoint::read", source, what_happened);
   };
   if (json.empty() || json.front() != '{') throw fail("its header does not start with '{'");
-  // No exceptions from the parser: its messages quote the input, which may be anything.
-  const nlohmann::json header = nlohmann::json::parse(json, nullptr, false);
+  const auto parsed = detail::parse_json(json);
+  if (parsed.too_deep)
+    throw fail(fmt::format("its header nests deeper than {} levels", detail::kMaxJsonDepth));
+  const nlohmann::json& header = parsed.value;
   if (header.is_discarded()) throw fail("its header is not JSON (or not UTF-8)");
   if (!header.is_object()) throw fail("its header is not a JSON object");
 
@@ -20968,12 +21015,18 @@ class Checkpoint {
     slots_shape.insert(slots_shape.begin(), count);
     check_tensor(plan, *slots, "optimizer slots of", data_type_of<T>, slots_shape);
     check_tensor(plan, *step, "optimizer step of", DataType::int64, {});
+    // The step is read now, not with the rest, so that a step no optimizer can continue from
+    // (or a state the servers cannot keep) is refused before anything changes.
+    std::int64_t saved_step = 0;
+    plan.file->read_at(std::as_writable_bytes(std::span(&saved_step, 1)),
+                       plan.data_start + step->begin);
+    if (saved_step < 0 || saved_step == std::numeric_limits<std::int64_t>::max())
+      throw restore_error(plan,
+                          fmt::format("variable '{}' has optimizer step {}, which no optimizer "
+                                      "counts to (steps are 0 or more, below 2^63 - 1)",
+                                      name, saved_step),
+                          "restore from another checkpoint; this one is damaged");
     if constexpr (detail::WithGatheredOptimizerState<V>) {
-      // The step is read now, not with the rest, so that a state the servers cannot keep is
-      // refused before anything changes.
-      std::int64_t saved_step = 0;
-      plan.file->read_at(std::as_writable_bytes(std::span(&saved_step, 1)),
-                         plan.data_start + step->begin);
       if (!variable.accepts_optimizer_state(static_cast<std::size_t>(count), saved_step))
         throw restore_error(plan,
                             fmt::format("variable '{}' cannot take its saved optimizer state "
@@ -20986,11 +21039,11 @@ class Checkpoint {
                             "Adam");
     }
     plan.reads.push_back(
-        [&variable, slots = *slots, step = *step, count](const File& file, std::uint64_t start) {
+        [&variable, slots = *slots, saved_step, count](const File& file, std::uint64_t start) {
           optim::OptimizerState<T> state;
           state.slots.resize(slots.bytes() / sizeof(T));
           file.read_at(std::as_writable_bytes(std::span(state.slots)), start + slots.begin);
-          file.read_at(std::as_writable_bytes(std::span(&state.step, 1)), start + step.begin);
+          state.step = saved_step;
           variable.restore_optimizer_state(&state, static_cast<std::size_t>(count));
         });
   }
@@ -21126,7 +21179,7 @@ STRATA_DECL std::string Checkpoint::encode_sampler(const data::EpochSamplerOptio
 
 STRATA_DECL std::pair<data::EpochSamplerOptions, data::SamplerPosition> Checkpoint::decode_sampler(
     std::string_view json, std::string_view source, std::string_view name, int rank) {
-  const nlohmann::json entry = nlohmann::json::parse(json, nullptr, false);
+  const nlohmann::json entry = detail::parse_json(json).value;
   const auto number = [&](const char* key) -> std::uint64_t {
     if (!entry.is_object() || !entry.contains(key) || !entry[key].is_number_unsigned())
       throw CheckpointError(rank, "Checkpoint::restore",
@@ -21359,7 +21412,8 @@ STRATA_DECL std::vector<CheckpointEntry> CheckpointManager::checkpoints() const 
   if (size > (std::uint64_t{16} << 20)) throw damaged(fmt::format("it has {} bytes", size));
   std::string text(static_cast<std::size_t>(size), '\0');
   index.read_at(std::as_writable_bytes(std::span(text)), 0);
-  const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  const auto parsed = detail::parse_json(text);
+  const nlohmann::json& json = parsed.value;
   if (json.is_discarded() || !json.is_object() || json.value("format", "") != kIndexFormat ||
       !json.contains("checkpoints") || !json["checkpoints"].is_array())
     throw damaged(fmt::format("it is not a {} JSON object", kIndexFormat));
@@ -26389,28 +26443,20 @@ struct Server::State : transport::tcp::ServiceHandler {
     return it->second;
   }
 
-  std::uint32_t create(const std::string& name, DataType type, const CreateSpec& spec) {
+  template <class T>
+  std::uint32_t create(const std::string& name, const CreateSpec& spec, std::vector<T> initial) {
     Shard shard;
     shard.name = name;
-    shard.type = type;
+    shard.type = data_type_of<T>;
     shard.update = spec.update;
     shard.elements = spec.elements;
-    const auto count = static_cast<std::size_t>(spec.elements);
-    if (type == DataType::float32)
-      shard.data = detail::Values<float>{std::vector<float>(count), {}, {}, {}};
-    else
-      shard.data = detail::Values<double>{std::vector<double>(count), {}, {}, {}};
+    shard.data = detail::Values<T>{std::move(initial), {}, {}, {}};
     const auto handle = static_cast<std::uint32_t>(shards.size());
     shards.push_back(std::move(shard));
     by_name.emplace(name, handle);
     report.shards = shards.size();
-    report.shard_bytes += spec.elements * size_of(type);
+    report.shard_bytes += spec.elements * sizeof(T);
     return handle;
-  }
-
-  std::span<std::byte> bytes_of(std::uint32_t handle) {
-    return std::visit([](auto& values) { return std::as_writable_bytes(std::span(values.values)); },
-                      shards[handle].data);
   }
 
   SessionStep finished(int rank) {
@@ -26558,7 +26604,7 @@ class Server::State::Session : public transport::tcp::ServiceSession {
       case Stage::create_name:
         return on_create_name();
       case Stage::create_values:
-        return ok(handle_);
+        return on_create_values();
       case Stage::push_values:
         return on_values();
       case Stage::state_spec:
@@ -26666,8 +26712,11 @@ class Server::State::Session : public transport::tcp::ServiceSession {
   SessionStep on_create_spec() {
     const std::uint64_t left = request_.payload_bytes - kCreateSpecBytes;
     const auto spec = decode_create(std::span<const std::byte>(prefix_.data(), kCreateSpecBytes));
+    // The element count is the peer's: bounded by the payload before it is multiplied, so that
+    // no count wraps the sum into a match.
     if (!spec || !detail::is_value_type(request_.element_type) ||
         spec->elements != request_.count ||
+        spec->elements > left / size_of(request_.element_type) ||
         left !=
             padded_name_bytes(spec->name_bytes) + spec->elements * size_of(request_.element_type))
       return error(Status::bad_request,
@@ -26680,24 +26729,43 @@ class Server::State::Session : public transport::tcp::ServiceSession {
 
   SessionStep on_create_name() {
     name_.resize(spec_.name_bytes);
-    const DataType type = request_.element_type;
-    if (const auto existing = state_.find(name_)) {
-      const Shard& shard = state_.shards[*existing];
-      if (shard.type != type || shard.elements != spec_.elements || shard.update != spec_.update)
-        return error(Status::exists_differently,
-                     fmt::format("variable '{}' exists on {} with {} {} elements (update rule "
-                                 "{}); the request has {} {} elements (update rule {})",
-                                 shard.name, state_.who(), shard.elements, to_string(shard.type),
-                                 static_cast<int>(shard.update), spec_.elements, to_string(type),
-                                 static_cast<int>(spec_.update)));
-      // Created before (by another worker, or by this one before it restarted): its values
-      // win, and travel back so that the caller starts from them. The unread initial values
-      // are dropped by the service.
-      return values_reply(*existing, *existing);
-    }
-    handle_ = state_.create(name_, type, spec_);
+    if (const auto existing = state_.find(name_)) return adopt(*existing);
+    // The initial values arrive into this session, not into a shard: until their last byte is
+    // in, no other worker can pull or adopt half of them, and a creator that goes away halfway
+    // leaves nothing behind.
     stage_ = Stage::create_values;
-    return read(state_.bytes_of(handle_));
+    const auto count = static_cast<std::size_t>(spec_.elements);
+    if (request_.element_type == DataType::float32) {
+      staging_f32_.resize(count);
+      return read(std::as_writable_bytes(std::span(staging_f32_)));
+    }
+    staging_f64_.resize(count);
+    return read(std::as_writable_bytes(std::span(staging_f64_)));
+  }
+
+  SessionStep on_create_values() {
+    // Another worker's create of the name may have completed while these values arrived.
+    if (const auto existing = state_.find(name_)) return adopt(*existing);
+    handle_ = request_.element_type == DataType::float32
+                  ? state_.create(name_, spec_, std::move(staging_f32_))
+                  : state_.create(name_, spec_, std::move(staging_f64_));
+    return ok(handle_);
+  }
+
+  // A create of a variable that exists: created before (by another worker, or by this one
+  // before it restarted), its values win and travel back so that the caller starts from them;
+  // initial values not read yet are dropped by the service.
+  SessionStep adopt(std::uint32_t existing) {
+    const Shard& shard = state_.shards[existing];
+    const DataType type = request_.element_type;
+    if (shard.type != type || shard.elements != spec_.elements || shard.update != spec_.update)
+      return error(Status::exists_differently,
+                   fmt::format("variable '{}' exists on {} with {} {} elements (update rule "
+                               "{}); the request has {} {} elements (update rule {})",
+                               shard.name, state_.who(), shard.elements, to_string(shard.type),
+                               static_cast<int>(shard.update), spec_.elements, to_string(type),
+                               static_cast<int>(spec_.update)));
+    return values_reply(existing, existing);
   }
 
   SessionStep on_shard_request() {

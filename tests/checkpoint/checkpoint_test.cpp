@@ -6,6 +6,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -100,6 +101,38 @@ TEST_CASE("a variable restores with its optimizer state, and training continues 
   CHECK(header.find("dense/kernel/.optimizer/slots")->shape == std::vector<std::uint64_t>{2, 37});
   CHECK(header.find("dense/kernel/.optimizer/step")->dtype == strata::DataType::int64);
   CHECK(header.metadata.at("strata.format") == "strata-checkpoint-1");
+}
+
+TEST_CASE("an optimizer step no optimizer counts to is a damaged file, and changes nothing") {
+  Scratch scratch;
+  const strata::optim::Adam adam{.learning_rate = 0.01};
+  const std::vector<float> gradient = iota(5, -1.0f);
+  Variable<float> trained(1, iota(5, 1.0f), VariableAggregation::none);
+  update<float>(trained, adam, gradient);
+  Checkpoint saving;
+  saving.track("w", trained, {5});
+  const fs::path file = scratch.dir / "step.safetensors";
+  saving.save(file);
+  const auto header = Checkpoint::read_header(file);
+  const auto* step = header.find("w/.optimizer/step");
+  REQUIRE(step != nullptr);
+
+  for (const std::int64_t bad : {std::int64_t{-1}, std::numeric_limits<std::int64_t>::max()}) {
+    CAPTURE(bad);
+    {
+      std::fstream patch(file, std::ios::binary | std::ios::in | std::ios::out);
+      patch.seekp(static_cast<std::streamoff>(header.data_start + step->begin));
+      patch.write(reinterpret_cast<const char*>(&bad), sizeof bad);
+    }
+    Variable<float> resumed(1, std::vector<float>(5, 0.0f), VariableAggregation::none);
+    Checkpoint restoring;
+    restoring.track("w", resumed, {5});
+    expect_error([&] { restoring.restore(file); },
+                 {file.string(), "variable 'w' has optimizer step " + std::to_string(bad),
+                  "this one is damaged"});
+    CHECK(resumed.read()[0] == 0.0f);
+    CHECK(resumed.optimizer_state(0) == nullptr);
+  }
 }
 
 TEST_CASE("a variable saved before its first update restores without optimizer state") {

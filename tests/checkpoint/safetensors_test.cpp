@@ -107,6 +107,12 @@ TEST_CASE("parse_header rejects each broken rule with a CheckpointError that say
   rejects(R"([1, 2])", 0, "does not start with '{'");
   rejects("{\"\xc3\x28\": 1}", 0, "not JSON (or not UTF-8)");
   rejects(R"({"a": 1})", 0, "tensor 'a': its entry is not an object");
+  // Deep nesting is refused as soon as it is seen, not after the parser spent memory on every
+  // level (10 MB of '[' would take it gigabytes), and a nesting up to the cap is only a wrong
+  // entry.
+  rejects("{\"a\": " + std::string(10'000'000, '['), 0, "nests deeper than 16 levels");
+  rejects("{\"a\": " + std::string(15, '[') + std::string(15, ']') + "}", 0,
+          "tensor 'a': its entry is not an object");
   // Trailing spaces (the padding) are fine; so is a file with no tensors.
   CHECK(parse_header(R"({}    )", 0, "f").tensors.empty());
 }

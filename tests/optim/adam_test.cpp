@@ -169,6 +169,14 @@ TEST_CASE("Adam rejects bad sizes and hyperparameters, changing nothing") {
                        "strata: optim::Adam::apply: learning_rate is nan, but it must be finite "
                        "and >= 0; fix the learning_rate field of the optimizer",
                        strata::UsageError);
+  adam.learning_rate = 0.01;
+  // The largest step, whose bias correction is computed before the sizes are checked: a usage
+  // error, not an overflow (UBSan would stop here).
+  state.step = std::numeric_limits<std::int64_t>::max();
+  CHECK_THROWS_WITH_AS(adam.apply(std::span(params), std::span(grads), state),
+                       doctest::Contains("optim::Adam::apply: state.step is 9223372036854775807"),
+                       strata::UsageError);
+  state.step = 0;
 
   CHECK(params == std::vector<float>(7, 1.0f));
   CHECK(state.slots == std::vector<float>(14, 0.0f));

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -376,12 +377,18 @@ class Checkpoint {
     slots_shape.insert(slots_shape.begin(), count);
     check_tensor(plan, *slots, "optimizer slots of", data_type_of<T>, slots_shape);
     check_tensor(plan, *step, "optimizer step of", DataType::int64, {});
+    // The step is read now, not with the rest, so that a step no optimizer can continue from
+    // (or a state the servers cannot keep) is refused before anything changes.
+    std::int64_t saved_step = 0;
+    plan.file->read_at(std::as_writable_bytes(std::span(&saved_step, 1)),
+                       plan.data_start + step->begin);
+    if (saved_step < 0 || saved_step == std::numeric_limits<std::int64_t>::max())
+      throw restore_error(plan,
+                          fmt::format("variable '{}' has optimizer step {}, which no optimizer "
+                                      "counts to (steps are 0 or more, below 2^63 - 1)",
+                                      name, saved_step),
+                          "restore from another checkpoint; this one is damaged");
     if constexpr (detail::WithGatheredOptimizerState<V>) {
-      // The step is read now, not with the rest, so that a state the servers cannot keep is
-      // refused before anything changes.
-      std::int64_t saved_step = 0;
-      plan.file->read_at(std::as_writable_bytes(std::span(&saved_step, 1)),
-                         plan.data_start + step->begin);
       if (!variable.accepts_optimizer_state(static_cast<std::size_t>(count), saved_step))
         throw restore_error(plan,
                             fmt::format("variable '{}' cannot take its saved optimizer state "
@@ -394,11 +401,11 @@ class Checkpoint {
                             "Adam");
     }
     plan.reads.push_back(
-        [&variable, slots = *slots, step = *step, count](const File& file, std::uint64_t start) {
+        [&variable, slots = *slots, saved_step, count](const File& file, std::uint64_t start) {
           optim::OptimizerState<T> state;
           state.slots.resize(slots.bytes() / sizeof(T));
           file.read_at(std::as_writable_bytes(std::span(state.slots)), start + slots.begin);
-          file.read_at(std::as_writable_bytes(std::span(&state.step, 1)), start + step.begin);
+          state.step = saved_step;
           variable.restore_optimizer_state(&state, static_cast<std::size_t>(count));
         });
   }

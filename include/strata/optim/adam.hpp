@@ -79,8 +79,8 @@ struct Adam {
     detail::check_unit_interval(kOperation, "beta2", beta2, /*one_allowed=*/false);
     detail::check_hyperparameter(kOperation, "epsilon", epsilon,
                                  std::isfinite(epsilon) && epsilon >= 0.0, "finite and >= 0");
-    const auto t = static_cast<double>(step + 1);
-    const double bias1 = 1.0 - std::pow(beta1, t);  // > 0 because beta1 < 1 and t >= 1
+    const double t = static_cast<double>(step) + 1.0;  // step + 1 overflows at the largest step
+    const double bias1 = 1.0 - std::pow(beta1, t);     // > 0 because beta1 < 1 and t >= 1
     const double bias2 = 1.0 - std::pow(beta2, t);
     f(AdamRule<T>{static_cast<T>(learning_rate * std::sqrt(bias2) / bias1),
                   static_cast<T>(1.0 - beta1), static_cast<T>(1.0 - beta2),

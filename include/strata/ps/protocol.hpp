@@ -44,6 +44,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -303,7 +304,7 @@ inline std::array<std::byte, kStateSpecBytes> encode(const StateSpec& spec) noex
 }
 
 /// The spec in `in`, or nothing when the bytes are not one (padding set, slots beyond
-/// kMaxSlotsPerElement, a negative step, or slots and a step without a state).
+/// kMaxSlotsPerElement, a negative step or the largest, or slots and a step without a state).
 inline std::optional<StateSpec> decode_state(std::span<const std::byte> in) noexcept {
   if (in.size() < kStateSpecBytes) return std::nullopt;
   const auto present = static_cast<std::uint8_t>(in[0]);
@@ -314,7 +315,9 @@ inline std::optional<StateSpec> decode_state(std::span<const std::byte> in) noex
   spec.present = present == 1;
   spec.slots_per_element = detail::load_le<std::uint32_t>(&in[4]);
   spec.step = static_cast<std::int64_t>(detail::load_le<std::uint64_t>(&in[8]));
-  if (spec.slots_per_element > kMaxSlotsPerElement || spec.step < 0) return std::nullopt;
+  if (spec.slots_per_element > kMaxSlotsPerElement || spec.step < 0 ||
+      spec.step == std::numeric_limits<std::int64_t>::max())  // no update could follow it
+    return std::nullopt;
   if (!spec.present && (spec.slots_per_element != 0 || spec.step != 0)) return std::nullopt;
   return spec;
 }

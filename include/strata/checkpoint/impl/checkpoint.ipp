@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <strata/checkpoint/file.hpp>
+#include <strata/checkpoint/impl/json.ipp>
 #include <strata/checkpoint/impl/safetensors.ipp>  // not_safetensors, whichever .ipp comes first
 #include <strata/checkpoint/safetensors.hpp>
 #include <strata/config.hpp>
@@ -117,7 +118,7 @@ STRATA_DECL std::string Checkpoint::encode_sampler(const data::EpochSamplerOptio
 
 STRATA_DECL std::pair<data::EpochSamplerOptions, data::SamplerPosition> Checkpoint::decode_sampler(
     std::string_view json, std::string_view source, std::string_view name, int rank) {
-  const nlohmann::json entry = nlohmann::json::parse(json, nullptr, false);
+  const nlohmann::json entry = detail::parse_json(json).value;
   const auto number = [&](const char* key) -> std::uint64_t {
     if (!entry.is_object() || !entry.contains(key) || !entry[key].is_number_unsigned())
       throw CheckpointError(rank, "Checkpoint::restore",

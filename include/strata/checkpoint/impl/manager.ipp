@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include <strata/checkpoint/file.hpp>
+#include <strata/checkpoint/impl/json.ipp>
 #include <strata/core/error.hpp>
 
 namespace strata::checkpoint {
@@ -95,7 +96,8 @@ STRATA_DECL std::vector<CheckpointEntry> CheckpointManager::checkpoints() const 
   if (size > (std::uint64_t{16} << 20)) throw damaged(fmt::format("it has {} bytes", size));
   std::string text(static_cast<std::size_t>(size), '\0');
   index.read_at(std::as_writable_bytes(std::span(text)), 0);
-  const nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
+  const auto parsed = detail::parse_json(text);
+  const nlohmann::json& json = parsed.value;
   if (json.is_discarded() || !json.is_object() || json.value("format", "") != kIndexFormat ||
       !json.contains("checkpoints") || !json["checkpoints"].is_array())
     throw damaged(fmt::format("it is not a {} JSON object", kIndexFormat));

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <strata/checkpoint/impl/json.ipp>
 #include <strata/core/data_type.hpp>
 #include <strata/core/detail/little_endian.hpp>
 #include <strata/core/error.hpp>
@@ -105,8 +106,10 @@ STRATA_DECL Header parse_header(std::string_view json, std::uint64_t data_bytes,
     return detail::safetensors::not_safetensors(-1, "checkpoint::read", source, what_happened);
   };
   if (json.empty() || json.front() != '{') throw fail("its header does not start with '{'");
-  // No exceptions from the parser: its messages quote the input, which may be anything.
-  const nlohmann::json header = nlohmann::json::parse(json, nullptr, false);
+  const auto parsed = detail::parse_json(json);
+  if (parsed.too_deep)
+    throw fail(fmt::format("its header nests deeper than {} levels", detail::kMaxJsonDepth));
+  const nlohmann::json& header = parsed.value;
   if (header.is_discarded()) throw fail("its header is not JSON (or not UTF-8)");
   if (!header.is_object()) throw fail("its header is not a JSON object");
 

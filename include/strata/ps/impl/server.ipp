@@ -124,28 +124,20 @@ struct Server::State : transport::tcp::ServiceHandler {
     return it->second;
   }
 
-  std::uint32_t create(const std::string& name, DataType type, const CreateSpec& spec) {
+  template <class T>
+  std::uint32_t create(const std::string& name, const CreateSpec& spec, std::vector<T> initial) {
     Shard shard;
     shard.name = name;
-    shard.type = type;
+    shard.type = data_type_of<T>;
     shard.update = spec.update;
     shard.elements = spec.elements;
-    const auto count = static_cast<std::size_t>(spec.elements);
-    if (type == DataType::float32)
-      shard.data = detail::Values<float>{std::vector<float>(count), {}, {}, {}};
-    else
-      shard.data = detail::Values<double>{std::vector<double>(count), {}, {}, {}};
+    shard.data = detail::Values<T>{std::move(initial), {}, {}, {}};
     const auto handle = static_cast<std::uint32_t>(shards.size());
     shards.push_back(std::move(shard));
     by_name.emplace(name, handle);
     report.shards = shards.size();
-    report.shard_bytes += spec.elements * size_of(type);
+    report.shard_bytes += spec.elements * sizeof(T);
     return handle;
-  }
-
-  std::span<std::byte> bytes_of(std::uint32_t handle) {
-    return std::visit([](auto& values) { return std::as_writable_bytes(std::span(values.values)); },
-                      shards[handle].data);
   }
 
   SessionStep finished(int rank) {

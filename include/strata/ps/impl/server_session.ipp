@@ -99,7 +99,7 @@ class Server::State::Session : public transport::tcp::ServiceSession {
       case Stage::create_name:
         return on_create_name();
       case Stage::create_values:
-        return ok(handle_);
+        return on_create_values();
       case Stage::push_values:
         return on_values();
       case Stage::state_spec:
@@ -207,8 +207,11 @@ class Server::State::Session : public transport::tcp::ServiceSession {
   SessionStep on_create_spec() {
     const std::uint64_t left = request_.payload_bytes - kCreateSpecBytes;
     const auto spec = decode_create(std::span<const std::byte>(prefix_.data(), kCreateSpecBytes));
+    // The element count is the peer's: bounded by the payload before it is multiplied, so that
+    // no count wraps the sum into a match.
     if (!spec || !detail::is_value_type(request_.element_type) ||
         spec->elements != request_.count ||
+        spec->elements > left / size_of(request_.element_type) ||
         left !=
             padded_name_bytes(spec->name_bytes) + spec->elements * size_of(request_.element_type))
       return error(Status::bad_request,
@@ -221,24 +224,43 @@ class Server::State::Session : public transport::tcp::ServiceSession {
 
   SessionStep on_create_name() {
     name_.resize(spec_.name_bytes);
-    const DataType type = request_.element_type;
-    if (const auto existing = state_.find(name_)) {
-      const Shard& shard = state_.shards[*existing];
-      if (shard.type != type || shard.elements != spec_.elements || shard.update != spec_.update)
-        return error(Status::exists_differently,
-                     fmt::format("variable '{}' exists on {} with {} {} elements (update rule "
-                                 "{}); the request has {} {} elements (update rule {})",
-                                 shard.name, state_.who(), shard.elements, to_string(shard.type),
-                                 static_cast<int>(shard.update), spec_.elements, to_string(type),
-                                 static_cast<int>(spec_.update)));
-      // Created before (by another worker, or by this one before it restarted): its values
-      // win, and travel back so that the caller starts from them. The unread initial values
-      // are dropped by the service.
-      return values_reply(*existing, *existing);
-    }
-    handle_ = state_.create(name_, type, spec_);
+    if (const auto existing = state_.find(name_)) return adopt(*existing);
+    // The initial values arrive into this session, not into a shard: until their last byte is
+    // in, no other worker can pull or adopt half of them, and a creator that goes away halfway
+    // leaves nothing behind.
     stage_ = Stage::create_values;
-    return read(state_.bytes_of(handle_));
+    const auto count = static_cast<std::size_t>(spec_.elements);
+    if (request_.element_type == DataType::float32) {
+      staging_f32_.resize(count);
+      return read(std::as_writable_bytes(std::span(staging_f32_)));
+    }
+    staging_f64_.resize(count);
+    return read(std::as_writable_bytes(std::span(staging_f64_)));
+  }
+
+  SessionStep on_create_values() {
+    // Another worker's create of the name may have completed while these values arrived.
+    if (const auto existing = state_.find(name_)) return adopt(*existing);
+    handle_ = request_.element_type == DataType::float32
+                  ? state_.create(name_, spec_, std::move(staging_f32_))
+                  : state_.create(name_, spec_, std::move(staging_f64_));
+    return ok(handle_);
+  }
+
+  // A create of a variable that exists: created before (by another worker, or by this one
+  // before it restarted), its values win and travel back so that the caller starts from them;
+  // initial values not read yet are dropped by the service.
+  SessionStep adopt(std::uint32_t existing) {
+    const Shard& shard = state_.shards[existing];
+    const DataType type = request_.element_type;
+    if (shard.type != type || shard.elements != spec_.elements || shard.update != spec_.update)
+      return error(Status::exists_differently,
+                   fmt::format("variable '{}' exists on {} with {} {} elements (update rule "
+                               "{}); the request has {} {} elements (update rule {})",
+                               shard.name, state_.who(), shard.elements, to_string(shard.type),
+                               static_cast<int>(shard.update), spec_.elements, to_string(type),
+                               static_cast<int>(spec_.update)));
+    return values_reply(existing, existing);
   }
 
   SessionStep on_shard_request() {
