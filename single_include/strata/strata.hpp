@@ -17919,6 +17919,7 @@ class PsWatch {
 // strata/coordinator/impl/worker_link.ipp — the coordinator's connection to one worker's
 // server (worker_server.hpp): the handshake, then one request and its reply at a time.
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -18173,11 +18174,18 @@ class WorkerLink {
       reply.why = "a reply that does not answer the request";
       return reply;
     }
-    reply.bytes.resize(answer.payload_bytes);
-    io = connection_->receive(reply.bytes, until);
-    if (io != Io::done) {
-      reply.why = describe(io, "reading the reply");
-      return reply;
+    // The reply grows with what has arrived (doubling from 64 KiB), as a worker's requests do:
+    // a reply that claims gigabytes costs memory only as its bytes come.
+    reply.bytes.clear();
+    while (reply.bytes.size() < answer.payload_bytes) {
+      const std::size_t have = reply.bytes.size();
+      reply.bytes.resize(
+          std::min<std::size_t>(answer.payload_bytes, std::max(std::size_t{1} << 16, 2 * have)));
+      io = connection_->receive(std::span(reply.bytes).subspan(have), until);
+      if (io != Io::done) {
+        reply.why = describe(io, "reading the reply");
+        return reply;
+      }
     }
     reply.kind = answer.root == static_cast<std::int32_t>(ReplyStatus::ok)
                      ? WorkerReply::Kind::ok
@@ -18804,6 +18812,7 @@ class WorkerServer {
 // runs on its one thread, between reading its request and writing the reply, so a worker runs
 // one function at a time, as a TF worker runs one closure at a time.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19375,12 +19384,22 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
         return fail(UsageError(state_.worker.rank(), "WorkerServer",
                                fmt::format("unknown operation {}", kind_),
                                "run the same strata version on every task"));
-      payload_.resize(request.payload_bytes);
-      if (payload_.empty()) return on_payload();
-      return transport::tcp::ReadPayload{{std::span(payload_)}};
+      payload_bytes_ = request.payload_bytes;
+      payload_.clear();
+      return on_payload();
     }
 
+    // The payload arrives into a buffer that grows with what has come (doubling from 64 KiB):
+    // a request that claims gigabytes costs memory only as its bytes arrive.
     SessionStep on_payload() override {
+      const std::size_t have = payload_.size();
+      if (have == payload_bytes_) return on_complete_request();
+      payload_.resize(std::min(payload_bytes_, std::max(std::size_t{1} << 16, 2 * have)));
+      return transport::tcp::ReadPayload{{std::span(payload_).subspan(have)}};
+    }
+
+   private:
+    SessionStep on_complete_request() {
       if (static_cast<Operation>(kind_) == Operation::done) {
         SendReply reply;
         reply.then_close = true;
@@ -19411,7 +19430,6 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
       }
     }
 
-   private:
     // The coordinator failed for good: serve() ends raising its error, so that an idle worker
     // learns of a lost ps task as a busy one does.
     SessionStep on_abort(std::span<const std::byte> args) {
@@ -19478,6 +19496,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
 
     State& state_;
     std::uint8_t kind_ = 0;
+    std::size_t payload_bytes_ = 0;  // the request's
     std::vector<std::byte> payload_;
     std::vector<std::byte> reply_bytes_;
   };

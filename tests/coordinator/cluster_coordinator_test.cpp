@@ -3,25 +3,33 @@
 // Real processes, killed and stopped: process_test.cpp.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <strata/coordinator/cluster_coordinator.hpp>
+#include <strata/coordinator/protocol.hpp>
 #include <strata/coordinator/worker_server.hpp>
 #include <strata/core/error.hpp>
+#include <strata/transport/tcp/service_client.hpp>
 
 #include <asio/connect.hpp>
 #include <asio/write.hpp>
+
+#include <unistd.h>
 
 #include "worker_cluster.hpp"
 
@@ -368,6 +376,69 @@ TEST_CASE("the coordinator refuses clusters it cannot coordinate") {
   const auto spec = strata::testing::loopback_coordinator_cluster(1, 0);
   Functions functions;
   CHECK_THROWS_AS(WorkerServer(spec, 3, functions), strata::ConfigurationError);
+}
+
+namespace {
+
+// This process's resident memory, from /proc/self/statm.
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0;
+  std::size_t resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+TEST_CASE("a request that claims a gigabyte and sends a few bytes costs the worker no gigabyte") {
+  const auto spec = strata::testing::loopback_coordinator_cluster(1, 0);
+  Functions functions;
+  const auto twice = functions.add("twice", [](Worker&, int x) { return 2 * x; });
+  WorkerThreads workers(spec, functions);
+  const strata::transport::tcp::ServiceIdentity mine{
+      strata::coordinator::coordinator_fingerprint(spec),
+      strata::coordinator::kTunables,
+      spec.collective_size(),
+      *spec.collective_rank({TaskType::chief, 0}),
+      {}};
+  std::string why;
+  std::unique_ptr<strata::transport::tcp::ServiceConnection> link;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!link && std::chrono::steady_clock::now() < until) {
+    link = strata::transport::tcp::ServiceConnection::connect(
+        spec.address({TaskType::worker, 0}), mine, *spec.collective_rank({TaskType::worker, 0}), 0,
+        1, until, "test", "worker 0", why);
+    if (!link) std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE_MESSAGE(link, why);
+  const std::size_t before = resident_bytes();
+  strata::transport::tcp::FrameHeader header;
+  header.type = strata::transport::tcp::FrameType::request;
+  header.kind = static_cast<strata::Collective>(strata::coordinator::Operation::run);
+  header.element_type = strata::DataType::uint8;
+  header.sequence = 1;
+  header.count = std::uint64_t{1} << 30;
+  header.payload_bytes = std::uint32_t{1} << 30;
+  const std::array<std::byte, 16> few{};
+  const std::array<std::span<const std::byte>, 1> parts{std::span(few)};
+  REQUIRE(link->send(header, parts, until) == strata::transport::tcp::ServiceIo::done);
+  // The worker has read the header and the 16 bytes well within this; a buffer of the claimed
+  // size would be growing resident by now (it is zero-filled when made, slowly under TSan).
+  constexpr std::size_t kLimit = std::size_t{128} << 20;
+  std::size_t grown = 0;
+  for (int i = 0; i < 80 && grown < kLimit; ++i) {
+    std::this_thread::sleep_for(25ms);
+    const std::size_t now = resident_bytes();
+    grown = std::max(grown, now - std::min(before, now));
+  }
+  CHECK(grown < kLimit);
+  link.reset();
+  ClusterCoordinator coordinator(spec);
+  CHECK(coordinator.schedule(twice, 21).fetch() == 42);
+  coordinator.shutdown();
+  workers.wait();
+  CHECK(workers.errors[0].empty());
 }
 
 TEST_CASE("a worker drops connections that send garbage and serves the coordinator on") {

@@ -2,6 +2,7 @@
 // server (worker_server.hpp): the handshake, then one request and its reply at a time.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -94,11 +95,18 @@ class WorkerLink {
       reply.why = "a reply that does not answer the request";
       return reply;
     }
-    reply.bytes.resize(answer.payload_bytes);
-    io = connection_->receive(reply.bytes, until);
-    if (io != Io::done) {
-      reply.why = describe(io, "reading the reply");
-      return reply;
+    // The reply grows with what has arrived (doubling from 64 KiB), as a worker's requests do:
+    // a reply that claims gigabytes costs memory only as its bytes come.
+    reply.bytes.clear();
+    while (reply.bytes.size() < answer.payload_bytes) {
+      const std::size_t have = reply.bytes.size();
+      reply.bytes.resize(
+          std::min<std::size_t>(answer.payload_bytes, std::max(std::size_t{1} << 16, 2 * have)));
+      io = connection_->receive(std::span(reply.bytes).subspan(have), until);
+      if (io != Io::done) {
+        reply.why = describe(io, "reading the reply");
+        return reply;
+      }
     }
     reply.kind = answer.root == static_cast<std::int32_t>(ReplyStatus::ok)
                      ? WorkerReply::Kind::ok

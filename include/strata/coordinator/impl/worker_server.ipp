@@ -6,6 +6,7 @@
 // one function at a time, as a TF worker runs one closure at a time.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,12 +42,22 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
         return fail(UsageError(state_.worker.rank(), "WorkerServer",
                                fmt::format("unknown operation {}", kind_),
                                "run the same strata version on every task"));
-      payload_.resize(request.payload_bytes);
-      if (payload_.empty()) return on_payload();
-      return transport::tcp::ReadPayload{{std::span(payload_)}};
+      payload_bytes_ = request.payload_bytes;
+      payload_.clear();
+      return on_payload();
     }
 
+    // The payload arrives into a buffer that grows with what has come (doubling from 64 KiB):
+    // a request that claims gigabytes costs memory only as its bytes arrive.
     SessionStep on_payload() override {
+      const std::size_t have = payload_.size();
+      if (have == payload_bytes_) return on_complete_request();
+      payload_.resize(std::min(payload_bytes_, std::max(std::size_t{1} << 16, 2 * have)));
+      return transport::tcp::ReadPayload{{std::span(payload_).subspan(have)}};
+    }
+
+   private:
+    SessionStep on_complete_request() {
       if (static_cast<Operation>(kind_) == Operation::done) {
         SendReply reply;
         reply.then_close = true;
@@ -77,7 +88,6 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
       }
     }
 
-   private:
     // The coordinator failed for good: serve() ends raising its error, so that an idle worker
     // learns of a lost ps task as a busy one does.
     SessionStep on_abort(std::span<const std::byte> args) {
@@ -144,6 +154,7 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
 
     State& state_;
     std::uint8_t kind_ = 0;
+    std::size_t payload_bytes_ = 0;  // the request's
     std::vector<std::byte> payload_;
     std::vector<std::byte> reply_bytes_;
   };
