@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -29,8 +28,7 @@
 #include <asio/connect.hpp>
 #include <asio/write.hpp>
 
-#include <unistd.h>
-
+#include "resident_memory.hpp"
 #include "worker_cluster.hpp"
 
 namespace {
@@ -378,19 +376,6 @@ TEST_CASE("the coordinator refuses clusters it cannot coordinate") {
   CHECK_THROWS_AS(WorkerServer(spec, 3, functions), strata::ConfigurationError);
 }
 
-namespace {
-
-// This process's resident memory, from /proc/self/statm.
-std::size_t resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  std::size_t pages = 0;
-  std::size_t resident = 0;
-  statm >> pages >> resident;
-  return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-}
-
-}  // namespace
-
 TEST_CASE("a request that claims a gigabyte and sends a few bytes costs the worker no gigabyte") {
   const auto spec = strata::testing::loopback_coordinator_cluster(1, 0);
   Functions functions;
@@ -412,7 +397,7 @@ TEST_CASE("a request that claims a gigabyte and sends a few bytes costs the work
     if (!link) std::this_thread::sleep_for(10ms);
   }
   REQUIRE_MESSAGE(link, why);
-  const std::size_t before = resident_bytes();
+  const std::size_t before = strata::testing::resident_bytes();
   strata::transport::tcp::FrameHeader header;
   header.type = strata::transport::tcp::FrameType::request;
   header.kind = static_cast<strata::Collective>(strata::coordinator::Operation::run);
@@ -424,15 +409,9 @@ TEST_CASE("a request that claims a gigabyte and sends a few bytes costs the work
   const std::array<std::span<const std::byte>, 1> parts{std::span(few)};
   REQUIRE(link->send(header, parts, until) == strata::transport::tcp::ServiceIo::done);
   // The worker has read the header and the 16 bytes well within this; a buffer of the claimed
-  // size would be growing resident by now (it is zero-filled when made, slowly under TSan).
+  // size would be growing resident by now (it is zero-filled when made).
   constexpr std::size_t kLimit = std::size_t{128} << 20;
-  std::size_t grown = 0;
-  for (int i = 0; i < 80 && grown < kLimit; ++i) {
-    std::this_thread::sleep_for(25ms);
-    const std::size_t now = resident_bytes();
-    grown = std::max(grown, now - std::min(before, now));
-  }
-  CHECK(grown < kLimit);
+  CHECK(strata::testing::resident_growth(before, kLimit) < kLimit);
   link.reset();
   ClusterCoordinator coordinator(spec);
   CHECK(coordinator.schedule(twice, 21).fetch() == 42);

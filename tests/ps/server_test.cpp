@@ -41,6 +41,7 @@
 #include <strata/transport/tcp/frame.hpp>
 #include <strata/transport/tcp/service_client.hpp>
 
+#include "resident_memory.hpp"
 #include "worker_cluster.hpp"
 
 namespace {
@@ -881,6 +882,28 @@ TEST_CASE("shared regions: hostile requests get typed errors, and the server ser
     // The server serves on, this connection too.
     raw.send(push, prefix);
     CHECK(raw.reply().second.find("attached none") != std::string::npos);
+    CHECK(pull<float>(client, 0, w, n) == std::vector<float>(n, 1.0f));
+  }
+  SUBCASE("a create that claims a gigabyte of values and sends a few costs no gigabyte") {
+    const std::uint64_t count = std::uint64_t{1} << 28;  // 1 GiB of floats
+    strata::ps::CreateSpec create_spec;
+    create_spec.elements = count;
+    create_spec.update = UpdateRule::sum;
+    create_spec.name_bytes = 3;
+    std::vector<std::byte> payload(strata::ps::kCreateSpecBytes + 8 + 64, std::byte{0});
+    const auto encoded = strata::ps::encode(create_spec);
+    std::copy(encoded.begin(), encoded.end(), payload.begin());
+    std::memcpy(payload.data() + strata::ps::kCreateSpecBytes, "big", 3);
+    FrameHeader create_header;
+    create_header.kind = static_cast<strata::Collective>(Operation::create);
+    create_header.element_type = strata::DataType::float32;
+    create_header.count = count;
+    const std::size_t before = strata::testing::resident_bytes();
+    raw.send(create_header, payload,
+             static_cast<std::uint32_t>(strata::ps::kCreateSpecBytes + 8 + count * sizeof(float)));
+    constexpr std::size_t kLimit = std::size_t{128} << 20;
+    CHECK(strata::testing::resident_growth(before, kLimit) < kLimit);
+    raw.link.reset();
     CHECK(pull<float>(client, 0, w, n) == std::vector<float>(n, 1.0f));
   }
   SUBCASE("a creator that goes away halfway through its values leaves no variable behind") {

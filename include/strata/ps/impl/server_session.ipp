@@ -229,21 +229,30 @@ class Server::State::Session : public transport::tcp::ServiceSession {
     // in, no other worker can pull or adopt half of them, and a creator that goes away halfway
     // leaves nothing behind.
     stage_ = Stage::create_values;
-    const auto count = static_cast<std::size_t>(spec_.elements);
-    if (request_.element_type == DataType::float32) {
-      staging_f32_.resize(count);
-      return read(std::as_writable_bytes(std::span(staging_f32_)));
-    }
-    staging_f64_.resize(count);
-    return read(std::as_writable_bytes(std::span(staging_f64_)));
+    staging_f32_.clear();
+    staging_f64_.clear();
+    return on_create_values();
   }
 
   SessionStep on_create_values() {
+    return request_.element_type == DataType::float32 ? create_values<float>()
+                                                      : create_values<double>();
+  }
+
+  // The values grow with what has arrived (doubling from 64 KiB): a create that claims
+  // gigabytes costs memory only as its bytes come.
+  template <class T>
+  SessionStep create_values() {
+    auto& values = staging<T>();
+    const std::size_t have = values.size();
+    const auto count = static_cast<std::size_t>(spec_.elements);
+    if (have < count) {
+      values.resize(std::min(count, std::max((std::size_t{1} << 16) / sizeof(T), 2 * have)));
+      return read(std::as_writable_bytes(std::span(values).subspan(have)));
+    }
     // Another worker's create of the name may have completed while these values arrived.
     if (const auto existing = state_.find(name_)) return adopt(*existing);
-    handle_ = request_.element_type == DataType::float32
-                  ? state_.create(name_, spec_, std::move(staging_f32_))
-                  : state_.create(name_, spec_, std::move(staging_f64_));
+    handle_ = state_.create(name_, spec_, std::move(values));
     return ok(handle_);
   }
 
