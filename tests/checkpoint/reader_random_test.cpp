@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -16,6 +17,8 @@
 
 #include <strata/checkpoint/checkpoint.hpp>
 #include <strata/data/sampler.hpp>
+#include <strata/optim/adam.hpp>
+#include <strata/placement/variable.hpp>
 
 #include "fuzz/checkpoint.hpp"
 
@@ -42,6 +45,15 @@ std::vector<std::uint8_t> valid_checkpoint() {
   checkpoint.track("extra", std::span(extra));
   checkpoint.track("step", step);
   checkpoint.track("data", sampler, position);
+  // The variable with an Adam state two updates in.
+  const strata::optim::Adam adam{.learning_rate = 0.1};
+  const std::vector<float> gradient{0.5f, 1.0f, -2.0f};
+  strata::placement::Variable<float, std::allocator<float>> w(
+      2, std::vector<float>{1.0f, 0.0f, -1.0f}, strata::placement::VariableAggregation::mean);
+  for (int update = 0; update < 2; ++update)
+    for (std::size_t c = 0; c < 2; ++c)
+      adam.apply(w.copy(c), gradient, w.optimizer_state(c, adam));
+  checkpoint.track("w", w, {3});
   checkpoint.save(file);
   auto bytes = read_file(file);
   fs::remove(file);
@@ -67,7 +79,7 @@ TEST_CASE("a valid checkpoint restores through the fuzz target, and damaged copi
   std::mt19937_64 random(7);
   for (int trial = 0; trial < 3000; ++trial) {
     std::vector<std::uint8_t> bytes = valid;
-    switch (random() % 4) {
+    switch (random() % 5) {
       case 0:  // truncated
         bytes.resize(random() % bytes.size());
         break;
@@ -82,6 +94,11 @@ TEST_CASE("a valid checkpoint restores through the fuzz target, and damaged copi
             bytes[i] = static_cast<std::uint8_t>('0' + random() % 10);
             break;
           }
+        break;
+      case 3:  // flipped bytes in the data: values, optimizer slots and steps that lie
+        for (int flips = 1 + static_cast<int>(random() % 4); flips > 0; --flips)
+          bytes[bytes.size() - 1 - random() % 96] ^=
+              static_cast<std::uint8_t>(1u << (random() % 8));
         break;
       default:  // bytes appended or a random header length
         if (random() % 2 == 0) {

@@ -4,9 +4,11 @@
 // One function shared by the libFuzzer entry point (tests/fuzz/checkpoint_fuzz.cpp) and the
 // bounded random-input test every build runs (tests/checkpoint/reader_random_test.cpp). The
 // bytes become a file (a memfd); the target reads its header and restores it into a float
-// tensor "a", an int64 counter "step" and a sampler "data". It calls std::abort() — a crash to
+// tensor "a", an int64 counter "step", a sampler "data" and a two-copy variable "w" with its
+// optimizer state, which an Adam update then continues from. It calls std::abort() — a crash to
 // libFuzzer, a failed test to ctest — when:
-//   - anything but a CheckpointError comes out of reading or restoring;
+//   - anything but a CheckpointError comes out of reading or restoring, or anything but a
+//     UsageError (another optimizer's state) out of the update after a restore;
 //   - an accepted header breaks the format's rules: tensors that do not tile the data exactly,
 //     a size that is not its shape times its element size, data that starts elsewhere than
 //     after the header;
@@ -19,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,6 +33,8 @@
 #include <strata/checkpoint/checkpoint.hpp>
 #include <strata/core/error.hpp>
 #include <strata/data/sampler.hpp>
+#include <strata/optim/adam.hpp>
+#include <strata/placement/variable.hpp>
 
 namespace strata::testing {
 
@@ -104,14 +109,37 @@ inline void fuzz_checkpoint(std::span<const std::uint8_t> data) {
   checkpoint.track("a", std::span(a));
   checkpoint.track("step", step);
   checkpoint.track("data", sampler, position);
+  const std::vector<float> w_initial{0.5f, -0.5f, 2.0f};
+  placement::Variable<float, std::allocator<float>> w(2, w_initial,
+                                                      placement::VariableAggregation::mean);
+  checkpoint.track("w", w, {3});
+  bool restored = false;
   try {
     checkpoint.restore(path);
+    restored = true;
   } catch (const CheckpointError&) {
     checkpoint_require(std::all_of(a.begin(), a.end(), [](float x) { return x == 1.5f; }) &&
                            step == 7 && position == data::SamplerPosition{2, 1},
                        "a failed restore changed what it restores into");
+    for (std::size_t c = 0; c < w.num_copies(); ++c)
+      checkpoint_require(std::equal(w.copy(c).begin(), w.copy(c).end(), w_initial.begin()) &&
+                             w.optimizer_state(c) == nullptr,
+                         "a failed restore changed a variable or its optimizer state");
   } catch (const std::exception& e) {
     fuzz_detail::checkpoint_failure(std::string("restore threw ") + e.what());
+  }
+  if (restored) {
+    // Training continues from whatever state the file held: an update either applies or says
+    // the state belongs to another optimizer (UBSan stops the fuzzer on an overflow here).
+    const optim::Adam adam{.learning_rate = 0.01};
+    const std::vector<float> gradient{1.0f, -1.0f, 0.25f};
+    try {
+      for (std::size_t c = 0; c < w.num_copies(); ++c)
+        adam.apply(w.copy(c), gradient, w.optimizer_state(c, adam));
+    } catch (const UsageError&) {
+    } catch (const std::exception& e) {
+      fuzz_detail::checkpoint_failure(std::string("an update after the restore threw ") + e.what());
+    }
   }
   ::close(fd);
 }
