@@ -16421,7 +16421,8 @@ class ClusterCoordinator {
 
   /// Waits until every scheduled function has run (or failed, or was cancelled).
   /// @throws the first error since the last one raised; TimeoutError when no function finished
-  ///   for `closure_timeout` while some are pending (naming the workers' states).
+  ///   for `closure_timeout` while some are pending, and the one sent to a worker last has had
+  ///   its `closure_timeout` to answer or go to another worker (naming the workers' states).
   STRATA_DECL void join();
 
   /// True when every scheduled function has run; never waits.
@@ -18432,10 +18433,19 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
     progress_.notify_all();
   }
 
+  // When a wait for a function may give up: closure_timeout after the last progress, and not
+  // before the function sent last has had its closure_timeout to answer or to be queued again
+  // for another worker (with a little grace for its thread to do so). Otherwise a wait whose
+  // only pending function went to a worker that stopped gave up just as the retry began.
+  Clock::time_point give_up_at() const {
+    const auto grace = std::min(options_.closure_timeout / 10, std::chrono::milliseconds(1000));
+    return std::max(last_progress_ + options_.closure_timeout,
+                    last_sent_ + options_.closure_timeout + grace);
+  }
+
   void wait_for_progress(std::unique_lock<std::mutex>& lock, std::string_view operation) {
-    const auto until = last_progress_ + options_.closure_timeout;
-    if (progress_.wait_until(lock, until) == std::cv_status::timeout &&
-        Clock::now() >= last_progress_ + options_.closure_timeout)
+    if (progress_.wait_until(lock, give_up_at()) == std::cv_status::timeout &&
+        Clock::now() >= give_up_at())
       throw TimeoutError(
           rank_, operation,
           fmt::format("no scheduled function finished for {} ms; {} pending; {}",
@@ -18499,6 +18509,7 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
           closure = std::move(queue_.front());
           queue_.pop_front();
           closure->phase = Phase::running;
+          last_sent_ = Clock::now();
           if (++closure->attempts > 1) ++report_.retried;
           progress_.notify_all();  // room in the queue
         }
@@ -18657,6 +18668,7 @@ class CoordinatorCore : public std::enable_shared_from_this<CoordinatorCore> {
   bool closing_ = false;        // shutdown began: the ps watch looks a last time
   bool stopping_ = false;       // the workers finish
   Clock::time_point last_progress_;
+  Clock::time_point last_sent_{};  // when a worker's thread last took a function to run
   CoordinatorReport report_;
 };
 

@@ -115,7 +115,8 @@ class ClusterCoordinator {
 
   /// Waits until every scheduled function has run (or failed, or was cancelled).
   /// @throws the first error since the last one raised; TimeoutError when no function finished
-  ///   for `closure_timeout` while some are pending (naming the workers' states).
+  ///   for `closure_timeout` while some are pending, and the one sent to a worker last has had
+  ///   its `closure_timeout` to answer or go to another worker (naming the workers' states).
   STRATA_DECL void join();
 
   /// True when every scheduled function has run; never waits.
