@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -831,6 +832,25 @@ std::pair<FrameHeader, std::string> offer(RawWorker& worker, int fd, std::uint64
 
 constexpr auto kBadRequest = static_cast<std::int32_t>(strata::ps::Status::bad_request);
 
+// A create of `elements` float32 values named `name` (1 to 8 bytes) by hand: its header claims
+// `claimed` bytes of values after the spec and the name, and `sent` of them (zeros) follow.
+void send_create(RawWorker& raw, std::string_view name, std::uint64_t elements,
+                 std::uint64_t claimed, std::size_t sent) {
+  strata::ps::CreateSpec spec;
+  spec.elements = elements;
+  spec.update = UpdateRule::sum;
+  spec.name_bytes = static_cast<std::uint32_t>(name.size());
+  std::vector<std::byte> payload(strata::ps::kCreateSpecBytes + 8 + sent, std::byte{0});
+  const auto encoded = strata::ps::encode(spec);
+  std::copy(encoded.begin(), encoded.end(), payload.begin());
+  std::memcpy(payload.data() + strata::ps::kCreateSpecBytes, name.data(), name.size());
+  FrameHeader header;
+  header.kind = static_cast<strata::Collective>(Operation::create);
+  header.element_type = strata::DataType::float32;
+  header.count = elements;
+  raw.send(header, payload, static_cast<std::uint32_t>(strata::ps::kCreateSpecBytes + 8 + claimed));
+}
+
 }  // namespace
 
 TEST_CASE("shared regions: hostile requests get typed errors, and the server serves on") {
@@ -864,18 +884,7 @@ TEST_CASE("shared regions: hostile requests get typed errors, and the server ser
   }
   SUBCASE("a create whose element count would wrap its size is refused, not allocated") {
     // 2^62 floats are 2^64 bytes: the name's 8 bytes alone would match the payload.
-    strata::ps::CreateSpec create_spec;
-    create_spec.elements = std::uint64_t{1} << 62;
-    create_spec.update = UpdateRule::sum;
-    create_spec.name_bytes = 1;
-    std::vector<std::byte> payload(strata::ps::kCreateSpecBytes + 8, std::byte{'h'});
-    const auto encoded = strata::ps::encode(create_spec);
-    std::copy(encoded.begin(), encoded.end(), payload.begin());
-    FrameHeader create_header;
-    create_header.kind = static_cast<strata::Collective>(Operation::create);
-    create_header.element_type = strata::DataType::float32;
-    create_header.count = create_spec.elements;
-    raw.send(create_header, payload);
+    send_create(raw, "h", std::uint64_t{1} << 62, 0, 0);
     const auto [reply, text] = raw.reply();
     CHECK(reply.root == kBadRequest);
     CHECK(text.find("do not add up") != std::string::npos);
@@ -885,22 +894,8 @@ TEST_CASE("shared regions: hostile requests get typed errors, and the server ser
     CHECK(pull<float>(client, 0, w, n) == std::vector<float>(n, 1.0f));
   }
   SUBCASE("a create that claims a gigabyte of values and sends a few costs no gigabyte") {
-    const std::uint64_t count = std::uint64_t{1} << 28;  // 1 GiB of floats
-    strata::ps::CreateSpec create_spec;
-    create_spec.elements = count;
-    create_spec.update = UpdateRule::sum;
-    create_spec.name_bytes = 3;
-    std::vector<std::byte> payload(strata::ps::kCreateSpecBytes + 8 + 64, std::byte{0});
-    const auto encoded = strata::ps::encode(create_spec);
-    std::copy(encoded.begin(), encoded.end(), payload.begin());
-    std::memcpy(payload.data() + strata::ps::kCreateSpecBytes, "big", 3);
-    FrameHeader create_header;
-    create_header.kind = static_cast<strata::Collective>(Operation::create);
-    create_header.element_type = strata::DataType::float32;
-    create_header.count = count;
     const std::size_t before = strata::testing::resident_bytes();
-    raw.send(create_header, payload,
-             static_cast<std::uint32_t>(strata::ps::kCreateSpecBytes + 8 + count * sizeof(float)));
+    send_create(raw, "big", std::uint64_t{1} << 28, std::uint64_t{1} << 30, 64);
     constexpr std::size_t kLimit = std::size_t{128} << 20;
     CHECK(strata::testing::resident_growth(before, kLimit) < kLimit);
     raw.link.reset();
@@ -908,21 +903,7 @@ TEST_CASE("shared regions: hostile requests get typed errors, and the server ser
   }
   SUBCASE("a creator that goes away halfway through its values leaves no variable behind") {
     const std::size_t count = 1 << 16;
-    strata::ps::CreateSpec create_spec;
-    create_spec.elements = count;
-    create_spec.update = UpdateRule::sum;
-    create_spec.name_bytes = 4;
-    std::vector<std::byte> payload(strata::ps::kCreateSpecBytes + 8 + count * sizeof(float) / 2,
-                                   std::byte{0});
-    const auto encoded = strata::ps::encode(create_spec);
-    std::copy(encoded.begin(), encoded.end(), payload.begin());
-    std::memcpy(payload.data() + strata::ps::kCreateSpecBytes, "half", 4);
-    FrameHeader create_header;
-    create_header.kind = static_cast<strata::Collective>(Operation::create);
-    create_header.element_type = strata::DataType::float32;
-    create_header.count = count;
-    raw.send(create_header, payload,
-             static_cast<std::uint32_t>(strata::ps::kCreateSpecBytes + 8 + count * sizeof(float)));
+    send_create(raw, "half", count, count * sizeof(float), count * sizeof(float) / 2);
     // Give the server time to read the spec, the name and half the values, then vanish.
     std::this_thread::sleep_for(200ms);
     raw.link.reset();
