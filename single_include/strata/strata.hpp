@@ -17920,7 +17920,6 @@ class PsWatch {
 // strata/coordinator/impl/worker_link.ipp — the coordinator's connection to one worker's
 // server (worker_server.hpp): the handshake, then one request and its reply at a time.
 
-#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -18103,6 +18102,33 @@ inline std::exception_ptr to_exception(const RemoteError& error, int rank,
 
 }  // namespace strata::coordinator
 // ---- end strata/coordinator/protocol.hpp ----
+// ---- begin strata/transport/tcp/growing_payload.hpp ----
+// strata/transport/tcp/growing_payload.hpp — reading a payload whose size a peer claims into a
+// buffer that grows with what has arrived, so that a claim of gigabytes followed by a few bytes
+// costs memory only for the bytes (the coordinator's requests and replies, a ps create).
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace strata::transport::tcp {
+
+/// What a growing payload buffer first holds, in bytes; it then doubles.
+inline constexpr std::size_t kFirstPayloadChunk = std::size_t{1} << 16;
+
+/// Grows `buffer` toward `total` elements for the next read (to kFirstPayloadChunk bytes, then
+/// doubling) and returns the new part to read into; empty once `buffer` holds `total`.
+template <class T>
+std::span<std::byte> grow_toward(std::vector<T>& buffer, std::size_t total) {
+  const std::size_t have = buffer.size();
+  if (have >= total) return {};
+  buffer.resize(std::min(total, std::max(kFirstPayloadChunk / sizeof(T), 2 * have)));
+  return std::as_writable_bytes(std::span(buffer).subspan(have));
+}
+
+}  // namespace strata::transport::tcp
+// ---- end strata/transport/tcp/growing_payload.hpp ----
 
 namespace strata::coordinator::detail {
 
@@ -18175,14 +18201,12 @@ class WorkerLink {
       reply.why = "a reply that does not answer the request";
       return reply;
     }
-    // The reply grows with what has arrived (doubling from 64 KiB), as a worker's requests do:
-    // a reply that claims gigabytes costs memory only as its bytes come.
+    // The reply grows with what has arrived, as a worker's requests do: a reply that claims
+    // gigabytes costs memory only as its bytes come.
     reply.bytes.clear();
-    while (reply.bytes.size() < answer.payload_bytes) {
-      const std::size_t have = reply.bytes.size();
-      reply.bytes.resize(
-          std::min<std::size_t>(answer.payload_bytes, std::max(std::size_t{1} << 16, 2 * have)));
-      io = connection_->receive(std::span(reply.bytes).subspan(have), until);
+    for (auto next = transport::tcp::grow_toward(reply.bytes, answer.payload_bytes); !next.empty();
+         next = transport::tcp::grow_toward(reply.bytes, answer.payload_bytes)) {
+      io = connection_->receive(next, until);
       if (io != Io::done) {
         reply.why = describe(io, "reading the reply");
         return reply;
@@ -18824,7 +18848,6 @@ class WorkerServer {
 // runs on its one thread, between reading its request and writing the reply, so a worker runs
 // one function at a time, as a TF worker runs one closure at a time.
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -19401,13 +19424,12 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
       return on_payload();
     }
 
-    // The payload arrives into a buffer that grows with what has come (doubling from 64 KiB):
-    // a request that claims gigabytes costs memory only as its bytes arrive.
+    // The payload arrives into a buffer that grows with what has come: a request that claims
+    // gigabytes costs memory only as its bytes arrive.
     SessionStep on_payload() override {
-      const std::size_t have = payload_.size();
-      if (have == payload_bytes_) return on_complete_request();
-      payload_.resize(std::min(payload_bytes_, std::max(std::size_t{1} << 16, 2 * have)));
-      return transport::tcp::ReadPayload{{std::span(payload_).subspan(have)}};
+      const auto next = transport::tcp::grow_toward(payload_, payload_bytes_);
+      if (next.empty()) return on_complete_request();
+      return transport::tcp::ReadPayload{{next}};
     }
 
    private:
@@ -26775,17 +26797,13 @@ class Server::State::Session : public transport::tcp::ServiceSession {
                                                       : create_values<double>();
   }
 
-  // The values grow with what has arrived (doubling from 64 KiB): a create that claims
-  // gigabytes costs memory only as its bytes come.
+  // The values grow with what has arrived: a create that claims gigabytes costs memory only as
+  // its bytes come.
   template <class T>
   SessionStep create_values() {
     auto& values = staging<T>();
-    const std::size_t have = values.size();
-    const auto count = static_cast<std::size_t>(spec_.elements);
-    if (have < count) {
-      values.resize(std::min(count, std::max((std::size_t{1} << 16) / sizeof(T), 2 * have)));
-      return read(std::as_writable_bytes(std::span(values).subspan(have)));
-    }
+    const auto next = transport::tcp::grow_toward(values, static_cast<std::size_t>(spec_.elements));
+    if (!next.empty()) return read(next);
     // Another worker's create of the name may have completed while these values arrived.
     if (const auto existing = state_.find(name_)) return adopt(*existing);
     handle_ = state_.create(name_, spec_, std::move(values));

@@ -2,7 +2,6 @@
 // server (worker_server.hpp): the handshake, then one request and its reply at a time.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -22,6 +21,7 @@
 #include <strata/core/data_type.hpp>
 #include <strata/core/deadline.hpp>
 #include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/growing_payload.hpp>
 #include <strata/transport/tcp/service_client.hpp>
 
 namespace strata::coordinator::detail {
@@ -95,14 +95,12 @@ class WorkerLink {
       reply.why = "a reply that does not answer the request";
       return reply;
     }
-    // The reply grows with what has arrived (doubling from 64 KiB), as a worker's requests do:
-    // a reply that claims gigabytes costs memory only as its bytes come.
+    // The reply grows with what has arrived, as a worker's requests do: a reply that claims
+    // gigabytes costs memory only as its bytes come.
     reply.bytes.clear();
-    while (reply.bytes.size() < answer.payload_bytes) {
-      const std::size_t have = reply.bytes.size();
-      reply.bytes.resize(
-          std::min<std::size_t>(answer.payload_bytes, std::max(std::size_t{1} << 16, 2 * have)));
-      io = connection_->receive(std::span(reply.bytes).subspan(have), until);
+    for (auto next = transport::tcp::grow_toward(reply.bytes, answer.payload_bytes); !next.empty();
+         next = transport::tcp::grow_toward(reply.bytes, answer.payload_bytes)) {
+      io = connection_->receive(next, until);
       if (io != Io::done) {
         reply.why = describe(io, "reading the reply");
         return reply;

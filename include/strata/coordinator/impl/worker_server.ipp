@@ -6,7 +6,6 @@
 // one function at a time, as a TF worker runs one closure at a time.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +21,7 @@
 #include <strata/core/environment.hpp>
 #include <strata/core/error.hpp>
 #include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/growing_payload.hpp>
 #include <strata/transport/tcp/service_server.hpp>
 
 namespace strata::coordinator {
@@ -47,13 +47,12 @@ struct WorkerServer::State : transport::tcp::ServiceHandler {
       return on_payload();
     }
 
-    // The payload arrives into a buffer that grows with what has come (doubling from 64 KiB):
-    // a request that claims gigabytes costs memory only as its bytes arrive.
+    // The payload arrives into a buffer that grows with what has come: a request that claims
+    // gigabytes costs memory only as its bytes arrive.
     SessionStep on_payload() override {
-      const std::size_t have = payload_.size();
-      if (have == payload_bytes_) return on_complete_request();
-      payload_.resize(std::min(payload_bytes_, std::max(std::size_t{1} << 16, 2 * have)));
-      return transport::tcp::ReadPayload{{std::span(payload_).subspan(have)}};
+      const auto next = transport::tcp::grow_toward(payload_, payload_bytes_);
+      if (next.empty()) return on_complete_request();
+      return transport::tcp::ReadPayload{{next}};
     }
 
    private:

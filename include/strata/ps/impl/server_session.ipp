@@ -32,6 +32,7 @@
 #include <strata/transport/shm/host.hpp>
 #include <strata/transport/shm/region.hpp>
 #include <strata/transport/tcp/frame.hpp>
+#include <strata/transport/tcp/growing_payload.hpp>
 #include <strata/transport/tcp/service_session.hpp>
 
 namespace strata::ps {
@@ -239,17 +240,13 @@ class Server::State::Session : public transport::tcp::ServiceSession {
                                                       : create_values<double>();
   }
 
-  // The values grow with what has arrived (doubling from 64 KiB): a create that claims
-  // gigabytes costs memory only as its bytes come.
+  // The values grow with what has arrived: a create that claims gigabytes costs memory only as
+  // its bytes come.
   template <class T>
   SessionStep create_values() {
     auto& values = staging<T>();
-    const std::size_t have = values.size();
-    const auto count = static_cast<std::size_t>(spec_.elements);
-    if (have < count) {
-      values.resize(std::min(count, std::max((std::size_t{1} << 16) / sizeof(T), 2 * have)));
-      return read(std::as_writable_bytes(std::span(values).subspan(have)));
-    }
+    const auto next = transport::tcp::grow_toward(values, static_cast<std::size_t>(spec_.elements));
+    if (!next.empty()) return read(next);
     // Another worker's create of the name may have completed while these values arrived.
     if (const auto existing = state_.find(name_)) return adopt(*existing);
     handle_ = state_.create(name_, spec_, std::move(values));
